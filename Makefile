@@ -1,0 +1,29 @@
+# Quick start: `make demo` runs the balance demo on local Spark; `make test` runs the suite.
+# Both create .venv and install what they need (Python 3.11+, Java 17).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test typecheck bench clean
+
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[spark,test,bench]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/trilink-spark balance
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+test: $(STAMP) typecheck
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benches/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .hypothesis

@@ -1,0 +1,90 @@
+"""trilink-spark: the throughput techniques of the Trilink paper, for Apache Spark.
+
+Key partitioners that keep every key whole and still balance load, balance metrics, and
+one-shuffle DataFrame placement. See the README for a tour.
+
+Examples
+--------
+>>> import trilink_spark as tl
+>>> p = tl.LeastCountPartitioner(4, history={"a": 10, "b": 5, "c": 5, "d": 1})
+>>> p.assign(["a", "b", "c", "d"]).tolist()
+[0, 1, 2, 3]
+"""
+
+from .balance import BalanceReport, balance_degree, extra_compute_time, keyed_bound
+from .balance import partition_balance
+from .errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    InvalidKeyTypeError,
+    MissingColumnError,
+    NullKeyError,
+    TrilinkError,
+    UnknownStrategyError,
+)
+from .evaluation import CANDIDATES, StrategyScore, choose_best, evaluate_strategies
+from .placement import (
+    FIT_MODES,
+    PARTITION_COL,
+    KeyedStrategy,
+    key_by,
+    keyed_agg,
+    keyed_apply,
+    resolve_strategy,
+)
+from .plan import physical_plan, shuffle_exchanges
+from .session import get_session
+from .partitioners import (
+    HashPartitioner,
+    LeastCountPartitioner,
+    LeastKeyPartitioner,
+    ModuloPartitioner,
+    Partitioner,
+    TablePartitioner,
+    WeightPartitioner,
+    strategy_names,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    # errors
+    "TrilinkError",
+    "InvalidArgumentError",
+    "InvalidArgumentTypeError",
+    "InvalidKeyTypeError",
+    "NullKeyError",
+    "UnknownStrategyError",
+    "MissingColumnError",
+    # strategies
+    "Partitioner",
+    "TablePartitioner",
+    "HashPartitioner",
+    "ModuloPartitioner",
+    "LeastKeyPartitioner",
+    "LeastCountPartitioner",
+    "WeightPartitioner",
+    "strategy_names",
+    # balance
+    "balance_degree",
+    "extra_compute_time",
+    "keyed_bound",
+    "BalanceReport",
+    "partition_balance",
+    "StrategyScore",
+    "evaluate_strategies",
+    "choose_best",
+    "CANDIDATES",
+    # placement
+    "PARTITION_COL",
+    "FIT_MODES",
+    "KeyedStrategy",
+    "key_by",
+    "keyed_agg",
+    "keyed_apply",
+    "resolve_strategy",
+    "physical_plan",
+    "shuffle_exchanges",
+    "get_session",
+]

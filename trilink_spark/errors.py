@@ -1,0 +1,54 @@
+"""The exceptions of trilink-spark.
+
+Every error the library raises derives from :class:`TrilinkError`. Argument errors also derive
+from :class:`ValueError` or :class:`TypeError`, so ordinary ``except ValueError`` clauses work.
+
+Examples
+--------
+>>> import trilink_spark as tl
+>>> try:
+...     tl.ModuloPartitioner(0)
+... except tl.TrilinkError as err:
+...     print(type(err).__name__)
+InvalidArgumentError
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "TrilinkError",
+    "InvalidArgumentError",
+    "InvalidArgumentTypeError",
+    "InvalidKeyTypeError",
+    "NullKeyError",
+    "UnknownStrategyError",
+    "MissingColumnError",
+]
+
+
+class TrilinkError(Exception):
+    """Root of every exception raised by trilink-spark."""
+
+
+class InvalidArgumentError(TrilinkError, ValueError):
+    """An argument has a value outside what is allowed (the message says what is allowed)."""
+
+
+class InvalidArgumentTypeError(TrilinkError, TypeError):
+    """An argument has the wrong type (the message says which types are allowed)."""
+
+
+class InvalidKeyTypeError(TrilinkError, TypeError):
+    """A key (or key column) has a type the chosen strategy cannot place."""
+
+
+class NullKeyError(TrilinkError, ValueError):
+    """A key is ``None``/null and the null policy is ``"error"``."""
+
+
+class UnknownStrategyError(TrilinkError, ValueError):
+    """A strategy name that is not registered."""
+
+
+class MissingColumnError(TrilinkError, ValueError):
+    """A column named in a call is not in the DataFrame."""

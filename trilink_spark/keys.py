@@ -1,0 +1,235 @@
+"""Keys: the types a strategy can place, null policies, and conversion to arrays.
+
+Keys are ``int`` (Spark ``byte``/``short``/``int``/``long``), ``str`` (Spark ``string``) or
+``bytes`` (Spark ``binary``). Booleans and floats are refused: their equality is not what a user
+means by "the same key" (``1 == 1.0 == True``). ``None`` is refused unless the null policy is
+``"partition0"``, which sends null keys to partition 0.
+
+Conversion to arrays goes through Arrow, so lists of Python objects, numpy arrays, pandas Series
+and Arrow arrays are all accepted and strings never pass through a Python loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Union
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import pyarrow as pa
+
+from .errors import InvalidArgumentError, InvalidKeyTypeError, NullKeyError
+
+__all__ = [
+    "Key",
+    "KeyKind",
+    "NullPolicy",
+    "KeyArray",
+    "NULL_POLICIES",
+    "check_null_policy",
+    "normalize_key",
+    "to_key_array",
+    "to_counts",
+]
+
+Key = Union[int, str, bytes]
+KeyKind = Literal["int", "long", "string", "binary"]
+NullPolicy = Literal["error", "partition0"]
+NULL_POLICIES: tuple[str, ...] = ("error", "partition0")
+
+_ALLOWED = "int, str or bytes (Spark byte/short/int/long, string or binary columns)"
+
+
+def check_null_policy(policy: str) -> NullPolicy:
+    """Validate a null policy name and return it."""
+    if policy not in NULL_POLICIES:
+        raise InvalidArgumentError(
+            f"null_policy must be one of {', '.join(map(repr, NULL_POLICIES))}, got {policy!r}"
+        )
+    return policy  # type: ignore[return-value]
+
+
+def normalize_key(key: Any) -> Key | None:
+    """Return ``key`` as a plain ``int``, ``str`` or ``bytes`` (``None`` passes through).
+
+    Raises
+    ------
+    InvalidKeyTypeError
+        For booleans, floats and every other type.
+    """
+    if key is None:
+        return None
+    if isinstance(key, (bool, np.bool_)):
+        raise InvalidKeyTypeError(f"boolean key {key!r} is not supported; keys must be {_ALLOWED}")
+    if isinstance(key, (int, np.integer)):
+        return int(key)
+    if isinstance(key, str):
+        return key
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        return bytes(key)
+    raise InvalidKeyTypeError(
+        f"key {key!r} has type {type(key).__name__}; keys must be {_ALLOWED}"
+    )
+
+
+@dataclass(frozen=True)
+class KeyArray:
+    """A validated batch of keys.
+
+    Attributes
+    ----------
+    kind : {"int", "long", "string", "binary"}
+        ``"int"`` for 8/16/32-bit integers (Spark hashes these as ``int``), ``"long"`` otherwise.
+    arrow : pyarrow.Array
+        The keys; integers as ``int64``/``int32``, text as ``string``, bytes as ``binary``.
+    null_mask : numpy.ndarray or None
+        True where the key is null (only with null policy ``"partition0"``).
+    """
+
+    kind: KeyKind
+    arrow: pa.Array
+    null_mask: npt.NDArray[np.bool_] | None
+
+    def __len__(self) -> int:
+        return len(self.arrow)
+
+    def ints(self) -> npt.NDArray[np.int64]:
+        """The keys as int64 (integer kinds only; nulls read as 0)."""
+        return np.asarray(
+            self.arrow.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False),
+            dtype=np.int64,
+        )
+
+    def objects(self) -> npt.NDArray[Any]:
+        """The keys as a numpy array of Python objects or int64 (nulls as ``None``)."""
+        if self.kind in ("int", "long") and self.null_mask is None:
+            return self.ints()
+        return np.asarray(self.arrow.to_numpy(zero_copy_only=False))
+
+
+def _arrow_from(keys: Any) -> pa.Array:
+    if isinstance(keys, pa.ChunkedArray):
+        return keys.combine_chunks()
+    if isinstance(keys, pa.Array):
+        return keys
+    if isinstance(keys, pd.Index):
+        keys = keys.to_numpy()
+    if isinstance(keys, pd.Series):
+        keys = keys.to_numpy()
+    if isinstance(keys, np.ndarray):
+        if keys.dtype.kind in "iu":
+            return pa.array(keys)
+        if keys.dtype.kind == "b":
+            raise InvalidKeyTypeError(f"boolean keys are not supported; keys must be {_ALLOWED}")
+        if keys.dtype.kind in "fc":
+            raise InvalidKeyTypeError(
+                f"floating-point keys (dtype {keys.dtype}) are not supported; "
+                f"cast them to int or str; keys must be {_ALLOWED}"
+            )
+        keys = keys.tolist()
+    elif not isinstance(keys, list):
+        if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
+            raise InvalidKeyTypeError(
+                f"expected an array-like of keys, got {type(keys).__name__}"
+            )
+        keys = list(keys)
+    try:
+        return pa.array(keys)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
+        raise InvalidKeyTypeError(
+            f"keys must all be of one kind, {_ALLOWED}; integers must fit in 64 bits ({exc})"
+        ) from None
+
+
+def _kind_of(arrow: pa.Array) -> KeyKind:
+    t = arrow.type
+    if pa.types.is_integer(t):
+        if t.bit_width <= 32 and pa.types.is_signed_integer(t):
+            return "int"
+        return "long"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return "binary"
+    if pa.types.is_null(t):
+        return "long"
+    raise InvalidKeyTypeError(f"keys of Arrow type {t} are not supported; keys must be {_ALLOWED}")
+
+
+def to_key_array(keys: Any, null_policy: str = "error") -> KeyArray:
+    """Validate and convert an array-like of keys.
+
+    Parameters
+    ----------
+    keys : list, numpy.ndarray, pandas.Series or pyarrow.Array
+        The keys, one kind only.
+    null_policy : {"error", "partition0"}
+        What a null key means.
+
+    Raises
+    ------
+    InvalidKeyTypeError
+        Mixed or unsupported kinds, or integers beyond 64 bits.
+    NullKeyError
+        A null key under the ``"error"`` policy.
+
+    Examples
+    --------
+    >>> to_key_array(["a", "b"]).kind
+    'string'
+    """
+    policy = check_null_policy(null_policy)
+    arrow = _arrow_from(keys)
+    kind = _kind_of(arrow)
+    if pa.types.is_unsigned_integer(arrow.type) and arrow.type.bit_width == 64:
+        if len(arrow) and (arrow.null_count < len(arrow)):
+            top = pa.compute.max(arrow).as_py()
+            if top is not None and top > 2**63 - 1:
+                raise InvalidKeyTypeError("integer keys must fit in a signed 64-bit long")
+        arrow = arrow.cast(pa.int64())
+    null_mask = None
+    if arrow.null_count:
+        if policy == "error":
+            first = int(np.argmax(np.asarray(arrow.is_null())))
+            raise NullKeyError(
+                f"{arrow.null_count} null key(s), the first at position {first}; "
+                "drop them or pass null_policy='partition0' to send them to partition 0"
+            )
+        null_mask = np.asarray(arrow.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    return KeyArray(kind=kind, arrow=arrow, null_mask=null_mask)
+
+
+def to_counts(
+    keys_or_counts: Any, null_policy: str = "error"
+) -> tuple[KeyArray, npt.NDArray[np.float64], bool]:
+    """Distinct keys (first-appearance order) with their record counts.
+
+    Accepts a ``{key: count}`` mapping, a sequence of keys (one entry per record), or a pandas
+    Series of counts indexed by key. Counts must be finite and non-negative.
+
+    Returns
+    -------
+    (keys, counts, from_mapping)
+        ``from_mapping`` is False when the input was a record sequence.
+    """
+    from_mapping = isinstance(keys_or_counts, Mapping)
+    if from_mapping:
+        key_list = list(keys_or_counts.keys())
+        counts = np.asarray(list(keys_or_counts.values()), dtype=np.float64)
+        karr = to_key_array(key_list, null_policy)
+    else:
+        karr = to_key_array(keys_or_counts, null_policy)
+        codes, uniques = pd.factorize(karr.objects())
+        valid = codes >= 0
+        counts = np.bincount(codes[valid], minlength=len(uniques)).astype(np.float64)
+        distinct = pa.array(uniques, type=karr.arrow.type)
+        n_null = int(codes.size - np.count_nonzero(valid))
+        if n_null:
+            distinct = pa.concat_arrays([distinct, pa.nulls(1, type=karr.arrow.type)])
+            counts = np.append(counts, float(n_null))
+        karr = to_key_array(distinct, null_policy)
+    if counts.size and (not np.all(np.isfinite(counts)) or counts.min() < 0):
+        raise InvalidArgumentError("counts must be finite and non-negative")
+    return karr, counts, from_mapping

@@ -1,0 +1,264 @@
+"""The strategy interface every key partitioner implements, and the registry of strategies.
+
+A strategy maps a key to a partition id in ``[0, num_partitions)`` and never splits a key. The
+interface is the one of design.md: ``fit``, ``partition``, ``__call__`` (so that
+``rdd.partitionBy(n, p)`` works), vectorised ``assign``, ``to_dict``/``from_dict`` and pickling.
+
+Stateless strategies (Hash, Modulo, hash-mode Weight) compute the id from the key alone, so Spark
+can compute it in the JVM (:meth:`Partitioner.spark_column`). Table strategies (LeastKey,
+LeastCount, random-mode Weight) remember every decision in a history map; see
+:mod:`trilink_spark.partitioners.table`.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar, Self
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, NullKeyError
+from ..errors import UnknownStrategyError
+from ..keys import Key, KeyArray, check_null_policy, normalize_key, to_counts, to_key_array
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+__all__ = [
+    "Partitioner",
+    "check_num_partitions",
+    "strategy_names",
+    "resolve_strategy_name",
+    "encode_key",
+    "decode_key",
+]
+
+
+def check_num_partitions(n: Any, name: str = "num_partitions") -> int:
+    """Validate a partition count: an ``int`` of at least 1."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise InvalidArgumentTypeError(f"{name} must be an int >= 1, got {type(n).__name__}")
+    if n < 1:
+        raise InvalidArgumentError(f"{name} must be >= 1, got {n}")
+    return int(n)
+
+
+def encode_key(key: Key | None) -> Any:
+    """A JSON-safe form of a key: ints and strings as they are, bytes as ``{"b64": ...}``."""
+    if isinstance(key, bytes):
+        return {"b64": base64.b64encode(key).decode("ascii")}
+    return key
+
+
+def decode_key(value: Any) -> Key | None:
+    """Inverse of :func:`encode_key`."""
+    if isinstance(value, dict):
+        return base64.b64decode(value["b64"])
+    return value  # type: ignore[no-any-return]
+
+
+_REGISTRY: dict[str, type[Partitioner]] = {}
+_ALIASES: dict[str, str] = {}
+
+
+def _squash(name: str) -> str:
+    return name.lower().replace("_", "").replace("-", "").replace(" ", "")
+
+
+def strategy_names() -> list[str]:
+    """The registered strategy names, e.g. ``["hash", "modulo", "least_key", ...]``."""
+    return list(_REGISTRY)
+
+
+def resolve_strategy_name(name: str) -> str:
+    """Canonical strategy name for ``name`` (case, ``_`` and ``-`` are ignored)."""
+    if not isinstance(name, str):
+        raise InvalidArgumentTypeError(f"strategy name must be a str, got {type(name).__name__}")
+    canonical = _ALIASES.get(_squash(name))
+    if canonical is None:
+        raise UnknownStrategyError(
+            f"unknown strategy {name!r}; known: {', '.join(strategy_names())} (or 'auto')"
+        )
+    return canonical
+
+
+class Partitioner(ABC):
+    """Base class of every key-placement strategy.
+
+    Parameters
+    ----------
+    num_partitions : int
+        Number of partitions, at least 1.
+    null_policy : {"error", "partition0"}
+        ``"error"`` (default) refuses ``None`` keys with :class:`~trilink_spark.NullKeyError`;
+        ``"partition0"`` places them on partition 0.
+
+    Notes
+    -----
+    Subclasses set ``strategy_name`` and implement ``_partition`` (one normalised, non-null key)
+    and ``_assign`` (a :class:`~trilink_spark.keys.KeyArray`).
+    """
+
+    strategy_name: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.strategy_name:
+            _REGISTRY[cls.strategy_name] = cls
+            _ALIASES[_squash(cls.strategy_name)] = cls.strategy_name
+            _ALIASES[_squash(cls.__name__)] = cls.strategy_name
+            _ALIASES[_squash(cls.__name__.replace("Partitioner", ""))] = cls.strategy_name
+
+    def __init__(self, num_partitions: int, *, null_policy: str = "error") -> None:
+        self._num_partitions = check_num_partitions(num_partitions)
+        self._null_policy = check_null_policy(null_policy)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def num_partitions(self) -> int:
+        """Number of partitions this strategy places keys on."""
+        return self._num_partitions
+
+    @property
+    def null_policy(self) -> str:
+        """``"error"`` or ``"partition0"``."""
+        return self._null_policy
+
+    @property
+    def is_stateful(self) -> bool:
+        """True when placement depends on a learned table (Least*, random Weight)."""
+        return False
+
+    # ------------------------------------------------------------------ placement
+    def partition(self, key: Any) -> int:
+        """Partition id of one key.
+
+        Runtime complexity: O(len(key)) for hashing strategies, O(1) expected for a key a table
+        strategy already knows, O(log n) for a new one.
+        """
+        k = normalize_key(key)
+        if k is None:
+            return self._null_partition()
+        return self._partition(k)
+
+    def __call__(self, key: Any) -> int:
+        """Same as :meth:`partition`; lets a strategy serve as ``rdd.partitionBy(n, p)``."""
+        return self.partition(key)
+
+    def assign(self, keys: Any) -> npt.NDArray[np.int32]:
+        """Partition ids of many keys, vectorised (numpy/Arrow, no Python loop per key).
+
+        Parameters
+        ----------
+        keys : array-like
+            List, numpy array, pandas Series or Arrow array of keys of one kind.
+
+        Returns
+        -------
+        numpy.ndarray of int32
+        """
+        karr = to_key_array(keys, self._null_policy)
+        out = np.asarray(self._assign(karr), dtype=np.int32)
+        if karr.null_mask is not None:
+            out[karr.null_mask] = 0
+        return out
+
+    def fit(self, keys_or_counts: Any) -> Self:
+        """Learn from keys (one per record) or a ``{key: count}`` mapping; returns ``self``.
+
+        Stateless strategies only validate the input: they have nothing to learn.
+        """
+        to_counts(keys_or_counts, self._null_policy)
+        return self
+
+    def _null_partition(self) -> int:
+        if self._null_policy == "partition0":
+            return 0
+        raise NullKeyError(
+            "key is None; drop null keys or use null_policy='partition0' to place them on 0"
+        )
+
+    @abstractmethod
+    def _partition(self, key: Key) -> int: ...
+
+    @abstractmethod
+    def _assign(self, keys: KeyArray) -> npt.NDArray[np.int32]: ...
+
+    # ------------------------------------------------------------------ Spark
+    def spark_column(self, key: Column) -> Column:
+        """The partition id as a Spark column expression computed in the JVM.
+
+        Only stateless strategies have one; table strategies are placed through a broadcast
+        join of their table (see :func:`trilink_spark.key_by`).
+        """
+        raise InvalidArgumentError(
+            f"{type(self).__name__} has no JVM expression; it is placed through its table"
+        )
+
+    # ------------------------------------------------------------------ serialisation
+    def _params(self) -> dict[str, Any]:
+        """Constructor parameters and learned state beyond ``num_partitions``/``null_policy``."""
+        return {}
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable description, learned state included."""
+        out: dict[str, Any] = {
+            "strategy": self.strategy_name,
+            "num_partitions": self._num_partitions,
+            "null_policy": self._null_policy,
+        }
+        out.update(self._params())
+        return out
+
+    @classmethod
+    def _from_params(cls, num_partitions: int, null_policy: str, params: dict[str, Any]) -> Self:
+        return cls(num_partitions, null_policy=null_policy, **params)
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> Partitioner:
+        """Rebuild a strategy from :meth:`to_dict` output.
+
+        Examples
+        --------
+        >>> import trilink_spark as tl
+        >>> p = tl.LeastKeyPartitioner(3).fit(["a", "b"])
+        >>> tl.Partitioner.from_dict(p.to_dict()).partition("b") == p.partition("b")
+        True
+        """
+        if not isinstance(data, dict) or "strategy" not in data:
+            raise InvalidArgumentError("from_dict needs a dict with a 'strategy' field")
+        name = resolve_strategy_name(data["strategy"])
+        cls = _REGISTRY[name]
+        params = {
+            k: v for k, v in data.items() if k not in ("strategy", "num_partitions", "null_policy")
+        }
+        return cls._from_params(
+            data.get("num_partitions", 0), data.get("null_policy", "error"), params
+        )
+
+    def to_json(self) -> str:
+        """:meth:`to_dict` as a JSON string."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> Partitioner:
+        """Inverse of :meth:`to_json`."""
+        return Partitioner.from_dict(json.loads(text))
+
+    def copy(self) -> Self:
+        """An independent deep copy (learned state included)."""
+        return copy.deepcopy(self)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Partitioner):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(num_partitions={self._num_partitions})"

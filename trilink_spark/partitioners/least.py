@@ -1,0 +1,248 @@
+"""LeastKey and LeastCount: seed 002 Algorithm 1, the "Least" placement.
+
+A key seen before returns its remembered partition; a new key goes to the partition whose load
+is least (ties: lowest partition id), which then carries the key's load. LeastKey measures load
+as the number of keys placed on a partition; LeastCount as the number of records.
+
+The least-loaded partition is found with a binary heap of ``(load, partition)`` entries whose
+stored loads may lag behind the true ones (loads only grow). The top entry is refreshed until
+it is current, which makes it the true minimum: O(log n) per decision, O(1) per load increment.
+The paper uses a hash table and a skip list for the same bounds.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from typing import Any, Self
+
+import numpy as np
+import pandas as pd
+
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..keys import Key, normalize_key, to_counts, to_key_array
+from .table import TablePartitioner
+
+__all__ = ["LeastKeyPartitioner", "LeastCountPartitioner"]
+
+
+class _LeastPartitioner(TablePartitioner):
+    """Algorithm 1 with a pluggable load measure."""
+
+    def __init__(self, num_partitions: int, *, null_policy: str = "error") -> None:
+        super().__init__(num_partitions, null_policy=null_policy)
+        self._loads: list[float] = [0.0] * self._num_partitions
+        self._heap: list[tuple[float, int]] = [(0.0, i) for i in range(self._num_partitions)]
+
+    @property
+    def loads(self) -> np.ndarray:
+        """Current load of every partition, as this strategy measures load."""
+        return np.asarray(self._loads, dtype=np.float64)
+
+    def _least(self) -> int:
+        heap, loads = self._heap, self._loads
+        while True:
+            stored, pid = heap[0]
+            current = loads[pid]
+            if stored == current:
+                return pid
+            heapq.heapreplace(heap, (current, pid))
+
+    def _place(self, key: Key, weight: float) -> int:
+        pid = self._least()
+        self._loads[pid] += weight
+        self._record(key, pid)
+        return pid
+
+    def _check(self) -> None:
+        """Verify the invariants (used by the randomised tests after every step)."""
+        n = self._num_partitions
+        if len(self._loads) != n or len(self._heap) != n:
+            raise AssertionError("loads and heap must have one entry per partition")
+        if sorted(pid for _, pid in self._heap) != list(range(n)):
+            raise AssertionError("heap must hold every partition exactly once")
+        for stored, pid in self._heap:
+            if stored > self._loads[pid]:
+                raise AssertionError("a heap entry overstates its partition's load")
+        for i in range(1, n):
+            if self._heap[(i - 1) // 2] > self._heap[i]:
+                raise AssertionError("heap order violated")
+        if any(not 0 <= p < n for p in self._table.values()):
+            raise AssertionError("a table entry is out of range")
+
+    def _rebuild_heap(self) -> None:
+        self._heap = [(load, pid) for pid, load in enumerate(self._loads)]
+        heapq.heapify(self._heap)
+
+    def _params(self) -> dict[str, Any]:
+        out = self._table_params()
+        out["loads"] = list(self._loads)
+        return out
+
+    def _restore(self, params: dict[str, Any]) -> None:
+        loads = params.get("loads")
+        self._load_table(params.get("table", []))
+        if loads is not None:
+            if len(loads) != self._num_partitions:
+                raise InvalidArgumentError(
+                    f"loads has {len(loads)} entries, expected {self._num_partitions}"
+                )
+            self._loads = [float(x) for x in loads]
+            self._rebuild_heap()
+
+
+class LeastKeyPartitioner(_LeastPartitioner):
+    """Place each new key on the partition holding the fewest keys (seed 002 §4.2.1 (2)).
+
+    Balanced when every key carries about the same number of records, whatever the key values
+    (sparse or clustered ids, strings). Keys keep their partition for ever (history map).
+
+    Parameters
+    ----------
+    num_partitions : int
+    null_policy : {"error", "partition0"}
+
+    Notes
+    -----
+    Cost: O(log n) per new key, O(1) expected per known key; memory O(distinct keys). New keys
+    are placed in order of first appearance; ``fit`` accepts keys or a ``{key: count}`` mapping
+    (counts are ignored: the load is the number of keys).
+
+    Examples
+    --------
+    >>> import trilink_spark as tl
+    >>> p = tl.LeastKeyPartitioner(2).fit(["a", "b", "c"])
+    >>> [p("a"), p("b"), p("c")]
+    [0, 1, 0]
+    """
+
+    strategy_name = "least_key"
+
+    def fit(self, keys_or_counts: Any) -> Self:
+        """Place the keys not yet known, in order of first appearance."""
+        keys, _counts, _ = to_counts(keys_or_counts, self._null_policy)
+        valid = keys.objects()
+        if keys.null_mask is not None:
+            valid = valid[~keys.null_mask]
+        new = [k for k in (normalize_key(x) for x in valid.tolist()) if k not in self._table]
+        self._place_new(new)  # type: ignore[arg-type]
+        return self
+
+    def _place_new(self, keys: list[Key]) -> list[int]:
+        return [self._place(k, 1.0) for k in keys]
+
+    def _check(self) -> None:
+        super()._check()
+        counts = np.bincount(
+            np.fromiter(self._table.values(), np.int64, len(self._table)),
+            minlength=self._num_partitions,
+        )
+        if not np.array_equal(counts, np.asarray(self._loads)):
+            raise AssertionError("LeastKey loads must equal the number of keys per partition")
+
+    @classmethod
+    def _from_params(cls, num_partitions: int, null_policy: str, params: dict[str, Any]) -> Self:
+        self = cls(num_partitions, null_policy=null_policy)
+        self._restore(params)
+        return self
+
+
+class LeastCountPartitioner(_LeastPartitioner):
+    """Place each new key on the partition with the fewest records (seed 002 §4.2.1 (3)).
+
+    Without history it learns online: ``fit(keys)`` walks the records in arrival order, places a
+    key on its first record and counts every record. With ``history={key: count}`` (or
+    ``fit(mapping)``) it knows the weights up front and places the heaviest keys first (longest
+    processing time first), which reaches the keyed bound within a fraction of a percent on
+    realistic data (see ``benches/RESULTS.md``).
+
+    Parameters
+    ----------
+    num_partitions : int
+    history : mapping of key to count, optional
+        Historical record counts, placed immediately, heaviest first.
+    null_policy : {"error", "partition0"}
+
+    Notes
+    -----
+    Cost: ``fit(mapping)`` sorts the new keys, O(m log m + m log n); ``fit(keys)`` is one pass
+    over the records in Python, O(records + new keys * log n); a known key's lookup is O(1)
+    expected. A key placed by ``partition``/``assign`` (not by ``fit``) counts one record.
+
+    Examples
+    --------
+    >>> import trilink_spark as tl
+    >>> p = tl.LeastCountPartitioner(2, history={"hot": 90, "a": 40, "b": 40})
+    >>> [p("hot"), p("a"), p("b")]
+    [0, 1, 1]
+    """
+
+    strategy_name = "least_count"
+
+    def __init__(
+        self,
+        num_partitions: int,
+        history: Mapping[Any, float] | None = None,
+        *,
+        null_policy: str = "error",
+    ) -> None:
+        super().__init__(num_partitions, null_policy=null_policy)
+        if history is not None:
+            if not isinstance(history, Mapping):
+                raise InvalidArgumentTypeError(
+                    f"history must be a mapping {{key: count}}, got {type(history).__name__}"
+                )
+            self.fit(history)
+
+    def fit(self, keys_or_counts: Any) -> Self:
+        """Learn record counts: a mapping as history (heaviest first), keys as a live stream."""
+        if isinstance(keys_or_counts, Mapping):
+            self._fit_history(keys_or_counts)
+        else:
+            self._fit_stream(keys_or_counts)
+        return self
+
+    def _fit_history(self, counts_map: Mapping[Any, float]) -> None:
+        keys, counts, _ = to_counts(counts_map, self._null_policy)
+        objs = keys.objects()
+        if keys.null_mask is not None:
+            objs, counts = objs[~keys.null_mask], counts[~keys.null_mask]
+        new_keys: list[Key] = []
+        new_counts: list[float] = []
+        for raw, count in zip(objs.tolist(), counts.tolist()):
+            k = normalize_key(raw)
+            pid = self._table.get(k)  # type: ignore[arg-type]
+            if pid is None:
+                new_keys.append(k)  # type: ignore[arg-type]
+                new_counts.append(count)
+            else:
+                self._loads[pid] += count
+        order = np.argsort(-np.asarray(new_counts, dtype=np.float64), kind="stable")
+        for i in order.tolist():
+            self._place(new_keys[i], new_counts[i])
+
+    def _fit_stream(self, keys_seq: Any) -> None:
+        karr = to_key_array(keys_seq, self._null_policy)
+        objs = karr.objects()
+        if karr.null_mask is not None:
+            objs = objs[~karr.null_mask]
+        codes, uniques = pd.factorize(objs)
+        distinct = [normalize_key(k) for k in uniques.tolist()]
+        pid_of = [self._table.get(k, -1) for k in distinct]  # type: ignore[arg-type]
+        loads = self._loads
+        for code in codes.tolist():
+            pid = pid_of[code]
+            if pid < 0:
+                pid = self._least()
+                pid_of[code] = pid
+                self._record(distinct[code], pid)  # type: ignore[arg-type]
+            loads[pid] += 1.0
+
+    def _place_new(self, keys: list[Key]) -> list[int]:
+        return [self._place(k, 1.0) for k in keys]
+
+    @classmethod
+    def _from_params(cls, num_partitions: int, null_policy: str, params: dict[str, Any]) -> Self:
+        self = cls(num_partitions, null_policy=null_policy)
+        self._restore(params)
+        return self

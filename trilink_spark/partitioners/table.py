@@ -1,0 +1,174 @@
+"""The history map shared by LeastKey, LeastCount and random-mode Weight.
+
+In the paper these strategies run on a coordinator (the Flink JobManager) that remembers every
+key it has placed, so a key never moves by accident (seed 002 Algorithm 1, lines 1-2). Here the
+coordinator is the object in the driver: the first time it meets a key it decides and records
+the decision.
+
+A copy shipped to Spark executors (``rdd.partitionBy(n, p)`` pickles ``p``) must not decide on its
+own: two tasks would place the same new key differently and split it. So inside a Spark task an
+unknown key is placed by the deterministic fallback, Spark's hash placement
+``pmod(murmur3(key), n)``, the same rule :func:`trilink_spark.key_by` uses in the JVM for keys
+the table does not know. Fit the strategy on the driver first to avoid the fallback entirely.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import abstractmethod
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import pyarrow as pa
+
+from ..errors import InvalidArgumentError
+from ..keys import Key, KeyArray, normalize_key, to_key_array
+from .base import Partitioner, decode_key, encode_key
+from .hash import spark_hash_array, spark_hash_of
+
+__all__ = ["TablePartitioner", "in_spark_task"]
+
+logger = logging.getLogger(__name__)
+
+
+def in_spark_task() -> bool:
+    """True inside a Spark task (a Python worker), where no coordinator decisions are made."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:  # pragma: no cover - pyspark is an extra
+        return False
+    return TaskContext.get() is not None
+
+
+class TablePartitioner(Partitioner):
+    """A strategy whose decisions are remembered in a history map ``{key: partition}``.
+
+    Subclasses implement :meth:`_place_new`, the decision for keys never seen before, in the
+    order given.
+
+    Notes
+    -----
+    Memory: one dict entry per distinct key placed (about 100-150 bytes each in CPython), plus a
+    pandas index built lazily for vectorised lookups. A known key costs an O(1) expected lookup.
+    """
+
+    def __init__(self, num_partitions: int, *, null_policy: str = "error") -> None:
+        super().__init__(num_partitions, null_policy=null_policy)
+        self._table: dict[Key, int] = {}
+        self._index: pd.Index | None = None
+        self._index_pids: npt.NDArray[np.int32] | None = None
+
+    @property
+    def is_stateful(self) -> bool:
+        return True
+
+    # ------------------------------------------------------------------ table
+    @property
+    def assignments(self) -> dict[Key, int]:
+        """A copy of the history map ``{key: partition}``, in placement order."""
+        return dict(self._table)
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def __contains__(self, key: object) -> bool:
+        return normalize_key(key) in self._table
+
+    def table_arrays(self) -> tuple[list[Key], npt.NDArray[np.int32]]:
+        """The history map as parallel lists: keys and partition ids."""
+        return list(self._table), np.fromiter(self._table.values(), np.int32, len(self._table))
+
+    def _record(self, key: Key, pid: int) -> None:
+        self._table[key] = pid
+        self._index = None
+
+    def _lookup(self) -> tuple[pd.Index, npt.NDArray[np.int32]]:
+        if self._index is None or self._index_pids is None:
+            keys, pids = self.table_arrays()
+            self._index = pd.Index(keys, dtype=object if not keys else None, tupleize_cols=False)
+            self._index_pids = pids
+        return self._index, self._index_pids
+
+    # ------------------------------------------------------------------ placement
+    @abstractmethod
+    def _place_new(self, keys: list[Key]) -> list[int]:
+        """Decide, record and return partitions for keys never placed before, in order."""
+
+    def _fallback(self, key: Key) -> int:
+        return spark_hash_of(key) % self._num_partitions
+
+    def _partition(self, key: Key) -> int:
+        pid = self._table.get(key)
+        if pid is not None:
+            return pid
+        if in_spark_task():
+            logger.debug("key %r unknown inside a Spark task: hash fallback", key)
+            return self._fallback(key)
+        return self._place_new([key])[0]
+
+    def _known(
+        self, keys: KeyArray
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int32], npt.NDArray[np.bool_]]:
+        """Objects, partition ids of known keys (0 elsewhere) and the mask of unknown keys."""
+        objs = keys.objects()
+        out = np.zeros(len(objs), dtype=np.int32)
+        valid = np.ones(len(objs), dtype=bool) if keys.null_mask is None else ~keys.null_mask
+        index, pids = self._lookup()
+        empty = np.full(len(objs), -1, dtype=np.intp)
+        pos = index.get_indexer(objs) if len(index) else empty  # type: ignore[arg-type]
+        known = (pos >= 0) & valid
+        out[known] = pids[pos[known]]
+        return objs, out, (pos < 0) & valid
+
+    def _assign(self, keys: KeyArray) -> npt.NDArray[np.int32]:
+        objs, out, unknown = self._known(keys)
+        if unknown.any():
+            if in_spark_task():
+                out[unknown] = self._fallback_array(keys, unknown)
+            else:
+                codes, uniques = pd.factorize(objs[unknown])
+                new_keys = [normalize_key(k) for k in uniques.tolist()]
+                placed = np.asarray(self._place_new(new_keys), dtype=np.int32)  # type: ignore[arg-type]
+                out[unknown] = placed[codes]
+        return out
+
+    def _fallback_array(
+        self, keys: KeyArray, rows: npt.NDArray[np.bool_]
+    ) -> npt.NDArray[np.int32]:
+        sub = KeyArray(kind=keys.kind, arrow=keys.arrow.filter(pa.array(rows)), null_mask=None)
+        hashes = spark_hash_array(sub).astype(np.int64)
+        return np.mod(hashes, self._num_partitions).astype(np.int32)
+
+    def lookup(self, keys: Any) -> npt.NDArray[np.int32]:
+        """Like :meth:`assign` but never places a key: unknown keys get the hash fallback.
+
+        This is what a Spark task, or :func:`trilink_spark.key_by` with ``fit="none"``, does with
+        keys the table does not know.
+        """
+        karr = to_key_array(keys, self._null_policy)
+        _objs, out, unknown = self._known(karr)
+        if unknown.any():
+            out[unknown] = self._fallback_array(karr, unknown)
+        return out
+
+    # ------------------------------------------------------------------ serialisation
+    def _table_params(self) -> dict[str, Any]:
+        return {"table": [[encode_key(k), p] for k, p in self._table.items()]}
+
+    def _load_table(self, rows: list[Any]) -> None:
+        for key, pid in rows:
+            k = decode_key(key)
+            if k is None or not 0 <= int(pid) < self._num_partitions:
+                raise InvalidArgumentError(
+                    f"table entry {key!r}: {pid!r} is not a key with a partition in "
+                    f"[0, {self._num_partitions})"
+                )
+            self._record(k, int(pid))
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_index"] = None
+        state["_index_pids"] = None
+        return state

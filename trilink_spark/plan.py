@@ -1,0 +1,31 @@
+"""Reading Spark physical plans: how many shuffles a DataFrame costs."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["physical_plan", "shuffle_exchanges"]
+
+# A shuffle is a plan node named "Exchange" (BroadcastExchange and ReusedExchange are not).
+_SHUFFLE_NODE = re.compile(r"^[\s:|+\-]*Exchange\s", re.MULTILINE)
+
+
+def physical_plan(df: DataFrame) -> str:
+    """The executed physical plan of a (classic, non-Connect) DataFrame as text."""
+    return str(df._jdf.queryExecution().executedPlan().toString())
+
+
+def shuffle_exchanges(df: DataFrame) -> int:
+    """Number of shuffle exchanges Spark plans for ``df`` (broadcasts are not counted).
+
+    Examples
+    --------
+    >>> import trilink_spark as tl  # doctest: +SKIP
+    >>> tl.shuffle_exchanges(tl.keyed_agg(df, "k", F.count("*")))  # doctest: +SKIP
+    1
+    """
+    return len(_SHUFFLE_NODE.findall(physical_plan(df)))
