@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..keys import Key, KeyArray, normalize_key, to_counts
-from .hash import spark_hash_array, spark_hash_of
+from .hash import KEY_TYPES, spark_hash_array, spark_hash_of
 from .table import TablePartitioner
 
 if TYPE_CHECKING:
@@ -88,6 +88,8 @@ class WeightPartitioner(TablePartitioner):
         Seed of the random mode.
     num_partitions : int, optional
         If given, must equal ``len(weights)``.
+    key_type : {"auto", "int", "long", "string", "binary"}
+        Spark key type for the hash mode, as for :class:`~trilink_spark.HashPartitioner`.
     null_policy : {"error", "partition0"}
 
     Notes
@@ -114,6 +116,7 @@ class WeightPartitioner(TablePartitioner):
         *,
         seed: int = 0,
         num_partitions: int | None = None,
+        key_type: str = "auto",
         null_policy: str = "error",
     ) -> None:
         w = check_weights(weights, num_partitions)
@@ -122,6 +125,11 @@ class WeightPartitioner(TablePartitioner):
             raise InvalidArgumentError(f"mode must be 'hash' or 'random', got {mode!r}")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise InvalidArgumentTypeError(f"seed must be an int, got {type(seed).__name__}")
+        if key_type not in KEY_TYPES:
+            raise InvalidArgumentError(
+                f"key_type must be one of {', '.join(KEY_TYPES)}, got {key_type!r}"
+            )
+        self._key_type = key_type
         self._weights = w
         self._bounds = _boundaries(w)
         self._mode = mode
@@ -147,17 +155,17 @@ class WeightPartitioner(TablePartitioner):
 
     def _partition(self, key: Key) -> int:
         if self._mode == "hash":
-            point = _hash_points(np.asarray([spark_hash_of(key)], dtype=np.int32))
+            point = _hash_points(np.asarray([spark_hash_of(key, self._key_type)], np.int32))
             return int(self._locate(point)[0])
         return super()._partition(key)
 
     def _assign(self, keys: KeyArray) -> npt.NDArray[np.int32]:
         if self._mode == "hash":
-            return self._locate(_hash_points(spark_hash_array(keys)))
+            return self._locate(_hash_points(spark_hash_array(keys, self._key_type)))
         return super()._assign(keys)
 
     def _place_new(self, keys: list[Key]) -> list[int]:
-        pids = self._locate(self._rng.random(len(keys))).tolist()
+        pids = self._locate(self._rng.random(len(keys)) * 100.0).tolist()
         for key, pid in zip(keys, pids):
             self._record(key, pid)
         return pids  # type: ignore[no-any-return]
@@ -191,7 +199,12 @@ class WeightPartitioner(TablePartitioner):
         raise AssertionError("unreachable: the last positive weight has an infinite bound")
 
     def _params(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"weights": self.weights, "mode": self._mode, "seed": self._seed}
+        out: dict[str, Any] = {
+            "weights": self.weights,
+            "mode": self._mode,
+            "seed": self._seed,
+            "key_type": self._key_type,
+        }
         if self._mode == "random":
             out.update(self._table_params())
             out["rng_state"] = self._rng.bit_generator.state
