@@ -1,0 +1,12 @@
+"""Run every benchmark; each writes its JSON under benches/results/."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+for script in ("bench_balance.py", "bench_assign.py", "bench_spark.py"):
+    print(f"== {script}")
+    runpy.run_path(str(HERE / script), run_name="__main__")

@@ -1,0 +1,51 @@
+"""Every ```python block of the README runs, and its printed claims hold."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+
+
+def test_readme_has_examples():
+    assert len(BLOCKS) >= 3
+
+
+def _expected(comment: str) -> str | None:
+    """The literal a ``# ...`` comment promises, if it starts with one."""
+    comment = comment.strip()
+    if comment.startswith("["):
+        return comment[: comment.index("]") + 1]
+    token = re.split(r"[,:(]| \(", comment)[0].strip()
+    return token if re.fullmatch(r"-?[\d.]+|True|False", token) else None
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_readme_block_runs(spark, index):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(BLOCKS[index], f"README block {index}", "exec"), {})
+    printed = out.getvalue().splitlines()
+    lines = BLOCKS[index].splitlines()
+    calls = [i for i, ln in enumerate(lines) if ln.startswith("print(")]
+    assert len(calls) == len(printed), "each top-level print must print one line"
+    for i, line in zip(calls, printed):
+        comment = lines[i].split("  # ", 1)[1] if "  # " in lines[i] else None
+        if comment is None and i + 1 < len(lines) and lines[i + 1].startswith("# "):
+            comment = lines[i + 1][2:]
+        want = _expected(comment) if comment else None
+        if want is not None:
+            assert want in line, (lines[i], line)
+
+
+def test_expected_parser():
+    assert _expected("[0, 1, 2]: x") == "[0, 1, 2]"
+    assert _expected("0.5") == "0.5"
+    assert _expected("40, one row per user") == "40"
+    assert _expected("rows per partition") is None
