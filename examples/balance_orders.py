@@ -20,7 +20,7 @@ def main() -> None:
     )
 
     chosen = tl.resolve_strategy(orders, "customer", "auto", 8)
-    print("scores on the sample:")
+    print(f"scores on {chosen.sample_rows:,} counted rows:")
     for score in chosen.scores:
         print(f"  {score.name:12s} balance {score.balance_degree:.3f}")
     print("chosen:", chosen.partitioner.strategy_name)
@@ -34,8 +34,8 @@ def main() -> None:
         orders, "customer", F.sum("amount").alias("total"), strategy=chosen.partitioner, fit="none"
     )
     print("customers:", totals.count(), "shuffles:", tl.shuffle_exchanges(totals))
-    spark.stop()
 
 
 if __name__ == "__main__":
     main()
+    tl.get_session().stop()
