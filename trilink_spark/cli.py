@@ -128,7 +128,6 @@ def _measure(df: Any, key: str, score: StrategyScore) -> dict[str, Any]:
 
 
 def run_balance(
-    spark: Any,
     df: Any,
     key: str,
     name: str,
@@ -252,7 +251,7 @@ def _balance(args: argparse.Namespace, out: TextIO) -> int:
         df = _read(spark, args.path, args.format)
         results.append(
             run_balance(
-                spark, df, args.key, args.path, args.partitions, args.sample_rate, args.seed,
+                df, args.key, args.path, args.partitions, args.sample_rate, args.seed,
                 not args.no_measure,
             )
         )
@@ -265,7 +264,7 @@ def _balance(args: argparse.Namespace, out: TextIO) -> int:
             df = scenario_frame(spark, sc)
             results.append(
                 run_balance(
-                    spark, df, "key", label, args.partitions, args.sample_rate, args.seed,
+                    df, "key", label, args.partitions, args.sample_rate, args.seed,
                     not args.no_measure,
                 )
             )
