@@ -36,21 +36,17 @@ SKEW_PARTITIONS = 8
 
 
 def session():
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "true")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "8")
-        .config("spark.driver.memory", "4g")
-        .getOrCreate()
+    # the UI stays on here: the skew benchmark reads task metrics from its REST API
+    return tl.get_session(
+        "local[2]",
+        shuffle_partitions=8,
+        extra_conf={
+            "spark.ui.enabled": "true",
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.driver.memory": "4g",
+        },
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 def noop(df) -> None:

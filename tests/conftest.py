@@ -15,19 +15,16 @@ os.environ.setdefault("PYTHONHASHSEED", "0")
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    from pyspark.sql import SparkSession
+    import trilink_spark as tl
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("trilink-spark-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.executorEnv.PYTHONHASHSEED", "0")
-        .getOrCreate()
+    session = tl.get_session(
+        "local[2]",
+        app_name="trilink-spark-tests",
+        shuffle_partitions=4,
+        extra_conf={
+            "spark.default.parallelism": "2",
+            "spark.executorEnv.PYTHONHASHSEED": "0",
+        },
     )
-    session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -20,7 +20,7 @@ def frames(spark):
     return ints, longs
 
 
-def _check_exact(placed, key, p, spark_partitioner_key_type=None):
+def _check_exact(placed, key, p):
     assert tl.shuffle_exchanges(placed) == 1
     rows = placed.select(key, tl.PARTITION_COL, F.spark_partition_id().alias("sp")).collect()
     for r in rows:

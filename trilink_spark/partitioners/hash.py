@@ -29,11 +29,20 @@ from .base import Partitioner
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-__all__ = ["HashPartitioner", "KEY_TYPES", "spark_hash_of", "spark_hash_array"]
+__all__ = ["HashPartitioner", "KEY_TYPES", "check_key_type", "spark_hash_of", "spark_hash_array"]
 
 KeyType = Literal["auto", "int", "long", "string", "binary"]
 KEY_TYPES: tuple[str, ...] = ("auto", "int", "long", "string", "binary")
 HASH_FUNCTIONS: tuple[str, ...] = ("murmur3", "portable")
+
+
+def check_key_type(key_type: str) -> str:
+    """Validate a Spark key type name (see :data:`KEY_TYPES`) and return it."""
+    if key_type not in KEY_TYPES:
+        raise InvalidArgumentError(
+            f"key_type must be one of {', '.join(KEY_TYPES)}, got {key_type!r}"
+        )
+    return key_type
 
 
 def spark_hash_of(key: Key, key_type: str = "auto") -> int:
@@ -115,15 +124,11 @@ class HashPartitioner(Partitioner):
         null_policy: str = "error",
     ) -> None:
         super().__init__(num_partitions, null_policy=null_policy)
-        if key_type not in KEY_TYPES:
-            raise InvalidArgumentError(
-                f"key_type must be one of {', '.join(KEY_TYPES)}, got {key_type!r}"
-            )
         if hash_function not in HASH_FUNCTIONS:
             raise InvalidArgumentError(
                 f"hash_function must be one of {', '.join(HASH_FUNCTIONS)}, got {hash_function!r}"
             )
-        self._key_type = key_type
+        self._key_type = check_key_type(key_type)
         self._hash_function = hash_function
 
     @property

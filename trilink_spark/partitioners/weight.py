@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..keys import Key, KeyArray, normalize_key, to_counts
-from .hash import KEY_TYPES, spark_hash_array, spark_hash_of
+from .hash import check_key_type, spark_hash_array, spark_hash_of
 from .table import TablePartitioner
 
 if TYPE_CHECKING:
@@ -125,11 +125,7 @@ class WeightPartitioner(TablePartitioner):
             raise InvalidArgumentError(f"mode must be 'hash' or 'random', got {mode!r}")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise InvalidArgumentTypeError(f"seed must be an int, got {type(seed).__name__}")
-        if key_type not in KEY_TYPES:
-            raise InvalidArgumentError(
-                f"key_type must be one of {', '.join(KEY_TYPES)}, got {key_type!r}"
-            )
-        self._key_type = key_type
+        self._key_type = check_key_type(key_type)
         self._weights = w
         self._bounds = _boundaries(w)
         self._mode = mode
