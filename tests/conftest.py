@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -28,3 +33,91 @@ def spark() -> Iterator[object]:
     )
     yield session
     session.stop()
+
+
+# ---------------------------------------------------------------------- Redis
+class RedisProcess:
+    """A real ``redis-server`` on a free loopback port, nothing persisted; stop/start keep the port."""
+
+    def __init__(self, workdir: Path, password: str | None = None, tls: bool = False) -> None:
+        self.workdir = workdir
+        self.password = password
+        self.tls = tls
+        self.port = _free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        if tls:
+            self.cert, self.key = workdir / "redis.crt", workdir / "redis.key"
+            subprocess.run(
+                ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                 "-keyout", str(self.key), "-out", str(self.cert), "-subj", "/CN=127.0.0.1",
+                 "-addext", "subjectAltName=IP:127.0.0.1"],
+                check=True, capture_output=True,
+            )
+
+    @property
+    def url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        if self.tls:
+            return f"rediss://{auth}127.0.0.1:{self.port}/0?ssl_ca_certs={self.cert}"
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        args = [REDIS_SERVER, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--dir", str(self.workdir), "--protected-mode", "yes"]
+        if self.tls:
+            args += ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file",
+                     str(self.cert), "--tls-key-file", str(self.key), "--tls-ca-cert-file",
+                     str(self.cert), "--tls-auth-clients", "no"]
+        else:
+            args += ["--port", str(self.port)]
+        if self.password:
+            args += ["--requirepass", self.password]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"redis-server exited with {self.proc.returncode}")
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start within 10 s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+REDIS_SERVER = shutil.which("redis-server") or "redis-server"
+
+
+def _redis_process(tmp_path_factory: pytest.TempPathFactory, **kwargs: object) -> Iterator[RedisProcess]:
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (Debian package redis-server; .ci/run installs it)")
+    server = RedisProcess(tmp_path_factory.mktemp("redis"), **kwargs)  # type: ignore[arg-type]
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProcess]:
+    """One password-protected redis-server for the session (tests use distinct channels/keys)."""
+    yield from _redis_process(tmp_path_factory, password="s3cret-pw")
+
+
+@pytest.fixture()
+def own_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProcess]:
+    """A redis-server of the test's own, which the test may stop and start again."""
+    yield from _redis_process(tmp_path_factory)

@@ -11,12 +11,19 @@ Examples
 [0, 1, 2, 3]
 """
 
+from .adaptive import AdaptivePartitioner, Decision
+from .adaptive_stream import AdaptiveBatchFunction, adaptive_foreach_batch
+from .config_center import CONFIG_FIELDS, ConfigCenter, RedisConfigCenter, validate_update
+from .config_center import MODES as SWITCH_MODES
 from .balance import BalanceReport, balance_degree, extra_compute_time, keyed_bound
 from .balance import partition_balance
 from .errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
     InvalidKeyTypeError,
+    ConfigCenterUnavailableError,
+    ConfigError,
+    ConfigTypeError,
     MissingColumnError,
     NullKeyError,
     TrilinkError,
@@ -57,6 +64,9 @@ __all__ = [
     "NullKeyError",
     "UnknownStrategyError",
     "MissingColumnError",
+    "ConfigError",
+    "ConfigTypeError",
+    "ConfigCenterUnavailableError",
     # strategies
     "Partitioner",
     "TablePartitioner",
@@ -87,4 +97,14 @@ __all__ = [
     "physical_plan",
     "shuffle_exchanges",
     "get_session",
+    # switching and configuration
+    "AdaptivePartitioner",
+    "Decision",
+    "SWITCH_MODES",
+    "adaptive_foreach_batch",
+    "AdaptiveBatchFunction",
+    "ConfigCenter",
+    "RedisConfigCenter",
+    "CONFIG_FIELDS",
+    "validate_update",
 ]

@@ -2,6 +2,8 @@
 
 ``trilink-spark balance`` tells how badly Spark's hash placement fits a key column and what every
 strategy would do. With no arguments it runs seed 002's four scenarios on local Spark.
+``trilink-spark config get|set`` reads or publishes the dynamic configuration
+(:mod:`trilink_spark.cli_config`).
 
 Examples
 --------
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from .cli_config import add_config_parser, run_config
 from .errors import InvalidArgumentError, TrilinkError
 from .evaluation import StrategyScore, choose_best, evaluate_strategies
 from .scenarios import PAPER_SCENARIOS, SCENARIOS, make_scenario, scenario_frame
@@ -102,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     bal.add_argument("--json", action="store_true", help="print JSON instead of a table")
     bal.add_argument("--plot", metavar="PNG", help="draw per-partition loads per strategy")
     bal.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    add_config_parser(sub)
     return parser
 
 
@@ -293,6 +297,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         if args.command == "balance":
             return _balance(args, stream)
+        if args.command == "config":
+            return run_config(args, stream)
     except TrilinkError as exc:
         sys.stderr.write(f"trilink-spark: error: {exc}\n")
         return 2

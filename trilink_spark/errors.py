@@ -23,6 +23,9 @@ __all__ = [
     "NullKeyError",
     "UnknownStrategyError",
     "MissingColumnError",
+    "ConfigError",
+    "ConfigTypeError",
+    "ConfigCenterUnavailableError",
 ]
 
 
@@ -52,3 +55,16 @@ class UnknownStrategyError(TrilinkError, ValueError):
 
 class MissingColumnError(TrilinkError, ValueError):
     """A column named in a call is not in the DataFrame."""
+
+
+class ConfigError(TrilinkError, ValueError):
+    """A configuration update was refused: unknown field, wrong type, out of range, stale
+    version or bad signature (the message says which)."""
+
+
+class ConfigTypeError(ConfigError, TypeError):
+    """A configuration field has the wrong type."""
+
+
+class ConfigCenterUnavailableError(TrilinkError, ConnectionError):
+    """The configuration store (Redis) cannot be reached; the message names the URL's host."""

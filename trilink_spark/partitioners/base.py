@@ -133,6 +133,10 @@ class Partitioner(ABC):
         """True when placement depends on a learned table (Least*, random Weight)."""
         return False
 
+    def unwrap(self) -> Partitioner:
+        """The strategy that places keys now: ``self``, or the current one of an adaptive one."""
+        return self
+
     # ------------------------------------------------------------------ placement
     def partition(self, key: Any) -> int:
         """Partition id of one key.
@@ -231,6 +235,10 @@ class Partitioner(ABC):
         """
         if not isinstance(data, dict) or "strategy" not in data:
             raise InvalidArgumentError("from_dict needs a dict with a 'strategy' field")
+        if data["strategy"] == "adaptive":
+            from ..adaptive import AdaptivePartitioner
+
+            return AdaptivePartitioner._from_dict(data)
         name = resolve_strategy_name(data["strategy"])
         cls = _REGISTRY[name]
         params = {
