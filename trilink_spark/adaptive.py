@@ -252,6 +252,7 @@ class AdaptivePartitioner(Partitioner):
         self._batch = 0
         self._last_decision_at = clock()
         self._frozen: str | None = None
+        self._provisional = False
         self._decisions: list[Decision] = []
         if isinstance(initial, Partitioner):
             if initial.num_partitions != self.num_partitions:
@@ -323,8 +324,19 @@ class AdaptivePartitioner(Partitioner):
             self._frozen = str(reason)
 
     # ------------------------------------------------------------------ delegation
-    def unwrap(self) -> Partitioner:
-        return self._current
+    def unwrap(self, refit: bool = False) -> Partitioner:
+        """:attr:`current`; with ``refit=True`` a table learnt from the sample only is dropped.
+
+        After a switch to a table strategy its table holds the sampled keys, placed by their
+        sampled counts. When the caller is about to teach it every key with exact counts
+        (``key_by(..., fit="full")`` does), a fresh table placed from those counts is closer to
+        the keyed bound, so the sampled one is discarded first (once).
+        """
+        with self._lock:
+            if refit and self._provisional:
+                self._current = self._fresh(self._current_name)
+                self._provisional = False
+            return self._current
 
     @property
     def is_stateful(self) -> bool:
@@ -571,6 +583,7 @@ class AdaptivePartitioner(Partitioner):
             return Decision(triggered=True, reason=reason, scores=tuple(scores),
                             current_balance=current_balance, **base)
         self._current, self._current_name = best.partitioner, best.name
+        self._provisional = best.partitioner.is_stateful
         reason = (
             f"{why}; {action}: {best.balance_degree:.3f} vs {current_balance:.3f} "
             f"(gain {gain:.3f} >= {min_gain})"
@@ -629,6 +642,7 @@ class AdaptivePartitioner(Partitioner):
             keys, counts, _ = self._view_arrays()
             _fit_like_key_by(fresh, keys, counts)
         self._current, self._current_name = fresh, name
+        self._provisional = fresh.is_stateful
         self._decisions.append(Decision(
             chosen=name, previous=previous, switched=True, triggered=True,
             reason=f"{source} pinned strategy {name}", sample_records=float(self._view.sum()),

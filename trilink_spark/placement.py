@@ -185,7 +185,7 @@ def resolve_strategy(
                 f"num_partitions={num_partitions} differs from the strategy's "
                 f"{strategy.num_partitions}; omit num_partitions or make them agree"
             )
-        p: Partitioner = strategy.unwrap()
+        p: Partitioner = strategy.unwrap(refit=fit_mode == "full")
         scores: list[StrategyScore] = []
         sample_rows, counted_all = 0, False
     elif isinstance(strategy, str):

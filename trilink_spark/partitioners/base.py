@@ -133,8 +133,13 @@ class Partitioner(ABC):
         """True when placement depends on a learned table (Least*, random Weight)."""
         return False
 
-    def unwrap(self) -> Partitioner:
-        """The strategy that places keys now: ``self``, or the current one of an adaptive one."""
+    def unwrap(self, refit: bool = False) -> Partitioner:
+        """The strategy that places keys now: ``self``, or the current one of an adaptive one.
+
+        ``refit=True`` says the strategy is about to learn every key of the data
+        (:func:`~trilink_spark.key_by` with ``fit="full"``); an adaptive partitioner whose table
+        was only learnt from a sample then starts that table afresh.
+        """
         return self
 
     # ------------------------------------------------------------------ placement
