@@ -37,7 +37,7 @@ def uniform_sample(rng: np.random.Generator, size: int = 4000, keys: int = 5000)
 
 # ---------------------------------------------------------------------- view
 def test_view_decays_and_forgets_old_keys() -> None:
-    ap = tl.AdaptivePartitioner(4, decay=0.5, min_sample=1)
+    ap = tl.AdaptivePartitioner(4, sample_rate=1.0, decay=0.5, min_sample=1)
     ap.observe(["old"] * 8)
     ap.observe(["new"] * 8)
     view = ap.sample_view
@@ -62,7 +62,7 @@ def test_observe_refuses_mixed_key_types_and_nulls() -> None:
         ap.observe(["a"])
     with pytest.raises(tl.NullKeyError):
         ap.observe([1, None])
-    lenient = tl.AdaptivePartitioner(4, null_policy="partition0")
+    lenient = tl.AdaptivePartitioner(4, sample_rate=1.0, null_policy="partition0")
     lenient.observe([1, None, 1])
     assert lenient.sample_view.to_dict() == {1: 2.0}
     assert lenient.records_observed == 3

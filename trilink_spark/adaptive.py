@@ -31,7 +31,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,11 +38,11 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
-from .balance import balance_degree
 from .config_center import ConfigCenter, validate_update
 from .errors import ConfigError, InvalidArgumentError, InvalidArgumentTypeError
 from .errors import InvalidKeyTypeError
-from .evaluation import StrategyScore, choose_best, evaluate_strategies
+from .evaluation import StrategyScore, evaluate_strategies
+from .monitoring import Decision, denoised_balance, fit_like_key_by, pick_best, split_counts
 from .keys import Key, KeyArray, to_counts, to_key_array
 from .partitioners import HashPartitioner, LeastCountPartitioner, LeastKeyPartitioner
 from .partitioners import ModuloPartitioner, Partitioner, TablePartitioner, WeightPartitioner
@@ -58,70 +57,6 @@ logger = logging.getLogger(__name__)
 
 _PRUNE_BELOW = 0.01
 _DEFAULT_PERIOD_S = 20.0
-
-
-@dataclass(frozen=True)
-class Decision:
-    """One evaluation of :class:`AdaptivePartitioner`.
-
-    Attributes
-    ----------
-    chosen : str
-        Strategy in use after the decision.
-    previous : str
-        Strategy in use before it.
-    switched : bool
-        True when the strategy changed (a fresh table of the same Least strategy counts: its
-        ``reason`` says "refit").
-    triggered : bool
-        False when the mode did not call for a decision (``scores`` is then empty).
-    reason : str
-        Why it switched or stayed.
-    scores : tuple of StrategyScore
-        Every candidate, freshly fitted on the sample.
-    current_balance : float or None
-        Balance degree the previous strategy (with its history) gives on the sample.
-    sample_records : float
-        Weight of the sample view the decision used.
-    batch : int
-        Batch boundaries seen before the decision.
-    """
-
-    chosen: str
-    previous: str
-    switched: bool
-    triggered: bool
-    reason: str
-    scores: tuple[StrategyScore, ...] = field(default=(), repr=False)
-    current_balance: float | None = None
-    sample_records: float = 0.0
-    batch: int = 0
-
-    @property
-    def best_balance(self) -> float | None:
-        """Highest candidate balance degree on the sample (``None`` when not scored)."""
-        return max((s.balance_degree for s in self.scores), default=None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "chosen": self.chosen,
-            "previous": self.previous,
-            "switched": self.switched,
-            "triggered": self.triggered,
-            "reason": self.reason,
-            "current_balance": self.current_balance,
-            "sample_records": self.sample_records,
-            "batch": self.batch,
-            "scores": {s.name: s.balance_degree for s in self.scores},
-        }
-
-
-def _fit_like_key_by(p: Partitioner, keys: KeyArray, counts: npt.NDArray[np.float64]) -> None:
-    """Teach a table strategy the keys as :func:`~trilink_spark.key_by` with fit="full" would."""
-    if isinstance(p, LeastCountPartitioner):
-        p.fit(dict(zip(keys.objects().tolist(), counts.tolist())))
-    else:
-        p.fit(keys.arrow)
 
 
 class AdaptivePartitioner(Partitioner):
@@ -245,6 +180,7 @@ class AdaptivePartitioner(Partitioner):
         self._kind: str | None = None
         self._view = pd.Series(dtype=np.float64)
         self._scale = 1.0
+        self._w1 = self._w2 = 0.0
         self._observations = 0
         self._records_total = 0.0
         self._records_since = 0.0
@@ -371,14 +307,17 @@ class AdaptivePartitioner(Partitioner):
         keys_or_counts
             The sampled keys.
         represents : float, optional
-            Stream records the sample stands for (default: its own size). Quantity mode counts
-            these; table strategies are scored on counts scaled to them.
+            Stream records the sample stands for. Default: its size / :attr:`sample_rate`, as
+            if you sampled at that rate. Pass the sample's own size when the keys are all the
+            records. Quantity mode counts these; sampling noise is judged from the ratio.
 
         Notes
         -----
         Runtime complexity: O(sampled keys + keys in the view), vectorised.
         """
         keys, counts, _ = to_counts(keys_or_counts, self.null_policy)
+        if represents is None:
+            represents = float(counts.sum()) / self.sample_rate
         self._observe_arrays(keys, counts, represents)
 
     def _observe_arrays(
@@ -410,6 +349,9 @@ class AdaptivePartitioner(Partitioner):
                 view = view.add(new, fill_value=0.0) if len(view) else new.groupby(level=0).sum()
                 self._kind = self._kind or keys.kind
             self._view = view[view >= _PRUNE_BELOW]
+            decay = float(self._settings["decay"])
+            self._w1 = self._w1 * decay + sampled
+            self._w2 = self._w2 * decay * decay + sampled
             if sampled > 0:
                 self._scale = represents / sampled
             self._observations += 1
@@ -470,17 +412,38 @@ class AdaptivePartitioner(Partitioner):
         keys, counts, _ = to_counts(mapping, self.null_policy)
         return keys, counts, mapping
 
-    def _score_current(self, keys: KeyArray, counts: npt.NDArray[np.float64]) -> float:
+    def _capacity(self) -> npt.NDArray[np.float64] | None:
+        return None if self._weights is None else np.asarray(self._weights, dtype=np.float64)
+
+    def _noise_per_unit(self, thinning: float = 1.0) -> float:
+        """Sampling-noise variance per unit of scaled load (see :mod:`~trilink_spark.monitoring`).
+
+        The view is a decayed sum of Bernoulli samples; ``w2 / w1`` corrects the Poisson
+        variance for the decay weights. ``thinning`` is the share of the view being scored.
+        """
+        decay_factor = self._w2 / self._w1 if self._w1 > 0 else 1.0
+        rate = min(1.0, thinning / self._scale) if self._scale > 0 else 1.0
+        return decay_factor * self._scale / thinning * (1.0 - rate) if rate < 1.0 else 0.0
+
+    def _current_loads(
+        self, keys: KeyArray, counts: npt.NDArray[np.float64], *, teach: bool
+    ) -> npt.NDArray[np.float64]:
+        """Loads the current strategy gives; a table one keeps its history. ``teach``: new keys
+        are placed as key_by(fit="full") would place them, else they get the hash fallback."""
         p = self._current
         if isinstance(p, TablePartitioner) and p.is_stateful:
-            probe = p.copy()
-            _fit_like_key_by(probe, keys, counts)
-            pids = probe.lookup(keys.arrow)
+            if teach:
+                probe = p.copy()
+                fit_like_key_by(probe, keys, counts)
+                pids = probe.lookup(keys.arrow)
+            else:
+                pids = p.lookup(keys.arrow)
         else:
             pids = p.assign(keys.arrow)
-        loads = np.bincount(pids, weights=counts, minlength=self.num_partitions)
-        capacity = None if self._weights is None else np.asarray(self._weights)
-        return balance_degree(loads, capacity)
+        return np.bincount(pids, weights=counts, minlength=self.num_partitions).astype(np.float64)
+
+    def _estimate(self, loads: npt.NDArray[np.float64], thinning: float = 1.0) -> float:
+        return denoised_balance(loads, self._noise_per_unit(thinning), self._capacity())
 
     def _trigger(self) -> tuple[bool, str]:
         mode = self.mode
@@ -535,7 +498,7 @@ class AdaptivePartitioner(Partitioner):
             if force:
                 triggered, why = True, "forced"
             elif self.mode == "threshold":
-                current_balance = self._score_current(keys, counts)
+                current_balance = self._estimate(self._current_loads(keys, counts, teach=True))
                 limit = float(self._settings["threshold"])
                 triggered = current_balance < limit
                 why = f"{name} balance {current_balance:.3f} vs threshold {limit}"
@@ -543,55 +506,107 @@ class AdaptivePartitioner(Partitioner):
                 triggered, why = self._trigger()
             if not triggered:
                 return Decision(triggered=False, reason=why, current_balance=current_balance, **base)
-            if current_balance is None:
-                current_balance = self._score_current(keys, counts)
-            decision = self._switch_if_better(mapping, current_balance, why, base)
+            decision = self._switch_if_better(keys, counts, mapping, why, base)
             self._decisions.append(decision)
             self._last_decision_at = self._clock()
             self._records_since = 0.0
             self._batches_since = 0
         return decision
 
+    def _scores(
+        self, keys: KeyArray, counts: npt.NDArray[np.float64], mapping: dict[Any, float]
+    ) -> tuple[list[StrategyScore], StrategyScore, dict[str, float], float, float]:
+        """Score every candidate and the current strategy; pick the best; estimate the gain.
+
+        Returns the scores, the best candidate, the estimates compared, the current strategy's
+        estimate and the gain. Balances are denoised (:mod:`~trilink_spark.monitoring`).
+
+        *From a stateless strategy*, candidates are fitted on the whole view and scored on it.
+        A fresh table is thereby scored on the counts it learnt, which is what
+        ``key_by(fit="full")`` gives it (it learns the exact counts of the batch it places), so
+        a table candidate is compared against the plain denoised balance of the stateless ones.
+        Between stateless strategies only a spread the sample can tell from noise counts.
+
+        *From a table strategy*, that was taught exact counts, a fresh table fitted on the
+        sample it is scored on would look better for having fitted the sample and be refit
+        every time. So candidates learn on one half of the sample
+        (:func:`~trilink_spark.monitoring.split_counts`) and all of them, the current table
+        included, are scored on the other half (keys a table has not seen get the hash
+        fallback); only a spread the sample can tell from noise counts.
+        """
+        common: dict[str, Any] = {
+            "strategies": self._candidate_names(),
+            "weights": self._weights,
+            "key_type": self._key_type,
+            "seed": self._seed,
+            "null_policy": self.null_policy,
+        }
+        n, capacity = self.num_partitions, self._capacity()
+        min_gain = float(self._settings["min_gain"])
+        if self._current.is_stateful:
+            rng = np.random.default_rng([self._seed, len(self._decisions)])
+            learn_c, score_c = split_counts(self._view.to_numpy(dtype=np.float64), rng)
+            index = self._view.index.tolist()
+            learn = {k: c * self._scale for k, c in zip(index, learn_c.tolist()) if c > 0}
+            score = {k: c * self._scale for k, c in zip(index, score_c.tolist()) if c > 0}
+            if learn and score:
+                scores = evaluate_strategies(learn, n, evaluate_on=score, **common)
+                noise = self._noise_per_unit(0.5)
+                est = {s.name: denoised_balance(s.loads, noise, capacity) for s in scores}
+                skeys, scounts, _ = to_counts(score, self.null_policy)
+                current = denoised_balance(
+                    self._current_loads(skeys, scounts, teach=False), noise, capacity
+                )
+                best = pick_best(scores, est, est, min_gain)
+                return scores, best, est, current, est[best.name] - current
+        scores = evaluate_strategies(mapping, n, **common)
+        noise = self._noise_per_unit()
+        current_loads = self._current_loads(keys, counts, teach=True)
+        strict = {s.name: denoised_balance(s.loads, noise, capacity) for s in scores}
+        plain = {s.name: denoised_balance(s.loads, noise, capacity, 0.0) for s in scores}
+        current = denoised_balance(current_loads, noise, capacity)
+        current_plain = denoised_balance(current_loads, noise, capacity, 0.0)
+        best = pick_best(scores, strict, plain, min_gain, current_plain)
+        if best.partitioner.is_stateful:
+            estimates = {**strict, best.name: plain[best.name]}
+            return scores, best, estimates, current_plain, plain[best.name] - current_plain
+        return scores, best, strict, current, strict[best.name] - current
+
     def _switch_if_better(
-        self, mapping: dict[Any, float], current_balance: float, why: str, base: dict[str, Any]
+        self,
+        keys: KeyArray,
+        counts: npt.NDArray[np.float64],
+        mapping: dict[Any, float],
+        why: str,
+        base: dict[str, Any],
     ) -> Decision:
         name = self._current_name
-        scores = evaluate_strategies(
-            mapping,
-            self.num_partitions,
-            strategies=self._candidate_names(),
-            weights=self._weights,
-            key_type=self._key_type,
-            seed=self._seed,
-            null_policy=self.null_policy,
-        )
+        scores, best, estimates, current_balance, gain = self._scores(keys, counts, mapping)
         min_gain = float(self._settings["min_gain"])
-        best = choose_best(scores, min_gain)
-        gain = best.balance_degree - current_balance
+        best_balance = estimates[best.name]
         refit = best.name == name
+        scored: dict[str, Any] = {"scores": tuple(scores), "estimates": estimates,
+                  "current_balance": current_balance}
         if gain < min_gain or (refit and not best.partitioner.is_stateful):
             reason = (
                 f"{why}; stay on {name} ({current_balance:.3f}): best is {best.name} "
-                f"({best.balance_degree:.3f}), gain below min_gain {min_gain}"
+                f"({best_balance:.3f}), gain below min_gain {min_gain}"
             )
-            return Decision(triggered=True, reason=reason, scores=tuple(scores),
-                            current_balance=current_balance, **base)
+            return Decision(triggered=True, reason=reason, **scored, **base)
         action = f"refit {name}" if refit else f"switch {name} -> {best.name}"
         if self._frozen is not None:
             reason = f"{why}; would {action} (gain {gain:.3f}) but switching is off: {self._frozen}"
             logger.warning("adaptive partitioner: %s", reason)
-            return Decision(triggered=True, reason=reason, scores=tuple(scores),
-                            current_balance=current_balance, **base)
+            return Decision(triggered=True, reason=reason, **scored, **base)
         self._current, self._current_name = best.partitioner, best.name
         self._provisional = best.partitioner.is_stateful
         reason = (
-            f"{why}; {action}: {best.balance_degree:.3f} vs {current_balance:.3f} "
+            f"{why}; {action}: {best_balance:.3f} vs {current_balance:.3f} "
             f"(gain {gain:.3f} >= {min_gain})"
         )
         logger.info("adaptive partitioner: %s", reason)
         base = {**base, "chosen": best.name, "switched": True}
-        return Decision(triggered=True, reason=reason, scores=tuple(scores),
-                        current_balance=current_balance, **base)
+        return Decision(triggered=True, reason=reason, **scored, **base)
 
     # ------------------------------------------------------------------ configuration
     def _on_config(self, snapshot: dict[str, Any]) -> None:
@@ -640,7 +655,7 @@ class AdaptivePartitioner(Partitioner):
         fresh = self._fresh(name)
         if isinstance(fresh, TablePartitioner) and fresh.is_stateful and len(self._view):
             keys, counts, _ = self._view_arrays()
-            _fit_like_key_by(fresh, keys, counts)
+            fit_like_key_by(fresh, keys, counts)
         self._current, self._current_name = fresh, name
         self._provisional = fresh.is_stateful
         self._decisions.append(Decision(
