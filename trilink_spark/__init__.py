@@ -40,6 +40,7 @@ from .placement import (
     resolve_strategy,
 )
 from .plan import physical_plan, shuffle_exchanges
+from .timers import TimerService
 from .session import get_session
 from .partitioners import (
     HashPartitioner,
@@ -107,4 +108,6 @@ __all__ = [
     "RedisConfigCenter",
     "CONFIG_FIELDS",
     "validate_update",
+    # watermarks and timers
+    "TimerService",
 ]
