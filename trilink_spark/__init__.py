@@ -41,6 +41,7 @@ from .placement import (
 )
 from .plan import physical_plan, shuffle_exchanges
 from .timers import TimerService
+from .watermark import keyed_watermark
 from .session import get_session
 from .partitioners import (
     HashPartitioner,
@@ -110,4 +111,5 @@ __all__ = [
     "validate_update",
     # watermarks and timers
     "TimerService",
+    "keyed_watermark",
 ]
