@@ -15,12 +15,14 @@
    work of one micro-batch), with and without ``observe_df`` at 1 % in front, in one run.
 
 Run: ``python benches/bench_adaptive.py`` (writes benches/results/adaptive.json; ``--quick``
-for a shorter stream, ``--no-spark`` to skip part 3).
+for a shorter stream, ``--only table9|quality|overhead`` to rerun one part).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -29,7 +31,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import median_time, write_json  # noqa: E402
+from common import RESULTS, median_time, write_json  # noqa: E402
 
 import trilink_spark as tl  # noqa: E402
 from trilink_spark.scenarios import PAPER_SCENARIOS, make_scenario  # noqa: E402
@@ -167,48 +169,66 @@ def decision_quality(seeds: int = 5, partitions: int = 60) -> dict[str, Any]:
     return {"partitions": partitions, "sample_rate": 0.01, "rows": rows, "worst_ratio": worst}
 
 
-def sampling_overhead(rows: int = 5_000_000, repeat: int = 5) -> dict[str, Any]:
+def sampling_overhead(rows: int = 5_000_000, repeat: int = 9) -> dict[str, Any]:
+    """One micro-batch's work through adaptive_foreach_batch: observe off, sync and async."""
     spark = tl.get_session("local[2]", shuffle_partitions=8,
                            extra_conf={"spark.driver.memory": "4g"})
     df = spark.range(rows).selectExpr("id % 100000 AS key", "id AS v")
-    strategy = tl.HashPartitioner(8)
 
-    def batch() -> None:
-        placed = tl.key_by(df, "key", strategy)
+    def count(placed: Any, batch_id: int) -> None:
         placed.groupBy(tl.PARTITION_COL, "key").count().write.format("noop").mode(
             "overwrite").save()
 
-    ap = tl.AdaptivePartitioner(8, sample_rate=0.01, mode="threshold", initial=strategy)
-
-    def sampled_batch() -> None:
-        ap.observe_df(df, "key")
-        ap.decide()
-        batch()
-
-    plain = median_time(batch, repeat=repeat)
-    with_sampling = median_time(sampled_batch, repeat=repeat)
+    runners = {}
+    for mode in ("off", "sync", "async"):
+        ap = tl.AdaptivePartitioner(8, sample_rate=0.01, mode="threshold",
+                                    initial=tl.HashPartitioner(8))
+        runners[mode] = tl.adaptive_foreach_batch(count, ap, "key", observe=mode)
+    batch_ids = iter(range(10**6))
+    for runner in runners.values():  # warm-up
+        runner(df, next(batch_ids))
+    times: dict[str, list[float]] = {mode: [] for mode in runners}
+    for _ in range(repeat):  # interleaved: drift of a shared machine hits every mode alike
+        for mode, runner in runners.items():
+            start = time.perf_counter()
+            runner(df, next(batch_ids))
+            times[mode].append(time.perf_counter() - start)
+    ap = tl.AdaptivePartitioner(8, sample_rate=0.01)
     observe_only = median_time(lambda: ap.observe_df(df, "key"), repeat=repeat)
     spark.stop()
-    ratio = with_sampling / plain
-    print(f"sampling overhead: {with_sampling:.2f} s vs {plain:.2f} s = {ratio:.3f}x "
-          f"(observe_df alone {observe_only:.2f} s)")
-    return {"rows": rows, "plain_s": plain, "with_sampling_s": with_sampling,
-            "observe_df_s": observe_only, "ratio": ratio}
+    med = {mode: statistics.median(t) for mode, t in times.items()}
+    out = {
+        "rows": rows, "median_s": med, "observe_df_s": observe_only,
+        "sync_ratio": med["sync"] / med["off"], "async_ratio": med["async"] / med["off"],
+        "times": times,
+    }
+    print(f"sampling overhead: sync {out['sync_ratio']:.3f}x, async {out['async_ratio']:.3f}x "
+          f"(no sampling {med['off']:.2f} s; observe_df alone {observe_only:.2f} s)")
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="5-minute stream instead of 20")
-    parser.add_argument("--no-spark", action="store_true", help="skip the Spark overhead run")
+    parser.add_argument("--only", choices=("table9", "quality", "overhead"), action="append",
+                        help="run only these parts (repeatable); the others keep their figures")
     args = parser.parse_args()
+    parts = set(args.only or ("table9", "quality", "overhead"))
     minutes = 5 if args.quick else 20
-    payload: dict[str, Any] = {
-        "table9": {"partitions": N, "rate": RATE, "minutes": minutes, "sample_rate": 0.01,
-                   "change_factor": CHANGE_FACTOR, "speeds_per_min": list(SPEEDS),
-                   "configs": table9(minutes), "paper": PAPER_TABLE9},
-        "decision_quality": decision_quality(),
-    }
-    if not args.no_spark:
+    previous = RESULTS / "adaptive.json"
+    payload: dict[str, Any] = {}
+    if args.only and previous.exists():
+        payload = {k: v for k, v in json.loads(previous.read_text()).items()
+                   if k in ("table9", "decision_quality", "sampling_overhead")}
+    if "table9" in parts:
+        payload["table9"] = {
+            "partitions": N, "rate": RATE, "minutes": minutes, "sample_rate": 0.01,
+            "change_factor": CHANGE_FACTOR, "speeds_per_min": list(SPEEDS),
+            "configs": table9(minutes), "paper": PAPER_TABLE9,
+        }
+    if "quality" in parts:
+        payload["decision_quality"] = decision_quality()
+    if "overhead" in parts:
         payload["sampling_overhead"] = sampling_overhead()
     print(write_json("adaptive", payload))
 

@@ -146,3 +146,23 @@ def test_adaptive_foreach_batch_argument_errors() -> None:
         tl.adaptive_foreach_batch(print, tl.HashPartitioner(4), "key")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         tl.adaptive_foreach_batch(print, ap, "key", fit="always")
+
+
+def test_async_observation_informs_the_next_batch(spark: Any) -> None:
+    ap = tl.AdaptivePartitioner(4, sample_rate=0.5, mode="quantity", quantity=1, min_sample=100)
+    used: list[str] = []
+    runner = tl.adaptive_foreach_batch(lambda df, b: used.append(ap.current_name), ap, "key",
+                                       observe="async")
+    for batch_id in range(3):
+        runner(skewed_frame(spark, 3000, batch_id), batch_id)
+    assert used[0] == "hash"  # nothing observed yet when the first batch was placed
+    assert used[-1].startswith("least")
+    assert ap.records_observed > 0
+
+
+def test_async_observation_errors_surface(spark: Any) -> None:
+    ap = tl.AdaptivePartitioner(4, sample_rate=1.0)
+    runner = tl.adaptive_foreach_batch(lambda df, b: None, ap, "key", observe="async")
+    df = spark.createDataFrame([(1,), (None,)], "key long")
+    with pytest.raises(tl.NullKeyError):
+        runner(df, 0)

@@ -361,11 +361,15 @@ class AdaptivePartitioner(Partitioner):
     def observe_df(self, df: DataFrame, key: str, seed: int | None = None) -> int:
         """Sample ``df`` with Spark (Bernoulli at :attr:`sample_rate`, seeded) and observe it.
 
-        Returns the number of sampled rows. Cost: one Spark job that scans ``df`` once,
-        samples, and counts the sample per key (map-side combined, so the shuffle carries one
-        row per sampled key and task); only ``{key: count}`` of the sample reaches the driver.
+        Returns the number of sampled rows. Cost: one single-stage Spark job that scans ``df``
+        once and ships the sampled keys (``sample_rate`` x rows of them) to the driver as Arrow,
+        where they are counted in C++ (``pyarrow.compute.value_counts``). Null keys count as
+        records; with ``null_policy="error"`` they raise :class:`~trilink_spark.NullKeyError`.
         """
-        from .placement import _key_kind, key_counts
+        import pyarrow.compute as pc
+
+        from .errors import NullKeyError
+        from .placement import _key_kind
 
         kind, dtype = _key_kind(df, key)
         if kind is None:
@@ -377,13 +381,22 @@ class AdaptivePartitioner(Partitioner):
             self._key_type = kind
         rate = self.sample_rate
         sample_seed = self._seed + self._observations if seed is None else seed
-        table = key_counts(df, key, rate, sample_seed, self.null_policy)
-        if table.num_rows == 0:
-            self._observe_arrays(None, np.zeros(0), 0.0)
-            return 0
-        keys = to_key_array(table.column(0).combine_chunks(), self.null_policy)
-        counts = table.column(1).to_numpy().astype(np.float64)
-        sampled = float(counts.sum())
+        src = df.select(key)
+        if rate < 1.0:
+            src = src.sample(fraction=rate, seed=sample_seed)
+        column = src.toArrow().column(0)
+        sampled = float(len(column))
+        if column.null_count and self.null_policy == "error":
+            raise NullKeyError(
+                f"column {key!r} has null keys; drop them or pass null_policy='partition0'"
+            )
+        column = column.drop_null()
+        if len(column) == 0:
+            self._observe_arrays(None, np.zeros(0), sampled / rate)
+            return int(sampled)
+        tally = pc.value_counts(column)
+        keys = to_key_array(tally.field("values"), self.null_policy)
+        counts = tally.field("counts").to_numpy().astype(np.float64)
         self._observe_arrays(keys, counts, sampled / rate)
         return int(sampled)
 
@@ -405,12 +418,12 @@ class AdaptivePartitioner(Partitioner):
                 names = [n for n in names if n not in ("weight", "weight_random")]
         return names
 
-    def _view_arrays(self) -> tuple[KeyArray, npt.NDArray[np.float64], dict[Any, float]]:
+    def _view_arrays(self) -> tuple[KeyArray, npt.NDArray[np.float64]]:
+        """The view as a key array and counts scaled to stream records (vectorised)."""
         index = self._view.index
         values = self._view.to_numpy(dtype=np.float64) * self._scale
-        mapping = dict(zip(index.tolist(), values.tolist()))
-        keys, counts, _ = to_counts(mapping, self.null_policy)
-        return keys, counts, mapping
+        raw = index.to_numpy() if self._kind in ("int", "long") else index.to_numpy(dtype=object)
+        return to_key_array(pa.array(raw), self.null_policy), values
 
     def _capacity(self) -> npt.NDArray[np.float64] | None:
         return None if self._weights is None else np.asarray(self._weights, dtype=np.float64)
@@ -493,7 +506,7 @@ class AdaptivePartitioner(Partitioner):
                     f"{self._settings['min_sample']} records",
                     **base,
                 )
-            keys, counts, mapping = self._view_arrays()
+            keys, counts = self._view_arrays()
             current_balance: float | None = None
             if force:
                 triggered, why = True, "forced"
@@ -506,7 +519,7 @@ class AdaptivePartitioner(Partitioner):
                 triggered, why = self._trigger()
             if not triggered:
                 return Decision(triggered=False, reason=why, current_balance=current_balance, **base)
-            decision = self._switch_if_better(keys, counts, mapping, why, base)
+            decision = self._switch_if_better(keys, counts, why, base)
             self._decisions.append(decision)
             self._last_decision_at = self._clock()
             self._records_since = 0.0
@@ -514,7 +527,7 @@ class AdaptivePartitioner(Partitioner):
         return decision
 
     def _scores(
-        self, keys: KeyArray, counts: npt.NDArray[np.float64], mapping: dict[Any, float]
+        self, keys: KeyArray, counts: npt.NDArray[np.float64]
     ) -> tuple[list[StrategyScore], StrategyScore, dict[str, float], float, float]:
         """Score every candidate and the current strategy; pick the best; estimate the gain.
 
@@ -559,6 +572,7 @@ class AdaptivePartitioner(Partitioner):
                 )
                 best = pick_best(scores, est, est, min_gain)
                 return scores, best, est, current, est[best.name] - current
+        mapping = dict(zip(self._view.index.tolist(), counts.tolist()))
         scores = evaluate_strategies(mapping, n, **common)
         noise = self._noise_per_unit()
         current_loads = self._current_loads(keys, counts, teach=True)
@@ -576,12 +590,11 @@ class AdaptivePartitioner(Partitioner):
         self,
         keys: KeyArray,
         counts: npt.NDArray[np.float64],
-        mapping: dict[Any, float],
         why: str,
         base: dict[str, Any],
     ) -> Decision:
         name = self._current_name
-        scores, best, estimates, current_balance, gain = self._scores(keys, counts, mapping)
+        scores, best, estimates, current_balance, gain = self._scores(keys, counts)
         min_gain = float(self._settings["min_gain"])
         best_balance = estimates[best.name]
         refit = best.name == name
@@ -654,7 +667,7 @@ class AdaptivePartitioner(Partitioner):
         previous = self._current_name
         fresh = self._fresh(name)
         if isinstance(fresh, TablePartitioner) and fresh.is_stateful and len(self._view):
-            keys, counts, _ = self._view_arrays()
+            keys, counts = self._view_arrays()
             fit_like_key_by(fresh, keys, counts)
         self._current, self._current_name = fresh, name
         self._provisional = fresh.is_stateful

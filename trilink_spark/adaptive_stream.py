@@ -9,6 +9,7 @@ strategy then current before it reaches the user's function.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +49,7 @@ class AdaptiveBatchFunction:
         *,
         stateful: bool,
         fit: str,
-        observe: bool,
+        observe: str,
     ) -> None:
         self.func = func
         self.adaptive = adaptive
@@ -57,23 +58,46 @@ class AdaptiveBatchFunction:
         self.fit = fit
         self.observe = observe
         self.last_decision: Decision | None = None
+        self._observe_error: BaseException | None = None
         self._last_batch: tuple[int, Partitioner] | None = None
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         replay = self._last_batch
+        background = None
         if replay is not None and replay[0] == batch_id:
             # the same batch again (a retried foreachBatch): place it exactly as before
             logger.info("batch %d replayed: placing it with the strategy it had", batch_id)
             strategy, fit = replay[1].copy(), "none"
         else:
             self.adaptive.batch_boundary()
-            if self.observe:
-                self.adaptive.observe_df(batch_df, self.key, seed=self.adaptive._seed + batch_id)
+            seed = self.adaptive._seed + batch_id
+            if self.observe == "sync":
+                self.adaptive.observe_df(batch_df, self.key, seed=seed)
             self.last_decision = self.adaptive.decide()
             strategy, fit = self.adaptive.current, self.fit
+            if self.observe == "async":
+                background = threading.Thread(
+                    target=self._observe_quietly, args=(batch_df, seed),
+                    name=f"trilink-sample-{batch_id}", daemon=True,
+                )
         placed = key_by(batch_df, self.key, strategy, fit=fit)
         self._last_batch = (batch_id, strategy.copy() if strategy.is_stateful else strategy)
-        self.func(placed, batch_id)
+        if background is not None:
+            background.start()
+        try:
+            self.func(placed, batch_id)
+        finally:
+            if background is not None:
+                background.join()  # the batch DataFrame is only valid during this call
+        if self._observe_error is not None:
+            error, self._observe_error = self._observe_error, None
+            raise error
+
+    def _observe_quietly(self, batch_df: DataFrame, seed: int) -> None:
+        try:
+            self.adaptive.observe_df(batch_df, self.key, seed=seed)
+        except BaseException as err:  # re-raised on the calling thread
+            self._observe_error = err
 
 
 def adaptive_foreach_batch(
@@ -83,7 +107,7 @@ def adaptive_foreach_batch(
     *,
     stateful: bool = False,
     fit: str = "full",
-    observe: bool = True,
+    observe: str | bool = "sync",
 ) -> AdaptiveBatchFunction:
     """A ``foreachBatch`` function that places every micro-batch with an adaptive strategy.
 
@@ -102,8 +126,12 @@ def adaptive_foreach_batch(
         updates that pin another strategy are refused. Keyed-state swap comes separately.
     fit : {"full", "sample", "none"}
         How a table strategy learns each batch's new keys (see :func:`~trilink_spark.key_by`).
-    observe : bool
-        Sample each batch (default). False leaves observing to the caller.
+    observe : {"sync", "async", "off"}
+        ``"sync"`` (default): sample each batch before deciding and placing it. ``"async"``:
+        the paper's sampling thread; the batch is sampled while ``func`` processes it, and the
+        decision it informs is taken at the next batch boundary (one batch later), which keeps
+        the sampling job off the critical path. ``"off"`` (or False) leaves observing to the
+        caller.
 
     Returns
     -------
@@ -135,8 +163,11 @@ def adaptive_foreach_batch(
         raise InvalidArgumentTypeError(f"key must be a column name (str), got {type(key).__name__}")
     if fit not in FIT_MODES:
         raise InvalidArgumentError(f"fit must be one of {', '.join(FIT_MODES)}, got {fit!r}")
+    modes = {True: "sync", False: "off", "sync": "sync", "async": "async", "off": "off"}
+    if observe not in modes:
+        raise InvalidArgumentError(f"observe must be 'sync', 'async' or 'off', got {observe!r}")
     if stateful:
         adaptive.freeze(STATEFUL_REASON)
     return AdaptiveBatchFunction(
-        func, adaptive, key, stateful=stateful, fit=fit, observe=observe
+        func, adaptive, key, stateful=stateful, fit=fit, observe=modes[observe]
     )
