@@ -42,6 +42,10 @@ from .placement import (
 from .plan import physical_plan, shuffle_exchanges
 from .timers import TimerService
 from .watermark import keyed_watermark
+from .keyed_process import EVENT_TIME_COL, KeyedContext, KeyedWatermarkProcessFunction
+from .keyed_runner import KeyedBatchFunction, keyed_foreach_batch, keyed_process
+from .keyed_state import KeyedStateStore
+from .window_aggregate import WINDOW_AGGS, KeyedWindowAggregate
 from .session import get_session
 from .partitioners import (
     HashPartitioner,
@@ -112,4 +116,13 @@ __all__ = [
     # watermarks and timers
     "TimerService",
     "keyed_watermark",
+    "EVENT_TIME_COL",
+    "KeyedContext",
+    "KeyedWatermarkProcessFunction",
+    "KeyedWindowAggregate",
+    "WINDOW_AGGS",
+    "keyed_process",
+    "keyed_foreach_batch",
+    "KeyedBatchFunction",
+    "KeyedStateStore",
 ]
