@@ -302,6 +302,7 @@ class KeyedRuntime:
         """Timers of every key fire with an infinite watermark, then ``on_end`` per key."""
         out: list[Output] = []
         for key in list(dict.fromkeys(k for k, _ in self.timers)):
+            self.key_high[key] = math.inf
             out.extend(self._fire(key, math.inf, KeyedContext(self, key)))
         for key in list(self.values):
             out.append(self.processor.on_end(key, KeyedContext(self, key)))
