@@ -13,10 +13,12 @@ its timers at or below its new watermark fire in time order (``on_timer``). The 
 verdict (a single watermark over every key of the partition, as Spark or Flink would keep) is
 counted beside it, so the two can be compared.
 
-**Idle keys.** A key whose newest event time is more than ``idle_timeout`` behind the newest
-event time of its partition is idle: its watermark is moved up to the partition's watermark and
-its due timers fire, so a key that stopped sending does not keep its windows open for ever. If
-it sends again, its rows are judged against that advanced watermark.
+**Idle keys.** A key is idle when its partition's newest event time has moved on by more than
+``idle_timeout`` since the key's last row arrived (a key that keeps sending is never idle, however
+far its clock lags). An idle key's watermark is moved up to the partition's watermark and its
+due timers fire, so a key that stopped sending does not keep its windows open for ever. If it
+sends again, its rows are judged against that advanced watermark. Idleness is checked at the
+end of each batch.
 
 **Units.** Event times, watermarks and timers are numbers: microseconds since the epoch for
 timestamp columns, the column's own unit for numeric ones. Hooks find a row's event time in
@@ -178,6 +180,7 @@ class _State:
     timers: list[tuple[Hashable, int]] = field(default_factory=list)
     counters: RuntimeCounters = field(default_factory=RuntimeCounters)
     shared: dict[str, Any] = field(default_factory=dict)
+    last_seen: dict[Hashable, float] = field(default_factory=dict)
 
 
 class KeyedRuntime:
@@ -191,7 +194,8 @@ class KeyedRuntime:
     delay : float
         Allowed lateness in internal units.
     idle_timeout : float
-        Event-time lag behind the partition after which a key counts as idle (module docs).
+        How far the partition's event time may move on without a row of a key before the key
+        counts as idle (module docs).
 
     Notes
     -----
@@ -220,6 +224,8 @@ class KeyedRuntime:
         self.counters = restored.counters
         #: Partition-wide state of a vectorised processor (pickled with the rest).
         self.shared: dict[str, Any] = restored.shared
+        #: Partition's newest event time when each key last sent a row (for idleness).
+        self.last_seen: dict[Hashable, float] = restored.last_seen
 
     def key_watermark(self, key: Hashable) -> float:
         return self.key_high.get(key, -math.inf) - self.delay
@@ -227,7 +233,7 @@ class KeyedRuntime:
     def snapshot(self) -> bytes:
         """The partition's state as bytes (watermarks, user state, timers, counters)."""
         state = _State(self.key_high, self.partition_high, self.values, self.timers.to_list(),
-                       self.counters, self.shared)
+                       self.counters, self.shared, self.last_seen)
         return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
 
     # ------------------------------------------------------------------ driving
@@ -262,6 +268,7 @@ class KeyedRuntime:
             if not late.all():
                 out.append(processor.process_on_time(key, rows[~late], ctx))
             self.key_high[key] = float(seen[-1])
+            self.last_seen[key] = self.partition_high
             out.extend(self._fire(key, self.key_watermark(key), ctx))
         out.extend(self._fire_idle())
         return out
@@ -276,6 +283,10 @@ class KeyedRuntime:
             due = [ts for ts in self.timers.timers_of(key) if ts <= watermark]  # set in on_timer
         return fired
 
+    def is_idle(self, key: Hashable) -> bool:
+        """Whether the partition moved on by more than ``idle_timeout`` since ``key``'s last row."""
+        return self.partition_high - self.last_seen.get(key, -math.inf) > self.idle_timeout
+
     def _fire_idle(self) -> list[Output]:
         """Idle keys follow the partition watermark (module docs)."""
         if not math.isfinite(self.idle_timeout) or not math.isfinite(self.partition_high):
@@ -285,7 +296,7 @@ class KeyedRuntime:
         for key, ts in self.timers:
             if ts > watermark:
                 break
-            if self.partition_high - self.key_high.get(key, -math.inf) > self.idle_timeout:
+            if self.is_idle(key):
                 idle.append(key)
         out: list[Output] = []
         for key in dict.fromkeys(idle):

@@ -111,6 +111,7 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         runtime.counters.late += int(late.sum())
         highest = np.maximum(prior, grouped.max().reindex(range(len(names))).to_numpy())
         runtime.key_high.update(zip(names, highest.tolist()))
+        runtime.last_seen.update(dict.fromkeys(names, runtime.partition_high))
         keep = valid & ~late
         self._accumulate(runtime, np.asarray(names, dtype=object)[codes[keep]], et[keep],
                          frame[self.value].to_numpy()[keep] if self.value else None)
@@ -145,10 +146,11 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         if final:
             due = np.ones(len(table), dtype=bool)
         else:
-            highs = np.array([runtime.key_high.get(k, -math.inf) for k in keys.tolist()])
+            listed = keys.tolist()
+            highs = np.array([runtime.key_high.get(k, -math.inf) for k in listed])
             watermark = highs - runtime.delay
-            lag = runtime.partition_high - highs
-            idle = lag > runtime.idle_timeout
+            seen = np.array([runtime.last_seen.get(k, -math.inf) for k in listed])
+            idle = runtime.partition_high - seen > runtime.idle_timeout
             watermark = np.where(idle, runtime.partition_high - runtime.delay, watermark)
             due = ends <= watermark
             for k in set(keys[due & idle].tolist()):  # idle keys follow the partition
