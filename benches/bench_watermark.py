@@ -1,11 +1,10 @@
 """keyed_watermark: late rows per view on skewed-clock sensors, and annotation throughput.
 
-Seed 002 §3.2 / Table 10 setting: sensors whose readings are in order per sensor, three sources,
-one with a 4 s clock skew, arrival interleaved so that 25, 50 and 75 % of rows are out of order
-overall. For each, the rows marked late by the key-level watermark (``is_late``) and by the
-partition-level one (``is_late_partition``, what a single Spark watermark of the same delay
-decides), delay 1 s. Then throughput: ``keyed_watermark`` on 2,000,000 rows against the same
-rows written without it (the baseline a plain pass costs), per core of ``local[2]``.
+The Table 10 streams of ``bench_keyed_window.py`` (sensors in order per sensor, one source's
+clock 4 s ahead, 25/50/75 % of rows out of order overall), in one partition: rows marked late
+by the key-level watermark (``is_late``) and by a single watermark over the partition
+(``is_late_partition``), delay 1 s. Then throughput: ``keyed_watermark`` on 2,000,000 rows
+(10,000 keys) against a plain pass over the same cached rows, per core of ``local[2]``.
 
 Run: ``python benches/bench_watermark.py`` (writes benches/results/watermark.json).
 """
@@ -19,54 +18,27 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import median_time, write_json  # noqa: E402
 
 import trilink_spark as tl  # noqa: E402
 
-SENSORS = 300
-READINGS = 200
-SKEW_S = 4.0
-
-
-def skewed_sources(disorder: float, seed: int = 0) -> pd.DataFrame:
-    """Per-sensor in-order readings; source 0 runs SKEW_S ahead; a share of rows swapped."""
-    rng = np.random.default_rng(seed)
-    sensor = np.repeat(np.arange(SENSORS), READINGS)
-    step = np.tile(np.arange(READINGS, dtype=np.float64), SENSORS)
-    source = sensor % 3
-    t = step + np.where(source == 0, SKEW_S, 0.0)
-    arrival = step + rng.random(sensor.size) * 0.5  # sources interleave in true time
-    order = np.argsort(arrival, kind="stable")
-    sensor, t = sensor[order], t[order]
-    # move a share of rows later in arrival order, keeping each sensor's own order
-    n = sensor.size
-    moved = rng.random(n) < disorder
-    keys = np.arange(n, dtype=np.float64)
-    keys[moved] += rng.integers(1, 200, moved.sum())
-    arrival_order = np.argsort(keys, kind="stable")
-    frame = pd.DataFrame({"sensor": sensor[arrival_order], "t": t[arrival_order]})
-    frame["t"] = frame.groupby("sensor")["t"].transform(lambda s: np.sort(s.to_numpy()))
-    frame["arrival"] = np.arange(n)
-    ahead = frame["t"].to_numpy() < np.maximum.accumulate(frame["t"].to_numpy())
-    frame.attrs["out_of_order"] = float(ahead.mean())
-    return frame
-
-
 def lateness(spark: Any) -> list[dict[str, Any]]:
+    """Rows each view marks late on the Table 10 streams (bench_keyed_window.stream_rows)."""
+    from bench_keyed_window import stream_rows
+
     rows = []
     for disorder in (0.25, 0.5, 0.75):
-        frame = skewed_sources(disorder)
-        frame["ts"] = pd.to_datetime(frame["t"], unit="s")
+        frame = stream_rows(disorder)
+        frame["arrival"] = np.arange(len(frame))
         df = spark.createDataFrame(frame[["sensor", "ts", "arrival"]]).coalesce(1)
         marked = tl.keyed_watermark(df, "sensor", "ts", timedelta(seconds=1), order_by="arrival")
         got = marked.selectExpr(
             "count(*) AS n", "sum(int(is_late)) AS key_late", "sum(int(is_late_partition)) AS p"
         ).first()
         rows.append({
-            "disorder_target": disorder,
+            "out_of_order_target": disorder,
             "out_of_order_overall": frame.attrs["out_of_order"],
             "rows": got["n"],
             "late_key_level": got["key_late"],
@@ -76,7 +48,7 @@ def lateness(spark: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def throughput(spark: Any, rows: int = 2_000_000, repeat: int = 3) -> dict[str, Any]:
+def throughput(spark: Any, rows: int = 2_000_000, repeat: int = 5) -> dict[str, Any]:
     df = spark.range(rows).selectExpr(
         "id % 10000 AS sensor", "timestamp_seconds(id DIV 10000) AS ts", "id AS arrival"
     ).cache()

@@ -7,6 +7,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-for script in ("bench_balance.py", "bench_assign.py", "bench_spark.py"):
+SCRIPTS = (
+    "bench_balance.py",
+    "bench_assign.py",
+    "bench_spark.py",
+    "bench_adaptive.py",
+    "bench_keyed_window.py",
+    "bench_watermark.py",
+)
+
+for script in SCRIPTS:
     print(f"== {script}")
     runpy.run_path(str(HERE / script), run_name="__main__")

@@ -32,6 +32,8 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
+
 from .errors import InvalidArgumentError, InvalidArgumentTypeError, MissingColumnError
 
 if TYPE_CHECKING:
@@ -40,7 +42,6 @@ if TYPE_CHECKING:
 __all__ = ["keyed_watermark", "event_time_micros", "delay_in_units"]
 
 _POS = "_tl_pos"
-_ET = "_tl_et"
 _GROUP = "_tl_group"
 
 
@@ -108,27 +109,28 @@ def _from_units(col: Column, kind: str, dtype: Any) -> Column:
 
 
 def _partition_lateness(delay: float) -> Any:
-    """mapInArrow function: running max of the event time over each input partition, in order."""
+    """A scalar-iterator pandas UDF: is each row below the running maximum of its input
+    partition (minus ``delay``)? It sees one partition's batches in order, so only the event
+    time travels to Python, not the rows."""
+    from pyspark.sql.pandas.functions import pandas_udf
 
-    def run(batches: Iterator[Any]) -> Iterator[Any]:
+    def late(batches: Iterator[pd.Series]) -> Iterator[pd.Series]:
         import numpy as np
-        import pyarrow as pa
 
         high = -np.inf
-        for batch in batches:
-            et = batch.column(batch.schema.get_field_index(_ET))
-            values = et.to_numpy(zero_copy_only=False).astype(np.float64)  # nulls become nan
+        for et in batches:
+            values = et.to_numpy(dtype=np.float64, na_value=np.nan)
             valid = ~np.isnan(values)
-            filled = np.where(valid, values, -np.inf)
-            running = np.maximum.accumulate(np.concatenate(([high], filled)))
-            before = running[:-1]  # largest event time strictly before each row
-            high = running[-1]
-            late = values < before - delay
-            yield batch.append_column(
-                "is_late_partition", pa.array(late, mask=~valid, type=pa.bool_())
+            running = np.maximum.accumulate(
+                np.concatenate(([high], np.where(valid, values, -np.inf)))
             )
+            high = running[-1]
+            out = pd.Series(values < running[:-1] - delay, dtype="boolean")
+            out[~valid] = pd.NA
+            yield out
 
-    return run
+    # nondeterministic: the verdict depends on row order, so Spark must not move it past a shuffle
+    return pandas_udf(late, "boolean").asNondeterministic()  # type: ignore[call-overload]
 
 
 def keyed_watermark(
@@ -164,8 +166,9 @@ def keyed_watermark(
 
     Notes
     -----
-    Cost: the partition-level view runs per input partition (Arrow batches, a numpy running
-    maximum, no shuffle; with ``order_by`` the partition is first sorted by it). The key-level
+    Cost: the partition-level view is a scalar-iterator pandas UDF over the event time only (a
+    numpy running maximum per input partition, no shuffle; with ``order_by`` the partition is
+    first sorted by it). The key-level
     view is one Spark window (running maximum over each key group in arrival order): one
     shuffle by key group and a sort, all in the JVM. ``n_keys > 1`` adds a job counting the
     distinct keys. A group's rows are processed by one task, as any keyed operation's are.
@@ -178,7 +181,6 @@ def keyed_watermark(
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 
     if key not in df.columns:
         raise MissingColumnError(f"key column {key!r} is not in the DataFrame; it has {df.columns}")
@@ -194,14 +196,14 @@ def keyed_watermark(
     if order_by is not None and order_by not in df.columns:
         raise MissingColumnError(f"order_by column {order_by!r} is not in the DataFrame")
     columns = list(df.columns)
-    tagged = df.select("*", F.monotonically_increasing_id().alias(_POS), et_col.alias(_ET))
+    # the event time is recomputed where needed rather than shuffled as a column
+    tagged = df.select("*", F.monotonically_increasing_id().alias(_POS))
     arrival = [F.col(order_by), F.col(_POS)] if order_by is not None else [F.col(_POS)]
     if order_by is not None:
         tagged = tagged.sortWithinPartitions(*arrival)
-    out_schema = T.StructType(
-        tagged.schema.fields + [T.StructField("is_late_partition", T.BooleanType(), True)]
+    with_partition = tagged.withColumn(
+        "is_late_partition", _partition_lateness(delay_units)(et_col)
     )
-    with_partition = tagged.mapInArrow(_partition_lateness(delay_units), out_schema)
     if n_keys == 1:
         group = F.col(key)
     else:
@@ -213,13 +215,13 @@ def keyed_watermark(
         .orderBy(*arrival)
         .rowsBetween(Window.unboundedPreceding, -1)
     )
-    high = F.max(F.col(_ET)).over(window)
+    high = F.max(et_col).over(window)
     watermark = high - F.lit(delay_units)
     dtype = df.schema[event_time].dataType
     return with_partition.select(
         *[F.col(c) for c in columns],
         _from_units(watermark, kind, dtype).alias("key_watermark"),
-        F.when(F.col(_ET).isNotNull(), F.coalesce(F.col(_ET) < watermark, F.lit(False)))
+        F.when(et_col.isNotNull(), F.coalesce(et_col < watermark, F.lit(False)))
         .alias("is_late"),
         F.col("is_late_partition"),
     )
