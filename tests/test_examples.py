@@ -1,4 +1,4 @@
-"""The example job in examples/ runs and shows the improvement it claims."""
+"""The example jobs in examples/ run and show the improvement they claim."""
 
 from __future__ import annotations
 
@@ -8,34 +8,30 @@ import io
 import re
 from pathlib import Path
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "balance_orders.py"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def test_balance_orders_example(spark):
-    spec = importlib.util.spec_from_file_location("balance_orders", EXAMPLE)
+def run_example(name: str) -> str:
+    """Import ``examples/<name>.py``, run its ``main()`` and return what it printed."""
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         module.main()
-    text = out.getvalue()
+    return out.getvalue()
+
+
+def test_balance_orders_example(spark):
+    text = run_example("balance_orders")
     hash_bal = float(re.search(r"^hash .* balance ([\d.]+)$", text, re.M).group(1))
     chosen_bal = float(re.search(r"^chosen .* balance ([\d.]+)$", text, re.M).group(1))
     assert chosen_bal > hash_bal
     assert "customers: 2000 shuffles: 1" in text
 
 
-SENSORS = Path(__file__).resolve().parent.parent / "examples" / "sensor_windows.py"
-
-
 def test_sensor_windows_example(spark):
-    spec = importlib.util.spec_from_file_location("sensor_windows", SENSORS)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        module.main()
-    text = out.getvalue()
+    text = run_example("sensor_windows")
     first = re.search(r"late by key watermark: (\d+) late by partition watermark: (\d+)", text)
     assert first is not None and int(first.group(1)) == 0 and int(first.group(2)) > 100
     windows = re.search(r"windows (\d+) rows counted: (\d+)", text)
