@@ -46,6 +46,9 @@ from .keyed_process import EVENT_TIME_COL, KeyedContext, KeyedWatermarkProcessFu
 from .keyed_runner import KeyedBatchFunction, keyed_foreach_batch, keyed_process
 from .keyed_state import KeyedStateStore
 from .window_aggregate import WINDOW_AGGS, KeyedWindowAggregate
+from .local_merge import MERGE_MODES, local_merge
+from .partials import AGGREGATES, Combine, merge_partials
+from .global_merge import GLOBAL_STORES, global_merge
 from .session import get_session
 from .partitioners import (
     HashPartitioner,
@@ -125,4 +128,12 @@ __all__ = [
     "keyed_foreach_batch",
     "KeyedBatchFunction",
     "KeyedStateStore",
+    # merge
+    "local_merge",
+    "merge_partials",
+    "Combine",
+    "AGGREGATES",
+    "MERGE_MODES",
+    "global_merge",
+    "GLOBAL_STORES",
 ]
