@@ -22,6 +22,7 @@ Every mode also flushes at the end of the partition. Merging the output with
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,7 +35,8 @@ from .watermark import delay_in_units, event_time_micros
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["local_merge", "MERGE_MODES", "flush_bounds"]
+__all__ = ["local_merge", "MERGE_MODES", "flush_bounds", "plan_merge", "MergePlan",
+           "partition_flushes"]
 
 #: Flush modes of seed 002 Table 7.
 MERGE_MODES: tuple[str, ...] = ("quantity", "periodic", "punctuation")
@@ -78,36 +80,57 @@ def flush_bounds(
     return bounds + [n]
 
 
-def _merge_partition(
-    key: str, specs: list[AggSpec], mode: str, quantity: int, delay: float,
-    time_kind: str, time_name: str, names: list[str], arrow_schema: Any,
-) -> Any:
+@dataclass(frozen=True)
+class MergePlan:
+    """What the partition function of a validated merge needs (picklable; no DataFrame)."""
+
+    key: str
+    specs: list[AggSpec]
+    mode: str
+    quantity: int
+    delay: float
+    time_kind: str
+    time_name: str
+    names: list[str]
+    out_schema: Any
+    arrow_schema: Any
+
+
+def partition_flushes(rows: pd.DataFrame, plan: MergePlan) -> Iterator[pd.DataFrame]:
+    """One input partition's rows (arrival order) to its flushes of partial rows."""
+    if not len(rows):
+        return
+    et = rows[_ET].to_numpy(dtype=np.float64)
+    punct = rows[_PUNCT].fillna(False).to_numpy(dtype=bool) if _PUNCT in rows else None
+    start = 0
+    for end in flush_bounds(et, plan.mode, plan.quantity, plan.delay, punct):
+        part = rows.iloc[start:end]
+        start = end
+        part = part[part[_ET].notna()]
+        if not len(part):
+            continue
+        part = part.assign(**{SLOT: part["_tl_slot"]})
+        out = partial_frame(part, [plan.key, SLOT], plan.specs, _ET, _POS)
+        out = out.sort_values(SLOT, kind="stable")
+        out[plan.time_name] = _from_units(out[_ET].to_numpy(), plan.time_kind)
+        out[SLOT] = _from_units(out[SLOT].to_numpy(dtype=np.float64), plan.time_kind)
+        yield out[plan.names]
+
+
+def read_partition(batches: Iterator[Any]) -> pd.DataFrame:
+    """A partition's Arrow batches as one pandas frame (empty frame when none)."""
+    import pyarrow as pa
+
+    received = list(batches)
+    return pa.Table.from_batches(received).to_pandas() if received else pd.DataFrame()
+
+
+def _merge_partition(plan: MergePlan) -> Any:
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
-        received = list(batches)
-        if not received:
-            return
-        rows = pa.Table.from_batches(received).to_pandas()
-        if not len(rows):
-            return
-        et = rows[_ET].to_numpy(dtype=np.float64)
-        punct = rows[_PUNCT].fillna(False).to_numpy(dtype=bool) if _PUNCT in rows else None
-        start = 0
-        for end in flush_bounds(et, mode, quantity, delay, punct):
-            part = rows.iloc[start:end]
-            start = end
-            if not len(part):
-                continue
-            part = part[part[_ET].notna()]
-            if not len(part):
-                continue
-            part = part.assign(**{SLOT: part["_tl_slot"]})
-            out = partial_frame(part, [key, SLOT], specs, _ET, _POS)
-            out = out.sort_values(SLOT, kind="stable")
-            out[time_name] = _from_units(out[_ET].to_numpy(), time_kind)
-            out[SLOT] = _from_units(out[SLOT].to_numpy(dtype=np.float64), time_kind)
-            table = pa.Table.from_pandas(out[names], schema=arrow_schema, preserve_index=False)
+        for out in partition_flushes(read_partition(batches), plan):
+            table = pa.Table.from_pandas(out, schema=plan.arrow_schema, preserve_index=False)
             yield from table.to_batches()
 
     return run
@@ -119,6 +142,23 @@ def _from_units(units: np.ndarray, kind: str) -> Any:
     if kind == "integral":
         return np.rint(units).astype(np.int64)
     return units.astype(np.float64)
+
+
+def plan_merge(
+    df: DataFrame,
+    key: str,
+    event_time: str,
+    slot: Any,
+    aggs: Any,
+    mode: str = "quantity",
+    *,
+    quantity: int = 10_000,
+    delay: Any = None,
+    punctuation: str | None = None,
+    order_by: str | None = None,
+) -> tuple[DataFrame, MergePlan]:
+    """Validate a merge; returns its narrow source DataFrame and plan (see :func:`local_merge`)."""
+    return _plan(df, key, event_time, slot, aggs, mode, quantity, delay, punctuation, order_by)
 
 
 def local_merge(
@@ -178,6 +218,16 @@ def local_merge(
     >>> partial = tl.local_merge(df, "sensor", "ts", 60.0, aggs)  # doctest: +SKIP
     >>> tl.merge_partials(partial, "sensor", aggs)  # doctest: +SKIP
     """
+    src, plan = _plan(df, key, event_time, slot, aggs, mode, quantity, delay, punctuation,
+                      order_by)
+    result: DataFrame = src.mapInArrow(_merge_partition(plan), plan.out_schema)
+    return result
+
+
+def _plan(
+    df: DataFrame, key: str, event_time: str, slot: Any, aggs: Any, mode: str, quantity: int,
+    delay: Any, punctuation: str | None, order_by: str | None,
+) -> tuple[DataFrame, MergePlan]:
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
@@ -228,6 +278,6 @@ def local_merge(
         raise InvalidArgumentTypeError("internal: partial schema is not a struct")
     timezone = df.sparkSession.conf.get("spark.sql.session.timeZone")
     arrow_schema = to_arrow_schema(out_schema, timezone=timezone)
-    fn = _merge_partition(key, specs, mode, quantity, delay_units, kind, event_time, names,
-                          arrow_schema)
-    return src.mapInArrow(fn, out_schema)
+    plan = MergePlan(key, specs, mode, quantity, delay_units, kind, event_time, names,
+                     out_schema, arrow_schema)
+    return src, plan
