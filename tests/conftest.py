@@ -23,7 +23,7 @@ def spark() -> Iterator[object]:
     import trilink_spark as tl
 
     session = tl.get_session(
-        "local[2]",
+        "local[2,2]",  # up to 2 attempts per task: the retry tests inject a task failure
         app_name="trilink-spark-tests",
         shuffle_partitions=4,
         extra_conf={

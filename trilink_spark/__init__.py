@@ -25,6 +25,7 @@ from .errors import (
     ConfigError,
     ConfigTypeError,
     MissingColumnError,
+    StoreUnavailableError,
     NullKeyError,
     TrilinkError,
     UnknownStrategyError,
@@ -49,6 +50,7 @@ from .window_aggregate import WINDOW_AGGS, KeyedWindowAggregate
 from .local_merge import MERGE_MODES, local_merge
 from .partials import AGGREGATES, Combine, merge_partials
 from .global_merge import GLOBAL_STORES, global_merge
+from .redis_store import RedisStore
 from .session import get_session
 from .partitioners import (
     HashPartitioner,
@@ -76,6 +78,7 @@ __all__ = [
     "ConfigError",
     "ConfigTypeError",
     "ConfigCenterUnavailableError",
+    "StoreUnavailableError",
     # strategies
     "Partitioner",
     "TablePartitioner",
@@ -136,4 +139,5 @@ __all__ = [
     "MERGE_MODES",
     "global_merge",
     "GLOBAL_STORES",
+    "RedisStore",
 ]

@@ -26,6 +26,7 @@ __all__ = [
     "ConfigError",
     "ConfigTypeError",
     "ConfigCenterUnavailableError",
+    "StoreUnavailableError",
 ]
 
 
@@ -68,3 +69,7 @@ class ConfigTypeError(ConfigError, TypeError):
 
 class ConfigCenterUnavailableError(TrilinkError, ConnectionError):
     """The configuration store (Redis) cannot be reached; the message names the URL's host."""
+
+
+class StoreUnavailableError(TrilinkError, ConnectionError):
+    """A global store (Redis) cannot be reached; what was applied stays applied exactly once."""

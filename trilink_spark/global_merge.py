@@ -9,12 +9,14 @@ network, and the plan has no shuffle exchange. The modes of
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import InvalidArgumentError, InvalidArgumentTypeError
-from .local_merge import SLOT, local_merge
+from .errors import InvalidArgumentError, InvalidArgumentTypeError, StoreUnavailableError
+from .local_merge import SLOT, local_merge, partition_flushes, plan_merge, read_partition
+from .redis_store import RedisStore
 from .partials import finalize_frame, merge_partial_frames, parse_aggs
 
 if TYPE_CHECKING:
@@ -39,7 +41,8 @@ def global_merge(
     event_time: str | None = None,
     delay: Any = None,
     punctuation: str | None = None,
-) -> DataFrame:
+    read: bool = True,
+) -> DataFrame | None:
     """Aggregate per key without a keyed exchange: local partials merged into a global store.
 
     Parameters
@@ -48,20 +51,25 @@ def global_merge(
     key : str
     aggs
         As for :func:`~trilink_spark.local_merge`.
-    store : {"driver"}
-        Where deltas are merged (embedded default: the driver).
+    store : "driver" or RedisStore
+        Where deltas are merged: the driver (embedded default) or Redis, exactly once per
+        ``(batch_id, partition, flush)`` (see :class:`~trilink_spark.RedisStore`).
     mode, quantity, delay, punctuation
         When a partition flushes its deltas (see :func:`~trilink_spark.local_merge`);
         ``periodic`` and ``punctuation`` need ``event_time``.
     batch_id : int, optional
-        The micro-batch id when called from ``foreachBatch`` (recorded; the driver store keeps
-        nothing between calls, so every call is its own exactly-once unit).
+        The micro-batch id when called from ``foreachBatch``: with a RedisStore, replaying the
+        same id applies nothing twice. Default: a fresh id per call (retried tasks of the
+        call are still deduplicated).
     event_time : str, optional
-        Event-time column for the periodic mode (and the result's ``event_time`` column).
+        Event-time column for the periodic mode (and for first/last ordering).
+    read : bool
+        With a RedisStore: return the store's whole result (``store.read``); False returns
+        None (streaming jobs that read the store elsewhere).
 
     Returns
     -------
-    pyspark.sql.DataFrame
+    pyspark.sql.DataFrame or None
         One row per key: the key, then one column per aggregate, as ``groupBy(key).agg``.
 
     Notes
@@ -77,8 +85,9 @@ def global_merge(
     """
     from pyspark.sql import functions as F
 
-    if store not in GLOBAL_STORES:
-        raise InvalidArgumentError(f"store must be one of {GLOBAL_STORES}, got {store!r}")
+    if not isinstance(store, RedisStore) and store not in GLOBAL_STORES:
+        raise InvalidArgumentError(
+            f"store must be one of {GLOBAL_STORES} or a RedisStore, got {store!r}")
     if batch_id is not None and (isinstance(batch_id, bool) or not isinstance(batch_id, int)):
         raise InvalidArgumentTypeError(f"batch_id must be an int, got {type(batch_id).__name__}")
     specs = parse_aggs(aggs, df.columns)
@@ -90,6 +99,9 @@ def global_merge(
     else:
         source, time_name = df, event_time
     slot = 2**62  # one slot: the whole input
+    if isinstance(store, RedisStore):
+        return _merge_into_redis(df, source, key, time_name, slot, aggs, store, mode, batch_id,
+                                 quantity, delay, punctuation, read)
     partials = local_merge(source, key, time_name, slot, aggs, mode, quantity=quantity,
                            delay=delay, punctuation=punctuation)
     table = partials.toArrow()
@@ -120,3 +132,50 @@ def _result_schema(df: DataFrame, key: str, specs: list[Any]) -> str:
             dtype = df.schema[spec.column].dataType.simpleString()
         fields.append(f"`{spec.name}` {dtype}")
     return ", ".join(fields)
+
+
+def _merge_into_redis(
+    df: DataFrame, source: DataFrame, key: str, time_name: str, slot: int, aggs: Any,
+    store: RedisStore, mode: str, batch_id: int | None, quantity: int, delay: Any,
+    punctuation: str | None, read: bool,
+) -> DataFrame | None:
+    src, plan = plan_merge(source, key, time_name, slot, aggs, mode, quantity=quantity,
+                           delay=delay, punctuation=punctuation)
+    from .redis_store import _ops
+
+    _ops(plan.specs)  # refuse what Redis cannot merge before any task runs
+    store.set_key_type(df.schema[key].dataType.simpleString())
+    run_id = str(batch_id) if batch_id is not None else f"run-{uuid.uuid4().hex}"
+    status = src.mapInArrow(_apply_partition(plan, store, run_id),
+                            "partition int, flushes int, applied int")
+    try:
+        status.collect()
+    except Exception as err:  # a task's StoreUnavailableError arrives wrapped by Spark
+        if "StoreUnavailableError" in str(err):
+            raise StoreUnavailableError(
+                f"Redis at {store!r} became unreachable during batch {run_id}; the flushes "
+                "applied so far stay applied once, and rerunning the same batch_id applies "
+                "the rest"
+            ) from err
+        raise
+    return store.read(df.sparkSession, aggs, key) if read else None
+
+
+def _apply_partition(plan: Any, store: RedisStore, run_id: str) -> Any:
+    def run(batches: Any) -> Any:
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        pid = context.partitionId() if context is not None else 0
+        flushes = applied = 0
+        for i, deltas in enumerate(partition_flushes(read_partition(batches), plan)):
+            flushes += 1
+            applied += int(store.apply(deltas, plan.key, plan.specs, f"{run_id}:{pid}:{i}"))
+        yield pa.RecordBatch.from_pydict(
+            {"partition": [pid], "flushes": [flushes], "applied": [applied]},
+            schema=pa.schema([("partition", pa.int32()), ("flushes", pa.int32()),
+                              ("applied", pa.int32())]),
+        )
+
+    return run
