@@ -125,3 +125,26 @@ def test_argument_errors(spark: Any) -> None:
         tl.local_merge(df, "nope", "t", 10, AGGS)
     with pytest.raises(ValueError):
         tl.global_merge(df, "k", AGGS, store="zookeeper")
+
+
+def test_streaming_buffers_carry_across_micro_batches(spark: Any, tmp_path: Any) -> None:
+    pdf = random_frame(5, n=3000)
+    parts = [pdf.iloc[i * 1000:(i + 1) * 1000] for i in range(3)]
+    emitted: list[pd.DataFrame] = []
+    run = tl.local_merge_foreach_batch(lambda df, b: emitted.append(df.toPandas()), "k", "t",
+                                       100, AGGS, str(tmp_path / "merge"), quantity=700)
+    for batch_id, part in enumerate(parts):
+        run(spark.createDataFrame(part).coalesce(1), batch_id)
+    flushed = pd.concat(emitted, ignore_index=True)
+    assert flushed["n"].sum() == 2800  # 4 flushes of 700; 200 rows wait in the buffer
+    assert run.buffered() == 200
+    rest = run.flush_remaining()
+    merged = pd.concat([flushed, rest], ignore_index=True).groupby("k")["n"].sum()
+    assert merged.sort_index().tolist() == pdf.groupby("k").size().sort_index().tolist()
+    # a replay of the last batch id gives the same partials and buffer
+    before = run.store.latest(0)
+    run(spark.createDataFrame(parts[2]).coalesce(1), 2)
+    pd.testing.assert_frame_equal(
+        emitted[-1].sort_values(["k", "slot_start"]).reset_index(drop=True),
+        emitted[2].sort_values(["k", "slot_start"]).reset_index(drop=True))
+    assert run.store.latest(0) == before

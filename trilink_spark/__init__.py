@@ -51,6 +51,7 @@ from .local_merge import MERGE_MODES, local_merge
 from .partials import AGGREGATES, Combine, merge_partials
 from .global_merge import GLOBAL_STORES, global_merge
 from .redis_store import RedisStore
+from .merge_stream import LocalMergeBatchFunction, local_merge_foreach_batch
 from .session import get_session
 from .partitioners import (
     HashPartitioner,
@@ -140,4 +141,6 @@ __all__ = [
     "global_merge",
     "GLOBAL_STORES",
     "RedisStore",
+    "local_merge_foreach_batch",
+    "LocalMergeBatchFunction",
 ]

@@ -96,16 +96,18 @@ class MergePlan:
     arrow_schema: Any
 
 
-def partition_flushes(rows: pd.DataFrame, plan: MergePlan) -> Iterator[pd.DataFrame]:
-    """One input partition's rows (arrival order) to its flushes of partial rows."""
+def partition_flushes(
+    rows: pd.DataFrame, plan: MergePlan, keep_tail: bool = False
+) -> Iterator[pd.DataFrame]:
+    """One input partition's rows (arrival order) to its flushes of partial rows.
+
+    With ``keep_tail`` the rows after the last flush point are not flushed (a streaming
+    buffer keeps them for the next micro-batch; see :func:`buffered_rows`).
+    """
     if not len(rows):
         return
-    et = rows[_ET].to_numpy(dtype=np.float64)
-    punct = rows[_PUNCT].fillna(False).to_numpy(dtype=bool) if _PUNCT in rows else None
-    start = 0
-    for end in flush_bounds(et, plan.mode, plan.quantity, plan.delay, punct):
+    for start, end in _segments(rows, plan, keep_tail):
         part = rows.iloc[start:end]
-        start = end
         part = part[part[_ET].notna()]
         if not len(part):
             continue
@@ -115,6 +117,25 @@ def partition_flushes(rows: pd.DataFrame, plan: MergePlan) -> Iterator[pd.DataFr
         out[plan.time_name] = _from_units(out[_ET].to_numpy(), plan.time_kind)
         out[SLOT] = _from_units(out[SLOT].to_numpy(dtype=np.float64), plan.time_kind)
         yield out[plan.names]
+
+
+def _segments(rows: pd.DataFrame, plan: MergePlan, keep_tail: bool) -> list[tuple[int, int]]:
+    et = rows[_ET].to_numpy(dtype=np.float64)
+    punct = rows[_PUNCT].fillna(False).to_numpy(dtype=bool) if _PUNCT in rows else None
+    bounds = flush_bounds(et, plan.mode, plan.quantity, plan.delay, punct)
+    if keep_tail:
+        bounds = bounds[:-1]  # the last bound is the end of the rows: keep that tail
+        if plan.mode == "punctuation" and punct is not None and len(punct) and punct[-1]:
+            bounds.append(len(rows))  # a punctuation row ends the input: nothing is left
+    starts = [0] + bounds[:-1]
+    return list(zip(starts, bounds))
+
+
+def buffered_rows(rows: pd.DataFrame, plan: MergePlan) -> pd.DataFrame:
+    """The rows :func:`partition_flushes` with ``keep_tail`` leaves for the next batch."""
+    segments = _segments(rows, plan, True) if len(rows) else []
+    last = segments[-1][1] if segments else 0
+    return rows.iloc[last:]
 
 
 def read_partition(batches: Iterator[Any]) -> pd.DataFrame:
