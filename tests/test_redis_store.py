@@ -62,6 +62,7 @@ def test_global_merge_into_redis_equals_group_by(spark: Any, redis_server: Any) 
     assert got is not None
     same(got.toPandas(), truth(df))
     assert store.applied_flushes() <= df.count() / 1000 + 3  # one per 1,000 rows, plus tails
+    same(store.read(spark).toPandas(), truth(df))  # key and aggregates kept with the store
     store.clear()
     df.unpersist()
 

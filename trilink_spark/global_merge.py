@@ -144,7 +144,7 @@ def _merge_into_redis(
     from .redis_store import _ops
 
     _ops(plan.specs)  # refuse what Redis cannot merge before any task runs
-    store.set_key_type(df.schema[key].dataType.simpleString())
+    store.set_meta(key, df.schema[key].dataType.simpleString(), plan.specs)
     run_id = str(batch_id) if batch_id is not None else f"run-{uuid.uuid4().hex}"
     status = src.mapInArrow(_apply_partition(plan, store, run_id),
                             "partition int, flushes int, applied int")

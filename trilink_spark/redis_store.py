@@ -192,8 +192,15 @@ class RedisStore:
 
         return bool(self._call(run))
 
-    def set_key_type(self, spark_type: str) -> None:
-        self._call(lambda c: c.hset(f"{self.prefix}:meta", "key_type", spark_type))
+    def set_meta(self, key: str, spark_type: str, specs: list[AggSpec]) -> None:
+        """Record the key column, its Spark type and the aggregates (for :meth:`read`)."""
+        described = json.dumps([[s.name, s.func, s.column] for s in specs])
+        self._call(lambda c: c.hset(f"{self.prefix}:meta", mapping={
+            "key_type": spark_type, "key": key, "aggs": described}))
+
+    def _meta(self) -> dict[str, str]:
+        raw = self._call(lambda c: c.hgetall(f"{self.prefix}:meta"))
+        return {k.decode(): v.decode() for k, v in raw.items()}
 
     def clear(self) -> None:
         """Delete every key of this store."""
@@ -237,10 +244,22 @@ class RedisStore:
             merged[key] = merged[key].astype(np.int64)
         return finalize_frame(merged, [key], specs)
 
-    def read(self, spark: Any, aggs: Any, key: str = "key") -> DataFrame:
-        """The global result as a Spark DataFrame: ``key`` then one column per aggregate."""
+    def read(self, spark: Any, aggs: Any = None, key: str | None = None) -> DataFrame:
+        """The global result as a Spark DataFrame: the key, then one column per aggregate.
+
+        ``aggs`` and ``key`` default to those of the last :func:`~trilink_spark.global_merge`
+        into this store (kept in Redis).
+        """
         from .partials import _specs_for_partials
 
+        if aggs is None or key is None:
+            meta = self._meta()
+            if "aggs" not in meta:
+                raise InvalidArgumentError(
+                    f"store {self.prefix!r} has no results yet; pass aggs= and key= to read it"
+                )
+            aggs = aggs if aggs is not None else [tuple(a) for a in json.loads(meta["aggs"])]
+            key = key if key is not None else meta["key"]
         specs = _specs_for_partials(aggs)
         frame = self.read_frame(specs, key)
         if not len(frame):
