@@ -14,6 +14,7 @@ SCRIPTS = (
     "bench_adaptive.py",
     "bench_keyed_window.py",
     "bench_watermark.py",
+    "bench_merge.py",
 )
 
 for script in SCRIPTS:
