@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,14 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProc
 def own_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProcess]:
     """A redis-server of the test's own, which the test may stop and start again."""
     yield from _redis_process(tmp_path_factory)
+
+
+def assert_same_aggregates(got: Any, want: Any) -> None:
+    """Per-key count, sum, min, max and mean of two pandas frames agree (nulls included)."""
+    import numpy as np
+
+    got = got.sort_values("k").reset_index(drop=True)
+    assert got["k"].tolist() == want["k"].tolist()
+    assert got["n"].tolist() == want["n"].tolist()
+    for c in ("s", "lo", "hi", "m"):
+        assert np.allclose(got[c].astype(float), want[c].astype(float), equal_nan=True), c

@@ -10,6 +10,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from conftest import assert_same_aggregates as same
 from trilink_spark.local_merge import flush_bounds
 
 AGGS = {"n": ("count", None), "s": ("sum", "v"), "lo": ("min", "v"), "hi": ("max", "v"),
@@ -30,14 +31,6 @@ def raw_truth(df: Any) -> pd.DataFrame:
                                 F.min("v").alias("lo"), F.max("v").alias("hi"),
                                 F.avg("v").alias("m"))
             .orderBy("k").toPandas())
-
-
-def same(got: pd.DataFrame, want: pd.DataFrame) -> None:
-    got = got.sort_values("k").reset_index(drop=True)
-    assert got["k"].tolist() == want["k"].tolist()
-    assert got["n"].tolist() == want["n"].tolist()
-    for c in ("s", "lo", "hi", "m"):
-        assert np.allclose(got[c].astype(float), want[c].astype(float), equal_nan=True), c
 
 
 @pytest.mark.parametrize("mode, options", [

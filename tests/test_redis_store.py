@@ -12,6 +12,7 @@ from pyspark import cloudpickle
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from conftest import assert_same_aggregates as same
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -32,14 +33,6 @@ def truth(df: Any) -> pd.DataFrame:
     return (df.groupBy("k").agg(F.count(F.lit(1)).alias("n"), F.sum("v").alias("s"),
                                 F.min("v").alias("lo"), F.max("v").alias("hi"),
                                 F.avg("v").alias("m")).orderBy("k").toPandas())
-
-
-def same(got: pd.DataFrame, want: pd.DataFrame) -> None:
-    got = got.sort_values("k").reset_index(drop=True)
-    assert got["k"].tolist() == want["k"].tolist()
-    assert got["n"].tolist() == want["n"].tolist()
-    for c in ("s", "lo", "hi", "m"):
-        assert np.allclose(got[c].astype(float), want[c].astype(float), equal_nan=True), c
 
 
 class FailOnce(tl.RedisStore):

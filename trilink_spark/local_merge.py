@@ -165,23 +165,6 @@ def _from_units(units: np.ndarray, kind: str) -> Any:
     return units.astype(np.float64)
 
 
-def plan_merge(
-    df: DataFrame,
-    key: str,
-    event_time: str,
-    slot: Any,
-    aggs: Any,
-    mode: str = "quantity",
-    *,
-    quantity: int = 10_000,
-    delay: Any = None,
-    punctuation: str | None = None,
-    order_by: str | None = None,
-) -> tuple[DataFrame, MergePlan]:
-    """Validate a merge; returns its narrow source DataFrame and plan (see :func:`local_merge`)."""
-    return _plan(df, key, event_time, slot, aggs, mode, quantity, delay, punctuation, order_by)
-
-
 def local_merge(
     df: DataFrame,
     key: str,
@@ -239,16 +222,26 @@ def local_merge(
     >>> partial = tl.local_merge(df, "sensor", "ts", 60.0, aggs)  # doctest: +SKIP
     >>> tl.merge_partials(partial, "sensor", aggs)  # doctest: +SKIP
     """
-    src, plan = _plan(df, key, event_time, slot, aggs, mode, quantity, delay, punctuation,
-                      order_by)
+    src, plan = plan_merge(df, key, event_time, slot, aggs, mode, quantity=quantity, delay=delay,
+                           punctuation=punctuation, order_by=order_by)
     result: DataFrame = src.mapInArrow(_merge_partition(plan), plan.out_schema)
     return result
 
 
-def _plan(
-    df: DataFrame, key: str, event_time: str, slot: Any, aggs: Any, mode: str, quantity: int,
-    delay: Any, punctuation: str | None, order_by: str | None,
+def plan_merge(
+    df: DataFrame,
+    key: str,
+    event_time: str,
+    slot: Any,
+    aggs: Any,
+    mode: str = "quantity",
+    *,
+    quantity: int = 10_000,
+    delay: Any = None,
+    punctuation: str | None = None,
+    order_by: str | None = None,
 ) -> tuple[DataFrame, MergePlan]:
+    """Validate a merge; returns its narrow source DataFrame and plan (see :func:`local_merge`)."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
