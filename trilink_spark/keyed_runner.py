@@ -10,14 +10,13 @@ micro-batches in a :class:`~trilink_spark.KeyedStateStore`, versioned by batch i
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidArgumentError, InvalidArgumentTypeError, MissingColumnError
 from .keyed_process import EVENT_TIME_COL, KeyedRuntime, KeyedWatermarkProcessFunction
-from .keyed_state import KeyedStateStore
+from .keyed_state import KeyedStateStore, StatefulBatchFunction
 from .partitioners import Partitioner
 from .placement import PARTITION_COL, key_by
 from .watermark import delay_in_units, event_time_micros
@@ -27,7 +26,6 @@ if TYPE_CHECKING:
 
 __all__ = ["keyed_process", "keyed_foreach_batch", "KeyedBatchFunction"]
 
-logger = logging.getLogger(__name__)
 
 _POS = "_tl_pos"
 
@@ -185,14 +183,12 @@ def keyed_process(
     return placed.mapInArrow(fn, out_schema)
 
 
-class KeyedBatchFunction:
+class KeyedBatchFunction(StatefulBatchFunction):
     """The ``foreachBatch`` callable of :func:`keyed_foreach_batch`."""
 
     def __init__(self, func: Callable[[DataFrame, int], Any], store: KeyedStateStore,
                  options: dict[str, Any]) -> None:
-        self.func = func
-        self.store = store
-        self.options = options
+        super().__init__(func, store, options)
         self._strategy: Partitioner | None = None
 
     def _placement(self, batch_df: DataFrame) -> Partitioner:
@@ -229,13 +225,7 @@ class KeyedBatchFunction:
                                  arrow_schema, self.store, batch_id)
         out = placed.mapInArrow(fn, out_schema)
         self.func(out, batch_id)
-        n = self._strategy.num_partitions
-        if not self.store.has_version(batch_id, n):
-            # func did not compute the output: compute it so the state moves on with the stream
-            logger.info("batch %d: output not computed by func; computing it for the state",
-                        batch_id)
-            out.write.format("noop").mode("overwrite").save()
-        self.store.prune(n, batch_id)
+        self._complete(out, batch_id, self._strategy.num_partitions)
 
     def counters(self) -> dict[str, int]:
         """Rows, late rows (key watermark) and late rows by the partition watermark, summed

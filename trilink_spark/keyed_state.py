@@ -14,12 +14,13 @@ import json
 import logging
 import pickle
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from .errors import InvalidArgumentError, InvalidArgumentTypeError
 from .partitioners import Partitioner
 
-__all__ = ["KeyedStateStore"]
+__all__ = ["KeyedStateStore", "StatefulBatchFunction"]
 
 logger = logging.getLogger(__name__)
 
@@ -149,3 +150,22 @@ class KeyedStateStore:
     def state_bytes(self) -> int:
         """Total size of every partition's newest state (for state-cost measurements)."""
         return sum(len(self.latest(p) or b"") for p in self.partitions())
+
+
+class StatefulBatchFunction:
+    """Base of the ``foreachBatch`` callables whose tasks keep state in a KeyedStateStore."""
+
+    def __init__(self, func: Callable[[Any, int], Any], store: KeyedStateStore,
+                 options: dict[str, Any]) -> None:
+        self.func = func
+        self.store = store
+        self.options = options
+
+    def _complete(self, out: Any, batch_id: int, partitions: int) -> None:
+        """After ``func``: make sure every partition wrote state ``batch_id`` (computing ``out``
+        once more, to a no-op sink, if ``func`` did not), then prune old versions."""
+        if not self.store.has_version(batch_id, partitions):
+            logger.info("batch %d: output not computed by func; computing it for the state",
+                        batch_id)
+            out.write.format("noop").mode("overwrite").save()
+        self.store.prune(partitions, batch_id)

@@ -9,7 +9,6 @@ batch starts from the same buffer and gives the same output.
 
 from __future__ import annotations
 
-import logging
 import pickle
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -18,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import InvalidArgumentTypeError
-from .keyed_state import KeyedStateStore
+from .keyed_state import KeyedStateStore, StatefulBatchFunction
 from .local_merge import MergePlan, buffered_rows, partition_flushes, plan_merge, read_partition
 
 if TYPE_CHECKING:
@@ -26,7 +25,6 @@ if TYPE_CHECKING:
 
 __all__ = ["local_merge_foreach_batch", "LocalMergeBatchFunction"]
 
-logger = logging.getLogger(__name__)
 _POS = "_tl_pos"
 _ROWS_PER_BATCH = 2**32
 
@@ -55,14 +53,12 @@ def _buffered_partition(plan: MergePlan, store: KeyedStateStore, batch_id: int) 
     return run
 
 
-class LocalMergeBatchFunction:
+class LocalMergeBatchFunction(StatefulBatchFunction):
     """The ``foreachBatch`` callable of :func:`local_merge_foreach_batch`."""
 
     def __init__(self, func: Callable[[DataFrame, int], Any], store: KeyedStateStore,
                  options: dict[str, Any]) -> None:
-        self.func = func
-        self.store = store
-        self.options = options
+        super().__init__(func, store, options)
         self._plan: MergePlan | None = None
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
@@ -73,12 +69,7 @@ class LocalMergeBatchFunction:
         self._plan = plan
         out = src.mapInArrow(_buffered_partition(plan, self.store, batch_id), plan.out_schema)
         self.func(out, batch_id)
-        partitions = src.rdd.getNumPartitions()
-        if not self.store.has_version(batch_id, partitions):
-            logger.info("batch %d: partials not computed by func; computing them for the buffers",
-                        batch_id)
-            out.write.format("noop").mode("overwrite").save()
-        self.store.prune(partitions, batch_id)
+        self._complete(out, batch_id, src.rdd.getNumPartitions())
 
     def buffered(self) -> int:
         """Rows held in the buffers now (over every partition's newest state)."""
