@@ -52,6 +52,7 @@ from .partials import AGGREGATES, Combine, merge_partials
 from .global_merge import GLOBAL_STORES, global_merge
 from .redis_store import RedisStore
 from .merge_stream import LocalMergeBatchFunction, local_merge_foreach_batch
+from .ahead_keyby import KafkaPythonPartitioner, ahead_key_by, confluent_partition
 from .session import get_session
 from .partitioners import (
     HashPartitioner,
@@ -143,4 +144,8 @@ __all__ = [
     "RedisStore",
     "local_merge_foreach_batch",
     "LocalMergeBatchFunction",
+    # ahead keyBy
+    "ahead_key_by",
+    "KafkaPythonPartitioner",
+    "confluent_partition",
 ]

@@ -20,11 +20,25 @@ from typing import Any
 from .errors import InvalidArgumentError, InvalidArgumentTypeError
 from .partitioners import Partitioner
 
-__all__ = ["KeyedStateStore", "StatefulBatchFunction"]
+__all__ = ["KeyedStateStore", "StatefulBatchFunction", "resolve_filesystem"]
 
 logger = logging.getLogger(__name__)
 
 _SUFFIX = ".state"
+
+
+def resolve_filesystem(path: str, filesystem: Any = None) -> tuple[Any, str]:
+    """``(pyarrow filesystem, path in it)``: a URI names its filesystem, a plain path is local."""
+    from pyarrow import fs
+
+    if filesystem is not None:
+        return filesystem, path
+    if "://" in path:
+        found, inner = fs.FileSystem.from_uri(path)
+        return found, str(inner)
+    import os
+
+    return fs.LocalFileSystem(), os.path.abspath(path)
 
 
 class KeyedStateStore:
@@ -53,13 +67,7 @@ class KeyedStateStore:
             raise InvalidArgumentTypeError("state path must be a non-empty str")
         if isinstance(keep_versions, bool) or not isinstance(keep_versions, int) or keep_versions < 1:
             raise InvalidArgumentError(f"keep_versions must be an int >= 1, got {keep_versions!r}")
-        if filesystem is None:
-            if "://" in path:
-                filesystem, path = fs.FileSystem.from_uri(path)
-            else:
-                import os
-
-                filesystem, path = fs.LocalFileSystem(), os.path.abspath(path)
+        filesystem, path = resolve_filesystem(path, filesystem)
         self.fs = filesystem
         self.path = path.rstrip("/")
         self.keep_versions = keep_versions

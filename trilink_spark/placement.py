@@ -377,6 +377,18 @@ def key_by(
         min_gain=min_gain,
     )
     p = resolved.partitioner
+    placed = with_partition_id(df, key, p)
+    return placed.repartitionById(p.num_partitions, F.col(PARTITION_COL))
+
+
+def with_partition_id(df: DataFrame, key: str, p: Partitioner) -> DataFrame:
+    """``df`` plus :data:`PARTITION_COL`, the partition ``p`` gives each row (no shuffle).
+
+    Computed in the JVM: the strategy's column expression, or a broadcast join of a table
+    strategy's ``{key: partition}`` with Spark's hash placement for keys it does not know.
+    """
+    from pyspark.sql import functions as F
+
     kind, dtype = _key_kind(df, key)
     key_col = F.col(key)
     nullable = df.schema[key].nullable
@@ -397,8 +409,8 @@ def key_by(
         pid = p.spark_column(key_col)
         base = df
     pid = _null_guard(pid, key_col, p.null_policy, nullable, key)
-    placed = base.select(*[df[c] for c in columns], pid.cast("int").alias(PARTITION_COL))
-    return placed.repartitionById(n, F.col(PARTITION_COL))
+    result: DataFrame = base.select(*[df[c] for c in columns], pid.cast("int").alias(PARTITION_COL))
+    return result
 
 
 def keyed_agg(
