@@ -236,6 +236,11 @@ class AdaptivePartitioner(Partitioner):
             return dict(self._settings)
 
     @property
+    def seed(self) -> int:
+        """Seed of sampling and of random-mode Weight."""
+        return self._seed
+
+    @property
     def sample_rate(self) -> float:
         return float(self._settings["sample_rate"])
 

@@ -70,7 +70,7 @@ class AdaptiveBatchFunction:
             strategy, fit = replay[1].copy(), "none"
         else:
             self.adaptive.batch_boundary()
-            seed = self.adaptive._seed + batch_id
+            seed = self.adaptive.seed + batch_id
             if self.observe == "sync":
                 self.adaptive.observe_df(batch_df, self.key, seed=seed)
             self.last_decision = self.adaptive.decide()

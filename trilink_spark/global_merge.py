@@ -17,7 +17,7 @@ import numpy as np
 from .errors import InvalidArgumentError, InvalidArgumentTypeError, StoreUnavailableError
 from .local_merge import SLOT, local_merge, partition_flushes, plan_merge, read_partition
 from .redis_store import RedisStore
-from .partials import finalize_frame, merge_partial_frames, parse_aggs
+from .partials import AggSpec, finalize_frame, merge_partial_frames, parse_aggs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -119,18 +119,12 @@ def global_merge(
     return spark.createDataFrame(result[[key] + [s.name for s in specs]], schema)
 
 
-def _result_schema(df: DataFrame, key: str, specs: list[Any]) -> str:
+def _result_schema(df: DataFrame, key: str, specs: list[AggSpec]) -> str:
     fields = [f"`{key}` {df.schema[key].dataType.simpleString()}"]
     for spec in specs:
-        if spec.func == "count":
-            dtype = "bigint"
-        elif spec.func in ("sum", "mean"):
-            dtype = "double"
-        elif hasattr(spec.func, "dtype"):
-            dtype = spec.func.dtype
-        else:
-            dtype = df.schema[spec.column].dataType.simpleString()
-        fields.append(f"`{spec.name}` {dtype}")
+        value_type = (df.schema[spec.column].dataType.simpleString()
+                      if spec.column is not None else "bigint")
+        fields.append(f"`{spec.name}` {spec.final_type(value_type)}")
     return ", ".join(fields)
 
 

@@ -78,6 +78,16 @@ class AggSpec:
             return [self.name, self.name + TIME, self.name + POS]
         return [self.name]
 
+    def final_type(self, value_type: str) -> str:
+        """Spark type of the final value, given the Spark type of the aggregated column."""
+        if isinstance(self.func, Combine):
+            return self.func.dtype
+        if self.func == "count":
+            return "bigint"
+        if self.func in ("sum", "mean"):
+            return "double"
+        return value_type
+
     def partial_types(self, value_type: str) -> list[str]:
         if isinstance(self.func, Combine):
             return [self.func.dtype]
@@ -92,16 +102,20 @@ class AggSpec:
         }[self.func]
 
 
+def _agg_items(aggs: Any) -> list[tuple[Any, ...]]:
+    """``aggs`` as ``(name, func, column)`` tuples (a mapping or a sequence of tuples)."""
+    if isinstance(aggs, Mapping):
+        return [(name, *spec) if isinstance(spec, tuple) else (name, spec, None)
+                for name, spec in aggs.items()]
+    if isinstance(aggs, Sequence) and not isinstance(aggs, str):
+        return [tuple(a) for a in aggs]
+    raise InvalidArgumentTypeError("aggs must be {name: (func, column)} or [(name, func, column)]")
+
+
 def parse_aggs(aggs: Any, columns: Sequence[str]) -> list[AggSpec]:
     """Validate ``aggs``: a mapping ``{name: (func, column)}`` (``column`` may be None for
     count) or a sequence of ``(name, func, column)``."""
-    if isinstance(aggs, Mapping):
-        items = [(name, *spec) if isinstance(spec, tuple) else (name, spec, None)
-                 for name, spec in aggs.items()]
-    elif isinstance(aggs, Sequence) and not isinstance(aggs, str):
-        items = [tuple(a) for a in aggs]
-    else:
-        raise InvalidArgumentTypeError("aggs must be {name: (func, column)} or [(name, func, column)]")
+    items = _agg_items(aggs)
     if not items:
         raise InvalidArgumentError("aggs is empty; give at least one aggregate")
     out = []
@@ -252,6 +266,8 @@ def merge_partials(
 
     keys = [key] if isinstance(key, str) else list(key)
     specs = _specs_for_partials(aggs)
+    if any(isinstance(spec.func, Combine) for spec in specs):
+        return _merge_with_pandas(df, keys, specs)
     exprs = []
     for spec in specs:
         n = spec.name
@@ -268,34 +284,23 @@ def merge_partials(
             order = F.struct(F.col(n + TIME), F.col(n + POS))
             pick = F.min_by if spec.func == "first" else F.max_by
             exprs.append(pick(F.col(n), F.when(F.col(n + TIME).isNotNull(), order)).alias(n))
-        else:
-            return _merge_with_pandas(df, keys, specs)
     return df.groupBy(*keys).agg(*exprs)
 
 
 def _specs_for_partials(aggs: Any) -> list[AggSpec]:
     """Parse aggregates without checking input columns (partials carry other names)."""
-    if isinstance(aggs, Mapping):
-        items = [(name, *spec) if isinstance(spec, tuple) else (name, spec, None)
-                 for name, spec in aggs.items()]
-    else:
-        items = [tuple(a) for a in aggs]
+    items = _agg_items(aggs)
     return parse_aggs([(n, f, None if f == "count" else "_") for n, f, _c in items], ["_"])
 
 
 def _merge_with_pandas(df: DataFrame, keys: list[str], specs: list[AggSpec]) -> DataFrame:
     """The same merge in pandas per group, for aggregates with a Python Combine."""
+    # the partial column of min/max/first/last has the input column's type
     fields = [f"`{k}` {df.schema[k].dataType.simpleString()}" for k in keys]
     for spec in specs:
-        if isinstance(spec.func, Combine):
-            dtype = spec.func.dtype
-        elif spec.func in ("count",):
-            dtype = "bigint"
-        elif spec.func in ("sum", "mean"):
-            dtype = "double"
-        else:
-            dtype = df.schema[spec.name].dataType.simpleString()
-        fields.append(f"`{spec.name}` {dtype}")
+        value_type = (df.schema[spec.name].dataType.simpleString()
+                      if spec.name in df.columns else "double")
+        fields.append(f"`{spec.name}` {spec.final_type(value_type)}")
 
     def merge(pdf: pd.DataFrame) -> pd.DataFrame:
         merged = merge_partial_frames(pdf, keys, specs, None)

@@ -132,10 +132,12 @@ class RedisStore:
         self.prefix = prefix
         self.socket_timeout = socket_timeout
         self._client: Any = None
+        self._script: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_client"] = None
+        state["_script"] = None
         return state
 
     def _redis(self) -> Any:
@@ -186,8 +188,9 @@ class RedisStore:
         payload = json.dumps({"ops": [[f, kind] for _c, kind, f in ops], "rows": rows})
 
         def run(client: Any) -> Any:
-            script = client.register_script(_APPLY_LUA)
-            return script(keys=[f"{self.prefix}:applied", f"{self.prefix}:keys"],
+            if self._script is None:  # one Script per process: EVALSHA, loaded once
+                self._script = client.register_script(_APPLY_LUA)
+            return self._script(keys=[f"{self.prefix}:applied", f"{self.prefix}:keys"],
                           args=[marker, payload, self.prefix])
 
         return bool(self._call(run))
