@@ -292,10 +292,11 @@ class ConfigCenter:
 
     # ------------------------------------------------------------------ internals
     def _reject(self, reason: str) -> None:
-        with self._lock:
-            self.rejected += 1
-            self.last_rejection = reason
+        # Log first: a caller that waits on ``rejected`` must find the reason already logged.
         logger.warning("config update refused: %s", reason)
+        with self._lock:
+            self.last_rejection = reason
+            self.rejected += 1
 
     def _accept(self, snapshot: dict[str, Any]) -> bool:
         with self._lock:
