@@ -42,6 +42,25 @@ def test_table_output_and_plot(spark, tmp_path):
     assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_kafka_default_placement(spark):
+    import numpy as np
+
+    import trilink_spark as tl
+    from trilink_spark.scenarios import make_scenario
+
+    code, text = run(["balance", "--scenario", "skewed_both", "--kafka", "--no-measure", "--json",
+                      *SMALL])
+    assert code == 0
+    got = json.loads(text)["datasets"][0]["kafka_murmur2"]
+    sc = make_scenario("skewed_both", 20000, 400, seed=0)
+    keep = sc.counts > 0
+    loads = np.bincount(tl.kafka_default_partition(sc.keys[keep], 8), weights=sc.counts[keep],
+                        minlength=8)
+    assert got["balance_degree"] == pytest.approx(tl.balance_degree(loads))
+    code, text = run(["balance", "--scenario", "uniform", "--kafka", "--no-measure", *SMALL])
+    assert "Kafka's default partitioner (murmur2), 8 Kafka partitions: balance" in text
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "csv", "json"])
 def test_path_input(spark, tmp_path, fmt):
     df = spark.createDataFrame([(f"u{i % 13}", i) for i in range(500)], "user string, v int")

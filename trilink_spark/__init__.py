@@ -53,6 +53,7 @@ from .global_merge import GLOBAL_STORES, global_merge
 from .redis_store import RedisStore
 from .merge_stream import LocalMergeBatchFunction, local_merge_foreach_batch
 from .ahead_keyby import KafkaPythonPartitioner, ahead_key_by, confluent_partition
+from .kafka_hash import kafka_default_partition, kafka_murmur2
 from .session import get_session
 from .partitioners import (
     HashPartitioner,
@@ -148,4 +149,6 @@ __all__ = [
     "ahead_key_by",
     "KafkaPythonPartitioner",
     "confluent_partition",
+    "kafka_default_partition",
+    "kafka_murmur2",
 ]

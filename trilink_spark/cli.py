@@ -49,8 +49,10 @@ class BalanceResult:
     scores: list[StrategyScore]
     best: str
     measured: dict[str, dict[str, Any]] = field(default_factory=dict)
+    kafka: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        extra = {"kafka_murmur2": self.kafka} if self.kafka is not None else {}
         return {
             "name": self.name,
             "records": self.records,
@@ -60,6 +62,7 @@ class BalanceResult:
             "best": self.best,
             "strategies": [s.to_dict() for s in self.scores],
             "measured": self.measured,
+            **extra,
         }
 
 
@@ -102,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip placing the data with Spark to measure hash and the best strategy",
     )
+    bal.add_argument(
+        "--kafka",
+        action="store_true",
+        help="also show Kafka's default partitioner (murmur2 of the key as text) on "
+        "--partitions Kafka partitions, as a producer without Ahead KeyBy places keys",
+    )
     bal.add_argument("--json", action="store_true", help="print JSON instead of a table")
     bal.add_argument("--plot", metavar="PNG", help="draw per-partition loads per strategy")
     bal.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
@@ -139,8 +148,10 @@ def run_balance(
     sample_rate: float,
     seed: int,
     measure: bool,
+    kafka: bool = False,
 ) -> BalanceResult:
-    """Score every strategy on ``df[key]``; optionally measure hash and the best with Spark."""
+    """Score every strategy on ``df[key]``; optionally measure hash and the best with Spark,
+    and score Kafka's default partitioner (``kafka=True``)."""
     from .placement import _key_kind, key_counts
 
     kind, dtype = _key_kind(df, key)
@@ -172,7 +183,23 @@ def run_balance(
     if measure:
         for score in {s.name: s for s in (scores[0], best)}.values():
             result.measured[score.name] = _measure(df, key, score)
+    if kafka:
+        result.kafka = _kafka_placement(full_map, partitions)
     return result
+
+
+def _kafka_placement(counts: dict[Any, int], partitions: int) -> dict[str, float]:
+    """Balance of Kafka's default partitioner over ``partitions`` Kafka partitions."""
+    import numpy as np
+
+    from .balance import balance_degree, extra_compute_time
+    from .kafka_hash import kafka_default_partition
+
+    keys = [k for k in counts if k is not None]
+    weights = np.array([counts[k] for k in keys], dtype=np.float64)
+    loads = np.bincount(kafka_default_partition(keys, partitions), weights=weights,
+                        minlength=partitions)
+    return {"balance_degree": balance_degree(loads), "extra_compute_time": extra_compute_time(loads)}
 
 
 def _format_table(results: Sequence[BalanceResult], partitions: int, out: TextIO) -> None:
@@ -199,6 +226,12 @@ def _format_table(results: Sequence[BalanceResult], partitions: int, out: TextIO
             out.write(
                 f"  measured with Spark, {name}: balance {m['balance_degree']:.3f}, "
                 f"extra time {m['extra_compute_time']:.1%}\n"
+            )
+        if res.kafka is not None:
+            out.write(
+                f"  Kafka's default partitioner (murmur2), {partitions} Kafka partitions: "
+                f"balance {res.kafka['balance_degree']:.3f}, "
+                f"extra time {res.kafka['extra_compute_time']:.1%}\n"
             )
     out.write("\n* = chosen (a table strategy must beat hash/modulo by > 0.01)\n")
 
@@ -256,7 +289,7 @@ def _balance(args: argparse.Namespace, out: TextIO) -> int:
         results.append(
             run_balance(
                 df, args.key, args.path, args.partitions, args.sample_rate, args.seed,
-                not args.no_measure,
+                not args.no_measure, args.kafka,
             )
         )
     else:
@@ -269,7 +302,7 @@ def _balance(args: argparse.Namespace, out: TextIO) -> int:
             results.append(
                 run_balance(
                     df, "key", label, args.partitions, args.sample_rate, args.seed,
-                    not args.no_measure,
+                    not args.no_measure, args.kafka,
                 )
             )
     if args.plot:
