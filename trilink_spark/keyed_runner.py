@@ -19,6 +19,7 @@ from .keyed_process import EVENT_TIME_COL, KeyedRuntime, KeyedWatermarkProcessFu
 from .keyed_state import KeyedStateStore, StatefulBatchFunction
 from .partitioners import Partitioner
 from .placement import PARTITION_COL, key_by
+from .source_keyed import check_source_layout, is_keyed_by_source
 from .watermark import delay_in_units, event_time_micros
 
 if TYPE_CHECKING:
@@ -124,6 +125,15 @@ def _prepare(
     return tagged, delay_units, idle_units, out_schema, arrow_schema
 
 
+def _in_place(declared: DataFrame, key: str, tagged: DataFrame) -> DataFrame:
+    """Ahead KeyBy: ``tagged`` stays where it was read; its partition id is the input one."""
+    from pyspark.sql import functions as F
+
+    check_source_layout(declared, key)
+    placed: DataFrame = tagged.withColumn(PARTITION_COL, F.spark_partition_id())
+    return placed
+
+
 def keyed_process(
     df: DataFrame,
     key: str,
@@ -163,7 +173,9 @@ def keyed_process(
 
     Notes
     -----
-    Cost: the one shuffle of ``key_by``, a sort of each partition by arrival, then one Python
+    Cost: the one shuffle of ``key_by`` (none on a frame declared with
+    :func:`~trilink_spark.keyed_by_source`: each input partition is processed where it is),
+    a sort of each partition by arrival, then one Python
     task per partition holding that partition's rows in memory (as ``applyInPandas`` does
     per group). Per-key hooks cost one Python call per key and hook; ``KeyedWindowAggregate``
     is vectorised over all keys.
@@ -176,7 +188,10 @@ def keyed_process(
     tagged, delay_units, idle_units, out_schema, arrow_schema = _prepare(
         df, key, event_time, processor, delay, order_by, idle_timeout
     )
-    placed = key_by(tagged, key, strategy, num_partitions)
+    if is_keyed_by_source(df, key):
+        placed = _in_place(df, key, tagged)
+    else:
+        placed = key_by(tagged, key, strategy, num_partitions)
     arrival = [order_by, _POS] if order_by is not None else [_POS]
     placed = placed.sortWithinPartitions(*arrival)
     fn = _partition_function(processor, key, delay_units, idle_units, arrow_schema, None, -1)
@@ -216,16 +231,38 @@ class KeyedBatchFunction(StatefulBatchFunction):
             batch_df, o["key"], o["event_time"], o["processor"], o["delay"], o["order_by"],
             o["idle_timeout"],
         )
-        if self._strategy is None:
-            self._strategy = self._placement(batch_df)
-        placed = key_by(tagged, o["key"], self._strategy, fit="none")
+        if is_keyed_by_source(batch_df, o["key"]):
+            placed, partitions = self._source_placed(batch_df, tagged)
+        else:
+            if self._strategy is None:
+                self._strategy = self._placement(batch_df)
+            placed = key_by(tagged, o["key"], self._strategy, fit="none")
+            partitions = self._strategy.num_partitions
         arrival = [o["order_by"], _POS] if o["order_by"] is not None else [_POS]
         placed = placed.sortWithinPartitions(*arrival)
         fn = _partition_function(o["processor"], o["key"], delay_units, idle_units,
                                  arrow_schema, self.store, batch_id)
         out = placed.mapInArrow(fn, out_schema)
         self.func(out, batch_id)
-        self._complete(out, batch_id, self._strategy.num_partitions)
+        self._complete(out, batch_id, partitions)
+
+    def _source_placed(self, batch_df: DataFrame, tagged: DataFrame) -> tuple[DataFrame, int]:
+        """Ahead KeyBy: each input (Kafka) partition keeps its rows and its own state."""
+        placed = _in_place(batch_df, self.options["key"], tagged)
+        partitions = batch_df.rdd.getNumPartitions()
+        if self.store.load_strategy() is not None:
+            raise InvalidArgumentError(
+                f"state at {self.store.path} was placed by key_by; a keyed_by_source stream "
+                "needs its own state_path"
+            )
+        stranded = [p for p in self.store.partitions() if p >= partitions]
+        if stranded:
+            raise InvalidArgumentError(
+                f"state at {self.store.path} has partitions up to {max(stranded)}, but this "
+                f"micro-batch has {partitions} input partitions; the topic's partition count "
+                "changed, which would strand that state"
+            )
+        return placed, partitions
 
     def counters(self) -> dict[str, int]:
         """Rows, late rows (key watermark) and late rows by the partition watermark, summed
@@ -279,6 +316,12 @@ def keyed_foreach_batch(
     output: with an idempotent or transactional sink the pipeline is exactly once. A restarted
     query resumes from the newest stored version. If ``func`` does not compute the output, it is
     computed once more (to a no-op sink) so the state still advances.
+
+    Ahead KeyBy: when the stream's key column is declared with
+    :func:`~trilink_spark.keyed_by_source` (a ``trilink-kafka`` read of a topic written with
+    :func:`~trilink_spark.ahead_key_by`), every micro-batch is processed where it was read, with
+    no shuffle, and each Kafka partition keeps its own state; ``strategy`` is not used. A
+    change in the topic's partition count is refused rather than stranding state.
 
     Examples
     --------

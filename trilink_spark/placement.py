@@ -34,6 +34,7 @@ from .partitioners import HashPartitioner, Partitioner, TablePartitioner
 from .partitioners.base import check_num_partitions, resolve_strategy_name
 from .partitioners.base import _REGISTRY as _STRATEGIES
 from .session import conf_get
+from .source_keyed import is_keyed_by_source, source_agg, source_apply
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -439,8 +440,12 @@ def keyed_agg(
     Notes
     -----
     Cost: the one shuffle of :func:`key_by`; the aggregation groups by ``(partition, key)``, which
-    the placement already satisfies, so Spark adds no second exchange. A key's aggregate is
-    computed whole on its partition: choose a balanced strategy when keys are skewed.
+    the placement already satisfies, so Spark adds no second exchange. On a frame declared with
+    :func:`~trilink_spark.keyed_by_source` there is no shuffle at all: the strategy is not used
+    and each input partition is aggregated where it is (see
+    :func:`~trilink_spark.source_keyed.source_agg` for the functions supported there). A key's
+    aggregate is computed whole on its partition: choose a balanced strategy when keys are
+    skewed.
 
     Examples
     --------
@@ -449,6 +454,8 @@ def keyed_agg(
     """
     if not exprs:
         raise InvalidArgumentError("keyed_agg needs at least one aggregate expression")
+    if is_keyed_by_source(df, key):
+        return source_agg(df, key, exprs)
     placed = key_by(df, key, strategy, num_partitions, **placement)
     return placed.groupBy(PARTITION_COL, key).agg(*exprs).drop(PARTITION_COL)
 
@@ -472,7 +479,9 @@ def keyed_apply(
     -----
     Cost: the one shuffle of :func:`key_by`, then Arrow batches to Python workers as in
     ``applyInPandas``; every row of a key is in memory at once on one worker (PySpark's own
-    warning for grouped-map skew applies: a balanced strategy spreads heavy keys apart).
+    warning for grouped-map skew applies: a balanced strategy spreads heavy keys apart). On a
+    frame declared with :func:`~trilink_spark.keyed_by_source`: no shuffle, each input
+    partition is grouped where it is.
 
     Examples
     --------
@@ -482,6 +491,8 @@ def keyed_apply(
     """
     if not callable(func):
         raise InvalidArgumentTypeError(f"func must be callable, got {type(func).__name__}")
+    if is_keyed_by_source(df, key):
+        return source_apply(df, key, func, schema)
     takes_key = len(inspect.signature(func).parameters) == 2
     placed = key_by(df, key, strategy, num_partitions, **placement)
 
