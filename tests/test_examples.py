@@ -11,14 +11,14 @@ from pathlib import Path
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def run_example(name: str) -> str:
-    """Import ``examples/<name>.py``, run its ``main()`` and return what it printed."""
+def run_example(name: str, *args: object) -> str:
+    """Import ``examples/<name>.py``, run its ``main(*args)`` and return what it printed."""
     spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        module.main()
+        module.main(*args)
     return out.getvalue()
 
 
@@ -38,3 +38,13 @@ def test_sensor_windows_example(spark):
     assert windows is not None and int(windows.group(2)) == 1800
     stream = re.search(r"late rows (\d+) \(a single watermark: (\d+)\)", text)
     assert stream is not None and int(stream.group(1)) == 0 and int(stream.group(2)) > 0
+
+
+def test_kafka_orders_example(spark, kafka_broker):
+    text = run_example("kafka_orders", kafka_broker.bootstrap)
+    balance = re.search(r"partitions 8 balance ([\d.]+) \(Kafka's default partitioner: ([\d.]+)\)",
+                        text)
+    assert balance is not None and float(balance.group(1)) > float(balance.group(2))
+    assert "ahead keyBy shuffles: 0 key_by shuffles: 1 same totals: True" in text
+    moved = re.search(r"rows key_by moves to another partition: (\d+)%", text)
+    assert moved is not None and int(moved.group(1)) > 50
