@@ -27,16 +27,15 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import write_json  # noqa: E402
+from common import run, write_json  # noqa: E402
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
@@ -50,33 +49,6 @@ def session() -> Any:
         "spark.ui.enabled": "true", "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1", "spark.driver.memory": "4g",
     })
-
-
-def shuffle_bytes(spark: Any, description: str) -> int:
-    sc = spark.sparkContext
-    base, app = sc.uiWebUrl, sc.applicationId
-
-    def get(path: str) -> Any:
-        with urllib.request.urlopen(f"{base}/api/v1/applications/{app}/{path}", timeout=30) as r:
-            return json.load(r)
-
-    jobs = [j for j in get("jobs") if j.get("description") == description]
-    stages = {s for j in jobs for s in j["stageIds"]}
-    total = 0
-    for stage in stages:
-        for attempt in get(f"stages/{stage}"):
-            total += int(attempt.get("shuffleWriteBytes", 0))
-    return total
-
-
-def run(spark: Any, description: str, fn: Any) -> tuple[Any, float, int]:
-    spark.sparkContext.setJobDescription(description)
-    start = time.perf_counter()
-    result = fn()
-    seconds = time.perf_counter() - start
-    spark.sparkContext.setJobDescription(None)
-    time.sleep(1.0)  # the listener bus catches up before the REST API is read
-    return result, seconds, shuffle_bytes(spark, description)
 
 
 def redis_server() -> tuple[subprocess.Popen[bytes], int, str]:

@@ -6,6 +6,7 @@ import json
 import platform
 import statistics
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,3 +35,32 @@ def median_time(fn: Callable[[], Any], repeat: int = 5, warmup: int = 1) -> floa
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+# Spark's shuffle-write metrics, read from the driver UI's REST API on 127.0.0.1 (the session
+# must run with spark.ui.enabled=true).
+def shuffle_bytes(spark: Any, description: str) -> int:
+    sc = spark.sparkContext
+    base, app = sc.uiWebUrl, sc.applicationId
+
+    def get(path: str) -> Any:
+        with urllib.request.urlopen(f"{base}/api/v1/applications/{app}/{path}", timeout=30) as r:
+            return json.load(r)
+
+    jobs = [j for j in get("jobs") if j.get("description") == description]
+    stages = {s for j in jobs for s in j["stageIds"]}
+    total = 0
+    for stage in stages:
+        for attempt in get(f"stages/{stage}"):
+            total += int(attempt.get("shuffleWriteBytes", 0))
+    return total
+
+
+def run(spark: Any, description: str, fn: Any) -> tuple[Any, float, int]:
+    spark.sparkContext.setJobDescription(description)
+    start = time.perf_counter()
+    result = fn()
+    seconds = time.perf_counter() - start
+    spark.sparkContext.setJobDescription(None)
+    time.sleep(1.0)  # the listener bus catches up before the REST API is read
+    return result, seconds, shuffle_bytes(spark, description)

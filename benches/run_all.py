@@ -15,6 +15,7 @@ SCRIPTS = (
     "bench_keyed_window.py",
     "bench_watermark.py",
     "bench_merge.py",
+    "bench_ahead_keyby.py",
 )
 
 for script in SCRIPTS:
