@@ -14,14 +14,13 @@ stores it back afterwards, so a key never changes Kafka partition between runs.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidArgumentError, InvalidArgumentTypeError, PartitionCountError
 from .kafka_source import register_kafka_source
-from .keyed_state import resolve_filesystem
+from .keyed_state import read_strategy, resolve_filesystem, write_strategy
 from .partitioners import Partitioner
 from .placement import PARTITION_COL, resolve_strategy, with_partition_id
 
@@ -44,26 +43,16 @@ KAFKA_PARTITION_COL = "partition"
 
 def load_assignment(path: str, filesystem: Any = None) -> Partitioner | None:
     """The strategy stored at ``path`` (local path or URI), or None when there is none."""
-    from pyarrow import fs as pafs
-
     filesystem, inner = resolve_filesystem(path, filesystem)
-    if filesystem.get_file_info(inner).type != pafs.FileType.File:
-        return None
-    with filesystem.open_input_stream(inner) as f:
-        return Partitioner.from_dict(json.loads(f.read().decode("utf-8")))
+    return read_strategy(filesystem, inner)
 
 
 def save_assignment(strategy: Partitioner, path: str, filesystem: Any = None) -> None:
     """Store ``strategy`` (table included) at ``path``, replacing it atomically."""
-    import uuid
-
     filesystem, inner = resolve_filesystem(path, filesystem)
     parent = inner.rsplit("/", 1)[0] if "/" in inner else "."
     filesystem.create_dir(parent, recursive=True)
-    temporary = f"{inner}.tmp-{uuid.uuid4().hex}"
-    with filesystem.open_output_stream(temporary) as f:
-        f.write(strategy.to_json().encode("utf-8"))
-    filesystem.move(temporary, inner)
+    write_strategy(filesystem, inner, strategy)
 
 
 def ahead_key_by(

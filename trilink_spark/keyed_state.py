@@ -20,7 +20,14 @@ from typing import Any
 from .errors import InvalidArgumentError, InvalidArgumentTypeError
 from .partitioners import Partitioner
 
-__all__ = ["KeyedStateStore", "StatefulBatchFunction", "resolve_filesystem"]
+__all__ = [
+    "KeyedStateStore",
+    "StatefulBatchFunction",
+    "resolve_filesystem",
+    "write_atomic",
+    "read_strategy",
+    "write_strategy",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +46,30 @@ def resolve_filesystem(path: str, filesystem: Any = None) -> tuple[Any, str]:
     import os
 
     return fs.LocalFileSystem(), os.path.abspath(path)
+
+
+def write_atomic(filesystem: Any, path: str, data: bytes) -> None:
+    """Write ``data`` to ``path``: a temporary file beside it, then a rename, so a reader sees
+    the old file or the new one, never a part."""
+    temporary = f"{path}.tmp-{uuid.uuid4().hex}"
+    with filesystem.open_output_stream(temporary) as f:
+        f.write(data)
+    filesystem.move(temporary, path)
+
+
+def write_strategy(filesystem: Any, path: str, strategy: Partitioner) -> None:
+    """Store ``strategy`` (its table included) as JSON at ``path``, atomically."""
+    write_atomic(filesystem, path, strategy.to_json().encode("utf-8"))
+
+
+def read_strategy(filesystem: Any, path: str) -> Partitioner | None:
+    """The strategy stored at ``path`` by :func:`write_strategy`, or None when there is none."""
+    from pyarrow import fs
+
+    if filesystem.get_file_info(path).type != fs.FileType.File:
+        return None
+    with filesystem.open_input_stream(path) as f:
+        return Partitioner.from_dict(json.loads(f.read().decode("utf-8")))
 
 
 class KeyedStateStore:
@@ -101,11 +132,7 @@ class KeyedStateStore:
         """Write ``partition``'s state as ``version`` (atomically: temporary file, rename)."""
         directory = self._dir(partition)
         self.fs.create_dir(directory, recursive=True)
-        final = f"{directory}/{version:012d}{_SUFFIX}"
-        temporary = f"{final}.tmp-{uuid.uuid4().hex}"
-        with self.fs.open_output_stream(temporary) as f:
-            f.write(data)
-        self.fs.move(temporary, final)
+        write_atomic(self.fs, f"{directory}/{version:012d}{_SUFFIX}", data)
 
     def has_version(self, version: int, partitions: int) -> bool:
         """Whether every partition ``0..partitions-1`` has state ``version``."""
@@ -124,17 +151,10 @@ class KeyedStateStore:
 
     # ------------------------------------------------------------------ placement
     def save_strategy(self, strategy: Partitioner) -> None:
-        with self.fs.open_output_stream(f"{self.path}/strategy.json") as f:
-            f.write(strategy.to_json().encode("utf-8"))
+        write_strategy(self.fs, f"{self.path}/strategy.json", strategy)
 
     def load_strategy(self) -> Partitioner | None:
-        from pyarrow import fs
-
-        target = f"{self.path}/strategy.json"
-        if self.fs.get_file_info(target).type != fs.FileType.File:
-            return None
-        with self.fs.open_input_stream(target) as f:
-            return Partitioner.from_dict(json.loads(f.read().decode("utf-8")))
+        return read_strategy(self.fs, f"{self.path}/strategy.json")
 
     def partitions(self) -> list[int]:
         from pyarrow import fs
