@@ -138,11 +138,15 @@ class KeyedStateStore:
         """Whether every partition ``0..partitions-1`` has state ``version``."""
         return all(version in self.versions(p) for p in range(partitions))
 
-    def prune(self, partitions: int, newest: int) -> None:
-        """Delete versions beyond the newest ``keep_versions`` up to ``newest``."""
+    def prune(self, partitions: int, newest: int,
+              listed: list[list[int]] | None = None) -> None:
+        """Delete versions beyond the newest ``keep_versions`` up to ``newest``.
+
+        ``listed``: each partition's :meth:`versions`, when the caller has just read them.
+        """
         for p in range(partitions):
-            old = [v for v in self.versions(p) if v <= newest][: -self.keep_versions]
-            for v in old:
+            versions = self.versions(p) if listed is None else listed[p]
+            for v in [v for v in versions if v <= newest][: -self.keep_versions]:
                 self.fs.delete_file(f"{self._dir(p)}/{v:012d}{_SUFFIX}")
 
     def latest(self, partition: int) -> bytes | None:
@@ -192,8 +196,10 @@ class StatefulBatchFunction:
     def _complete(self, out: Any, batch_id: int, partitions: int) -> None:
         """After ``func``: make sure every partition wrote state ``batch_id`` (computing ``out``
         once more, to a no-op sink, if ``func`` did not), then prune old versions."""
-        if not self.store.has_version(batch_id, partitions):
+        listed = [self.store.versions(p) for p in range(partitions)]  # one listing each
+        if not all(batch_id in versions for versions in listed):
             logger.info("batch %d: output not computed by func; computing it for the state",
                         batch_id)
             out.write.format("noop").mode("overwrite").save()
-        self.store.prune(partitions, batch_id)
+            listed = [sorted({*versions, batch_id}) for versions in listed]
+        self.store.prune(partitions, batch_id, listed)
