@@ -115,3 +115,31 @@ def test_streaming_query_with_keyed_windows(spark: Any, tmp_path: Path) -> None:
     want = complete(pd.concat(parts)).sort_values(["sensor", "window_start"])
     assert got[["sensor", "window_start", "count", "sum"]].values.tolist() == \
         want[["sensor", "window_start", "count", "sum"]].values.tolist()
+
+
+def declared(spark: Any, rows: pd.DataFrame, partitions: int) -> Any:
+    """A batch whose sensors are whole per partition, declared as a keyed source."""
+    placed = spark.createDataFrame(rows).repartition(partitions, "sensor")
+    return tl.keyed_by_source(placed, "sensor")
+
+
+def test_source_keyed_state_refuses_a_changed_partition_count(spark: Any,
+                                                              tmp_path: Path) -> None:
+    sink: list[pd.DataFrame] = []
+    run = runner(tmp_path, sink)
+    run(declared(spark, readings(0, 7), 3), 0)
+    run(declared(spark, readings(7, 14), 3), 1)
+    assert run.store.partitions() == [0, 1, 2]
+    with pytest.raises(tl.TrilinkError, match="partitions up to 2.*2 input partitions"):
+        run(declared(spark, readings(14, 21), 2), 2)
+    assert run.store.versions(0) == [0, 1]  # the refused batch wrote nothing
+    # a fresh function on the same state (a restarted query) refuses it as well
+    with pytest.raises(tl.TrilinkError, match="would strand that state"):
+        runner(tmp_path, sink)(declared(spark, readings(14, 21), 2), 2)
+
+
+def test_source_keyed_stream_refuses_state_placed_by_key_by(spark: Any, tmp_path: Path) -> None:
+    sink: list[pd.DataFrame] = []
+    runner(tmp_path, sink)(spark.createDataFrame(readings(0, 7)), 0)  # key_by placement
+    with pytest.raises(tl.TrilinkError, match="placed by key_by.*own state_path"):
+        runner(tmp_path, sink)(declared(spark, readings(7, 14), 3), 1)
