@@ -205,6 +205,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
                  options: dict[str, Any]) -> None:
         super().__init__(func, store, options)
         self._strategy: Partitioner | None = None
+        self._source_checked: int | None = None  # partition count the state was checked for
 
     def _placement(self, batch_df: DataFrame) -> Partitioner:
         """The placement of every batch: fixed, and kept with the state so restarts agree."""
@@ -250,6 +251,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
         """Ahead KeyBy: each input (Kafka) partition keeps its rows and its own state."""
         placed = _in_place(batch_df, self.options["key"], tagged)
         partitions = batch_df.rdd.getNumPartitions()
+        if partitions == self._source_checked:  # only this query writes the state meanwhile
+            return placed, partitions
         if self.store.load_strategy() is not None:
             raise InvalidArgumentError(
                 f"state at {self.store.path} was placed by key_by; a keyed_by_source stream "
@@ -262,6 +265,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
                 f"micro-batch has {partitions} input partitions; the topic's partition count "
                 "changed, which would strand that state"
             )
+        self._source_checked = partitions
         return placed, partitions
 
     def counters(self) -> dict[str, int]:
