@@ -251,7 +251,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
         """Ahead KeyBy: each input (Kafka) partition keeps its rows and its own state."""
         placed = _in_place(batch_df, self.options["key"], tagged)
         partitions = batch_df.rdd.getNumPartitions()
-        if partitions == self._source_checked:  # only this query writes the state meanwhile
+        # unchanged since the last check: only this function writes the state meanwhile
+        if partitions == self._source_checked and self._strategy is None:
             return placed, partitions
         if self.store.load_strategy() is not None:
             raise InvalidArgumentError(
