@@ -228,13 +228,18 @@ def topic_partitions(consumer: Any, opts: KafkaOptions) -> list[int]:
     ids = sorted(partitions)
     if ids != list(range(len(ids))):  # pragma: no cover - Kafka numbers partitions 0..n-1
         raise TrilinkError(f"topic {opts.topic!r} has unexpected partition ids {ids}")
-    if opts.num_partitions is not None and len(ids) != opts.num_partitions:
-        raise PartitionCountError(
-            f"topic {opts.topic!r} has {len(ids)} partitions but its keys were placed for "
-            f"{opts.num_partitions} (numPartitions); read it with numPartitions={len(ids)} or "
-            "recreate the topic"
-        )
+    _check_count(opts, len(ids), f"; read it with numPartitions={len(ids)} or recreate the topic")
     return ids
+
+
+def _check_count(opts: KafkaOptions, count: int, advice: str = "") -> None:
+    """Refuse a topic whose partition count is not the ``numPartitions`` the keys were placed
+    for (nothing to check when the option is not set)."""
+    if opts.num_partitions is not None and count != opts.num_partitions:
+        raise PartitionCountError(
+            f"topic {opts.topic!r} has {count} partitions but its keys were placed for "
+            f"{opts.num_partitions} (numPartitions){advice}"
+        )
 
 
 def _latest(consumer: Any, topic: str, partitions: list[int]) -> dict[int, int]:
@@ -409,12 +414,11 @@ def open_producer(opts: KafkaOptions) -> tuple[Any, int]:
             "partition count the keys were placed for"
         ) from None
     count = len(partitions)
-    if opts.num_partitions is not None and count != opts.num_partitions:
+    try:
+        _check_count(opts, count)
+    except PartitionCountError:
         producer.close()
-        raise PartitionCountError(
-            f"topic {opts.topic!r} has {count} partitions but the keys were placed for "
-            f"{opts.num_partitions} (numPartitions)"
-        )
+        raise
     return producer, count
 
 

@@ -5,7 +5,6 @@ See :mod:`trilink_spark.kafka_source` for what the source does and its options.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +23,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 __all__ = ["SOURCE_NAME", "KafkaDataSource"]
-
-logger = logging.getLogger(__name__)
-
 
 
 class KafkaRange(InputPartition):

@@ -20,7 +20,6 @@ such a frame instead of returning wrong results.
 from __future__ import annotations
 
 import inspect
-import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -41,8 +40,6 @@ __all__ = [
     "source_apply",
     "SOURCE_AGGREGATES",
 ]
-
-logger = logging.getLogger(__name__)
 
 _MARK = "trilink_spark.keyed_by_source"
 _ARG = "_tl_arg"
