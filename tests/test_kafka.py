@@ -262,6 +262,14 @@ def test_unreachable_broker_and_partition_count(spark: Any, kafka_broker: Any) -
         writer.option("numPartitions", 4).save()
     with pytest.raises(Exception, match="topic .* has 3 partitions"):
         writer.save()
+    # write_kafka checks on the driver, so the errors arrive typed, before any task runs
+    rows = frame.selectExpr("CAST(user AS STRING) AS value")
+    before = tl.read_kafka(spark, kafka_broker.bootstrap, topic).count()
+    with pytest.raises(tl.PartitionCountError, match="has 3 partitions.*placed for 4"):
+        tl.write_kafka(rows, kafka_broker.bootstrap, topic, num_partitions=4)
+    with pytest.raises(tl.BrokerUnavailableError, match=f"127.0.0.1:{port}"):
+        tl.write_kafka(rows, f"127.0.0.1:{port}", topic, timeout_ms=1000)
+    assert tl.read_kafka(spark, kafka_broker.bootstrap, topic).count() == before
 
 
 def test_options_are_checked() -> None:

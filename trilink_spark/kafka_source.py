@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .kafka_client import KafkaOptions, open_consumer, topic_partitions
+from .kafka_client import KafkaOptions, open_consumer, open_producer, topic_partitions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -111,9 +111,10 @@ def write_kafka(
 
     ``df`` has a ``value`` column and optionally ``key`` (string or binary) and ``partition``
     (e.g. from :func:`~trilink_spark.ahead_key_by`), as for Spark's Kafka sink.
-    ``num_partitions`` refuses a topic with another partition count before anything is
-    written; a ``partition`` value outside the topic fails the write
-    (:class:`~trilink_spark.errors.PartitionCountError`).
+    The broker and the topic are checked on the driver first, as in :func:`read_kafka`: an
+    unreachable broker, a missing topic or a partition count other than ``num_partitions``
+    fails here with a typed error before anything is written. A ``partition`` value outside
+    the topic fails the write (:class:`~trilink_spark.errors.PartitionCountError`).
 
     Notes
     -----
@@ -127,10 +128,11 @@ def write_kafka(
     ...                                  "CAST(amount AS STRING) AS value", "partition"),
     ...                "127.0.0.1:9092", "orders", num_partitions=8)  # doctest: +SKIP
     """
-    register_kafka_source(df.sparkSession)
-    writer = (df.write.format(SOURCE_NAME).mode("append")
-              .option("kafka.bootstrap.servers", bootstrap_servers).option("topic", topic)
-              .option("timeoutMs", str(timeout_ms)))
+    options = {"kafka.bootstrap.servers": bootstrap_servers, "topic": topic,
+               "timeoutMs": str(timeout_ms)}
     if num_partitions is not None:
-        writer = writer.option("numPartitions", str(num_partitions))
-    writer.save()
+        options["numPartitions"] = str(num_partitions)
+    producer, _ = open_producer(KafkaOptions.from_options(options, streaming=False))
+    producer.close()  # the broker, the topic and its partition count are fine
+    register_kafka_source(df.sparkSession)
+    df.write.format(SOURCE_NAME).mode("append").options(**options).save()
