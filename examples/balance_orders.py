@@ -8,7 +8,7 @@ from __future__ import annotations
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
-from trilink_spark.scenarios import make_scenario, scenario_frame
+from trilink_spark.partitioners.scenarios import make_scenario, scenario_frame
 
 
 def main() -> None:

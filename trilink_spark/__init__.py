@@ -11,12 +11,6 @@ Examples
 [0, 1, 2, 3]
 """
 
-from .adaptive import AdaptivePartitioner, Decision
-from .adaptive_stream import AdaptiveBatchFunction, adaptive_foreach_batch
-from .config_center import CONFIG_FIELDS, ConfigCenter, RedisConfigCenter, validate_update
-from .config_center import MODES as SWITCH_MODES
-from .balance import BalanceReport, balance_degree, extra_compute_time, keyed_bound
-from .balance import partition_balance
 from .errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
@@ -32,34 +26,11 @@ from .errors import (
     NullKeyError,
     TrilinkError,
     UnknownStrategyError,
+    MissingDependencyError,
+    DataLossError,
 )
-from .evaluation import CANDIDATES, StrategyScore, choose_best, evaluate_strategies
-from .placement import (
-    FIT_MODES,
-    PARTITION_COL,
-    KeyedStrategy,
-    key_by,
-    keyed_agg,
-    keyed_apply,
-    resolve_strategy,
-)
+from .columns import EVENT_TIME_COL, PARTITION_COL
 from .plan import physical_plan, shuffle_exchanges
-from .timers import TimerService
-from .watermark import keyed_watermark
-from .keyed_process import EVENT_TIME_COL, KeyedContext, KeyedWatermarkProcessFunction
-from .keyed_runner import KeyedBatchFunction, keyed_foreach_batch, keyed_process
-from .keyed_state import KeyedStateStore
-from .window_aggregate import WINDOW_AGGS, KeyedWindowAggregate
-from .local_merge import MERGE_MODES, local_merge
-from .partials import AGGREGATES, Combine, merge_partials
-from .global_merge import GLOBAL_STORES, global_merge
-from .redis_store import RedisStore
-from .merge_stream import LocalMergeBatchFunction, local_merge_foreach_batch
-from .ahead_keyby import KafkaPythonPartitioner, ahead_key_by, confluent_partition
-from .kafka_source import SOURCE_NAME as KAFKA_SOURCE, read_kafka, register_kafka_source
-from .kafka_source import write_kafka
-from .kafka_hash import kafka_default_partition, kafka_murmur2
-from .source_keyed import SOURCE_AGGREGATES, is_keyed_by_source, keyed_by_source
 from .session import get_session
 from .partitioners import (
     HashPartitioner,
@@ -71,6 +42,38 @@ from .partitioners import (
     WeightPartitioner,
     strategy_names,
 )
+from .partitioners.balance import BalanceReport, balance_degree, extra_compute_time, keyed_bound
+from .partitioners.balance import partition_balance
+from .partitioners.evaluation import CANDIDATES, StrategyScore, choose_best, evaluate_strategies
+from .partitioners.kafka_hash import kafka_default_partition, kafka_murmur2
+from .placement import (
+    FIT_MODES,
+    KeyedStrategy,
+    key_by,
+    keyed_agg,
+    keyed_apply,
+    resolve_strategy,
+)
+from .placement import KafkaPythonPartitioner, ahead_key_by, confluent_partition
+from .placement import SOURCE_AGGREGATES, is_keyed_by_source, keyed_by_source
+from .keyed import (
+    KeyedBatchFunction,
+    KeyedContext,
+    KeyedWatermarkProcessFunction,
+    KeyedWindowAggregate,
+    TimerService,
+    WINDOW_AGGS,
+    keyed_foreach_batch,
+    keyed_process,
+    keyed_watermark,
+)
+from .state import KeyedStateStore
+from .merge import AGGREGATES, Combine, GLOBAL_STORES, MERGE_MODES, RedisStore, global_merge
+from .merge import LocalMergeBatchFunction, local_merge, local_merge_foreach_batch, merge_partials
+from .kafka import SOURCE_NAME as KAFKA_SOURCE, read_kafka, register_kafka_source, write_kafka
+from .control import AdaptiveBatchFunction, AdaptivePartitioner, Decision, adaptive_foreach_batch
+from .control import CONFIG_FIELDS, ConfigCenter, RedisConfigCenter, validate_update
+from .control import MODES as SWITCH_MODES
 
 __version__ = "0.1.0"
 
@@ -91,6 +94,8 @@ __all__ = [
     "BrokerUnavailableError",
     "PartitionCountError",
     "KeysNotGroupedError",
+    "MissingDependencyError",
+    "DataLossError",
     # strategies
     "Partitioner",
     "TablePartitioner",

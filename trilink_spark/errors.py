@@ -30,6 +30,8 @@ __all__ = [
     "BrokerUnavailableError",
     "PartitionCountError",
     "KeysNotGroupedError",
+    "MissingDependencyError",
+    "DataLossError",
 ]
 
 
@@ -88,3 +90,12 @@ class PartitionCountError(TrilinkError, ValueError):
 
 class KeysNotGroupedError(TrilinkError, ValueError):
     """Rows declared grouped by key per input partition are not: a key is in two partitions."""
+
+
+class MissingDependencyError(TrilinkError, ImportError):
+    """An optional package a feature needs is not installed; the message names the extra."""
+
+
+class DataLossError(TrilinkError):
+    """Records a reader was asked for are gone from the source (deleted by retention, or
+    offsets that went backwards); the message names the partition and the offsets."""

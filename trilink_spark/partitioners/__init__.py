@@ -1,6 +1,7 @@
-"""The key-placement strategies of seed 002 §4.2.1, beside Spark's hash as the baseline."""
+"""The key-placement strategies of the Trilink paper (§4.2.1), beside Spark's hash as the baseline,
+the one catalogue of them, their evaluation and their persistence."""
 
-from .base import Partitioner, resolve_strategy_name, strategy_names
+from .base import Partitioner, resolve_strategy_name, strategy_class, strategy_names
 from .hash import HashPartitioner
 from .least import LeastCountPartitioner, LeastKeyPartitioner
 from .modulo import ModuloPartitioner
@@ -16,5 +17,6 @@ __all__ = [
     "LeastCountPartitioner",
     "WeightPartitioner",
     "resolve_strategy_name",
+    "strategy_class",
     "strategy_names",
 ]

@@ -1,7 +1,7 @@
 """The strategy interface every key partitioner implements, and the registry of strategies.
 
 A strategy maps a key to a partition id in ``[0, num_partitions)`` and never splits a key. The
-interface is the one of design.md: ``fit``, ``partition``, ``__call__`` (so that
+interface is: ``fit``, ``partition``, ``__call__`` (so that
 ``rdd.partitionBy(n, p)`` works), vectorised ``assign``, ``to_dict``/``from_dict`` and pickling.
 
 Stateless strategies (Hash, Modulo, hash-mode Weight) compute the id from the key alone, so Spark
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 import numpy.typing as npt
 
+from ..checks import check_num_partitions
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, NullKeyError
 from ..errors import UnknownStrategyError
 from ..keys import Key, KeyArray, check_null_policy, normalize_key, to_counts, to_key_array
@@ -32,19 +33,11 @@ __all__ = [
     "Partitioner",
     "check_num_partitions",
     "strategy_names",
+    "strategy_class",
     "resolve_strategy_name",
     "encode_key",
     "decode_key",
 ]
-
-
-def check_num_partitions(n: Any, name: str = "num_partitions") -> int:
-    """Validate a partition count: an ``int`` of at least 1."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-        raise InvalidArgumentTypeError(f"{name} must be an int >= 1, got {type(n).__name__}")
-    if n < 1:
-        raise InvalidArgumentError(f"{name} must be >= 1, got {n}")
-    return int(n)
 
 
 def encode_key(key: Key | None) -> Any:
@@ -70,8 +63,27 @@ def _squash(name: str) -> str:
 
 
 def strategy_names() -> list[str]:
-    """The registered strategy names, e.g. ``["hash", "modulo", "least_key", ...]``."""
-    return list(_REGISTRY)
+    """The strategy names usable by name, e.g. ``["hash", "modulo", "least_key", ...]``."""
+    return [name for name, cls in _REGISTRY.items() if cls.by_name]
+
+
+def strategy_class(name: str) -> type[Partitioner]:
+    """The class registered under a stored ``strategy`` name (as :meth:`Partitioner.to_dict`
+    writes it), wrappers such as ``"adaptive"`` included. O(1).
+
+    Examples
+    --------
+    >>> strategy_class("hash").__name__
+    'HashPartitioner'
+    """
+    if not isinstance(name, str):
+        raise InvalidArgumentTypeError(f"strategy name must be a str, got {type(name).__name__}")
+    cls = _REGISTRY.get(name) or _REGISTRY.get(_ALIASES.get(_squash(name), ""))
+    if cls is None:
+        raise UnknownStrategyError(
+            f"unknown strategy {name!r}; known: {', '.join(_REGISTRY)}"
+        )
+    return cls
 
 
 def resolve_strategy_name(name: str) -> str:
@@ -79,7 +91,7 @@ def resolve_strategy_name(name: str) -> str:
     if not isinstance(name, str):
         raise InvalidArgumentTypeError(f"strategy name must be a str, got {type(name).__name__}")
     canonical = _ALIASES.get(_squash(name))
-    if canonical is None:
+    if canonical is None or not _REGISTRY[canonical].by_name:
         raise UnknownStrategyError(
             f"unknown strategy {name!r}; known: {', '.join(strategy_names())} (or 'auto')"
         )
@@ -99,11 +111,19 @@ class Partitioner(ABC):
 
     Notes
     -----
-    Subclasses set ``strategy_name`` and implement ``_partition`` (one normalised, non-null key)
-    and ``_assign`` (a :class:`~trilink_spark.keys.KeyArray`).
+    Subclasses set ``strategy_name`` (which registers them: :func:`strategy_class`) and
+    implement ``_partition`` (one normalised, non-null key) and ``_assign`` (a
+    :class:`~trilink_spark.keys.KeyArray`). What a strategy learns is listed in
+    ``learned_fields`` (the :meth:`to_dict` fields that :meth:`fresh` drops). To offer a new
+    strategy to ``"auto"``, the adaptive partitioner and the config center, add it to the
+    catalogue (:mod:`trilink_spark.partitioners.catalogue`).
     """
 
     strategy_name: ClassVar[str] = ""
+    #: Whether the strategy can be asked for by name (``key_by(df, k, "least_count")``).
+    by_name: ClassVar[bool] = True
+    #: :meth:`to_dict` fields that hold learned state rather than configuration.
+    learned_fields: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -227,6 +247,31 @@ class Partitioner(ABC):
     def _from_params(cls, num_partitions: int, null_policy: str, params: dict[str, Any]) -> Self:
         return cls(num_partitions, null_policy=null_policy, **params)
 
+    @classmethod
+    def _from_dict(cls, data: dict[str, Any]) -> Partitioner:
+        """Rebuild from :meth:`to_dict` output (subclasses with another layout override it)."""
+        params = {
+            k: v for k, v in data.items() if k not in ("strategy", "num_partitions", "null_policy")
+        }
+        return cls._from_params(
+            data.get("num_partitions", 0), data.get("null_policy", "error"), params
+        )
+
+    def fresh(self, null_policy: str | None = None) -> Partitioner:
+        """An unfitted strategy of the same kind and configuration (nothing learned kept).
+
+        Examples
+        --------
+        >>> import trilink_spark as tl
+        >>> p = tl.LeastKeyPartitioner(3).fit(["a", "b"])
+        >>> len(p), len(p.fresh())
+        (2, 0)
+        """
+        data = {k: v for k, v in self.to_dict().items() if k not in self.learned_fields}
+        if null_policy is not None:
+            data["null_policy"] = null_policy
+        return Partitioner.from_dict(data)
+
     @staticmethod
     def from_dict(data: dict[str, Any]) -> Partitioner:
         """Rebuild a strategy from :meth:`to_dict` output.
@@ -240,18 +285,7 @@ class Partitioner(ABC):
         """
         if not isinstance(data, dict) or "strategy" not in data:
             raise InvalidArgumentError("from_dict needs a dict with a 'strategy' field")
-        if data["strategy"] == "adaptive":
-            from ..adaptive import AdaptivePartitioner
-
-            return AdaptivePartitioner._from_dict(data)
-        name = resolve_strategy_name(data["strategy"])
-        cls = _REGISTRY[name]
-        params = {
-            k: v for k, v in data.items() if k not in ("strategy", "num_partitions", "null_policy")
-        }
-        return cls._from_params(
-            data.get("num_partitions", 0), data.get("null_policy", "error"), params
-        )
+        return strategy_class(data["strategy"])._from_dict(data)
 
     def to_json(self) -> str:
         """:meth:`to_dict` as a JSON string."""

@@ -1,4 +1,4 @@
-"""LeastKey and LeastCount: seed 002 Algorithm 1, the "Least" placement.
+"""LeastKey and LeastCount: Trilink paper, Algorithm 1: the "Least" placement.
 
 A key seen before returns its remembered partition; a new key goes to the partition whose load
 is least (ties: lowest partition id), which then carries the key's load. LeastKey measures load
@@ -29,8 +29,12 @@ __all__ = ["LeastKeyPartitioner", "LeastCountPartitioner"]
 class _LeastPartitioner(TablePartitioner):
     """Algorithm 1 with a pluggable load measure."""
 
-    def __init__(self, num_partitions: int, *, null_policy: str = "error") -> None:
-        super().__init__(num_partitions, null_policy=null_policy)
+    learned_fields = ("table", "loads")
+
+    def __init__(
+        self, num_partitions: int, *, key_type: str = "auto", null_policy: str = "error"
+    ) -> None:
+        super().__init__(num_partitions, key_type=key_type, null_policy=null_policy)
         self._loads: list[float] = [0.0] * self._num_partitions
         self._heap: list[tuple[float, int]] = [(0.0, i) for i in range(self._num_partitions)]
 
@@ -92,7 +96,7 @@ class _LeastPartitioner(TablePartitioner):
 
 
 class LeastKeyPartitioner(_LeastPartitioner):
-    """Place each new key on the partition holding the fewest keys (seed 002 §4.2.1 (2)).
+    """Place each new key on the partition holding the fewest keys (Trilink paper, §4.2.1 (2)).
 
     Balanced when every key carries about the same number of records, whatever the key values
     (sparse or clustered ids, strings). Keys keep their partition for ever (history map).
@@ -124,8 +128,9 @@ class LeastKeyPartitioner(_LeastPartitioner):
         valid = keys.objects()
         if keys.null_mask is not None:
             valid = valid[~keys.null_mask]
-        new = [k for k in (normalize_key(x) for x in valid.tolist()) if k not in self._table]
-        self._place_new(new)  # type: ignore[arg-type]
+        with self._lock:
+            new = [k for k in (normalize_key(x) for x in valid.tolist()) if k not in self._table]
+            self._place_new(new)  # type: ignore[arg-type]
         return self
 
     def _place_new(self, keys: list[Key]) -> list[int]:
@@ -142,13 +147,14 @@ class LeastKeyPartitioner(_LeastPartitioner):
 
     @classmethod
     def _from_params(cls, num_partitions: int, null_policy: str, params: dict[str, Any]) -> Self:
-        self = cls(num_partitions, null_policy=null_policy)
+        self = cls(num_partitions, key_type=params.get("key_type", "auto"),
+                   null_policy=null_policy)
         self._restore(params)
         return self
 
 
 class LeastCountPartitioner(_LeastPartitioner):
-    """Place each new key on the partition with the fewest records (seed 002 §4.2.1 (3)).
+    """Place each new key on the partition with the fewest records (Trilink paper, §4.2.1 (3)).
 
     Without history it learns online: ``fit(keys)`` walks the records in arrival order, places a
     key on its first record and counts every record. With ``history={key: count}`` (or
@@ -184,9 +190,10 @@ class LeastCountPartitioner(_LeastPartitioner):
         num_partitions: int,
         history: Mapping[Any, float] | None = None,
         *,
+        key_type: str = "auto",
         null_policy: str = "error",
     ) -> None:
-        super().__init__(num_partitions, null_policy=null_policy)
+        super().__init__(num_partitions, key_type=key_type, null_policy=null_policy)
         if history is not None:
             if not isinstance(history, Mapping):
                 raise InvalidArgumentTypeError(
@@ -196,10 +203,11 @@ class LeastCountPartitioner(_LeastPartitioner):
 
     def fit(self, keys_or_counts: Any) -> Self:
         """Learn record counts: a mapping as history (heaviest first), keys as a live stream."""
-        if isinstance(keys_or_counts, Mapping):
-            self._fit_history(keys_or_counts)
-        else:
-            self._fit_stream(keys_or_counts)
+        with self._lock:
+            if isinstance(keys_or_counts, Mapping):
+                self._fit_history(keys_or_counts)
+            else:
+                self._fit_stream(keys_or_counts)
         return self
 
     def _fit_history(self, counts_map: Mapping[Any, float]) -> None:
@@ -243,6 +251,7 @@ class LeastCountPartitioner(_LeastPartitioner):
 
     @classmethod
     def _from_params(cls, num_partitions: int, null_policy: str, params: dict[str, Any]) -> Self:
-        self = cls(num_partitions, null_policy=null_policy)
+        self = cls(num_partitions, key_type=params.get("key_type", "auto"),
+                   null_policy=null_policy)
         self._restore(params)
         return self

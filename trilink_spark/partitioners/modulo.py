@@ -1,4 +1,4 @@
-"""Modulo: integer key mod the number of partitions (seed 002 §4.2.1 (1))."""
+"""Modulo: integer key mod the number of partitions (Trilink paper, §4.2.1 (1))."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class ModuloPartitioner(Partitioner):
 
     Best when keys are dense integers (auto-increment ids) with even record counts: balance is
     then within one key of perfect. Gaps or clusters in the ids, or uneven record counts, hurt
-    it (seed 002 Figure 15: 0.66 / 0.41 / 0.24 in the three skewed scenarios).
+    it (Trilink paper, Figure 15: 0.66 / 0.41 / 0.24 in the three skewed scenarios).
 
     Parameters
     ----------

@@ -1,7 +1,7 @@
 """The history map shared by LeastKey, LeastCount and random-mode Weight.
 
 In the paper these strategies run on a coordinator (the Flink JobManager) that remembers every
-key it has placed, so a key never moves by accident (seed 002 Algorithm 1, lines 1-2). Here the
+key it has placed, so a key never moves by accident (Trilink paper, Algorithm 1, lines 1-2). Here the
 coordinator is the object in the driver: the first time it meets a key it decides and records
 the decision.
 
@@ -15,18 +15,19 @@ the table does not know. Fit the strategy on the driver first to avoid the fallb
 from __future__ import annotations
 
 import logging
+import threading
 from abc import abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, InvalidKeyTypeError
 from ..keys import Key, KeyArray, normalize_key, to_key_array
 from .base import Partitioner, decode_key, encode_key
-from .hash import spark_hash_array, spark_hash_of
+from .hash import check_key_type, spark_hash_array, spark_hash_of
 
 __all__ = ["TablePartitioner", "in_spark_task"]
 
@@ -48,21 +49,71 @@ class TablePartitioner(Partitioner):
     Subclasses implement :meth:`_place_new`, the decision for keys never seen before, in the
     order given.
 
+    Parameters
+    ----------
+    num_partitions : int
+    key_type : {"auto", "int", "long", "string", "binary"}
+        Spark type of the key column, which decides how the hash fallback hashes an integer
+        key (Spark hashes ``int`` and ``long`` differently). ``"auto"`` hashes every integer as
+        ``long`` on every path; :func:`~trilink_spark.key_by` binds it to the column's type
+        (:meth:`bind_key_type`), and the binding is stored with the table.
+    null_policy : {"error", "partition0"}
+
     Notes
     -----
     Memory: one dict entry per distinct key placed (about 100-150 bytes each in CPython), plus a
     pandas index built lazily for vectorised lookups. A known key costs an O(1) expected lookup.
+
+    Thread safety: placing new keys (``partition``, ``assign`` and ``fit`` on the driver) holds
+    the strategy's lock and checks the table again inside it, so threads sharing one strategy
+    place each key once and agree on where it went. Lookups of known keys read the table
+    without the lock. A copy (``copy()``, pickling) has its own lock.
     """
 
-    def __init__(self, num_partitions: int, *, null_policy: str = "error") -> None:
+    learned_fields: ClassVar[tuple[str, ...]] = ("table",)
+
+    def __init__(
+        self, num_partitions: int, *, key_type: str = "auto", null_policy: str = "error"
+    ) -> None:
         super().__init__(num_partitions, null_policy=null_policy)
+        self._key_type = check_key_type(key_type)
         self._table: dict[Key, int] = {}
         self._index: pd.Index | None = None
         self._index_pids: npt.NDArray[np.int32] | None = None
+        self._lock = threading.RLock()
 
     @property
     def is_stateful(self) -> bool:
         return True
+
+    @property
+    def key_type(self) -> str:
+        """Spark key type the hash fallback follows (see the class parameters)."""
+        return self._key_type
+
+    def bind_key_type(self, kind: str) -> None:
+        """Fix the key type to a column's (``"int"``, ``"long"``, ``"string"``, ``"binary"``).
+
+        An ``"auto"`` strategy takes ``kind``; one already bound keeps its type when ``kind``
+        is compatible (an ``int`` column under a ``long`` strategy is hashed as ``long``) and
+        refuses an incompatible one. O(1).
+        """
+        kind = check_key_type(kind)
+        with self._lock:
+            if self._key_type in ("auto", kind) or (self._key_type, kind) == ("long", "int"):
+                if self._key_type == "auto":
+                    self._key_type = kind
+                return
+        raise InvalidKeyTypeError(
+            f"{type(self).__name__} was bound to {self._key_type} keys; a {kind} key column "
+            "cannot be placed by it (its hash fallback would disagree with Spark's)"
+        )
+
+    def fallback_type(self, kind: str) -> str:
+        """The Spark type keys of ``kind`` are hashed as by the fallback (every path)."""
+        if self._key_type != "auto":
+            return self._key_type
+        return "long" if kind in ("int", "long") else kind
 
     # ------------------------------------------------------------------ table
     @property
@@ -85,11 +136,13 @@ class TablePartitioner(Partitioner):
         self._index = None
 
     def _lookup(self) -> tuple[pd.Index, npt.NDArray[np.int32]]:
-        if self._index is None or self._index_pids is None:
-            keys, pids = self.table_arrays()
-            self._index = pd.Index(keys, dtype=object if not keys else None, tupleize_cols=False)
-            self._index_pids = pids
-        return self._index, self._index_pids
+        index, pids = self._index, self._index_pids
+        if index is None or pids is None:
+            with self._lock:
+                keys, pids = self.table_arrays()
+                index = pd.Index(keys, dtype=object if not keys else None, tupleize_cols=False)
+                self._index, self._index_pids = index, pids
+        return index, pids
 
     # ------------------------------------------------------------------ placement
     @abstractmethod
@@ -97,7 +150,8 @@ class TablePartitioner(Partitioner):
         """Decide, record and return partitions for keys never placed before, in order."""
 
     def _fallback(self, key: Key) -> int:
-        return spark_hash_of(key) % self._num_partitions
+        kind = "long" if isinstance(key, int) else "string" if isinstance(key, str) else "binary"
+        return spark_hash_of(key, self.fallback_type(kind)) % self._num_partitions
 
     def _partition(self, key: Key) -> int:
         pid = self._table.get(key)
@@ -106,7 +160,9 @@ class TablePartitioner(Partitioner):
         if in_spark_task():
             logger.debug("key %r unknown inside a Spark task: hash fallback", key)
             return self._fallback(key)
-        return self._place_new([key])[0]
+        with self._lock:
+            pid = self._table.get(key)  # another thread may have placed it meanwhile
+            return pid if pid is not None else self._place_new([key])[0]
 
     def _known(
         self, keys: KeyArray
@@ -124,10 +180,15 @@ class TablePartitioner(Partitioner):
 
     def _assign(self, keys: KeyArray) -> npt.NDArray[np.int32]:
         objs, out, unknown = self._known(keys)
-        if unknown.any():
-            if in_spark_task():
-                out[unknown] = self._fallback_array(keys, unknown)
-            else:
+        if not unknown.any():
+            return out
+        if in_spark_task():
+            out[unknown] = self._fallback_array(keys, unknown)
+            return out
+        with self._lock:
+            # look again inside the lock: another thread may have placed some of them
+            objs, out, unknown = self._known(keys)
+            if unknown.any():
                 codes, uniques = pd.factorize(objs[unknown])
                 new_keys = [normalize_key(k) for k in uniques.tolist()]
                 placed = np.asarray(self._place_new(new_keys), dtype=np.int32)  # type: ignore[arg-type]
@@ -138,7 +199,7 @@ class TablePartitioner(Partitioner):
         self, keys: KeyArray, rows: npt.NDArray[np.bool_]
     ) -> npt.NDArray[np.int32]:
         sub = KeyArray(kind=keys.kind, arrow=keys.arrow.filter(pa.array(rows)), null_mask=None)
-        hashes = spark_hash_array(sub).astype(np.int64)
+        hashes = spark_hash_array(sub, self.fallback_type(keys.kind)).astype(np.int64)
         return np.mod(hashes, self._num_partitions).astype(np.int32)
 
     def lookup(self, keys: Any) -> npt.NDArray[np.int32]:
@@ -155,7 +216,9 @@ class TablePartitioner(Partitioner):
 
     # ------------------------------------------------------------------ serialisation
     def _table_params(self) -> dict[str, Any]:
-        return {"table": [[encode_key(k), p] for k, p in self._table.items()]}
+        with self._lock:
+            return {"table": [[encode_key(k), p] for k, p in self._table.items()],
+                    "key_type": self._key_type}
 
     def _load_table(self, rows: list[Any]) -> None:
         for key, pid in rows:
@@ -168,7 +231,15 @@ class TablePartitioner(Partitioner):
             self._record(k, int(pid))
 
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
+        with self._lock:
+            state = dict(self.__dict__)
+            state["_table"] = dict(self._table)
         state["_index"] = None
         state["_index_pids"] = None
+        state.pop("_lock", None)
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__dict__.setdefault("_key_type", "auto")
+        self._lock = threading.RLock()

@@ -1,4 +1,4 @@
-"""Weight: per-partition weights summing to 100 (seed 002 §4.2.1 (4), Algorithm 2).
+"""Weight: per-partition weights summing to 100 (Trilink paper, §4.2.1 (4), Algorithm 2).
 
 ``[0, 100)`` is cut into consecutive intervals, one per partition, as long as its weight. A key
 lands on the interval containing its point: in ``mode="hash"`` the point is derived from Spark's
@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..keys import Key, KeyArray, normalize_key, to_counts
-from .hash import check_key_type, spark_hash_array, spark_hash_of
+from .hash import spark_hash_array, spark_hash_of
 from .table import TablePartitioner
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ def _hash_points(hashes: npt.NDArray[np.int32]) -> npt.NDArray[np.float64]:
 
 
 class WeightPartitioner(TablePartitioner):
-    """Weighted placement for executors of unequal speed (seed 002 Algorithm 2).
+    """Weighted placement for executors of unequal speed (Trilink paper, Algorithm 2).
 
     Parameters
     ----------
@@ -108,6 +108,7 @@ class WeightPartitioner(TablePartitioner):
     """
 
     strategy_name = "weight"
+    learned_fields = ("table", "rng_state")
 
     def __init__(
         self,
@@ -120,12 +121,11 @@ class WeightPartitioner(TablePartitioner):
         null_policy: str = "error",
     ) -> None:
         w = check_weights(weights, num_partitions)
-        super().__init__(int(w.size), null_policy=null_policy)
+        super().__init__(int(w.size), key_type=key_type, null_policy=null_policy)
         if mode not in WEIGHT_MODES:
             raise InvalidArgumentError(f"mode must be 'hash' or 'random', got {mode!r}")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise InvalidArgumentTypeError(f"seed must be an int, got {type(seed).__name__}")
-        self._key_type = check_key_type(key_type)
         self._weights = w
         self._bounds = _boundaries(w)
         self._mode = mode
@@ -173,8 +173,10 @@ class WeightPartitioner(TablePartitioner):
             objs = keys.objects()
             if keys.null_mask is not None:
                 objs = objs[~keys.null_mask]
-            new = [k for k in (normalize_key(x) for x in objs.tolist()) if k not in self._table]
-            self._place_new(new)  # type: ignore[arg-type]
+            with self._lock:
+                new = [k for k in (normalize_key(x) for x in objs.tolist())
+                       if k not in self._table]
+                self._place_new(new)  # type: ignore[arg-type]
         return self
 
     def spark_column(self, key: Column) -> Column:

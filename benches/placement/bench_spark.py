@@ -1,0 +1,148 @@
+"""keyed_agg overhead against plain groupBy, and skew: per-task run time under Hash vs the choice.
+
+1. Overhead, 5,000,000 rows, uniform keys, in one run (median of 5 after a warm-up): plain
+   ``groupBy(k).agg(sum)`` (map-side combine, then a hash shuffle of partial results) and Spark's
+   own exact placement ``repartition(8, k).groupBy(k).agg(sum)`` (every row shuffled, as exact
+   placement requires) against ``keyed_agg`` (hash and modulo), for (a) 5,000,000 distinct
+   auto-increment keys and (b) 10,000 keys x 500 rows.
+2. Skew: 1,000,000 rows with Zipf s=1.1 keys over 2,000 keys, 8 partitions, a CPU-heavy
+   ``keyed_apply`` (cost proportional to a key's rows). Per-task ``executorRunTime`` from Spark's
+   task metrics (REST API of the driver UI on 127.0.0.1): max/mean, Hash against ``auto``.
+
+Run: ``python benches/placement/bench_spark.py`` (writes benches/results/spark.json).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from common import median_time, write_json  # noqa: E402
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+import trilink_spark as tl  # noqa: E402
+from trilink_spark.partitioners.scenarios import make_scenario, scenario_frame  # noqa: E402
+
+ROWS = 5_000_000
+SKEW_PARTITIONS = 8
+
+
+def session():
+    # the UI stays on here: the skew benchmark reads task metrics from its REST API
+    return tl.get_session(
+        "local[2]",
+        shuffle_partitions=8,
+        extra_conf={
+            "spark.ui.enabled": "true",
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.driver.memory": "4g",
+        },
+    )
+
+
+def noop(df) -> None:
+    df.write.format("noop").mode("overwrite").save()
+
+
+def overhead(spark) -> dict:
+    from pyspark.sql import functions as F
+
+    out = {}
+    cases = {
+        "distinct_keys_5M": spark.range(ROWS).select(F.col("id").alias("k"), (F.col("id") * 3).alias("v")),
+        "keys_10k_x500": spark.range(ROWS).select((F.col("id") % 10_000).alias("k"), (F.col("id") * 3).alias("v")),
+    }
+    for label, df in cases.items():
+        df = df.cache()
+        df.count()
+        base = median_time(lambda: noop(df.groupBy("k").agg(F.sum("v").alias("s"))))
+        placed_base = median_time(
+            lambda: noop(df.repartition(8, "k").groupBy("k").agg(F.sum("v").alias("s")))
+        )
+        row = {"groupBy_s": base, "repartition_groupBy_s": placed_base}
+        for strategy in ("hash", "modulo"):
+            ours = median_time(
+                lambda: noop(tl.keyed_agg(df, "k", F.sum("v").alias("s"), strategy=strategy, num_partitions=8))
+            )
+            row[f"keyed_agg_{strategy}_s"] = ours
+            row[f"ratio_{strategy}"] = ours / base
+            row[f"ratio_{strategy}_vs_spark_placement"] = ours / placed_base
+        out[label] = row
+        print(label, {k: round(v, 3) for k, v in row.items()})
+        df.unpersist()
+    return out
+
+
+def _task_times(spark, description: str) -> list[float]:
+    sc = spark.sparkContext
+    base = sc.uiWebUrl.replace("localhost", "127.0.0.1")
+    app = sc.applicationId
+
+    def get(path: str):
+        with urllib.request.urlopen(f"{base}/api/v1/applications/{app}/{path}", timeout=30) as r:
+            return json.loads(r.read())
+
+    jobs = [j for j in get("jobs") if j.get("description") == description]
+    stage = max(s for j in jobs for s in j["stageIds"])
+    attempts = get(f"stages/{stage}")
+    tasks = get(f"stages/{stage}/{attempts[0]['attemptId']}/taskList?length=10000")
+    return [t["taskMetrics"]["executorRunTime"] / 1000.0 for t in tasks]
+
+
+def heavy(pdf: pd.DataFrame) -> pd.DataFrame:
+    v = pdf["v"].to_numpy(dtype=np.float64)
+    acc = 0.0
+    for _ in range(30):  # CPU work proportional to the key's rows
+        acc += float(np.sort(v * 1.0001).sum())
+    return pd.DataFrame({"k": [int(pdf["k"].iloc[0])], "n": [len(pdf)], "acc": [acc]})
+
+
+def skew(spark) -> dict:
+    from pyspark.sql import functions as F
+
+    sc_data = make_scenario("zipf", 1_000_000, 2_000, zipf_s=1.1, seed=0)
+    df = scenario_frame(spark, sc_data, "k").withColumn("v", F.rand(1)).cache()
+    df.count()
+    schema = "k long, n long, acc double"
+    out = {"keyed_bound": tl.keyed_bound(sc_data.counts, SKEW_PARTITIONS)}
+    for strategy in ("hash", "auto"):
+        resolved = tl.resolve_strategy(df, "k", strategy, SKEW_PARTITIONS, sample_rate=0.05)
+        desc = f"skew-{strategy}"
+        spark.sparkContext.setJobDescription(desc)
+        result = tl.keyed_apply(df, "k", heavy, schema, strategy=resolved.partitioner, fit="none")
+        noop(result)
+        spark.sparkContext.setJobDescription(None)
+        times = _task_times(spark, desc)
+        rows = tl.partition_balance(tl.key_by(df, "k", resolved.partitioner, fit="none"))
+        out[strategy] = {
+            "chosen": resolved.partitioner.strategy_name,
+            "task_time_max_over_mean": max(times) / (sum(times) / len(times)),
+            "task_times_s": times,
+            "rows_balance_degree": rows.balance_degree,
+            "rows_max_over_mean": rows.max_load / rows.mean_load,
+        }
+        print(strategy, resolved.partitioner.strategy_name, round(out[strategy]["task_time_max_over_mean"], 3),
+              "rows balance", round(rows.balance_degree, 3))
+    df.unpersist()
+    return out
+
+
+def main() -> dict:
+    spark = session()
+    payload = {"overhead": overhead(spark), "skew": skew(spark), "command": "python benches/placement/bench_spark.py"}
+    write_json("spark", payload)
+    spark.stop()
+    return payload
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""The house rules: the public names stay, every module imports alone, no circles, layers hold."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import trilink_spark as tl
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = importlib.util.spec_from_file_location("import_graph", ROOT / "tools" / "import_graph.py")
+graph = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(graph)
+
+# Every public name of the package; removing one breaks users' code.
+PUBLIC = {
+    "AGGREGATES", "AdaptiveBatchFunction", "AdaptivePartitioner", "BalanceReport",
+    "BrokerUnavailableError", "CANDIDATES", "CONFIG_FIELDS", "Combine", "ConfigCenter",
+    "ConfigCenterUnavailableError", "ConfigError", "ConfigTypeError", "DataLossError",
+    "Decision", "EVENT_TIME_COL", "FIT_MODES", "GLOBAL_STORES", "HashPartitioner",
+    "InvalidArgumentError", "InvalidArgumentTypeError", "InvalidKeyTypeError", "KAFKA_SOURCE",
+    "KafkaPythonPartitioner", "KeyedBatchFunction", "KeyedContext", "KeyedStateStore",
+    "KeyedStrategy", "KeyedWatermarkProcessFunction", "KeyedWindowAggregate",
+    "KeysNotGroupedError", "LeastCountPartitioner", "LeastKeyPartitioner",
+    "LocalMergeBatchFunction", "MERGE_MODES", "MissingColumnError", "MissingDependencyError",
+    "ModuloPartitioner", "NullKeyError", "PARTITION_COL", "PartitionCountError", "Partitioner",
+    "RedisConfigCenter", "RedisStore", "SOURCE_AGGREGATES", "SWITCH_MODES",
+    "StoreUnavailableError", "StrategyScore", "TablePartitioner", "TimerService",
+    "TrilinkError", "UnknownStrategyError", "WINDOW_AGGS", "WeightPartitioner", "__version__",
+    "adaptive_foreach_batch", "ahead_key_by", "balance_degree", "choose_best",
+    "confluent_partition", "evaluate_strategies", "extra_compute_time", "get_session",
+    "global_merge", "is_keyed_by_source", "kafka_default_partition", "kafka_murmur2", "key_by",
+    "keyed_agg", "keyed_apply", "keyed_bound", "keyed_by_source", "keyed_foreach_batch",
+    "keyed_process", "keyed_watermark", "local_merge", "local_merge_foreach_batch",
+    "merge_partials", "partition_balance", "physical_plan", "read_kafka",
+    "register_kafka_source", "resolve_strategy", "shuffle_exchanges", "strategy_names",
+    "validate_update", "write_kafka",
+}
+
+
+def test_public_names_are_pinned():
+    assert set(tl.__all__) == PUBLIC
+    assert len(tl.__all__) == len(set(tl.__all__))
+    for name in tl.__all__:
+        assert getattr(tl, name) is not None, name
+
+
+def test_errors_share_one_root():
+    errors = [getattr(tl, n) for n in tl.__all__ if n.endswith("Error")]
+    assert errors and all(issubclass(e, tl.TrilinkError) for e in errors)
+
+
+def _import_alone(module: str) -> tuple[str, int, str]:
+    proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    return module, proc.returncode, proc.stderr[-2000:]
+
+
+def test_every_module_imports_in_isolation():
+    modules = sorted(graph.modules())
+    assert len(modules) > 40
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(_import_alone, modules))
+    failed = [(m, err) for m, code, err in results if code != 0]
+    assert not failed, failed
+
+
+def test_import_graph_has_no_circle_and_keeps_the_layers():
+    mods = graph.modules()
+    edges, private = graph.imports(mods)
+    assert graph.cycles(edges, mods) == []
+    assert graph.layer_violations(edges) == []
+    assert private == []
+    # the data plane never imports the control plane or the command
+    plan = graph.package_map(edges)
+    for sub in graph.DATA_PLANE:
+        assert not {"control", "cli"} & plan.get(sub, set()), sub
+
+
+def test_graph_checker_finds_a_circle_and_a_layer_breach(tmp_path):
+    pkg = tmp_path / "trilink_spark"
+    (pkg / "merge").mkdir(parents=True)
+    (pkg / "control").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "merge" / "__init__.py").write_text("")
+    (pkg / "control" / "__init__.py").write_text("")
+    (pkg / "merge" / "a.py").write_text("from .b import x\nfrom ..control.c import _y\n")
+    (pkg / "merge" / "b.py").write_text("from .a import z\n")
+    (pkg / "control" / "c.py").write_text("")
+    mods = graph.modules(pkg)
+    edges, private = graph.imports(mods)
+    assert graph.cycles(edges, mods) == [["trilink_spark.merge.a", "trilink_spark.merge.b"]]
+    assert graph.layer_violations(edges) == [
+        "trilink_spark.merge.a (merge) imports trilink_spark.control.c (control)"]
+    assert private == ["trilink_spark.merge.a imports _y from trilink_spark.control.c"]
+
+
+def test_the_command_line_walker_passes():
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "import_graph.py")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stdout
+    assert "0 problem(s)" in proc.stdout
+
+
+def test_internal_column_names_live_in_one_module():
+    package = ROOT / "trilink_spark"
+    for path in package.rglob("*.py"):
+        if path.name == "columns.py":
+            continue
+        text = path.read_text(encoding="utf-8")
+        for line in text.splitlines():
+            stripped = line.strip()
+            if stripped.startswith(("#", ">>>")):
+                continue
+            assert '= "_tl_' not in stripped, (path, line)
+
+
+def test_no_docstring_cites_files_users_do_not_have():
+    for path in (ROOT / "trilink_spark").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        assert "seed 00" not in text and "design.md" not in text, path

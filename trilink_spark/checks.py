@@ -1,0 +1,30 @@
+"""Argument checks shared by every layer.
+
+Examples
+--------
+>>> check_num_partitions(4)
+4
+>>> check_num_partitions(0)
+Traceback (most recent call last):
+...
+trilink_spark.errors.InvalidArgumentError: num_partitions must be >= 1, got 0
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidArgumentError, InvalidArgumentTypeError
+
+__all__ = ["check_num_partitions"]
+
+
+def check_num_partitions(n: Any, name: str = "num_partitions") -> int:
+    """Validate a partition count: an ``int`` of at least 1. O(1)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise InvalidArgumentTypeError(f"{name} must be an int >= 1, got {type(n).__name__}")
+    if n < 1:
+        raise InvalidArgumentError(f"{name} must be >= 1, got {n}")
+    return int(n)

@@ -1,0 +1,343 @@
+"""The ``trilink-spark`` command.
+
+``trilink-spark balance`` tells how badly Spark's hash placement fits a key column and what every
+strategy would do. With no arguments it runs the Trilink paper's four scenarios on local Spark.
+``trilink-spark config get|set`` reads or publishes the dynamic configuration
+(:mod:`trilink_spark.cli.config`).
+
+Examples
+--------
+::
+
+    trilink-spark balance                                   # the four paper scenarios
+    trilink-spark balance events.parquet --key user_id --partitions 32
+    trilink-spark balance --scenario zipf --zipf 1.1 --json
+    trilink-spark balance --plot loads.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from .config import add_config_parser, run_config
+from ..errors import InvalidArgumentError, TrilinkError
+from ..partitioners.evaluation import StrategyScore, choose_best, evaluate_strategies
+from ..partitioners.scenarios import PAPER_SCENARIOS, SCENARIOS, make_scenario, scenario_frame
+
+__all__ = ["main", "build_parser", "BalanceResult", "run_balance"]
+
+logger = logging.getLogger(__name__)
+
+_FORMATS = ("parquet", "csv", "json")
+
+
+@dataclass
+class BalanceResult:
+    """What ``trilink-spark balance`` found for one data set."""
+
+    name: str
+    records: int
+    distinct_keys: int
+    sampled_records: int
+    scores: list[StrategyScore]
+    best: str
+    measured: dict[str, dict[str, Any]] = field(default_factory=dict)
+    kafka: dict[str, float] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        extra = {"kafka_murmur2": self.kafka} if self.kafka is not None else {}
+        return {
+            "name": self.name,
+            "records": self.records,
+            "distinct_keys": self.distinct_keys,
+            "sampled_records": self.sampled_records,
+            "keyed_bound": self.scores[0].keyed_bound if self.scores else 1.0,
+            "best": self.best,
+            "strategies": [s.to_dict() for s in self.scores],
+            "measured": self.measured,
+            **extra,
+        }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trilink-spark",
+        description="Key placement that keeps keys whole and balances load, for Apache Spark.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    bal = sub.add_parser(
+        "balance",
+        help="how Spark's hash placement and every strategy would balance a key column",
+        description=(
+            "Score every placement strategy on a key column (a Parquet/CSV/JSON path with "
+            "--key) or on built-in scenarios. Without a path: the four scenarios of the paper."
+        ),
+    )
+    bal.add_argument("path", nargs="?", help="Parquet, CSV or JSON file or directory")
+    bal.add_argument("--key", help="key column of PATH")
+    bal.add_argument("--format", choices=_FORMATS, help="input format (default: from suffix)")
+    bal.add_argument(
+        "--scenario",
+        action="append",
+        choices=SCENARIOS,
+        help="built-in scenario, repeatable (default: the paper's four)",
+    )
+    bal.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent s (default 1.1)")
+    bal.add_argument("--records", type=int, default=1_000_000, help="records per scenario")
+    bal.add_argument("--keys", type=int, default=10_000, help="distinct keys per scenario")
+    bal.add_argument("--partitions", type=int, default=60, help="partitions (default 60)")
+    bal.add_argument(
+        "--sample-rate",
+        type=float,
+        default=1.0,
+        help="fit strategies on this fraction of rows, score on all rows (default 1.0)",
+    )
+    bal.add_argument("--seed", type=int, default=0)
+    bal.add_argument(
+        "--no-measure",
+        action="store_true",
+        help="skip placing the data with Spark to measure hash and the best strategy",
+    )
+    bal.add_argument(
+        "--kafka",
+        action="store_true",
+        help="also show Kafka's default partitioner (murmur2 of the key as text) on "
+        "--partitions Kafka partitions, as a producer without Ahead KeyBy places keys",
+    )
+    bal.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    bal.add_argument("--plot", metavar="PNG", help="draw per-partition loads per strategy")
+    bal.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    add_config_parser(sub)
+    return parser
+
+
+def _read(spark: Any, path: str, fmt: str | None) -> Any:
+    fmt = fmt or Path(path.rstrip("/")).suffix.lstrip(".").lower()
+    if fmt not in _FORMATS:
+        raise InvalidArgumentError(
+            f"cannot tell the format of {path!r}; pass --format {'|'.join(_FORMATS)}"
+        )
+    reader = spark.read.format(fmt)
+    if fmt == "csv":
+        reader = reader.option("header", "true").option("inferSchema", "true")
+    return reader.load(path)
+
+
+def _measure(df: Any, key: str, score: StrategyScore) -> dict[str, Any]:
+    from ..partitioners.balance import partition_balance
+    from ..placement.key_by import key_by
+
+    report = partition_balance(key_by(df, key, score.partitioner.copy(), fit="none"))
+    out = report.to_dict()
+    out.pop("loads")
+    return out
+
+
+def run_balance(
+    df: Any,
+    key: str,
+    name: str,
+    partitions: int,
+    sample_rate: float,
+    seed: int,
+    measure: bool,
+    kafka: bool = False,
+) -> BalanceResult:
+    """Score every strategy on ``df[key]``; optionally measure hash and the best with Spark,
+    and score Kafka's default partitioner (``kafka=True``)."""
+    from ..placement.key_by import key_counts, key_kind
+
+    kind, dtype = key_kind(df, key)
+    if kind is None:
+        raise InvalidArgumentError(
+            f"key column {key!r} is {dtype.simpleString()}; balance needs int, long, string or "
+            "binary keys"
+        )
+    full = key_counts(df, key, 1.0, seed, "partition0")
+    full_map = dict(zip(full.column(0).to_pylist(), full.column(1).to_numpy().tolist()))
+    fit_map = full_map
+    if sample_rate < 1.0:
+        sample = key_counts(df, key, sample_rate, seed, "partition0")
+        fit_map = dict(zip(sample.column(0).to_pylist(), sample.column(1).to_numpy().tolist()))
+        if not fit_map:
+            raise InvalidArgumentError(f"a {sample_rate} sample of {name} has no rows")
+    scores = evaluate_strategies(
+        fit_map, partitions, evaluate_on=full_map, key_type=kind, seed=seed
+    )
+    best = choose_best(scores)
+    result = BalanceResult(
+        name=name,
+        records=int(sum(full_map.values())),
+        distinct_keys=len(full_map),
+        sampled_records=int(sum(fit_map.values())),
+        scores=scores,
+        best=best.name,
+    )
+    if measure:
+        for score in {s.name: s for s in (scores[0], best)}.values():
+            result.measured[score.name] = _measure(df, key, score)
+    if kafka:
+        result.kafka = _kafka_placement(full_map, partitions)
+    return result
+
+
+def _kafka_placement(counts: dict[Any, int], partitions: int) -> dict[str, float]:
+    """Balance of Kafka's default partitioner over ``partitions`` Kafka partitions."""
+    import numpy as np
+
+    from ..partitioners.balance import balance_degree, extra_compute_time
+    from ..partitioners.kafka_hash import kafka_default_partition
+
+    keys = [k for k in counts if k is not None]
+    weights = np.array([counts[k] for k in keys], dtype=np.float64)
+    loads = np.bincount(kafka_default_partition(keys, partitions), weights=weights,
+                        minlength=partitions)
+    return {"balance_degree": balance_degree(loads), "extra_compute_time": extra_compute_time(loads)}
+
+
+def _format_table(results: Sequence[BalanceResult], partitions: int, out: TextIO) -> None:
+    for res in results:
+        sampled = (
+            "" if res.sampled_records == res.records else f", fitted on {res.sampled_records:,}"
+        )
+        out.write(
+            f"\n{res.name}: {res.records:,} records, {res.distinct_keys:,} keys, "
+            f"{partitions} partitions{sampled}; keyed bound {res.scores[0].keyed_bound:.3f}\n"
+        )
+        out.write(
+            f"  {'strategy':<24}{'balance':>9}{'extra time':>12}{'max/mean':>10}"
+            f"{'max load':>12}{'mean load':>12}\n"
+        )
+        for s in res.scores:
+            mark = "*" if s.name == res.best else " "
+            ratio = s.max_load / s.mean_load if s.mean_load else 1.0
+            out.write(
+                f"{mark} {s.name:<24}{s.balance_degree:>9.3f}{s.extra_compute_time:>11.1%}"
+                f"{ratio:>10.3f}{s.max_load:>12,.0f}{s.mean_load:>12,.1f}\n"
+            )
+        for name, m in res.measured.items():
+            out.write(
+                f"  measured with Spark, {name}: balance {m['balance_degree']:.3f}, "
+                f"extra time {m['extra_compute_time']:.1%}\n"
+            )
+        if res.kafka is not None:
+            out.write(
+                f"  Kafka's default partitioner (murmur2), {partitions} Kafka partitions: "
+                f"balance {res.kafka['balance_degree']:.3f}, "
+                f"extra time {res.kafka['extra_compute_time']:.1%}\n"
+            )
+    out.write("\n* = chosen (a table strategy must beat hash/modulo by > 0.01)\n")
+
+
+def _plot(results: Sequence[BalanceResult], path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InvalidArgumentError(
+            "--plot needs matplotlib: pip install 'trilink-spark[plot]'"
+        ) from None
+    cols = max(len(r.scores) for r in results)
+    fig, axes = plt.subplots(
+        len(results),
+        cols,
+        figsize=(3.2 * cols, 2.4 * len(results)),
+        squeeze=False,
+        sharey="row",
+    )
+    for row, res in enumerate(results):
+        for col in range(cols):
+            ax = axes[row][col]
+            if col >= len(res.scores):
+                ax.axis("off")
+                continue
+            s = res.scores[col]
+            ax.bar(range(s.loads.size), s.loads, width=1.0, color="#4477aa")
+            ax.axhline(s.mean_load, color="#cc3311", linewidth=1)
+            ax.set_title(f"{res.name}\n{s.name}: {s.balance_degree:.2f}", fontsize=8)
+            ax.tick_params(labelsize=6)
+    fig.suptitle("records per partition (red: mean); title: balance degree", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _balance(args: argparse.Namespace, out: TextIO) -> int:
+    from ..session import get_session
+
+    if args.partitions < 1:
+        raise InvalidArgumentError(f"--partitions must be >= 1, got {args.partitions}")
+    if not 0.0 < args.sample_rate <= 1.0:
+        raise InvalidArgumentError(f"--sample-rate must be in (0, 1], got {args.sample_rate}")
+    if args.path and not args.key:
+        raise InvalidArgumentError("a PATH needs --key COLUMN")
+    if args.path and args.scenario:
+        raise InvalidArgumentError("give either PATH --key or --scenario, not both")
+    spark = get_session(args.master, shuffle_partitions=max(2, args.partitions))
+    results = []
+    if args.path:
+        df = _read(spark, args.path, args.format)
+        results.append(
+            run_balance(
+                df, args.key, args.path, args.partitions, args.sample_rate, args.seed,
+                not args.no_measure, args.kafka,
+            )
+        )
+    else:
+        for name in args.scenario or PAPER_SCENARIOS:
+            sc = make_scenario(
+                name, args.records, args.keys, zipf_s=args.zipf, seed=args.seed
+            )
+            label = f"zipf(s={args.zipf})" if name == "zipf" else name
+            df = scenario_frame(spark, sc)
+            results.append(
+                run_balance(
+                    df, "key", label, args.partitions, args.sample_rate, args.seed,
+                    not args.no_measure, args.kafka,
+                )
+            )
+    if args.plot:
+        _plot(results, args.plot)
+    if args.json:
+        payload = {
+            "partitions": args.partitions,
+            "sample_rate": args.sample_rate,
+            "datasets": [r.to_dict() for r in results],
+        }
+        json.dump(payload, out, indent=2)
+        out.write("\n")
+    else:
+        _format_table(results, args.partitions, out)
+        if args.plot:
+            out.write(f"plot written to {args.plot}\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Entry point of the ``trilink-spark`` command; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    stream = out if out is not None else sys.stdout
+    try:
+        if args.command == "balance":
+            return _balance(args, stream)
+        if args.command == "config":
+            return run_config(args, stream)
+    except TrilinkError as exc:
+        sys.stderr.write(f"trilink-spark: error: {exc}\n")
+        return 2
+    parser.error(f"unknown command {args.command!r}")  # pragma: no cover
+    return 2  # pragma: no cover
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

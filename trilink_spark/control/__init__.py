@@ -1,0 +1,24 @@
+"""The control plane: adaptive switching and the configuration centers.
+
+It reads what the data plane reports (samples, task metrics, query progress) and changes a
+running job only at micro-batch boundaries. The data plane never imports it.
+"""
+
+from .config_center import ConfigCenter, RedisConfigCenter, set_default_validator
+from .settings import CONFIG_FIELDS, MODES, validate_update
+from .adaptive import AdaptivePartitioner, Decision
+from .stream import AdaptiveBatchFunction, adaptive_foreach_batch
+
+set_default_validator(validate_update)
+
+__all__ = [
+    "ConfigCenter",
+    "RedisConfigCenter",
+    "CONFIG_FIELDS",
+    "MODES",
+    "validate_update",
+    "AdaptivePartitioner",
+    "Decision",
+    "AdaptiveBatchFunction",
+    "adaptive_foreach_batch",
+]

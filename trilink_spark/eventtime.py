@@ -1,0 +1,119 @@
+"""Event time in one internal unit: microseconds for timestamps, the column's own for numbers.
+
+Every time-based operator (keyed watermarks, keyed process functions, windows, Local Merge)
+converts its event-time column, its delays and its slot or window lengths with these functions,
+so they agree on units and on what a duration means.
+
+Examples
+--------
+>>> from datetime import timedelta
+>>> delay_in_units(timedelta(seconds=2), "timestamp")
+2000000.0
+>>> delay_in_units(5, "integral")
+5.0
+>>> from_units([1_500_000.0], "integral").tolist()
+[1500000]
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from .columns import require_columns
+from .errors import InvalidArgumentError, InvalidArgumentTypeError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+__all__ = ["TIME_KINDS", "SPARK_TIME_TYPES", "time_kind", "event_time_micros",
+           "delay_in_units", "from_units"]
+
+#: Kinds of event-time column: timestamps, integers, fractional numbers.
+TIME_KINDS: tuple[str, ...] = ("timestamp", "integral", "fractional")
+#: Spark type of a time value (a window bound, a slot start) per kind.
+SPARK_TIME_TYPES: dict[str, str] = {
+    "timestamp": "timestamp", "integral": "bigint", "fractional": "double",
+}
+
+
+def time_kind(df: DataFrame, column: str) -> str:
+    """``"timestamp"``, ``"integral"`` or ``"fractional"`` for an event-time column of ``df``.
+
+    Raises :class:`~trilink_spark.MissingColumnError` for an unknown column and
+    :class:`~trilink_spark.InvalidArgumentTypeError` for a column of another type.
+    """
+    from pyspark.sql import types as T
+
+    require_columns(df, [column], "event time column")
+    dtype = df.schema[column].dataType
+    if isinstance(dtype, (T.TimestampType, T.TimestampNTZType)):
+        return "timestamp"
+    if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
+        return "integral"
+    if isinstance(dtype, (T.FloatType, T.DoubleType, T.DecimalType)):
+        return "fractional"
+    raise InvalidArgumentTypeError(
+        f"event time column {column!r} is {dtype.simpleString()}; use a timestamp or a number"
+    )
+
+
+def event_time_micros(df: DataFrame, column: str) -> tuple[Column, str]:
+    """The event time as a double Spark column in internal units, and the column's kind.
+
+    Notes
+    -----
+    A column expression: computed by Spark, no job.
+    """
+    from pyspark.sql import functions as F
+
+    kind = time_kind(df, column)
+    col = F.col(column)
+    if kind == "timestamp":
+        return F.unix_micros(col.cast("timestamp")).cast("double"), kind
+    return col.cast("double"), kind
+
+
+def delay_in_units(delay: Any, kind: str, name: str = "delay") -> float:
+    """A duration in internal units: microseconds for timestamps, the column's own otherwise.
+
+    For a timestamp column, ``delay`` is a ``timedelta`` or a number of seconds. ``name`` is
+    the argument named in error messages.
+    """
+    if isinstance(delay, bool):
+        raise InvalidArgumentTypeError(f"{name} must be a number or a timedelta, not a bool")
+    if isinstance(delay, timedelta):
+        if kind != "timestamp":
+            raise InvalidArgumentTypeError(
+                f"a timedelta {name} needs a timestamp event time; give a number in the "
+                "column's unit"
+            )
+        value = delay.total_seconds() * 1e6
+    elif isinstance(delay, (int, float)):
+        value = float(delay) * (1e6 if kind == "timestamp" else 1.0)
+    else:
+        raise InvalidArgumentTypeError(
+            f"{name} must be a number or a timedelta, got {type(delay).__name__}"
+        )
+    if not math.isfinite(value) or value < 0:
+        raise InvalidArgumentError(f"{name} must be finite and >= 0, got {delay!r}")
+    return value
+
+
+def from_units(units: Any, kind: str) -> Any:
+    """Internal units back to the column's kind: UTC timestamps, int64 or float64 (numpy).
+
+    Notes
+    -----
+    Vectorised, O(len(units)).
+    """
+    values = np.asarray(units, dtype=np.float64)
+    if kind == "timestamp":
+        return pd.to_datetime(np.rint(values).astype(np.int64), unit="us", utc=True)
+    if kind == "integral":
+        return np.rint(values).astype(np.int64)
+    return values

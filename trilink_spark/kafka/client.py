@@ -1,0 +1,452 @@
+"""Talking to Kafka for the ``trilink-kafka`` data source: options, offsets, fetching ranges.
+
+Everything here runs in Python (``kafka-python``, the ``kafka`` extra), on the driver when a
+query is planned and in the tasks that read. Offsets follow Spark's Kafka source: a JSON object
+``{"topic": {"0": 23, "1": -2}}`` where ``-2`` means earliest and ``-1`` latest.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+import pyarrow as pa
+
+from ..errors import BrokerUnavailableError, DataLossError, InvalidArgumentError
+from ..errors import MissingDependencyError, PartitionCountError
+
+__all__ = [
+    "SOURCE_NAME",
+    "KAFKA_SCHEMA",
+    "KafkaOptions",
+    "open_consumer",
+    "topic_partitions",
+    "resolve_offsets",
+    "fetch_range",
+    "open_producer",
+    "split_limit",
+    "check_retention",
+]
+
+#: The format name: ``spark.read.format("trilink-kafka")``.
+SOURCE_NAME = "trilink-kafka"
+
+logger = logging.getLogger(__name__)
+
+#: The columns of Spark's own Kafka source, in its order and types.
+KAFKA_SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, timestampType int"
+)
+_ARROW_SCHEMA = pa.schema([
+    ("key", pa.binary()),
+    ("value", pa.binary()),
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("offset", pa.int64()),
+    ("timestamp", pa.timestamp("us", tz="UTC")),
+    ("timestampType", pa.int32()),
+])
+EARLIEST, LATEST = -2, -1
+_BOOTSTRAP_KEYS = ("kafka.bootstrap.servers", "bootstrap.servers", "bootstrapServers")
+_TOPIC_KEYS = ("subscribe", "topic")
+
+
+def _first(options: Mapping[str, str], names: tuple[str, ...]) -> str | None:
+    for name in names:
+        if options.get(name):
+            return str(options[name])
+    return None
+
+
+def _positive(options: Mapping[str, str], name: str, default: int | None) -> int | None:
+    raw = options.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"option {name} must be a positive integer, got {raw!r}") from None
+    if value <= 0:
+        raise InvalidArgumentError(f"option {name} must be a positive integer, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class KafkaOptions:
+    """The source's options, checked (picklable: shipped to every task).
+
+    Attributes
+    ----------
+    bootstrap : str
+        ``kafka.bootstrap.servers`` (also accepted: ``bootstrap.servers``).
+    topic : str
+        ``subscribe`` (also accepted: ``topic``): one topic.
+    starting, ending : str
+        ``startingOffsets`` (``"earliest"``, ``"latest"`` or Spark's JSON) and, for batch reads,
+        ``endingOffsets`` (``"latest"`` or JSON).
+    max_per_trigger : int or None
+        ``maxOffsetsPerTrigger``: most records per micro-batch, spread over the partitions in
+        proportion to what each has waiting.
+    num_partitions : int or None
+        ``numPartitions``: the partition count the keys were placed for; a topic with another
+        count is refused with :class:`~trilink_spark.errors.PartitionCountError`.
+    timeout_ms : int
+        ``timeoutMs``: how long to wait for the broker (connect, metadata, a fetch that makes no
+        progress) before failing with a clear error. Default 10,000.
+    fail_on_data_loss : bool
+        ``failOnDataLoss`` (default true): refuse offsets the broker no longer holds, instead of
+        skipping ahead to the earliest available one.
+    """
+
+    bootstrap: str
+    topic: str
+    starting: str
+    ending: str
+    max_per_trigger: int | None
+    num_partitions: int | None
+    timeout_ms: int
+    fail_on_data_loss: bool
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str], streaming: bool) -> KafkaOptions:
+        """Check Spark reader options; the message of every refusal names the option."""
+        bootstrap = _first(options, _BOOTSTRAP_KEYS)
+        if not bootstrap:
+            raise InvalidArgumentError(
+                "trilink-kafka needs option kafka.bootstrap.servers, e.g. '127.0.0.1:9092'"
+            )
+        topic = _first(options, _TOPIC_KEYS)
+        if not topic:
+            raise InvalidArgumentError("trilink-kafka needs option subscribe (the topic to read)")
+        if "," in topic:
+            raise InvalidArgumentError(
+                f"trilink-kafka reads one topic; subscribe={topic!r} names several"
+            )
+        starting = options.get("startingOffsets") or ("latest" if streaming else "earliest")
+        ending = options.get("endingOffsets") or "latest"
+        if streaming and options.get("endingOffsets"):
+            raise InvalidArgumentError("endingOffsets is for batch reads; a stream has no end")
+        if not streaming and starting == "latest":
+            raise InvalidArgumentError(
+                "startingOffsets='latest' would read nothing in a batch query; use 'earliest' "
+                "or JSON offsets"
+            )
+        if not streaming and ending == "earliest":
+            raise InvalidArgumentError("endingOffsets must be 'latest' or JSON offsets")
+        for name, spec in (("startingOffsets", starting), ("endingOffsets", ending)):
+            _parse_spec(spec, topic, name)
+        loss = str(options.get("failOnDataLoss", "true")).lower()
+        if loss not in ("true", "false"):
+            raise InvalidArgumentError(f"failOnDataLoss must be true or false, got {loss!r}")
+        return cls(
+            bootstrap=bootstrap,
+            topic=topic,
+            starting=starting,
+            ending=ending,
+            max_per_trigger=_positive(options, "maxOffsetsPerTrigger", None),
+            num_partitions=_positive(options, "numPartitions", None),
+            timeout_ms=_positive(options, "timeoutMs", 10_000) or 10_000,
+            fail_on_data_loss=loss == "true",
+        )
+
+
+def _parse_spec(spec: str, topic: str, name: str) -> str | dict[int, int]:
+    """``"earliest"``/``"latest"``, or ``{partition: offset}`` from Spark's JSON form."""
+    if spec in ("earliest", "latest"):
+        return spec
+    try:
+        data = json.loads(spec)
+    except json.JSONDecodeError:
+        raise InvalidArgumentError(
+            f"{name} must be 'earliest', 'latest' or JSON like "
+            f'{{"{topic}": {{"0": 42}}}}, got {spec!r}'
+        ) from None
+    if not isinstance(data, dict) or set(data) != {topic} or not isinstance(data[topic], dict):
+        raise InvalidArgumentError(f"{name} JSON must name exactly the topic {topic!r}: {spec}")
+    try:
+        offsets = {int(p): int(o) for p, o in data[topic].items()}
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"{name} JSON maps partitions to integer offsets: {spec}")
+    if any(o < EARLIEST for o in offsets.values()):
+        raise InvalidArgumentError(f"{name}: offsets are >= 0, or -2 (earliest), -1 (latest)")
+    return offsets
+
+
+def _kafka() -> Any:
+    try:
+        import kafka
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise MissingDependencyError(
+            "trilink-kafka needs kafka-python: pip install 'trilink-spark[kafka]'"
+        ) from None
+    return kafka
+
+
+def _timeouts(kafka: Any, cls: Any, opts: KafkaOptions) -> dict[str, int]:
+    """Connection timeouts under kafka-python 3 (``bootstrap_timeout_ms``) or 2."""
+    config: dict[str, int] = {"request_timeout_ms": max(opts.timeout_ms, 1_000) + 500}
+    if "bootstrap_timeout_ms" in cls.DEFAULT_CONFIG:
+        config["bootstrap_timeout_ms"] = opts.timeout_ms
+    else:  # pragma: no cover - kafka-python 2
+        config["api_version_auto_timeout_ms"] = opts.timeout_ms
+    return config
+
+
+def _unreachable(opts: KafkaOptions) -> BrokerUnavailableError:
+    return BrokerUnavailableError(
+        f"no Kafka broker answered at {opts.bootstrap} within {opts.timeout_ms} ms; check "
+        "kafka.bootstrap.servers and that the broker is running"
+    )
+
+
+def open_consumer(opts: KafkaOptions) -> Any:
+    """A ``KafkaConsumer`` with no group and no auto commit (offsets are Spark's to keep)."""
+    kafka = _kafka()
+    try:
+        return kafka.KafkaConsumer(
+            bootstrap_servers=opts.bootstrap.split(","),
+            enable_auto_commit=False,
+            group_id=None,
+            auto_offset_reset="earliest",
+            max_poll_records=10_000,
+            **_timeouts(kafka, kafka.KafkaConsumer, opts),
+        )
+    except (kafka.errors.KafkaError, OSError):
+        raise _unreachable(opts) from None
+
+
+def topic_partitions(consumer: Any, opts: KafkaOptions) -> list[int]:
+    """The topic's partition ids, sorted; refuses a missing topic or a different count."""
+    deadline = time.monotonic() + opts.timeout_ms / 1000
+    partitions = consumer.partitions_for_topic(opts.topic)
+    while not partitions and time.monotonic() < deadline:
+        time.sleep(0.05)
+        consumer.topics()  # refresh metadata
+        partitions = consumer.partitions_for_topic(opts.topic)
+    if not partitions:
+        raise InvalidArgumentError(f"Kafka topic {opts.topic!r} does not exist at {opts.bootstrap}")
+    ids = sorted(partitions)
+    if ids != list(range(len(ids))):  # pragma: no cover - Kafka numbers partitions 0..n-1
+        raise PartitionCountError(f"topic {opts.topic!r} has unexpected partition ids {ids}")
+    _check_count(opts, len(ids), f"; read it with numPartitions={len(ids)} or recreate the topic")
+    return ids
+
+
+def _check_count(opts: KafkaOptions, count: int, advice: str = "") -> None:
+    """Refuse a topic whose partition count is not the ``numPartitions`` the keys were placed
+    for (nothing to check when the option is not set)."""
+    if opts.num_partitions is not None and count != opts.num_partitions:
+        raise PartitionCountError(
+            f"topic {opts.topic!r} has {count} partitions but its keys were placed for "
+            f"{opts.num_partitions} (numPartitions){advice}"
+        )
+
+
+def _latest(consumer: Any, topic: str, partitions: list[int]) -> dict[int, int]:
+    """End offsets, confirmed by a fetch: some Kafka-compatible brokers report the start of the
+    last record batch as the end, which would leave that batch's records unread."""
+    kafka = _kafka()
+    tps = [kafka.TopicPartition(topic, p) for p in partitions]
+    reported = {tp.partition: int(o) for tp, o in consumer.end_offsets(tps).items()}
+    confirm = [tp for tp in tps if reported[tp.partition] > 0]
+    if not confirm:
+        return reported
+    consumer.assign(confirm)
+    for tp in confirm:
+        consumer.seek(tp, reported[tp.partition] - 1)
+    pending = set(confirm)
+    deadline = time.monotonic() + 2.0
+    while pending and time.monotonic() < deadline:
+        for tp, records in consumer.poll(timeout_ms=100).items():
+            if records:
+                reported[tp.partition] = max(reported[tp.partition], records[-1].offset + 1)
+                pending.discard(tp)
+                consumer.pause(tp)
+        for tp in list(pending):  # e.g. a transaction marker last: the fetch moved past it
+            if consumer.position(tp) >= reported[tp.partition]:
+                pending.discard(tp)
+                consumer.pause(tp)
+    consumer.unsubscribe()
+    return reported
+
+
+def resolve_offsets(
+    consumer: Any, opts: KafkaOptions, partitions: list[int], spec: str, missing: int = EARLIEST
+) -> dict[int, int]:
+    """Concrete offsets for ``spec`` (earliest/latest/JSON) on every partition.
+
+    Partitions a JSON spec leaves out get ``missing``: earliest (``-2``, for starting offsets)
+    or latest (``-1``, for ending offsets). An
+    offset the broker no longer holds is refused when ``failOnDataLoss`` is true, else moved
+    to the earliest one with a warning.
+    """
+    parsed = _parse_spec(spec, opts.topic, "offsets")
+    if parsed == "latest":
+        return _latest(consumer, opts.topic, partitions)
+    kafka = _kafka()
+    tps = [kafka.TopicPartition(opts.topic, p) for p in partitions]
+    earliest = {tp.partition: int(o) for tp, o in consumer.beginning_offsets(tps).items()}
+    if parsed == "earliest":
+        return earliest
+    parsed = cast(dict[int, int], parsed)
+    unknown = sorted(set(parsed) - set(partitions))
+    if unknown:
+        raise InvalidArgumentError(
+            f"offsets name partitions {unknown} that topic {opts.topic!r} does not have "
+            f"(it has {len(partitions)})"
+        )
+    wanted = {p: parsed.get(p, missing) for p in partitions}
+    latest = (_latest(consumer, opts.topic, partitions) if LATEST in wanted.values()
+              else earliest)  # only read for -1 entries
+    resolved: dict[int, int] = {}
+    for p, want in wanted.items():
+        offset = earliest[p] if want == EARLIEST else latest[p] if want == LATEST else want
+        resolved[p] = check_retention(opts, p, offset, earliest[p])
+    return resolved
+
+
+def check_retention(opts: KafkaOptions, partition: int, offset: int, earliest: int) -> int:
+    """``offset``, or the earliest one the broker still holds when retention deleted it and
+    ``failOnDataLoss`` is false (refused when it is true)."""
+    if offset >= earliest:
+        return offset
+    if opts.fail_on_data_loss:
+        raise DataLossError(
+            f"{opts.topic}-{partition}: offsets {offset}..{earliest - 1} are no longer on the "
+            "broker (records were deleted); set failOnDataLoss=false to skip them"
+        )
+    logger.warning("%s-%d: offsets %d..%d are gone; reading from %d", opts.topic, partition,
+                   offset, earliest - 1, earliest)
+    return earliest
+
+
+def fetch_range(
+    opts: KafkaOptions, partition: int, start: int, end: int, batch_rows: int = 10_000
+) -> Iterator[pa.RecordBatch]:
+    """Records ``[start, end)`` of one partition as Arrow batches with :data:`KAFKA_SCHEMA`.
+
+    Cost: one consumer per call; kafka-python decodes records in Python, so a record costs a
+    few microseconds of Python before Arrow takes over. Raises :class:`BrokerUnavailableError`
+    when the broker makes no progress for ``timeout_ms``.
+    """
+    if end <= start:
+        return
+    kafka = _kafka()
+    consumer = open_consumer(opts)
+    try:
+        tp = kafka.TopicPartition(opts.topic, partition)
+        # e.g. a restarted stream whose oldest records retention deleted
+        start = check_retention(opts, partition, start,
+                                int(consumer.beginning_offsets([tp])[tp]))
+        if end <= start:
+            return
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        columns = _empty_columns()
+        stalled_since = time.monotonic()
+        while consumer.position(tp) < end:
+            records = consumer.poll(timeout_ms=200, max_records=batch_rows).get(tp, [])
+            if not records:
+                if time.monotonic() - stalled_since > opts.timeout_ms / 1000:
+                    raise BrokerUnavailableError(
+                        f"{opts.topic}-{partition}: no records past offset "
+                        f"{consumer.position(tp)} (want up to {end}) within {opts.timeout_ms} ms"
+                    )
+                continue
+            stalled_since = time.monotonic()
+            for r in records:
+                if r.offset >= end:
+                    break
+                columns["key"].append(r.key)
+                columns["value"].append(r.value)
+                columns["offset"].append(r.offset)
+                columns["timestamp"].append(r.timestamp * 1000)
+                columns["timestampType"].append(r.timestamp_type)
+            if records[-1].offset >= end - 1:
+                consumer.seek(tp, end)
+            if len(columns["offset"]) >= batch_rows:
+                yield _batch(columns, opts.topic, partition)
+                columns = _empty_columns()
+        if columns["offset"]:
+            yield _batch(columns, opts.topic, partition)
+    finally:
+        consumer.close()
+
+
+def _empty_columns() -> dict[str, list[Any]]:
+    """The per-record columns (topic and partition are the same for the whole range)."""
+    return {"key": [], "value": [], "offset": [], "timestamp": [], "timestampType": []}
+
+
+def _batch(columns: dict[str, list[Any]], topic: str, partition: int) -> pa.RecordBatch:
+    n = len(columns["offset"])
+    arrays = [
+        pa.array(columns["key"], pa.binary()),
+        pa.array(columns["value"], pa.binary()),
+        pa.array([topic] * n, pa.string()),
+        pa.array([partition] * n, pa.int32()),
+        pa.array(columns["offset"], pa.int64()),
+        pa.array(columns["timestamp"], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        pa.array(columns["timestampType"], pa.int32()),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=_ARROW_SCHEMA)
+
+
+def open_producer(opts: KafkaOptions) -> tuple[Any, int]:
+    """A producer for ``opts.topic`` and the topic's partition count (checked against
+    ``numPartitions``). Waits for every replica's acknowledgement (``acks="all"``)."""
+    kafka = _kafka()
+    try:
+        producer = kafka.KafkaProducer(
+            bootstrap_servers=opts.bootstrap.split(","),
+            acks="all",
+            max_block_ms=opts.timeout_ms,
+            **_timeouts(kafka, kafka.KafkaProducer, opts),
+        )
+    except (kafka.errors.KafkaError, OSError):
+        raise _unreachable(opts) from None
+    try:
+        partitions = producer.partitions_for(opts.topic)
+    except kafka.errors.KafkaTimeoutError:
+        producer.close()
+        raise InvalidArgumentError(
+            f"Kafka topic {opts.topic!r} does not exist at {opts.bootstrap}; create it with the "
+            "partition count the keys were placed for"
+        ) from None
+    count = len(partitions)
+    try:
+        _check_count(opts, count)
+    except PartitionCountError:
+        producer.close()
+        raise
+    return producer, count
+
+
+def split_limit(start: dict[int, int], latest: dict[int, int], limit: int | None) -> dict[int, int]:
+    """End offsets reading at most ``limit`` records, spread over partitions by backlog.
+
+    Each partition gets ``floor(limit * backlog / total)``; what rounding leaves goes to the
+    largest remainders (ties to the lower partition id), so the split is deterministic.
+
+    Examples
+    --------
+    >>> split_limit({0: 0, 1: 0}, {0: 30, 1: 10}, 20)
+    {0: 15, 1: 5}
+    >>> split_limit({0: 5}, {0: 8}, 100)
+    {0: 8}
+    """
+    backlog = {p: max(latest[p] - start[p], 0) for p in start}
+    total = sum(backlog.values())
+    if limit is None or total <= limit:
+        return {p: max(latest[p], start[p]) for p in start}
+    quota = {p: limit * b // total for p, b in backlog.items()}
+    left = limit - sum(quota.values())
+    order = sorted(backlog, key=lambda p: (-(limit * backlog[p] % total), p))
+    for p in order[:left]:
+        quota[p] += 1
+    return {p: start[p] + quota[p] for p in start}

@@ -1,0 +1,25 @@
+"""Keyed event time: per-key watermarks, timers, keyed process functions and their runners."""
+
+from ..columns import EVENT_TIME_COL
+from .timers import TimerService
+from .watermark import keyed_watermark
+from .process import KeyedBatch, KeyedContext, KeyedRuntime, KeyedWatermarkProcessFunction
+from .process import KeyWatermarks
+from .windows import WINDOW_AGGS, KeyedWindowAggregate
+from .runner import KeyedBatchFunction, keyed_foreach_batch, keyed_process
+
+__all__ = [
+    "EVENT_TIME_COL",
+    "TimerService",
+    "keyed_watermark",
+    "KeyedBatch",
+    "KeyWatermarks",
+    "KeyedContext",
+    "KeyedRuntime",
+    "KeyedWatermarkProcessFunction",
+    "WINDOW_AGGS",
+    "KeyedWindowAggregate",
+    "KeyedBatchFunction",
+    "keyed_foreach_batch",
+    "keyed_process",
+]

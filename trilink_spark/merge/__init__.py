@@ -1,0 +1,20 @@
+"""Merging partial aggregates: the aggregate algebra, Local Merge, Global Merge and its stores."""
+
+from .algebra import AGGREGATES, Combine, merge_partials
+from .local import MERGE_MODES, local_merge
+from .stream import LocalMergeBatchFunction, local_merge_foreach_batch
+from .redis_store import RedisStore
+from .global_merge import GLOBAL_STORES, global_merge
+
+__all__ = [
+    "AGGREGATES",
+    "Combine",
+    "merge_partials",
+    "MERGE_MODES",
+    "local_merge",
+    "LocalMergeBatchFunction",
+    "local_merge_foreach_batch",
+    "RedisStore",
+    "GLOBAL_STORES",
+    "global_merge",
+]

@@ -1,0 +1,175 @@
+"""Global Merge: no keyed exchange at all (seed 002 §4.3 (2), Figure 11 (c)).
+
+Every partition aggregates its own rows and merges the resulting partials (deltas) into one
+global result. With the embedded ``store="driver"`` the deltas are collected by the driver
+(Arrow) and merged there; only one partial row per key, partition and flush crosses the
+network, and the plan has no shuffle exchange. The modes of
+:func:`~trilink_spark.local_merge` decide how often a partition flushes its deltas.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..columns import CONST_TIME_COL
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StoreUnavailableError
+from .local import SLOT, local_merge, partition_flushes, plan_merge, read_partition
+from .redis_store import RedisStore
+from .algebra import AggSpec, finalize_frame, merge_partial_frames, parse_aggs
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["global_merge", "GLOBAL_STORES"]
+
+#: Global stores built in.
+GLOBAL_STORES: tuple[str, ...] = ("driver",)
+
+
+def global_merge(
+    df: DataFrame,
+    key: str,
+    aggs: Any,
+    store: str = "driver",
+    mode: str = "quantity",
+    batch_id: int | None = None,
+    *,
+    quantity: int = 10_000,
+    event_time: str | None = None,
+    delay: Any = None,
+    punctuation: str | None = None,
+    read: bool = True,
+) -> DataFrame | None:
+    """Aggregate per key without a keyed exchange: local partials merged into a global store.
+
+    Parameters
+    ----------
+    df : pyspark.sql.DataFrame
+    key : str
+    aggs
+        As for :func:`~trilink_spark.local_merge`.
+    store : "driver" or RedisStore
+        Where deltas are merged: the driver (embedded default) or Redis, exactly once per
+        ``(batch_id, partition, flush)`` (see :class:`~trilink_spark.RedisStore`).
+    mode, quantity, delay, punctuation
+        When a partition flushes its deltas (see :func:`~trilink_spark.local_merge`);
+        ``periodic`` and ``punctuation`` need ``event_time``.
+    batch_id : int, optional
+        The micro-batch id when called from ``foreachBatch``: with a RedisStore, replaying the
+        same id applies nothing twice. Default: a fresh id per call (retried tasks of the
+        call are still deduplicated).
+    event_time : str, optional
+        Event-time column for the periodic mode (and for first/last ordering).
+    read : bool
+        With a RedisStore: return the store's whole result (``store.read``); False returns
+        None (streaming jobs that read the store elsewhere).
+
+    Returns
+    -------
+    pyspark.sql.DataFrame or None
+        One row per key: the key, then one column per aggregate, as ``groupBy(key).agg``.
+
+    Notes
+    -----
+    Cost: one Spark job with no shuffle (each partition aggregates in Python, Arrow in and out),
+    the partials collected to the driver (memory O(keys x partitions x flushes)), merged with
+    pandas, and the result turned back into a DataFrame. Suited where the result is small
+    compared with the input (few keys); for many keys use ``keyed_agg``.
+
+    Examples
+    --------
+    >>> totals = tl.global_merge(df, "sensor", {"n": ("count", None)})  # doctest: +SKIP
+    """
+    from pyspark.sql import functions as F
+
+    if not isinstance(store, RedisStore) and store not in GLOBAL_STORES:
+        raise InvalidArgumentError(
+            f"store must be one of {GLOBAL_STORES} or a RedisStore, got {store!r}")
+    if batch_id is not None and (isinstance(batch_id, bool) or not isinstance(batch_id, int)):
+        raise InvalidArgumentTypeError(f"batch_id must be an int, got {type(batch_id).__name__}")
+    specs = parse_aggs(aggs, df.columns)
+    if event_time is None:
+        if mode == "periodic":
+            raise InvalidArgumentError("periodic mode needs event_time=<column>")
+        source = df.withColumn(CONST_TIME_COL, F.lit(0).cast("long"))
+        time_name = CONST_TIME_COL
+    else:
+        source, time_name = df, event_time
+    slot = 2**62  # one slot: the whole input
+    if isinstance(store, RedisStore):
+        return _merge_into_redis(df, source, key, time_name, slot, aggs, store, mode, batch_id,
+                                 quantity, delay, punctuation, read)
+    partials = local_merge(source, key, time_name, slot, aggs, mode, quantity=quantity,
+                           delay=delay, punctuation=punctuation)
+    table = partials.toArrow()
+    frame = table.to_pandas()
+    groups = [key]
+    if len(frame):
+        merged = merge_partial_frames(frame.drop(columns=[SLOT]), groups, specs, time_name)
+        result = finalize_frame(merged, groups, specs)
+    else:
+        result = frame[[key]].assign(**{s.name: np.nan for s in specs})
+    schema = _result_schema(df, key, specs)
+    spark = df.sparkSession
+    if not len(result):
+        return spark.createDataFrame([], schema)
+    return spark.createDataFrame(result[[key] + [s.name for s in specs]], schema)
+
+
+def _result_schema(df: DataFrame, key: str, specs: list[AggSpec]) -> str:
+    fields = [f"`{key}` {df.schema[key].dataType.simpleString()}"]
+    for spec in specs:
+        value_type = (df.schema[spec.column].dataType.simpleString()
+                      if spec.column is not None else "bigint")
+        fields.append(f"`{spec.name}` {spec.final_type(value_type)}")
+    return ", ".join(fields)
+
+
+def _merge_into_redis(
+    df: DataFrame, source: DataFrame, key: str, time_name: str, slot: int, aggs: Any,
+    store: RedisStore, mode: str, batch_id: int | None, quantity: int, delay: Any,
+    punctuation: str | None, read: bool,
+) -> DataFrame | None:
+    src, plan = plan_merge(source, key, time_name, slot, aggs, mode, quantity=quantity,
+                           delay=delay, punctuation=punctuation)
+    from .redis_store import _ops
+
+    _ops(plan.specs)  # refuse what Redis cannot merge before any task runs
+    store.set_meta(key, df.schema[key].dataType.simpleString(), plan.specs)
+    run_id = str(batch_id) if batch_id is not None else f"run-{uuid.uuid4().hex}"
+    status = src.mapInArrow(_apply_partition(plan, store, run_id),
+                            "partition int, flushes int, applied int")
+    try:
+        status.collect()
+    except Exception as err:  # a task's StoreUnavailableError arrives wrapped by Spark
+        if "StoreUnavailableError" in str(err):
+            raise StoreUnavailableError(
+                f"Redis at {store!r} became unreachable during batch {run_id}; the flushes "
+                "applied so far stay applied once, and rerunning the same batch_id applies "
+                "the rest"
+            ) from err
+        raise
+    return store.read(df.sparkSession, aggs, key) if read else None
+
+
+def _apply_partition(plan: Any, store: RedisStore, run_id: str) -> Any:
+    def run(batches: Any) -> Any:
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        pid = context.partitionId() if context is not None else 0
+        flushes = applied = 0
+        for i, deltas in enumerate(partition_flushes(read_partition(batches), plan)):
+            flushes += 1
+            applied += int(store.apply(deltas, plan.key, plan.specs, f"{run_id}:{pid}:{i}"))
+        yield pa.RecordBatch.from_pydict(
+            {"partition": [pid], "flushes": [flushes], "applied": [applied]},
+            schema=pa.schema([("partition", pa.int32()), ("flushes", pa.int32()),
+                              ("applied", pa.int32())]),
+        )
+
+    return run

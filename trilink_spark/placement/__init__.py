@@ -1,0 +1,29 @@
+"""Placement: rows on the partition their strategy gives, with one exchange or none.
+
+``key_by`` computes the partition id in the JVM and lets Spark's ``repartitionById`` move the
+rows; ``keyed_agg`` and ``keyed_apply`` group on that layout; ``ahead_key_by`` computes the same
+id for a Kafka producer, and ``keyed_by_source`` declares a source already grouped by key.
+"""
+
+from .key_by import FIT_MODES, KeyedStrategy, key_by, key_kind, resolve_strategy
+from .key_by import with_partition_id
+from .keyed import keyed_agg, keyed_apply
+from .source import SOURCE_AGGREGATES, is_keyed_by_source, keyed_by_source
+from .ahead import KafkaPythonPartitioner, ahead_key_by, confluent_partition
+
+__all__ = [
+    "FIT_MODES",
+    "KeyedStrategy",
+    "key_by",
+    "key_kind",
+    "resolve_strategy",
+    "with_partition_id",
+    "keyed_agg",
+    "keyed_apply",
+    "SOURCE_AGGREGATES",
+    "is_keyed_by_source",
+    "keyed_by_source",
+    "KafkaPythonPartitioner",
+    "ahead_key_by",
+    "confluent_partition",
+]

@@ -1,0 +1,398 @@
+"""Placement: put every row on the partition its strategy gives, with one shuffle done by Spark.
+
+``key_by`` computes a partition id column in the JVM and calls
+``DataFrame.repartitionById(n, pid)``, Spark's one exchange that sends row to partition ``pid``.
+Grouping afterwards by ``(pid, key)`` reuses that layout, so :func:`keyed_agg` and
+:func:`keyed_apply` add no second exchange (grouping by ``key`` alone would shuffle again).
+
+How the id is computed, per strategy:
+
+- Hash: ``pmod(hash(key), n)``, Spark's own placement; Modulo: ``pmod(key, n)``; hash-mode
+  Weight: a ``CASE`` over the prefix sums of the weights. All in the JVM.
+- Table strategies (LeastKey, LeastCount, random Weight): the driver plays the paper's
+  coordinator. It learns the keys (``fit``, below), and the table ``{key: pid}`` is joined to the
+  rows with a broadcast hash join (a broadcast, not a shuffle). Keys the table does not know get
+  Spark's hash placement ``pmod(hash(key), n)``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..checks import check_num_partitions
+from ..columns import PARTITION_COL, TABLE_KEY_COL, TABLE_PID_COL, require_columns
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
+from ..errors import NullKeyError
+from ..keys import KeyArray, check_null_policy, to_key_array
+from ..partitioners import HashPartitioner, Partitioner, TablePartitioner
+from ..partitioners.base import resolve_strategy_name
+from ..partitioners.catalogue import build, fit_counts
+from ..partitioners.evaluation import StrategyScore, choose_best, evaluate_strategies
+from ..session import conf_get
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType
+
+__all__ = [
+    "PARTITION_COL",
+    "FIT_MODES",
+    "KeyedStrategy",
+    "key_kind",
+    "key_counts",
+    "resolve_strategy",
+    "key_by",
+    "with_partition_id",
+]
+
+logger = logging.getLogger(__name__)
+
+#: How table strategies learn keys in :func:`key_by`.
+FIT_MODES: tuple[str, ...] = ("full", "sample", "none")
+
+
+def key_kind(df: DataFrame, key: str) -> tuple[str | None, DataType]:
+    """The key kind a strategy sees for column ``key`` (``"int"``, ``"long"``, ``"string"``,
+    ``"binary"``, or ``None`` for any other type) and the column's Spark type.
+
+    Raises :class:`~trilink_spark.MissingColumnError` when ``key`` is not a column. O(columns).
+    """
+    from pyspark.sql import types as T
+
+    require_columns(df, [key], "key column")
+    dtype = df.schema[key].dataType
+    if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType)):
+        return "int", dtype
+    if isinstance(dtype, T.LongType):
+        return "long", dtype
+    if isinstance(dtype, T.StringType):
+        return "string", dtype
+    if isinstance(dtype, T.BinaryType):
+        return "binary", dtype
+    return None, dtype
+
+
+@dataclass(frozen=True)
+class KeyedStrategy:
+    """A strategy resolved for one DataFrame: what :func:`key_by` will place with.
+
+    Attributes
+    ----------
+    partitioner : Partitioner
+        The strategy, fitted as ``fit`` says.
+    scores : list of StrategyScore
+        For ``strategy="auto"``: every candidate's score on the sample (else empty).
+    sample_rows : int
+        Rows the choice was based on (0 when no sampling happened).
+    """
+
+    partitioner: Partitioner
+    scores: list[StrategyScore]
+    sample_rows: int
+
+
+def key_counts(df: DataFrame, key: str, fraction: float, seed: int, null_policy: str) -> Any:
+    """``{key: count}`` as an Arrow table sorted by key (deterministic), nulls checked."""
+    from pyspark.sql import functions as F
+
+    src = df.select(key)
+    if fraction < 1.0:
+        src = src.sample(fraction=fraction, seed=seed)
+    table = src.groupBy(key).agg(F.count(F.lit(1)).alias("count")).toArrow()
+    keys = table.column(0)
+    if keys.null_count:
+        if null_policy == "error":
+            raise NullKeyError(
+                f"column {key!r} has null keys; drop them or pass null_policy='partition0'"
+            )
+        table = table.filter(pa.compute.is_valid(keys))
+    return table.sort_by([(table.column_names[0], "ascending")])
+
+
+def _fit_from_counts(p: Partitioner, counts: Any) -> None:
+    """Teach ``p`` the keys of a :func:`key_counts` table (one catalogue rule for all)."""
+    keys: KeyArray = to_key_array(counts.column(0).combine_chunks())
+    fit_counts(p, keys, counts.column(1).to_numpy().astype(np.float64))
+
+
+def _check_strategy_for(p: Partitioner, kind: str | None, dtype: DataType, key: str) -> None:
+    if p.strategy_name == "modulo" and kind not in ("int", "long"):
+        raise InvalidKeyTypeError(
+            f"Modulo needs an integer key column; {key!r} is {dtype.simpleString()}"
+        )
+    if kind is None and (p.is_stateful or p.strategy_name != "hash"):
+        raise InvalidKeyTypeError(
+            f"key column {key!r} is {dtype.simpleString()}; {p.strategy_name} supports int, "
+            "long, string and binary keys (hash supports every type Spark hashes)"
+        )
+
+
+def resolve_strategy(
+    df: DataFrame,
+    key: str,
+    strategy: str | Partitioner = "auto",
+    num_partitions: int | None = None,
+    *,
+    null_policy: str | None = None,
+    fit: str | None = None,
+    sample_rate: float | None = None,
+    min_sample: int | None = None,
+    seed: int = 0,
+    min_gain: float = 0.01,
+) -> KeyedStrategy:
+    """Turn a strategy name or object into the fitted strategy :func:`key_by` would use.
+
+    Same arguments as :func:`key_by`. Call it to inspect ``"auto"``'s choice and scores, then
+    pass ``result.partitioner`` with ``fit="none"`` to :func:`key_by` to place with it.
+
+    Notes
+    -----
+    ``"auto"`` samples the key column (Bernoulli, ``sample_rate``, seeded) and counts the sample
+    per key in one Spark job; when the sample has fewer than ``min_sample`` rows it counts every
+    row instead. Every candidate (hash, modulo for integer keys, least_key, least_count) is scored
+    on those counts, and :func:`~trilink_spark.choose_best` picks one: a table strategy only if it
+    beats the best stateless one by more than ``min_gain``.
+    """
+    from pyspark.sql import DataFrame
+
+    if not isinstance(df, DataFrame):
+        raise InvalidArgumentTypeError(f"expected a DataFrame, got {type(df).__name__}")
+    kind, dtype = key_kind(df, key)
+    spark = df.sparkSession
+    policy = check_null_policy(null_policy or conf_get(spark, "nullPolicy", "error"))
+    fit_mode = fit or conf_get(spark, "fit", "full")
+    if fit_mode not in FIT_MODES:
+        raise InvalidArgumentError(f"fit must be one of {', '.join(FIT_MODES)}, got {fit_mode!r}")
+    rate = float(sample_rate if sample_rate is not None else conf_get(spark, "sampleRate", "0.01"))
+    if not 0.0 < rate <= 1.0:
+        raise InvalidArgumentError(f"sample_rate must be in (0, 1], got {rate}")
+    floor = int(min_sample if min_sample is not None else conf_get(spark, "minSample", "10000"))
+
+    if isinstance(strategy, Partitioner):
+        if num_partitions is not None and num_partitions != strategy.num_partitions:
+            raise InvalidArgumentError(
+                f"num_partitions={num_partitions} differs from the strategy's "
+                f"{strategy.num_partitions}; omit num_partitions or make them agree"
+            )
+        p: Partitioner = strategy.unwrap(refit=fit_mode == "full")
+        scores: list[StrategyScore] = []
+        sample_rows, counted_all = 0, False
+    elif isinstance(strategy, str):
+        n = check_num_partitions(
+            num_partitions
+            if num_partitions is not None
+            else int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
+        )
+        if strategy.lower() == "auto":
+            p, scores, sample_rows, counted_all = _choose_auto(
+                df, key, kind, n, rate, floor, seed, policy, min_gain
+            )
+        else:
+            name = resolve_strategy_name(strategy)
+            p = build(name, n, key_type=kind or "auto", null_policy=policy)
+            scores, sample_rows, counted_all = [], 0, False
+    else:
+        raise InvalidArgumentTypeError(
+            f"strategy must be a name or a Partitioner, got {type(strategy).__name__}"
+        )
+    _check_strategy_for(p, kind, dtype, key)
+    if isinstance(p, TablePartitioner) and kind is not None:
+        p.bind_key_type(kind)
+    if isinstance(p, TablePartitioner) and p.is_stateful and fit_mode != "none":
+        if not scores:
+            fraction = 1.0 if fit_mode == "full" else rate
+            _fit_from_counts(p, key_counts(df, key, fraction, seed, policy))
+        elif fit_mode == "full" and not counted_all:
+            # auto chose a table strategy on a sample: learn every key of the data instead
+            p = p.fresh(policy)
+            _fit_from_counts(p, key_counts(df, key, 1.0, seed, policy))
+    return KeyedStrategy(p, scores, sample_rows)
+
+
+def _choose_auto(
+    df: DataFrame,
+    key: str,
+    kind: str | None,
+    n: int,
+    rate: float,
+    floor: int,
+    seed: int,
+    policy: str,
+    min_gain: float,
+) -> tuple[Partitioner, list[StrategyScore], int, bool]:
+    if kind is None:
+        logger.info("auto: key %r is not int/long/string/binary; using hash placement", key)
+        return HashPartitioner(n, null_policy=policy), [], 0, False
+    counted_all = rate >= 1.0
+    counts = key_counts(df, key, rate, seed, policy)
+    total = int(pa.compute.sum(counts.column(1)).as_py() or 0)
+    if not counted_all and total < floor:
+        counts = key_counts(df, key, 1.0, seed, policy)
+        total = int(pa.compute.sum(counts.column(1)).as_py() or 0)
+        counted_all = True
+    keys = counts.column(0).combine_chunks()
+    mapping = dict(zip(keys.to_pylist(), counts.column(1).to_numpy().tolist()))
+    if not mapping:
+        return HashPartitioner(n, key_type=kind, null_policy=policy), [], 0, counted_all
+    scores = evaluate_strategies(mapping, n, key_type=kind, seed=seed, null_policy=policy)
+    best = choose_best(scores, min_gain)
+    logger.info(
+        "auto: %s chosen on %d sampled rows (balance degree %.3f; %s)",
+        best.name,
+        total,
+        best.balance_degree,
+        ", ".join(f"{s.name}={s.balance_degree:.3f}" for s in scores),
+    )
+    return best.partitioner, scores, total, counted_all
+
+
+def _table_frame(df: DataFrame, p: TablePartitioner, kind: str, dtype: DataType) -> DataFrame:
+    keys, pids = p.table_arrays()
+    want = {"int": int, "long": int, "string": str, "binary": bytes}[kind]
+    mask = np.fromiter((isinstance(k, want) for k in keys), bool, len(keys))
+    kept = [k for k, m in zip(keys, mask) if m]
+    arrow_type = {"int": pa.int64(), "long": pa.int64(), "string": pa.string(),
+                  "binary": pa.binary()}[kind]
+    table = pa.table(
+        {TABLE_KEY_COL: pa.array(kept, type=arrow_type), TABLE_PID_COL: pa.array(pids[mask])}
+    )
+    from pyspark.sql import functions as F
+
+    frame = df.sparkSession.createDataFrame(table)
+    return frame.select(F.col(TABLE_KEY_COL).cast(dtype).alias(TABLE_KEY_COL),
+                        F.col(TABLE_PID_COL))
+
+
+def _null_guard(pid: Column, key_col: Column, policy: str, nullable: bool, key: str) -> Column:
+    from pyspark.sql import functions as F
+
+    if not nullable:
+        return pid
+    if policy == "partition0":
+        return F.when(key_col.isNull(), F.lit(0)).otherwise(pid)
+    message = (
+        f"trilink_spark.NullKeyError: null value in key column {key!r}; drop null keys or "
+        "pass null_policy='partition0'"
+    )
+    return F.when(key_col.isNull(), F.raise_error(F.lit(message))).otherwise(pid)
+
+
+def key_by(
+    df: DataFrame,
+    key: str,
+    strategy: str | Partitioner = "auto",
+    num_partitions: int | None = None,
+    *,
+    null_policy: str | None = None,
+    fit: str | None = None,
+    sample_rate: float | None = None,
+    min_sample: int | None = None,
+    seed: int = 0,
+    min_gain: float = 0.01,
+) -> DataFrame:
+    """Place every row on the partition its strategy gives: one shuffle, done by Spark.
+
+    Parameters
+    ----------
+    df : pyspark.sql.DataFrame
+    key : str
+        Key column: int/long/string/binary for every strategy; any hashable type for Hash.
+    strategy : str or Partitioner
+        ``"auto"`` (default), a strategy name (``"hash"``, ``"modulo"``, ``"least_key"``,
+        ``"least_count"``) or a strategy object (e.g. a fitted ``LeastCountPartitioner`` or a
+        ``WeightPartitioner``).
+    num_partitions : int, optional
+        Defaults to the strategy's own, else ``spark.sql.shuffle.partitions``.
+    null_policy : {"error", "partition0"}, optional
+        Default ``spark.trilink.nullPolicy`` (``"error"``): a null key fails the job with a
+        message naming ``NullKeyError`` (raised on the driver when the keys were counted).
+    fit : {"full", "sample", "none"}, optional
+        How table strategies learn the keys of ``df`` (default ``spark.trilink.fit``, ``"full"``):
+        ``"full"`` counts every key with one Spark aggregation and places the new ones (keys
+        already in the table stay); ``"sample"`` counts a ``sample_rate`` sample; ``"none"``
+        uses the table as it is. Keys the table does not know are placed by Spark's hash.
+    sample_rate, min_sample, seed, min_gain
+        Sampling for ``"auto"`` and ``fit="sample"`` (see :func:`resolve_strategy`).
+
+    Returns
+    -------
+    pyspark.sql.DataFrame
+        ``df`` plus the int column :data:`PARTITION_COL`, with row ``r`` in partition
+        ``r[PARTITION_COL]`` of ``num_partitions``.
+
+    Notes
+    -----
+    Cost: exactly one shuffle exchange (``repartitionById``) carrying every row. Table strategies
+    add a broadcast of the table (one row per distinct key; driver memory O(distinct keys)) and,
+    with ``fit="full"``, one aggregation job over the key column before placement; ``"auto"``
+    adds one job over a sample. Row order inside a partition is not preserved across the shuffle.
+    Unlike ``groupBy``, rows are not pre-aggregated before the shuffle: the placement is exact,
+    so a heavy key still lands whole on one partition.
+
+    Examples
+    --------
+    >>> import trilink_spark as tl  # doctest: +SKIP
+    >>> placed = df.transform(tl.key_by, "user", "least_count", 8)  # doctest: +SKIP
+    >>> tl.partition_balance(placed).balance_degree  # doctest: +SKIP
+    0.99
+    """
+    from pyspark.sql import functions as F
+
+    resolved = resolve_strategy(
+        df,
+        key,
+        strategy,
+        num_partitions,
+        null_policy=null_policy,
+        fit=fit,
+        sample_rate=sample_rate,
+        min_sample=min_sample,
+        seed=seed,
+        min_gain=min_gain,
+    )
+    p = resolved.partitioner
+    placed = with_partition_id(df, key, p)
+    return placed.repartitionById(p.num_partitions, F.col(PARTITION_COL))
+
+
+def with_partition_id(df: DataFrame, key: str, p: Partitioner) -> DataFrame:
+    """``df`` plus :data:`PARTITION_COL`, the partition ``p`` gives each row (no shuffle).
+
+    Computed in the JVM: the strategy's column expression, or a broadcast join of a table
+    strategy's ``{key: partition}`` with Spark's hash placement for keys it does not know.
+    """
+    from pyspark.sql import functions as F
+
+    kind, dtype = key_kind(df, key)
+    key_col = F.col(key)
+    nullable = df.schema[key].nullable
+    n = p.num_partitions
+    columns = [c for c in df.columns if c != PARTITION_COL]
+    fallback = F.pmod(F.hash(key_col), F.lit(n))
+    if isinstance(p, TablePartitioner) and kind is not None:
+        # the fallback hashes as the strategy's key type, as partition() and assign() do
+        p.bind_key_type(kind)
+        spark_type = {"int": "int", "long": "bigint"}.get(p.fallback_type(kind))
+        if spark_type is not None:
+            fallback = F.pmod(F.hash(key_col.cast(spark_type)), F.lit(n))
+    if isinstance(p, TablePartitioner) and p.is_stateful:
+        if kind is None:  # pragma: no cover - _check_strategy_for refused it already
+            raise InvalidKeyTypeError(f"key column {key!r} cannot be placed through a table")
+        if len(p) == 0:
+            pid = fallback
+            base = df
+        else:
+            table = _table_frame(df, p, kind, dtype)
+            base = df.join(F.broadcast(table), key_col == table[TABLE_KEY_COL], "left")
+            pid = F.coalesce(table[TABLE_PID_COL], fallback)
+    else:
+        pid = p.spark_column(key_col)
+        base = df
+    pid = _null_guard(pid, key_col, p.null_policy, nullable, key)
+    result: DataFrame = base.select(*[df[c] for c in columns], pid.cast("int").alias(PARTITION_COL))
+    return result

@@ -1,0 +1,328 @@
+"""Ahead KeyBy, reading side: keyed processing on rows the source already grouped by key.
+
+When producers placed every key on one Kafka partition (:func:`~trilink_spark.ahead_key_by`)
+and the job reads one Spark partition per Kafka partition (``trilink-kafka``), every key is
+already whole on one input partition. :func:`keyed_by_source` declares that;
+:func:`~trilink_spark.keyed_agg`, :func:`~trilink_spark.keyed_apply` and
+:func:`~trilink_spark.keyed_process` then work inside each input partition, with **no shuffle
+exchange** (seed 002 §4.3 (3), Figure 11 (d)).
+
+Spark cannot be told that an input is grouped by a column (its Python data sources report no
+partitioning), so a ``groupBy`` would always add an exchange. Here the work is done per
+partition instead: the aggregate arguments are computed in the JVM, then Arrow's hash
+aggregation groups the partition (:func:`source_agg`); ``keyed_apply`` groups it with pandas.
+
+The declaration is kept in the key column's metadata, so it survives ``select``, ``filter`` and
+``withColumn``. A shuffle after it (e.g. a ``repartition``) voids it: the keyed operators refuse
+such a frame instead of returning wrong results.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..columns import ARG_COL, require_columns
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, KeysNotGroupedError
+from ..plan import shuffle_exchanges
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
+
+__all__ = [
+    "keyed_by_source",
+    "is_keyed_by_source",
+    "check_source_layout",
+    "source_agg",
+    "source_apply",
+    "SOURCE_AGGREGATES",
+]
+
+_MARK = "trilink_spark.keyed_by_source"
+
+#: Spark aggregate functions :func:`source_agg` computes per partition (Arrow hash aggregates).
+SOURCE_AGGREGATES: dict[str, str] = {
+    "count": "count",
+    "sum": "sum",
+    "avg": "mean",
+    "mean": "mean",
+    "min": "min",
+    "max": "max",
+    "first": "first",
+    "first_value": "first",
+    "last": "last",
+    "last_value": "last",
+    "stddev": "stddev",
+    "std": "stddev",
+    "stddev_samp": "stddev",
+    "stddev_pop": "stddev",
+    "variance": "variance",
+    "var_samp": "variance",
+    "var_pop": "variance",
+}
+
+
+def keyed_by_source(df: DataFrame, key: str, *, verify: bool = False,
+                    max_examples: int = 10) -> DataFrame:
+    """Declare that every key of ``df`` is whole on one input partition.
+
+    Parameters
+    ----------
+    df : pyspark.sql.DataFrame
+        Typically a ``trilink-kafka`` read of a topic written with
+        :func:`~trilink_spark.ahead_key_by`, after parsing key and value.
+    key : str
+        The key column the producers placed by.
+    verify : bool
+        Check the claim first: one Spark job finds keys present in two input partitions and
+        raises :class:`~trilink_spark.errors.KeysNotGroupedError` naming them (up to
+        ``max_examples``). Batch DataFrames only (inside ``foreachBatch`` for streams).
+
+    Returns
+    -------
+    pyspark.sql.DataFrame
+        ``df`` with the declaration on the key column's metadata; the rows are untouched.
+
+    Notes
+    -----
+    Cost: nothing without ``verify``. With it, one extra read of ``df`` and a shuffle of the
+    distinct ``(key, partition)`` pairs (map-side combined: about one row per key and
+    partition). An unverified false claim gives wrong keyed results: a key split over two
+    partitions comes out as two rows.
+
+    Examples
+    --------
+    >>> events = tl.read_kafka(spark, "127.0.0.1:9092", "events")  # doctest: +SKIP
+    >>> parsed = events.selectExpr("CAST(key AS STRING) AS user", "value")  # doctest: +SKIP
+    >>> keyed = tl.keyed_by_source(parsed, "user", verify=True)  # doctest: +SKIP
+    >>> tl.shuffle_exchanges(tl.keyed_agg(keyed, "user", F.count("*")))  # doctest: +SKIP
+    0
+    """
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    if not isinstance(df, DataFrame):
+        raise InvalidArgumentTypeError(f"expected a DataFrame, got {type(df).__name__}")
+    require_columns(df, [key], "key column")
+    if df.isStreaming:
+        if verify:
+            raise InvalidArgumentError(
+                "verify=True needs a batch DataFrame; call keyed_by_source(batch_df, key, "
+                "verify=True) inside foreachBatch"
+            )
+        exchanges = 0
+    else:
+        exchanges = shuffle_exchanges(df)
+        if verify:
+            _verify(df, key, max_examples)
+    field = df.schema[key]
+    metadata = dict(field.metadata or {})
+    metadata[_MARK] = {"exchanges": exchanges}
+    columns = [F.col(c).alias(c, metadata=metadata) if c == key else F.col(c) for c in df.columns]
+    marked: DataFrame = df.select(*columns)
+    return marked
+
+
+def _verify(df: DataFrame, key: str, max_examples: int) -> None:
+    from pyspark.sql import functions as F
+
+    pairs = df.select(F.col(key).alias("k"), F.spark_partition_id().alias("p")).distinct()
+    split = pairs.groupBy("k").agg(F.sort_array(F.collect_list("p")).alias("parts"))
+    split = split.where(F.size("parts") > 1)
+    examples = split.limit(max_examples).collect()
+    if not examples:
+        return
+    total = split.count()
+    shown = ", ".join(f"{row['k']!r} in partitions {list(row['parts'])}" for row in examples)
+    raise KeysNotGroupedError(
+        f"{total} key(s) of column {key!r} are in more than one input partition ({shown}"
+        f"{', ...' if total > len(examples) else ''}); the source did not place keys whole. "
+        "Write the topic with ahead_key_by, or place the rows with key_by instead"
+    )
+
+
+def is_keyed_by_source(df: DataFrame, key: str) -> bool:
+    """Whether ``df``'s key column carries the :func:`keyed_by_source` declaration."""
+    if key not in df.columns:
+        return False
+    return _MARK in (df.schema[key].metadata or {})
+
+
+def check_source_layout(df: DataFrame, key: str) -> None:
+    """Refuse a declared frame whose rows were shuffled after the declaration."""
+    declared = int(df.schema[key].metadata[_MARK].get("exchanges", 0))
+    if df.isStreaming:
+        raise InvalidArgumentError(
+            "keyed operators on a keyed_by_source stream run per micro-batch: use them inside "
+            "foreachBatch (or keyed_foreach_batch), on the batch DataFrame"
+        )
+    now = shuffle_exchanges(df)
+    if now > declared:
+        raise KeysNotGroupedError(
+            f"the rows were shuffled after keyed_by_source ({now} exchanges now, {declared} "
+            "when declared), so keys may no longer be whole per partition; declare it again "
+            "after the shuffle, or use key_by"
+        )
+
+
+@dataclass(frozen=True)
+class _Agg:
+    """One parsed aggregate: Arrow function, its options (class name and keyword arguments,
+    built in the task), argument column index (None: count rows)."""
+
+    arrow: str
+    options: tuple[str, dict[str, Any]] | None
+    arg: int | None
+
+    def arrow_options(self) -> Any:
+        import pyarrow.compute as pc
+
+        if self.options is None:
+            return None
+        name, kwargs = self.options
+        return getattr(pc, name)(**kwargs)
+
+
+def _node_parts(column: Column) -> tuple[str, bool, list[Any]]:
+    jc: Any = getattr(column, "_jc")
+    node = jc.node()
+    if node.getClass().getSimpleName() == "Alias":
+        node = node.child()
+    kind = node.getClass().getSimpleName()
+    if kind != "UnresolvedFunction":
+        raise InvalidArgumentError(
+            f"{column} is not a plain aggregate call; per-partition keyed_agg takes calls of "
+            f"{', '.join(sorted(SOURCE_AGGREGATES))} (arguments may be any expression). Use "
+            "keyed_apply, or place the rows with key_by"
+        )
+    args = node.arguments()
+    return str(node.functionName()).lower(), bool(node.isDistinct()), [
+        args.apply(i) for i in range(args.size())
+    ]
+
+
+def _parse(column: Column, spark: Any, index: int) -> tuple[_Agg, list[Column]]:
+    """An aggregate call as an Arrow hash aggregate, plus the argument columns it needs."""
+    from pyspark.sql.classic.column import Column as ClassicColumn
+
+    if not hasattr(column, "_jc"):
+        raise InvalidArgumentError(
+            "per-partition keyed_agg reads the aggregate expressions through classic PySpark; "
+            "on Spark Connect use keyed_apply or key_by"
+        )
+    name, distinct, args = _node_parts(column)
+    if name not in SOURCE_AGGREGATES:
+        raise InvalidArgumentError(
+            f"{column}: {name} is not computed per partition; supported: "
+            f"{', '.join(sorted(SOURCE_AGGREGATES))}. Use keyed_apply, or key_by"
+        )
+    arrow = SOURCE_AGGREGATES[name]
+    star = len(args) == 1 and args[0].getClass().getSimpleName() == "UnresolvedStar"
+    if distinct and name != "count":
+        raise InvalidArgumentError(f"{column}: DISTINCT is supported for count only")
+    if name == "count" and (star or not args):
+        return _Agg("count_all", None, None), []
+    most = 2 if arrow in ("first", "last") else 1
+    if star or not 1 <= len(args) <= most:
+        raise InvalidArgumentError(f"{column}: expected one argument column")
+    jvm = spark._jvm
+    wrap: Any = ClassicColumn
+    arg_col = wrap(jvm.org.apache.spark.sql.Column(args[0])).alias(f"{ARG_COL}{index}")
+    if name == "count":
+        counting = ("CountOptions", {"mode": "only_valid"})
+        return _Agg("count_distinct" if distinct else "count", counting, index), [arg_col]
+    if arrow in ("first", "last"):
+        ignore = len(args) == 2 and str(args[1].sql()).lower() == "true"
+        return _Agg(arrow, ("ScalarAggregateOptions", {"skip_nulls": ignore}), index), [arg_col]
+    if arrow in ("stddev", "variance"):
+        ddof = 0 if name.endswith("_pop") else 1
+        return _Agg(arrow, ("VarianceOptions", {"ddof": ddof}), index), [arg_col]
+    return _Agg(arrow, ("ScalarAggregateOptions", {"min_count": 1}), index), [arg_col]
+
+
+def source_agg(df: DataFrame, key: str, exprs: tuple[Column, ...]) -> DataFrame:
+    """``groupBy(key).agg(*exprs)`` computed inside each input partition: no exchange.
+
+    The result has exactly the names and types of ``df.groupBy(key).agg(*exprs)`` (taken from
+    Spark's analysis of that query, which is never run).
+
+    Notes
+    -----
+    Cost: one pass over each partition. The aggregate arguments are computed in the JVM
+    (``select``); each partition's key and argument columns are then held in memory as Arrow
+    and grouped by Arrow's hash aggregation (C++): O(rows of the partition) memory.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    check_source_layout(df, key)
+    out_schema = df.groupBy(key).agg(*exprs).schema
+    parsed: list[_Agg] = []
+    arguments: list[Column] = []
+    for i, expr in enumerate(exprs):
+        agg, cols = _parse(expr, df.sparkSession, i)
+        parsed.append(agg)
+        arguments += cols
+    timezone = df.sparkSession.conf.get("spark.sql.session.timeZone")
+    arrow_schema = to_arrow_schema(out_schema, timezone=timezone)
+    projected = df.select(F.col(key), *arguments)
+    return projected.mapInArrow(_aggregate_partition(key, parsed, arrow_schema), out_schema)
+
+
+def _aggregate_partition(key: str, aggs: list[_Agg],
+                         arrow_schema: Any) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        received = [b for b in batches if b.num_rows]
+        if not received:
+            return
+        table = pa.Table.from_batches(received)
+        specs = [([] if a.arg is None else f"{ARG_COL}{a.arg}", a.arrow, a.arrow_options())
+                 for a in aggs]
+        grouped = table.group_by(key, use_threads=False).aggregate(specs)
+        names = grouped.column_names  # aggregates first, then the key
+        columns = [grouped.column(key)] + [grouped.column(n) for n in names if n != key]
+        result = pa.Table.from_arrays(
+            [c.cast(f.type) for c, f in zip(columns, arrow_schema)], schema=arrow_schema
+        )
+        yield from result.to_batches()
+
+    return run
+
+
+def source_apply(df: DataFrame, key: str, func: Callable[..., Any],
+                 schema: StructType | str) -> DataFrame:
+    """``groupBy(key).applyInPandas(func, schema)`` inside each input partition: no exchange.
+
+    ``func`` gets each key's rows as a pandas DataFrame (or ``(key_tuple, pdf)`` when it takes
+    two arguments), as in PySpark.
+
+    Notes
+    -----
+    Cost: one pass; each partition is held in memory as pandas and split by key
+    (``pandas.groupby``), one Python call per key.
+    """
+    check_source_layout(df, key)
+    takes_key = len(inspect.signature(func).parameters) == 2
+
+    def run(frames: Iterator[Any]) -> Iterator[Any]:
+        import pandas as pd
+
+        parts = [f for f in frames if len(f)]
+        if not parts:
+            return
+        whole = pd.concat(parts, ignore_index=True)
+        for value, group in whole.groupby(key, sort=False, dropna=False):
+            group = group.reset_index(drop=True)
+            if takes_key:
+                out = func((None if pd.isna(value) else value,), group)
+            else:
+                out = func(group)
+            if out is not None and len(out):
+                yield out
+
+    return df.mapInPandas(run, schema)
