@@ -1,4 +1,4 @@
-"""Sampling-based switching: seed 002 Table 9, decision quality, and the cost of sampling.
+"""Sampling-based switching: Trilink Table 9, decision quality, and the cost of sampling.
 
 1. Table 9 in shape. A simulated stream of 1-second micro-batches, 20 minutes long, whose key
    distribution (cycling through the paper's four scenarios) and rate (x(1 + a) or x(1 - a),
@@ -50,7 +50,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "fixed Modulo": {"mode": "manual"},
     "fixed Hash": {"mode": "manual", "initial": "hash"},
 }
-PAPER_TABLE9 = {  # 10^4 records/s, seed 002 Table 9, v = 0.1, 1, 5, 10, 30
+PAPER_TABLE9 = {  # 10^4 records/s, Trilink Table 9, v = 0.1, 1, 5, 10, 30
     "quantity (75 s of input)": [130.1, 128.4, 76.2, 61.8, 47.8],
     "quantity (7.5 s of input)": [101.2, 97.2, 72.7, 70.5, 68.1],
     "periodic (20 s)": [96.1, 95.7, 74.9, 70.1, 67.2],

@@ -22,7 +22,7 @@ from trilink_spark.partitioners.scenarios import PAPER_SCENARIOS, make_scenario,
 
 N = 60
 RECORDS = 1_000_000
-PAPER_FIG15 = {  # seed 002 §6.4.1 text (Figure 15)
+PAPER_FIG15 = {  # Trilink §6.4.1 text (Figure 15)
     "hash_min": 0.26,
     "modulo": {"uniform": 1.0, "skewed_keys": 0.66, "skewed_records": 0.41, "skewed_both": 0.24},
     "least_count_history_min_in_3_scenarios": 0.97,
@@ -132,7 +132,7 @@ def _plot(scenarios: dict) -> None:
     ax.set_ylabel("balance degree (min/max)")
     ax.set_ylim(0, 1.05)
     ax.legend(fontsize=7, ncol=4, loc="upper right")
-    ax.set_title("Balance degree per strategy, 1,000,000 records, 60 partitions (cf. seed 002 Figure 15)", fontsize=9)
+    ax.set_title("Balance degree per strategy, 1,000,000 records, 60 partitions (cf. Trilink Figure 15)", fontsize=9)
     fig.tight_layout()
     fig.savefig(RESULTS / "balance.png", dpi=110)
     plt.close(fig)

@@ -1,6 +1,6 @@
 """Seed 002 Table 4 and Figure 17 (d): Ahead KeyBy against a keyed shuffle after the read.
 
-Part 1, balance per Kafka partition (no broker): the four scenarios of seed 002 §6.4.1
+Part 1, balance per Kafka partition (no broker): the four scenarios of Trilink §6.4.1
 (1,000,000 records, 10,000 keys) placed on 4 and 8 Kafka partitions by Kafka's default
 partitioner (murmur2 of the key's bytes, the producer-side Hash baseline) and by each strategy.
 

@@ -20,13 +20,35 @@ first / last    ``name``, ``name__t`` (event time),         the value at the sma
 =============== =========================================== ===============================
 
 Nulls in the value column are skipped, as Spark skips them.
+
+Each row of the table is one class (:class:`Count`, :class:`Sum`, :class:`Min`, :class:`Max`,
+:class:`Mean`, :class:`First`, :class:`Last`, :class:`CombineAggregate`), which owns every form
+of its aggregate: partial columns and their Spark types, the partial of raw rows and the merge
+of partials (pandas), the final value, the Spark merge expression of :func:`merge_partials`,
+and the values it ships to a Redis global store. :data:`AGGREGATE_CLASSES` maps each name to
+its class. :class:`Stddev` and :class:`Variance` only name Arrow's per-partition aggregates
+(:func:`arrow_aggregates`); they have no exact partial form here and Local Merge refuses them.
+
+Examples
+--------
+>>> import pandas as pd
+>>> rows = pd.DataFrame({"k": [1, 1, 2], "v": [1.0, 3.0, None], "t": [0.0, 1.0, 2.0],
+...                      "p": [0, 1, 2]})
+>>> specs = parse_aggs({"s": ("sum", "v"), "m": ("mean", "v")}, rows.columns)
+>>> parts = partial_frame(rows, ["k"], specs, "t", "p")
+>>> finalize_frame(merge_partial_frames(parts, ["k"], specs, None), ["k"], specs)
+   k    s    m
+0  1  4.0  2.0
+1  2  NaN  NaN
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -34,12 +56,37 @@ import pandas as pd
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
-__all__ = ["AGGREGATES", "AggSpec", "Combine", "parse_aggs", "merge_partials"]
+__all__ = [
+    "AGGREGATES",
+    "AGGREGATE_CLASSES",
+    "AggSpec",
+    "Aggregate",
+    "Combine",
+    "CombineAggregate",
+    "Count",
+    "First",
+    "Groups",
+    "Last",
+    "Max",
+    "Mean",
+    "Min",
+    "RedisOp",
+    "Stddev",
+    "Sum",
+    "Variance",
+    "arrow_aggregates",
+    "finalize_frame",
+    "make_aggregate",
+    "merge_partial_frames",
+    "merge_partials",
+    "parse_aggs",
+    "partial_frame",
+    "partial_groups",
+    "specs_for_partials",
+]
 
-#: Built-in aggregates.
-AGGREGATES: tuple[str, ...] = ("count", "sum", "min", "max", "mean", "first", "last")
 TIME = "__t"
 POS = "__p"
 
@@ -60,46 +107,623 @@ class Combine:
             raise InvalidArgumentTypeError("Combine.func must be callable")
 
 
+class RedisOp(NamedTuple):
+    """One partial value an aggregate ships to a Redis store.
+
+    ``column`` is the partial column, ``kind`` the Lua merge (``int`` and ``float`` add,
+    ``min``/``max`` compare, ``first``/``last`` compare (time, position)), ``field`` the hash
+    field it lands in.
+    """
+
+    column: str
+    kind: str
+    field: str
+
+
+@dataclass(frozen=True, eq=False)
+class Groups:
+    """Rows split into groups once, shared by every aggregate of one partial or merge step.
+
+    Built by ``Groups.of(rows, by)``, ``by`` being column names or arrays as long as ``rows``
+    (``pandas.DataFrame.groupby`` keys).
+
+    Notes
+    -----
+    Cost: one hash group-by of ``rows`` (nulls are a group of their own; groups in order of
+    first appearance). ``codes`` numbers each row's group, ``index`` labels the groups.
+
+    Examples
+    --------
+    >>> g = Groups.of(pd.DataFrame({"k": ["a", "b", "a"]}), ["k"])
+    >>> g.codes.tolist(), list(g.index)
+    ([0, 1, 0], ['a', 'b'])
+    """
+
+    rows: pd.DataFrame
+    grouped: Any  # pandas DataFrameGroupBy
+    codes: np.ndarray
+    index: pd.Index
+
+    @classmethod
+    def of(cls, rows: pd.DataFrame, by: Sequence[Any]) -> Groups:
+        grouped = rows.groupby(list(by), sort=False, dropna=False)
+        codes = grouped.ngroup().to_numpy(dtype=np.int64)
+        return cls(rows, grouped, codes, grouped.size().index)
+
+    def pick(self, present: np.ndarray, time: np.ndarray, pos: np.ndarray,
+             smallest: bool) -> np.ndarray:
+        """Per group, the row position with the smallest (or largest) ``(time, pos)`` among
+        rows where ``present`` holds; -1 for a group with none.
+
+        Ties keep the earliest row. Cost: one ``lexsort`` of the present rows.
+        """
+        rows = np.flatnonzero(present)
+        codes = self.codes[rows]
+        t = np.asarray(time, dtype=np.float64)[rows]
+        p = np.asarray(pos)[rows]
+        order = np.lexsort((p, t, codes) if smallest else (-p, -t, codes))
+        ordered = codes[order]
+        heads = np.ones(len(order), dtype=bool)
+        heads[1:] = ordered[1:] != ordered[:-1]
+        picked = np.full(len(self.index), -1, dtype=np.int64)
+        picked[ordered[heads]] = rows[order[heads]]
+        return picked
+
+    def combine(self, values: pd.Series, func: Callable[[np.ndarray], Any]) -> pd.Series:
+        """``func`` of each group's non-null ``values`` (a numpy array, in row order), labelled
+        by group; NaN for a group with none.
+
+        Cost: one stable sort of the present rows, then one Python call of ``func`` per group
+        (on a numpy slice, no pandas object per group).
+        """
+        present = values.notna().to_numpy()
+        codes = self.codes[present]
+        if not len(codes):
+            return pd.Series(np.nan, index=self.index, dtype=np.float64)
+        order = np.argsort(codes, kind="stable")
+        codes = codes[order]
+        data = values.to_numpy()[present][order]
+        ends = (np.flatnonzero(codes[1:] != codes[:-1]) + 1).tolist()
+        starts = [0, *ends]
+        combined = [func(data[a:b]) for a, b in zip(starts, [*ends, len(data)])]
+        by_code = pd.Series(combined, index=codes[starts])
+        return by_code.reindex(np.arange(len(self.index))).set_axis(self.index)
+
+    def take(self, values: pd.Series, picked: np.ndarray) -> pd.Series:
+        """``values`` at the rows ``picked`` per group (null where -1), labelled by group."""
+        found = picked >= 0
+        taken = values.iloc[picked[found]].set_axis(np.flatnonzero(found))
+        return taken.reindex(np.arange(len(picked))).set_axis(self.index)
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, np.generic):
+        return _jsonable(value.item())
+    if isinstance(value, pd.Timestamp):
+        return value.isoformat()
+    return value
+
+
+class Aggregate:
+    """One aggregate of the algebra, bound to its output ``name`` and input ``column``.
+
+    A subclass owns every form of its aggregate: :attr:`partial_columns` and
+    :meth:`partial_types`, :meth:`init` (partials of raw rows), :meth:`merge` (partials of
+    partials), :meth:`finalize`, :meth:`spark_merge` (the expression of
+    :func:`merge_partials`), and its Redis form (:meth:`redis_ops`, :meth:`redis_encode`,
+    :meth:`redis_decode`). Class attributes name it: ``func`` (the name in ``aggs``),
+    ``spark_names`` and ``arrow`` (the Spark functions it computes per partition with Arrow's
+    hash aggregation, see :func:`arrow_aggregates`).
+
+    Notes
+    -----
+    The pandas methods are vectorised over groups (one group-by per aggregate column, or one
+    sort); a :class:`Combine` calls Python once per group. Aggregates with ``mergeable`` False
+    have no partial form: their type, pandas, Spark and Redis methods raise
+    :class:`~trilink_spark.InvalidArgumentError`.
+
+    Examples
+    --------
+    >>> agg = AGGREGATE_CLASSES["sum"]("total", "amount")
+    >>> agg.partial_columns, agg.partial_types("int"), agg.final_type("int")
+    (['total', 'total__n'], ['double', 'bigint'], 'double')
+    """
+
+    func: ClassVar[str] = ""
+    spark_names: ClassVar[tuple[str, ...]] = ()
+    arrow: ClassVar[str | None] = None
+    mergeable: ClassVar[bool] = True
+    needs_column: ClassVar[bool] = True
+
+    def __init__(self, name: str, column: str | None) -> None:
+        self.name = name
+        self.column = column
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, {self.column!r})"
+
+    def _unmergeable(self) -> InvalidArgumentError:
+        return InvalidArgumentError(
+            f"aggregate {self.name!r} ({self.func}) has no exact partial form: local_merge and "
+            f"global_merge merge {', '.join(AGGREGATES)} or a Combine; compute {self.func} "
+            "with keyed_agg, or from merged sums"
+        )
+
+    # ---------------------------------------------------------------- schema
+    @property
+    def partial_columns(self) -> list[str]:
+        """The partial columns, in output order."""
+        return [self.name]
+
+    def partial_types(self, value_type: str) -> list[str]:
+        """Spark types of :attr:`partial_columns`, given the aggregated column's type."""
+        raise self._unmergeable()
+
+    def final_type(self, value_type: str) -> str:
+        """Spark type of the final value, given the Spark type of the aggregated column."""
+        raise self._unmergeable()
+
+    # ---------------------------------------------------------------- pandas
+    def _values(self, groups: Groups) -> Any:
+        return groups.grouped[str(self.column)]
+
+    def init(self, groups: Groups, time_col: str, pos_col: str) -> dict[str, pd.Series]:
+        """Partials of raw rows, per group of ``groups`` (labelled by ``groups.index``)."""
+        raise self._unmergeable()
+
+    def merge(self, groups: Groups) -> dict[str, pd.Series]:
+        """Partials of partial rows, per group of ``groups`` (labelled by ``groups.index``)."""
+        raise self._unmergeable()
+
+    def finalize(self, merged: pd.DataFrame) -> pd.Series:
+        """The final value from fully merged partial columns."""
+        if not self.mergeable:
+            raise self._unmergeable()
+        return merged[self.name]
+
+    # ---------------------------------------------------------------- Spark
+    def spark_merge(self) -> Column | None:
+        """The Spark aggregate expression merging partial rows (None: merge in pandas)."""
+        raise self._unmergeable()
+
+    # ---------------------------------------------------------------- Redis
+    def redis_ops(self) -> list[RedisOp]:
+        """The partial values shipped to a Redis store, one op each."""
+        raise self._unmergeable()
+
+    def redis_encode(self, deltas: pd.DataFrame) -> list[list[Any]]:
+        """One list of JSON values per :meth:`redis_ops` entry, a value per row of
+        ``deltas``: ints as ints, floats as exact decimal strings (Lua would round to 14
+        digits), nulls as None (skipped by the script)."""
+        out = []
+        for op in self.redis_ops():
+            values = deltas[op.column].tolist()
+            if op.kind == "int":
+                out.append([_jsonable(v) for v in values])
+            else:
+                out.append([None if _jsonable(v) is None else repr(float(v)) for v in values])
+        return out
+
+    def redis_decode(self, hashes: Sequence[Mapping[bytes, bytes]]) -> dict[str, list[Any]]:
+        """Partial columns read back from the key hashes (0 or NaN for a missing field)."""
+        out: dict[str, list[Any]] = {}
+        for op in self.redis_ops():
+            raw = [h.get(op.field.encode()) for h in hashes]
+            if op.kind == "int":
+                out[op.column] = [0 if v is None else int(v) for v in raw]
+            else:
+                out[op.column] = [np.nan if v is None else float(v) for v in raw]
+        return out
+
+
+class Count(Aggregate):
+    """Rows per group; partial ``name`` (bigint), merged by summing.
+
+    Examples
+    --------
+    >>> Count("n", None).redis_ops()
+    [RedisOp(column='n', kind='int', field='n')]
+    """
+
+    func = "count"
+    spark_names = ("count",)
+    arrow = "count"
+    needs_column = False
+
+    def partial_types(self, value_type: str) -> list[str]:
+        return ["bigint"]
+
+    def final_type(self, value_type: str) -> str:
+        return "bigint"
+
+    def init(self, groups: Groups, time_col: str, pos_col: str) -> dict[str, pd.Series]:
+        return {self.name: groups.grouped.size()}
+
+    def merge(self, groups: Groups) -> dict[str, pd.Series]:
+        return {self.name: groups.grouped[self.name].sum()}
+
+    def spark_merge(self) -> Column:
+        from pyspark.sql import functions as F
+
+        return F.sum(self.name).cast("bigint").alias(self.name)
+
+    def redis_ops(self) -> list[RedisOp]:
+        return [RedisOp(self.name, "int", self.name)]
+
+
+class Sum(Aggregate):
+    """Sum of non-null values; partials ``name`` (double) and ``name__n`` (values), null when
+    a group has no value.
+
+    Examples
+    --------
+    >>> [op.kind for op in Sum("s", "v").redis_ops()]
+    ['float', 'int']
+    """
+
+    func = "sum"
+    spark_names = ("sum",)
+    arrow = "sum"
+
+    @property
+    def partial_columns(self) -> list[str]:
+        return [self.name, f"{self.name}__n"]
+
+    def partial_types(self, value_type: str) -> list[str]:
+        return ["double", "bigint"]
+
+    def final_type(self, value_type: str) -> str:
+        return "double"
+
+    def init(self, groups: Groups, time_col: str, pos_col: str) -> dict[str, pd.Series]:
+        col = self._values(groups)
+        return {self.name: col.sum(min_count=1), f"{self.name}__n": col.count()}
+
+    def merge(self, groups: Groups) -> dict[str, pd.Series]:
+        g = groups.grouped
+        return {self.name: g[self.name].sum(min_count=1),
+                f"{self.name}__n": g[f"{self.name}__n"].sum()}
+
+    def finalize(self, merged: pd.DataFrame) -> pd.Series:
+        return merged[self.name].where(merged[f"{self.name}__n"] > 0)
+
+    def spark_merge(self) -> Column:
+        from pyspark.sql import functions as F
+
+        n = self.name
+        return F.when(F.sum(f"{n}__n") > 0, F.sum(n)).alias(n)
+
+    def redis_ops(self) -> list[RedisOp]:
+        n = self.name
+        return [RedisOp(n, "float", n), RedisOp(f"{n}__n", "int", f"{n}__n")]
+
+
+class Mean(Aggregate):
+    """Mean of non-null values; partials ``name__sum`` (double) and ``name__n`` (bigint).
+
+    Examples
+    --------
+    >>> Mean("m", "v").partial_columns
+    ['m__sum', 'm__n']
+    """
+
+    func = "mean"
+    spark_names = ("avg", "mean")
+    arrow = "mean"
+
+    @property
+    def partial_columns(self) -> list[str]:
+        return [f"{self.name}__sum", f"{self.name}__n"]
+
+    def partial_types(self, value_type: str) -> list[str]:
+        return ["double", "bigint"]
+
+    def final_type(self, value_type: str) -> str:
+        return "double"
+
+    def init(self, groups: Groups, time_col: str, pos_col: str) -> dict[str, pd.Series]:
+        col = self._values(groups)
+        return {f"{self.name}__sum": col.sum(min_count=1), f"{self.name}__n": col.count()}
+
+    def merge(self, groups: Groups) -> dict[str, pd.Series]:
+        g, n = groups.grouped, self.name
+        return {f"{n}__sum": g[f"{n}__sum"].sum(min_count=1), f"{n}__n": g[f"{n}__n"].sum()}
+
+    def finalize(self, merged: pd.DataFrame) -> pd.Series:
+        n = merged[f"{self.name}__n"]
+        result: pd.Series = (merged[f"{self.name}__sum"] / n).where(n > 0)
+        return result
+
+    def spark_merge(self) -> Column:
+        from pyspark.sql import functions as F
+
+        n = self.name
+        return (F.sum(f"{n}__sum") / F.sum(f"{n}__n")).alias(n)
+
+    def redis_ops(self) -> list[RedisOp]:
+        n = self.name
+        return [RedisOp(f"{n}__sum", "float", f"{n}__sum"), RedisOp(f"{n}__n", "int", f"{n}__n")]
+
+
+class _Extreme(Aggregate):
+    """Min or max: partial ``name`` of the column's type, merged by the same reduction."""
+
+    def partial_types(self, value_type: str) -> list[str]:
+        return [value_type]
+
+    def final_type(self, value_type: str) -> str:
+        return value_type
+
+    def init(self, groups: Groups, time_col: str, pos_col: str) -> dict[str, pd.Series]:
+        return {self.name: getattr(self._values(groups), self.func)()}
+
+    def merge(self, groups: Groups) -> dict[str, pd.Series]:
+        return {self.name: getattr(groups.grouped[self.name], self.func)()}
+
+    def spark_merge(self) -> Column:
+        from pyspark.sql import functions as F
+
+        return getattr(F, self.func)(self.name).alias(self.name)  # type: ignore[no-any-return]
+
+    def redis_ops(self) -> list[RedisOp]:
+        return [RedisOp(self.name, self.func, self.name)]
+
+
+class Min(_Extreme):
+    """Smallest non-null value.
+
+    Examples
+    --------
+    >>> Min("lo", "v").partial_types("int")
+    ['int']
+    """
+
+    func = "min"
+    spark_names = ("min",)
+    arrow = "min"
+
+
+class Max(_Extreme):
+    """Largest non-null value.
+
+    Examples
+    --------
+    >>> Max("hi", "v").redis_ops()
+    [RedisOp(column='hi', kind='max', field='hi')]
+    """
+
+    func = "max"
+    spark_names = ("max",)
+    arrow = "max"
+
+
+class _Ordered(Aggregate):
+    """First or last non-null value by (event time, arrival position): partials ``name``,
+    ``name__t`` (event time, double) and ``name__p`` (arrival position, bigint)."""
+
+    smallest: ClassVar[bool] = True
+
+    @property
+    def partial_columns(self) -> list[str]:
+        return [self.name, self.name + TIME, self.name + POS]
+
+    def partial_types(self, value_type: str) -> list[str]:
+        return [value_type, "double", "bigint"]
+
+    def final_type(self, value_type: str) -> str:
+        return value_type
+
+    def init(self, groups: Groups, time_col: str, pos_col: str) -> dict[str, pd.Series]:
+        rows = groups.rows
+        values = rows[str(self.column)]
+        picked = groups.pick(values.notna().to_numpy(), rows[time_col].to_numpy(),
+                             rows[pos_col].to_numpy(), self.smallest)
+        return {self.name: groups.take(values, picked),
+                self.name + TIME: groups.take(rows[time_col], picked).astype(np.float64),
+                self.name + POS: groups.take(rows[pos_col], picked)}
+
+    def merge(self, groups: Groups) -> dict[str, pd.Series]:
+        rows = groups.rows
+        time = rows[self.name + TIME]
+        picked = groups.pick(time.notna().to_numpy(), time.to_numpy(),
+                             rows[self.name + POS].to_numpy(), self.smallest)
+        return {col: groups.take(rows[col], picked) for col in self.partial_columns}
+
+    def spark_merge(self) -> Column:
+        from pyspark.sql import functions as F
+
+        n = self.name
+        order = F.struct(F.col(n + TIME), F.col(n + POS))
+        pick = F.min_by if self.smallest else F.max_by
+        return pick(F.col(n), F.when(F.col(n + TIME).isNotNull(), order)).alias(n)
+
+    def redis_ops(self) -> list[RedisOp]:
+        return [RedisOp(self.name, self.func, self.name)]
+
+    def redis_encode(self, deltas: pd.DataFrame) -> list[list[Any]]:
+        """One list: ``[value, time, position]`` per row (None where the value is null);
+        the script keeps the value (as JSON) at the smallest / largest (time, position)."""
+        n = self.name
+        return [[None if _jsonable(v) is None else [_jsonable(v), float(t), int(p)]
+                 for v, t, p in zip(deltas[n], deltas[n + TIME], deltas[n + POS])]]
+
+    def redis_decode(self, hashes: Sequence[Mapping[bytes, bytes]]) -> dict[str, list[Any]]:
+        raw = [h.get(self.name.encode()) for h in hashes]
+        return {self.name: [None if v is None else json.loads(v) for v in raw]}
+
+
+class First(_Ordered):
+    """The value at the smallest (event time, arrival position).
+
+    Examples
+    --------
+    >>> First("f", "v").partial_columns
+    ['f', 'f__t', 'f__p']
+    """
+
+    func = "first"
+    spark_names = ("first", "first_value")
+    arrow = "first"
+    smallest = True
+
+
+class Last(_Ordered):
+    """The value at the largest (event time, arrival position).
+
+    Examples
+    --------
+    >>> Last("l", "v").partial_types("string")
+    ['string', 'double', 'bigint']
+    """
+
+    func = "last"
+    spark_names = ("last", "last_value")
+    arrow = "last"
+    smallest = False
+
+
+class CombineAggregate(Aggregate):
+    """A :class:`Combine` as an aggregate: partial ``name`` of ``combine.dtype``, merged by
+    the same combine (in Python, once per group). Redis cannot run it.
+
+    Examples
+    --------
+    >>> CombineAggregate("mask", "bits", Combine(np.bitwise_or.reduce, "bigint")).final_type("int")
+    'bigint'
+    """
+
+    func = "combine"
+
+    def __init__(self, name: str, column: str | None, combine: Combine) -> None:
+        super().__init__(name, column)
+        self.combine = combine
+
+    def partial_types(self, value_type: str) -> list[str]:
+        return [self.combine.dtype]
+
+    def final_type(self, value_type: str) -> str:
+        return self.combine.dtype
+
+    def init(self, groups: Groups, time_col: str, pos_col: str) -> dict[str, pd.Series]:
+        return {self.name: groups.combine(groups.rows[str(self.column)], self.combine.func)}
+
+    def merge(self, groups: Groups) -> dict[str, pd.Series]:
+        return {self.name: groups.combine(groups.rows[self.name], self.combine.func)}
+
+    def spark_merge(self) -> None:
+        return None
+
+    def redis_ops(self) -> list[RedisOp]:
+        raise InvalidArgumentError(
+            f"aggregate {self.name!r} uses a Combine; RedisStore merges built-in aggregates only"
+        )
+
+
+class Stddev(Aggregate):
+    """Standard deviation: computed per partition by Arrow (``keyed_agg`` on a
+    ``keyed_by_source`` frame), not merged by Local Merge.
+
+    Examples
+    --------
+    >>> Stddev.mergeable, Stddev.arrow
+    (False, 'stddev')
+    """
+
+    func = "stddev"
+    spark_names = ("stddev", "std", "stddev_samp", "stddev_pop")
+    arrow = "stddev"
+    mergeable = False
+
+
+class Variance(Aggregate):
+    """Variance: computed per partition by Arrow, not merged by Local Merge.
+
+    Examples
+    --------
+    >>> Variance.spark_names
+    ('variance', 'var_samp', 'var_pop')
+    """
+
+    func = "variance"
+    spark_names = ("variance", "var_samp", "var_pop")
+    arrow = "variance"
+    mergeable = False
+
+
+#: Aggregate classes by name (the built-in ``func`` names of ``aggs``, then the unmergeable).
+AGGREGATE_CLASSES: dict[str, type[Aggregate]] = {
+    cls.func: cls for cls in (Count, Sum, Min, Max, Mean, First, Last, Stddev, Variance)
+}
+#: Built-in aggregates.
+AGGREGATES: tuple[str, ...] = tuple(n for n, c in AGGREGATE_CLASSES.items() if c.mergeable)
+
+
+def arrow_aggregates() -> dict[str, str]:
+    """Spark aggregate function names mapped to Arrow hash-aggregate functions.
+
+    Notes
+    -----
+    Built from the ``spark_names`` and ``arrow`` of :data:`AGGREGATE_CLASSES`; O(classes).
+
+    Examples
+    --------
+    >>> arrow_aggregates()["avg"], arrow_aggregates()["var_pop"]
+    ('mean', 'variance')
+    """
+    return {spark: cls.arrow for cls in AGGREGATE_CLASSES.values() if cls.arrow is not None
+            for spark in cls.spark_names}
+
+
+def make_aggregate(func: str | Combine, name: str, column: str | None) -> Aggregate:
+    """The aggregate object of ``func`` (a name of :data:`AGGREGATE_CLASSES` or a Combine).
+
+    Examples
+    --------
+    >>> make_aggregate("mean", "m", "v")
+    Mean('m', 'v')
+    """
+    if isinstance(func, Combine):
+        return CombineAggregate(name, column, func)
+    cls = AGGREGATE_CLASSES.get(func) if isinstance(func, str) else None
+    if cls is None:
+        raise InvalidArgumentError(
+            f"unknown aggregate {func!r} for {name!r}; choose from {AGGREGATES} or a Combine"
+        )
+    return cls(name, column)
+
+
 @dataclass(frozen=True)
 class AggSpec:
-    """One aggregate: output ``name``, ``func`` (a name or a Combine), input ``column``."""
+    """One aggregate: output ``name``, ``func`` (a name or a Combine), input ``column``.
+
+    Its :attr:`aggregate` (from :func:`make_aggregate`) does the work.
+
+    Examples
+    --------
+    >>> AggSpec("s", "sum", "v").partial_columns
+    ['s', 's__n']
+    """
 
     name: str
     func: str | Combine
     column: str | None
+    aggregate: Aggregate = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "aggregate", make_aggregate(self.func, self.name, self.column))
 
     @property
     def partial_columns(self) -> list[str]:
-        if self.func == "sum":
-            return [self.name, f"{self.name}__n"]
-        if self.func == "mean":
-            return [f"{self.name}__sum", f"{self.name}__n"]
-        if self.func in ("first", "last"):
-            return [self.name, self.name + TIME, self.name + POS]
-        return [self.name]
+        return self.aggregate.partial_columns
 
     def final_type(self, value_type: str) -> str:
         """Spark type of the final value, given the Spark type of the aggregated column."""
-        if isinstance(self.func, Combine):
-            return self.func.dtype
-        if self.func == "count":
-            return "bigint"
-        if self.func in ("sum", "mean"):
-            return "double"
-        return value_type
+        return self.aggregate.final_type(value_type)
 
     def partial_types(self, value_type: str) -> list[str]:
-        if isinstance(self.func, Combine):
-            return [self.func.dtype]
-        return {
-            "count": ["bigint"],
-            "sum": ["double", "bigint"],
-            "min": [value_type],
-            "max": [value_type],
-            "mean": ["double", "bigint"],
-            "first": [value_type, "double", "bigint"],
-            "last": [value_type, "double", "bigint"],
-        }[self.func]
+        return self.aggregate.partial_types(value_type)
 
 
 def _agg_items(aggs: Any) -> list[tuple[Any, ...]]:
@@ -112,9 +736,23 @@ def _agg_items(aggs: Any) -> list[tuple[Any, ...]]:
     raise InvalidArgumentTypeError("aggs must be {name: (func, column)} or [(name, func, column)]")
 
 
+def _needs_column(func: Any) -> bool:
+    cls = AGGREGATE_CLASSES.get(func) if isinstance(func, str) else None
+    return cls is None or cls.needs_column
+
+
 def parse_aggs(aggs: Any, columns: Sequence[str]) -> list[AggSpec]:
     """Validate ``aggs``: a mapping ``{name: (func, column)}`` (``column`` may be None for
-    count) or a sequence of ``(name, func, column)``."""
+    count) or a sequence of ``(name, func, column)``.
+
+    Raises :class:`~trilink_spark.InvalidArgumentError` for an unknown aggregate, one with no
+    exact partial form (stddev, variance), a missing or unknown column, or repeated names.
+
+    Examples
+    --------
+    >>> parse_aggs({"n": ("count", None)}, ["v"])
+    [AggSpec(name='n', func='count', column=None)]
+    """
     items = _agg_items(aggs)
     if not items:
         raise InvalidArgumentError("aggs is empty; give at least one aggregate")
@@ -125,11 +763,14 @@ def parse_aggs(aggs: Any, columns: Sequence[str]) -> list[AggSpec]:
         name, func, column = item
         if not isinstance(name, str) or not name or "__" in name:
             raise InvalidArgumentError(f"aggregate name {name!r} must be a str without '__'")
-        if not isinstance(func, Combine) and func not in AGGREGATES:
+        if not isinstance(func, Combine) and not (isinstance(func, str) and func in AGGREGATES):
+            known = isinstance(func, str) and func in AGGREGATE_CLASSES
+            if known:
+                raise make_aggregate(func, name, column)._unmergeable()
             raise InvalidArgumentError(
                 f"unknown aggregate {func!r} for {name!r}; choose from {AGGREGATES} or a Combine"
             )
-        if column is None and func != "count":
+        if column is None and _needs_column(func):
             raise InvalidArgumentError(f"aggregate {name!r} ({func}) needs a column")
         if column is not None and column not in columns:
             raise InvalidArgumentError(f"column {column!r} of aggregate {name!r} is not in {list(columns)}")
@@ -140,96 +781,88 @@ def parse_aggs(aggs: Any, columns: Sequence[str]) -> list[AggSpec]:
     return out
 
 
+def specs_for_partials(aggs: Any) -> list[AggSpec]:
+    """Parse aggregates without checking input columns (partials carry other names).
+
+    Examples
+    --------
+    >>> [s.func for s in specs_for_partials({"n": ("count", None), "s": ("sum", "v")})]
+    ['count', 'sum']
+    """
+    items = [(i[0], i[1], "_" if _needs_column(i[1]) else None) if len(i) == 3 else i
+             for i in _agg_items(aggs)]
+    return parse_aggs(items, ["_"])
+
+
 # ---------------------------------------------------------------------- pandas side
+def partial_groups(
+    rows: pd.DataFrame, by: Sequence[Any], specs: list[AggSpec], time_col: str, pos_col: str
+) -> pd.DataFrame:
+    """Partials of raw rows grouped by ``by`` (column names or arrays), indexed by group.
+
+    Columns: ``time_col`` (the largest per group), then each aggregate's partial columns.
+    Groups come in order of first appearance.
+
+    Notes
+    -----
+    Cost: one hash group-by, then one vectorised reduction per partial column (first/last: one
+    sort of the rows; a Combine: one Python call per group).
+
+    Examples
+    --------
+    >>> rows = pd.DataFrame({"k": [1, 1], "t": [0.0, 5.0], "p": [0, 1]})
+    >>> partial_groups(rows, ["k"], parse_aggs({"n": ("count", None)}, ["k"]), "t", "p")
+         t  n
+    k
+    1  5.0  2
+    """
+    groups = Groups.of(rows, by)
+    out = pd.DataFrame({time_col: groups.grouped[time_col].max()})
+    for spec in specs:
+        for column, values in spec.aggregate.init(groups, time_col, pos_col).items():
+            out[column] = values
+    return out
+
+
 def partial_frame(
     rows: pd.DataFrame, groups: list[str], specs: list[AggSpec], time_col: str, pos_col: str
 ) -> pd.DataFrame:
-    """Partials of raw rows grouped by ``groups`` (vectorised: one group-by per aggregate)."""
-    grouped = rows.groupby(groups, sort=False, dropna=False)
-    out = pd.DataFrame({time_col: grouped[time_col].max()})
-    for spec in specs:
-        if spec.func == "count":
-            out[spec.name] = grouped.size()
-            continue
-        col = grouped[str(spec.column)]
-        if spec.func == "sum":
-            out[spec.name] = col.sum(min_count=1)
-            out[f"{spec.name}__n"] = col.count()
-        elif spec.func == "mean":
-            out[f"{spec.name}__sum"] = col.sum(min_count=1)
-            out[f"{spec.name}__n"] = col.count()
-        elif spec.func in ("min", "max"):
-            out[spec.name] = getattr(col, spec.func)()
-        elif spec.func in ("first", "last"):
-            _first_last(rows, groups, spec, time_col, pos_col, out)
-        else:
-            func = spec.func.func  # type: ignore[union-attr]
-            out[spec.name] = col.agg(_combine_group(func))
-    return out.reset_index()
-
-
-def _combine_group(func: Callable[[np.ndarray], Any]) -> Callable[[pd.Series], Any]:
-    def run(values: pd.Series) -> Any:
-        present = values.dropna()
-        return func(present.to_numpy()) if len(present) else np.nan
-
-    return run
-
-
-def _first_last(rows: pd.DataFrame, groups: list[str], spec: AggSpec, time_col: str,
-                pos_col: str, out: pd.DataFrame) -> None:
-    present = rows[rows[spec.column].notna()]
-    ascending = spec.func == "first"
-    ordered = present.sort_values([time_col, pos_col], ascending=ascending, kind="stable")
-    picked = ordered.drop_duplicates(groups, keep="first").set_index(groups)
-    out[spec.name] = picked[spec.column]
-    out[spec.name + TIME] = picked[time_col].astype(np.float64)
-    out[spec.name + POS] = picked[pos_col]
+    """Partials of raw rows grouped by the columns ``groups`` (:func:`partial_groups`, with
+    the group columns first)."""
+    return partial_groups(rows, groups, specs, time_col, pos_col).reset_index()
 
 
 def merge_partial_frames(
     parts: pd.DataFrame, groups: list[str], specs: list[AggSpec], time_col: str | None
 ) -> pd.DataFrame:
-    """Combine partial rows of the same group into one (pandas)."""
-    grouped = parts.groupby(groups, sort=False, dropna=False)
-    out = pd.DataFrame(index=grouped.size().index)
+    """Combine partial rows of the same group into one (pandas).
+
+    Notes
+    -----
+    Cost: one hash group-by of ``parts``, one vectorised reduction per partial column.
+
+    Examples
+    --------
+    >>> parts = pd.DataFrame({"k": [1, 1], "n": [2, 3]})
+    >>> merge_partial_frames(parts, ["k"], parse_aggs({"n": ("count", None)}, []), None)
+       k  n
+    0  1  5
+    """
+    grouped = Groups.of(parts, groups)
+    out = pd.DataFrame(index=grouped.index)
     if time_col is not None:
-        out[time_col] = grouped[time_col].max()
+        out[time_col] = grouped.grouped[time_col].max()
     for spec in specs:
-        if spec.func == "count":
-            out[spec.name] = grouped[spec.name].sum()
-        elif spec.func == "sum":
-            out[spec.name] = grouped[spec.name].sum(min_count=1)
-            out[f"{spec.name}__n"] = grouped[f"{spec.name}__n"].sum()
-        elif spec.func == "mean":
-            out[f"{spec.name}__sum"] = grouped[f"{spec.name}__sum"].sum(min_count=1)
-            out[f"{spec.name}__n"] = grouped[f"{spec.name}__n"].sum()
-        elif spec.func in ("min", "max"):
-            out[spec.name] = getattr(grouped[spec.name], spec.func)()
-        elif spec.func in ("first", "last"):
-            present = parts[parts[spec.name + TIME].notna()]
-            ordered = present.sort_values([spec.name + TIME, spec.name + POS],
-                                          ascending=spec.func == "first", kind="stable")
-            picked = ordered.drop_duplicates(groups, keep="first").set_index(groups)
-            for suffix in ("", TIME, POS):
-                out[spec.name + suffix] = picked[spec.name + suffix]
-        else:
-            func = spec.func.func  # type: ignore[union-attr]
-            out[spec.name] = grouped[spec.name].agg(_combine_group(func))
+        for column, values in spec.aggregate.merge(grouped).items():
+            out[column] = values
     return out.reset_index()
 
 
 def finalize_frame(merged: pd.DataFrame, groups: list[str], specs: list[AggSpec]) -> pd.DataFrame:
-    """Final values from fully merged partials (pandas)."""
+    """Final values from fully merged partials (pandas; vectorised, O(rows))."""
     out = merged[groups].copy()
     for spec in specs:
-        if spec.func == "mean":
-            n = merged[f"{spec.name}__n"]
-            out[spec.name] = (merged[f"{spec.name}__sum"] / n).where(n > 0)
-        elif spec.func == "sum":
-            out[spec.name] = merged[spec.name].where(merged[f"{spec.name}__n"] > 0)
-        else:
-            out[spec.name] = merged[spec.name]
+        out[spec.name] = spec.aggregate.finalize(merged)
     return out
 
 
@@ -262,35 +895,12 @@ def merge_partials(
     --------
     >>> totals = tl.merge_partials(tl.local_merge(df, "k", "ts", 60, aggs), "k", aggs)  # doctest: +SKIP
     """
-    from pyspark.sql import functions as F
-
     keys = [key] if isinstance(key, str) else list(key)
-    specs = _specs_for_partials(aggs)
-    if any(isinstance(spec.func, Combine) for spec in specs):
+    specs = specs_for_partials(aggs)
+    exprs = [e for e in (spec.aggregate.spark_merge() for spec in specs) if e is not None]
+    if len(exprs) < len(specs):  # a Combine merges in Python
         return _merge_with_pandas(df, keys, specs)
-    exprs = []
-    for spec in specs:
-        n = spec.name
-        if spec.func == "count":
-            exprs.append(F.sum(n).cast("bigint").alias(n))
-        elif spec.func == "sum":
-            total = F.sum(n)
-            exprs.append(F.when(F.sum(f"{n}__n") > 0, total).alias(n))
-        elif spec.func == "mean":
-            exprs.append((F.sum(f"{n}__sum") / F.sum(f"{n}__n")).alias(n))
-        elif spec.func in ("min", "max"):
-            exprs.append(getattr(F, spec.func)(n).alias(n))
-        elif spec.func in ("first", "last"):
-            order = F.struct(F.col(n + TIME), F.col(n + POS))
-            pick = F.min_by if spec.func == "first" else F.max_by
-            exprs.append(pick(F.col(n), F.when(F.col(n + TIME).isNotNull(), order)).alias(n))
     return df.groupBy(*keys).agg(*exprs)
-
-
-def _specs_for_partials(aggs: Any) -> list[AggSpec]:
-    """Parse aggregates without checking input columns (partials carry other names)."""
-    items = _agg_items(aggs)
-    return parse_aggs([(n, f, None if f == "count" else "_") for n, f, _c in items], ["_"])
 
 
 def _merge_with_pandas(df: DataFrame, keys: list[str], specs: list[AggSpec]) -> DataFrame:

@@ -1,4 +1,4 @@
-"""Global Merge: no keyed exchange at all (seed 002 §4.3 (2), Figure 11 (c)).
+"""Global Merge: no keyed exchange at all (Trilink paper, §4.3 (2), Figure 11 (c)).
 
 Every partition aggregates its own rows and merges the resulting partials (deltas) into one
 global result. With the embedded ``store="driver"`` the deltas are collected by the driver
@@ -9,6 +9,7 @@ network, and the plan has no shuffle exchange. The modes of
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["global_merge", "GLOBAL_STORES"]
+
+_log = logging.getLogger(__name__)
 
 #: Global stores built in.
 GLOBAL_STORES: tuple[str, ...] = ("driver",)
@@ -71,6 +74,13 @@ def global_merge(
     -------
     pyspark.sql.DataFrame or None
         One row per key: the key, then one column per aggregate, as ``groupBy(key).agg``.
+
+    Raises
+    ------
+    StoreUnavailableError
+        With a RedisStore: Redis cannot be reached, before the tasks or from one of them (each
+        task stops its own partition's flushes at the first failure and reports it in its
+        status row; the message names the batch id). Other task errors fail the job as usual.
 
     Notes
     -----
@@ -128,6 +138,11 @@ def _result_schema(df: DataFrame, key: str, specs: list[AggSpec]) -> str:
     return ", ".join(fields)
 
 
+#: One row per partition from the tasks of a Redis global merge; ``error`` is the message of a
+#: :class:`~trilink_spark.StoreUnavailableError` that stopped the partition, else null.
+STATUS_SCHEMA = "partition int, flushes int, applied int, error string"
+
+
 def _merge_into_redis(
     df: DataFrame, source: DataFrame, key: str, time_name: str, slot: int, aggs: Any,
     store: RedisStore, mode: str, batch_id: int | None, quantity: int, delay: Any,
@@ -135,27 +150,27 @@ def _merge_into_redis(
 ) -> DataFrame | None:
     src, plan = plan_merge(source, key, time_name, slot, aggs, mode, quantity=quantity,
                            delay=delay, punctuation=punctuation)
-    from .redis_store import _ops
-
-    _ops(plan.specs)  # refuse what Redis cannot merge before any task runs
+    store.ops(plan.specs)  # refuse what Redis cannot merge before any task runs
     store.set_meta(key, df.schema[key].dataType.simpleString(), plan.specs)
     run_id = str(batch_id) if batch_id is not None else f"run-{uuid.uuid4().hex}"
-    status = src.mapInArrow(_apply_partition(plan, store, run_id),
-                            "partition int, flushes int, applied int")
-    try:
-        status.collect()
-    except Exception as err:  # a task's StoreUnavailableError arrives wrapped by Spark
-        if "StoreUnavailableError" in str(err):
-            raise StoreUnavailableError(
-                f"Redis at {store!r} became unreachable during batch {run_id}; the flushes "
-                "applied so far stay applied once, and rerunning the same batch_id applies "
-                "the rest"
-            ) from err
-        raise
+    status = src.mapInArrow(_apply_partition(plan, store, run_id), STATUS_SCHEMA).collect()
+    failed = [row for row in status if row["error"] is not None]
+    if failed:
+        partitions = ", ".join(str(row["partition"]) for row in failed)
+        raise StoreUnavailableError(
+            f"Redis at {store!r} became unreachable during batch {run_id} (partition(s) "
+            f"{partitions}: {failed[0]['error']}); the flushes applied so far stay applied "
+            "once, and rerunning the same batch_id applies the rest"
+        )
     return store.read(df.sparkSession, aggs, key) if read else None
 
 
 def _apply_partition(plan: Any, store: RedisStore, run_id: str) -> Any:
+    """The task of a Redis global merge: one ``store.apply`` per flush, then a status row.
+
+    A :class:`~trilink_spark.StoreUnavailableError` stops the partition's flushes and is
+    reported in the status row (the driver raises it); any other exception fails the task.
+    """
     def run(batches: Any) -> Any:
         import pyarrow as pa
         from pyspark import TaskContext
@@ -163,13 +178,20 @@ def _apply_partition(plan: Any, store: RedisStore, run_id: str) -> Any:
         context = TaskContext.get()
         pid = context.partitionId() if context is not None else 0
         flushes = applied = 0
+        error: str | None = None
         for i, deltas in enumerate(partition_flushes(read_partition(batches), plan)):
             flushes += 1
-            applied += int(store.apply(deltas, plan.key, plan.specs, f"{run_id}:{pid}:{i}"))
+            try:
+                applied += int(store.apply(deltas, plan.key, plan.specs, f"{run_id}:{pid}:{i}"))
+            except StoreUnavailableError as err:
+                _log.warning("partition %d of batch %s stopped at flush %d: %s", pid, run_id,
+                             i, err)
+                error = str(err)
+                break
         yield pa.RecordBatch.from_pydict(
-            {"partition": [pid], "flushes": [flushes], "applied": [applied]},
+            {"partition": [pid], "flushes": [flushes], "applied": [applied], "error": [error]},
             schema=pa.schema([("partition", pa.int32()), ("flushes", pa.int32()),
-                              ("applied", pa.int32())]),
+                              ("applied", pa.int32()), ("error", pa.string())]),
         )
 
     return run

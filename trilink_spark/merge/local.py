@@ -1,8 +1,8 @@
 """Local Merge: time-slot pre-aggregation on the map side, before the keyed exchange.
 
-Seed 002 §4.3 (1), Figure 11 (b), Table 7. Within each input partition, rows of one key in
-one time slot are merged into one partial row (see :mod:`~trilink_spark.merge.algebra`) before
-anything is shuffled. A merged row carries the largest event time of its rows, so watermarks
+Trilink paper, §4.3 (1), Figure 11 (b), Table 7. Within each input partition, rows of one key
+in one time slot are merged into one partial row (see :mod:`~trilink_spark.merge.algebra`)
+before anything is shuffled. A merged row carries the largest event time of its rows, so watermarks
 downstream stay right, and a flush emits its slots in time order. When a buffer is flushed
 depends on the mode:
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -31,24 +31,57 @@ import pandas as pd
 from ..columns import ET_COL, ORDER_COL, POS_COL, PUNCT_COL, SLOT_COL, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..eventtime import SPARK_TIME_TYPES, delay_in_units, event_time_micros, from_units
-from .algebra import AggSpec, parse_aggs, partial_frame
+from .algebra import AggSpec, parse_aggs, partial_groups
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["local_merge", "MERGE_MODES", "flush_bounds", "plan_merge", "MergePlan",
-           "partition_flushes"]
+           "partition_flushes", "partition_partials", "Flushes"]
 
-#: Flush modes of seed 002 Table 7.
+#: Flush modes (Trilink paper, §4.3, Table 7).
 MERGE_MODES: tuple[str, ...] = ("quantity", "periodic", "punctuation")
 #: Output column: the start of each partial row's time slot.
 SLOT = "slot_start"
+
+
+#: Periodic mode: rows ahead of every position checked by one vectorised sweep; a flush that
+#: turns out longer is found by a galloping scan from its start (a tuning constant).
+_SHORT_REACH = 16
+#: First chunk of a galloping scan, in rows (doubled at each step).
+_FIRST_CHUNK = 64
 
 
 def flush_bounds(
     et: np.ndarray, mode: str, quantity: int, delay: float, punct: np.ndarray | None
 ) -> list[int]:
     """End positions (exclusive) of the flushes of one partition's rows, in arrival order.
+
+    Parameters
+    ----------
+    et : numpy.ndarray
+        Event times (float, NaN for none) in arrival order.
+    mode : {"quantity", "periodic", "punctuation"}
+    quantity : int
+        Quantity mode: rows per flush.
+    delay : float
+        Periodic mode: a flush ends before the first row that makes the largest minus the
+        smallest event time of the flush exceed ``delay`` (rows without a time never do).
+    punct : numpy.ndarray of bool, optional
+        Punctuation mode: a flush ends after each row where it is true.
+
+    Returns
+    -------
+    list of int
+        Increasing ends; the last is ``len(et)`` (none for no rows).
+
+    Notes
+    -----
+    Cost: O(n) numpy work in every mode, with no Python step per row. Periodic mode makes one
+    vectorised sweep that finds, for every row, where a flush starting there ends when that is
+    within a few rows; a walk over the flushes (one Python step each) then takes those, and
+    scans ahead of a longer flush's start in chunks that double (a galloping search), so each
+    row is scanned O(1) times whatever the order of the event times.
 
     Examples
     --------
@@ -63,20 +96,82 @@ def flush_bounds(
     if mode == "quantity":
         bounds = list(range(quantity, n, quantity))
     elif mode == "punctuation":
-        bounds = [int(i) + 1 for i in np.flatnonzero(punct) if i + 1 < n] if punct is not None else []
+        ends = np.flatnonzero(punct) + 1 if punct is not None else np.zeros(0, dtype=np.int64)
+        bounds = [int(e) for e in ends[ends < n]]
+    elif mode == "periodic":
+        if not delay >= 0:
+            raise InvalidArgumentError(f"delay must be >= 0, got {delay!r}")
+        bounds = _periodic_bounds(np.asarray(et, dtype=np.float64), float(delay))
     else:
-        bounds, start = [], 0
-        filled = np.where(np.isnan(et), -np.inf, et)
-        while start < n:
-            seg = filled[start:]
-            spread = np.maximum.accumulate(seg) - np.minimum.accumulate(
-                np.where(np.isinf(seg), np.inf, seg))
-            over = np.flatnonzero(spread > delay)
-            if not len(over):
-                break
-            start += int(over[0])
-            bounds.append(start)
+        raise InvalidArgumentError(f"mode must be one of {', '.join(MERGE_MODES)}, got {mode!r}")
     return bounds + [n]
+
+
+def _periodic_bounds(et: np.ndarray, delay: float) -> list[int]:
+    """Periodic flush starts after the first row (see :func:`flush_bounds`)."""
+    n = len(et)
+    top = np.where(np.isnan(et), -np.inf, et)  # a row without a time never raises the max
+    bottom = np.where(np.isinf(top), np.inf, top)  # nor lowers the min
+    with np.errstate(invalid="ignore"):  # inf - inf: no spread, as NaN > delay is false
+        short = _short_ends(top, bottom, delay)
+        bounds: list[int] = []
+        start = 0
+        while start < n:
+            step = short[start]
+            start = start + step if step else _scan_end(top, bottom, start, delay)
+            if start < n:
+                bounds.append(start)
+    return bounds
+
+
+def _short_ends(top: np.ndarray, bottom: np.ndarray, delay: float) -> list[int]:
+    """For every row i, the d <= _SHORT_REACH such that a flush starting at i ends before row
+    i + d, or 0 when it does not end within that reach (one sweep per d, over the rows still
+    open; O(n * _SHORT_REACH) at most)."""
+    n = len(top)
+    ends = np.zeros(n, dtype=np.int64)
+    idx = np.arange(n)
+    hi, lo = top.copy(), bottom.copy()
+    still = np.ones(n, dtype=bool)  # aligned with idx: not ended yet
+    contiguous = True  # idx is still 0..len-1, so row i + d is a slice
+    for d in range(1, min(_SHORT_REACH, n - 1) + 1):
+        k = n - d if contiguous else int(np.searchsorted(idx, n - d))
+        idx, hi, lo, still = idx[:k], hi[:k], lo[:k], still[:k]
+        ahead = slice(d, d + k) if contiguous else idx + d
+        np.maximum(hi, top[ahead], out=hi)
+        np.minimum(lo, bottom[ahead], out=lo)
+        over = (hi - lo) > delay
+        over &= still
+        ends[idx[over]] = d
+        still &= ~over
+        left = int(np.count_nonzero(still))
+        if not left:
+            break
+        if left < k // 2:  # drop the ended rows once they are most
+            idx, hi, lo, still = idx[still], hi[still], lo[still], still[still]
+            contiguous = False
+    result: list[int] = ends.tolist()
+    return result
+
+
+def _scan_end(top: np.ndarray, bottom: np.ndarray, start: int, delay: float) -> int:
+    """Where a flush starting at ``start`` ends: scans chunks of doubling size (galloping),
+    O(length of the flush); ``len(top)`` when it runs to the end."""
+    n = len(top)
+    hi, lo = -np.inf, np.inf
+    begin, size = start, _FIRST_CHUNK
+    while begin < n:
+        stop = min(n, begin + size)
+        run_hi = np.maximum.accumulate(top[begin:stop])
+        np.maximum(run_hi, hi, out=run_hi)
+        run_lo = np.minimum.accumulate(bottom[begin:stop])
+        np.minimum(run_lo, lo, out=run_lo)
+        over = np.flatnonzero(run_hi - run_lo > delay)
+        if len(over):
+            return begin + int(over[0])
+        hi, lo = float(run_hi[-1]), float(run_lo[-1])
+        begin, size = stop, size * 2
+    return n
 
 
 @dataclass(frozen=True)
@@ -95,6 +190,72 @@ class MergePlan:
     arrow_schema: Any
 
 
+class Flushes(NamedTuple):
+    """The partial rows of every flush of one partition (see :func:`partition_partials`).
+
+    ``frame`` has the columns of the plan's output, flushes in order and each flush's rows in
+    slot order; ``flush`` numbers each row's flush (0, 1, ... over the flushes that have rows);
+    ``consumed`` is how many leading input rows were flushed (the rest is a kept tail).
+    """
+
+    frame: pd.DataFrame
+    flush: np.ndarray
+    consumed: int
+
+    def pieces(self) -> Iterator[pd.DataFrame]:
+        """One frame per flush, in order (slices of ``frame``; O(flushes))."""
+        if not len(self.frame):
+            return
+        cuts = (np.flatnonzero(np.diff(self.flush)) + 1).tolist()
+        for start, end in zip([0, *cuts], [*cuts, len(self.frame)]):
+            yield self.frame.iloc[start:end]
+
+
+def partition_partials(rows: pd.DataFrame, plan: MergePlan, keep_tail: bool = False) -> Flushes:
+    """One input partition's rows (arrival order) to the partial rows of all its flushes.
+
+    With ``keep_tail`` the rows after the last flush point are not flushed (a streaming
+    buffer keeps them for the next micro-batch; see :func:`buffered_rows`).
+
+    Notes
+    -----
+    Cost: the flush bounds (:func:`flush_bounds`, O(n)), then ONE pandas group-by over
+    (flush, key, slot) for every flush together and one stable sort of the groups into flush
+    then slot order: O(n log n) vectorised, whatever the number of flushes.
+
+    Examples
+    --------
+    >>> flushed = partition_partials(rows, plan)  # doctest: +SKIP
+    >>> [len(piece) for piece in flushed.pieces()]  # doctest: +SKIP
+    [3, 2]
+    """
+    if not len(rows):
+        return Flushes(pd.DataFrame(columns=plan.names), np.zeros(0, dtype=np.int64), 0)
+    ends = _flush_ends(rows, plan, keep_tail)
+    consumed = ends[-1] if ends else 0
+    part = rows.iloc[:consumed]
+    flush_of_row = np.repeat(np.arange(len(ends)), np.diff([0, *ends]))
+    timed = part[ET_COL].notna().to_numpy()
+    if not timed.all():  # rows without an event time have no slot: they are not merged
+        part, flush_of_row = part[timed], flush_of_row[timed]
+    if not len(part):
+        return Flushes(pd.DataFrame(columns=plan.names), np.zeros(0, dtype=np.int64), consumed)
+    out = partial_groups(part, [flush_of_row, plan.key, SLOT_COL], plan.specs, ET_COL, POS_COL)
+    flush = out.index.get_level_values(0).to_numpy(dtype=np.int64)
+    slot = out.index.get_level_values(2).to_numpy(dtype=np.float64)
+    order = np.argsort(slot, kind="stable")  # within a flush: slot order, then first seen
+    order = order[np.argsort(flush[order], kind="stable")]
+    out = out.iloc[order]
+    flush = flush[order]
+    frame = out.reset_index(drop=True)
+    frame[plan.key] = out.index.get_level_values(1)
+    frame[plan.time_name] = from_units(frame[ET_COL].to_numpy(), plan.time_kind)
+    frame[SLOT] = from_units(slot[order], plan.time_kind)
+    numbers = np.zeros(len(flush), dtype=np.int64)  # dense: flushes with no rows get none
+    numbers[1:] = np.cumsum(flush[1:] != flush[:-1])
+    return Flushes(frame[plan.names], numbers, consumed)
+
+
 def partition_flushes(
     rows: pd.DataFrame, plan: MergePlan, keep_tail: bool = False
 ) -> Iterator[pd.DataFrame]:
@@ -102,23 +263,16 @@ def partition_flushes(
 
     With ``keep_tail`` the rows after the last flush point are not flushed (a streaming
     buffer keeps them for the next micro-batch; see :func:`buffered_rows`).
+
+    Notes
+    -----
+    Cost: :func:`partition_partials` (one group-by for every flush), then one slice per
+    flush. Callers that need no per-flush pieces use ``partition_partials`` directly.
     """
-    if not len(rows):
-        return
-    for start, end in _segments(rows, plan, keep_tail):
-        part = rows.iloc[start:end]
-        part = part[part[ET_COL].notna()]
-        if not len(part):
-            continue
-        part = part.assign(**{SLOT: part[SLOT_COL]})
-        out = partial_frame(part, [plan.key, SLOT], plan.specs, ET_COL, POS_COL)
-        out = out.sort_values(SLOT, kind="stable")
-        out[plan.time_name] = from_units(out[ET_COL].to_numpy(), plan.time_kind)
-        out[SLOT] = from_units(out[SLOT].to_numpy(dtype=np.float64), plan.time_kind)
-        yield out[plan.names]
+    yield from partition_partials(rows, plan, keep_tail).pieces()
 
 
-def _segments(rows: pd.DataFrame, plan: MergePlan, keep_tail: bool) -> list[tuple[int, int]]:
+def _flush_ends(rows: pd.DataFrame, plan: MergePlan, keep_tail: bool) -> list[int]:
     et = rows[ET_COL].to_numpy(dtype=np.float64)
     punct = rows[PUNCT_COL].fillna(False).to_numpy(dtype=bool) if PUNCT_COL in rows else None
     bounds = flush_bounds(et, plan.mode, plan.quantity, plan.delay, punct)
@@ -126,14 +280,13 @@ def _segments(rows: pd.DataFrame, plan: MergePlan, keep_tail: bool) -> list[tupl
         bounds = bounds[:-1]  # the last bound is the end of the rows: keep that tail
         if plan.mode == "punctuation" and punct is not None and len(punct) and punct[-1]:
             bounds.append(len(rows))  # a punctuation row ends the input: nothing is left
-    starts = [0] + bounds[:-1]
-    return list(zip(starts, bounds))
+    return bounds
 
 
 def buffered_rows(rows: pd.DataFrame, plan: MergePlan) -> pd.DataFrame:
     """The rows :func:`partition_flushes` with ``keep_tail`` leaves for the next batch."""
-    segments = _segments(rows, plan, True) if len(rows) else []
-    last = segments[-1][1] if segments else 0
+    ends = _flush_ends(rows, plan, True) if len(rows) else []
+    last = ends[-1] if ends else 0
     return rows.iloc[last:]
 
 
@@ -149,8 +302,10 @@ def _merge_partition(plan: MergePlan) -> Any:
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
-        for out in partition_flushes(read_partition(batches), plan):
-            table = pa.Table.from_pandas(out, schema=plan.arrow_schema, preserve_index=False)
+        flushed = partition_partials(read_partition(batches), plan)
+        if len(flushed.frame):
+            table = pa.Table.from_pandas(flushed.frame, schema=plan.arrow_schema,
+                                         preserve_index=False)
             yield from table.to_batches()
 
     return run
@@ -202,10 +357,12 @@ def local_merge(
 
     Notes
     -----
-    Cost: one pass per input partition in Python (only the key, event time and aggregated
-    columns travel; a partition's rows are held until its last flush), no shuffle. The output
-    has at most one row per key, slot and flush: with few keys per slot it is a small fraction
-    of the input, which is what the keyed exchange after it then carries.
+    Cost: one vectorised pass per input partition in Python, O(n log n) in every mode and
+    whatever the arrival order (the flush bounds in O(n), then one group-by for all flushes;
+    only the key, event time and aggregated columns travel; a partition's rows are held until
+    its last flush), no shuffle. The output has at most one row per key, slot and flush: with
+    few keys per slot it is a small fraction of the input, which is what the keyed exchange
+    after it then carries.
 
     Examples
     --------

@@ -14,15 +14,15 @@ id therefore never counts twice. Standalone Redis (the script touches keys it co
 from __future__ import annotations
 
 import json
-import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from ..errors import InvalidArgumentError, StoreUnavailableError
-from ..urls import redact
-from .algebra import POS, TIME, AggSpec, Combine, finalize_frame
+from ..urls import redact, scrub
+from .algebra import AggSpec, RedisOp, finalize_frame, specs_for_partials
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -73,38 +73,6 @@ return #data.rows
 """
 
 
-def _ops(specs: list[AggSpec]) -> list[tuple[str, str, str]]:
-    """(partial column, redis op, field) per partial value shipped."""
-    ops = []
-    for spec in specs:
-        if isinstance(spec.func, Combine):
-            raise InvalidArgumentError(
-                f"aggregate {spec.name!r} uses a Combine; RedisStore merges built-in aggregates only"
-            )
-        n = spec.name
-        if spec.func == "count":
-            ops.append((n, "int", n))
-        elif spec.func == "sum":
-            ops += [(n, "float", n), (f"{n}__n", "int", f"{n}__n")]
-        elif spec.func == "mean":
-            ops += [(f"{n}__sum", "float", f"{n}__sum"), (f"{n}__n", "int", f"{n}__n")]
-        elif spec.func in ("min", "max"):
-            ops.append((n, str(spec.func), n))
-        else:
-            ops.append((n, str(spec.func), n))
-    return ops
-
-
-def _jsonable(value: Any) -> Any:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if isinstance(value, np.generic):
-        return _jsonable(value.item())
-    if isinstance(value, pd.Timestamp):
-        return value.isoformat()
-    return value
-
-
 class RedisStore:
     """Global store of :func:`~trilink_spark.global_merge` in Redis (picklable: tasks use it).
 
@@ -126,7 +94,8 @@ class RedisStore:
 
     def __init__(self, url: str, prefix: str = "trilink:merge", *, socket_timeout: float = 2.0) -> None:
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
-            raise InvalidArgumentError(f"url must be a redis://, rediss:// or unix:// URL, got {url!r}")
+            raise InvalidArgumentError(
+                f"url must be a redis://, rediss:// or unix:// URL, got {redact(str(url))!r}")
         if not isinstance(prefix, str) or not prefix:
             raise InvalidArgumentError("prefix must be a non-empty str")
         self.url = url
@@ -158,33 +127,39 @@ class RedisStore:
             return fn(self._redis())
         except (redis.ConnectionError, redis.TimeoutError, OSError) as err:
             raise StoreUnavailableError(
-                f"Redis at {redact(self.url)} is unreachable ({type(err).__name__}: {err}); "
+                f"Redis at {redact(self.url)} is unreachable "
+                f"({type(err).__name__}: {scrub(str(err), self.url)}); "
                 "deltas already applied stay applied once, and a retry applies the rest"
             ) from err
 
     # ------------------------------------------------------------------ writing
+    @staticmethod
+    def ops(specs: Sequence[AggSpec]) -> list[RedisOp]:
+        """The Redis form of the aggregates: (partial column, Lua op, hash field) per value
+        shipped, as each aggregate gives it (see :mod:`~trilink_spark.merge.algebra`).
+
+        Raises :class:`~trilink_spark.InvalidArgumentError` for an aggregate Redis cannot
+        merge (a :class:`~trilink_spark.Combine`). Cost: O(aggregates), no Redis call.
+
+        Examples
+        --------
+        >>> from trilink_spark.merge.algebra import parse_aggs
+        >>> [op.kind for op in RedisStore.ops(parse_aggs({"m": ("mean", "v")}, ["v"]))]
+        ['float', 'int']
+        """
+        return [op for spec in specs for op in spec.aggregate.redis_ops()]
+
     def apply(self, deltas: pd.DataFrame, key: str, specs: list[AggSpec], marker: str) -> bool:
         """Apply one flush's partial rows atomically unless ``marker`` was applied before.
 
         Returns True when applied, False when the marker was already known.
         """
-        ops = _ops(specs)
-        rows = []
+        ops = self.ops(specs)
         columns = [deltas[key].tolist()]
-        for column, kind, _field in ops:
-            if kind in ("first", "last"):
-                columns.append([
-                    None if _jsonable(v) is None else [_jsonable(v), float(t), int(p)]
-                    for v, t, p in zip(deltas[column], deltas[column + TIME], deltas[column + POS])
-                ])
-            elif kind == "int":
-                columns.append([_jsonable(v) for v in deltas[column].tolist()])
-            else:  # floats travel as exact decimal strings (Lua would round to 14 digits)
-                columns.append([None if _jsonable(v) is None else repr(float(v))
-                                for v in deltas[column].tolist()])
-        for values in zip(*columns):
-            rows.append([str(values[0]), *values[1:]])
-        payload = json.dumps({"ops": [[f, kind] for _c, kind, f in ops], "rows": rows})
+        for spec in specs:
+            columns += spec.aggregate.redis_encode(deltas)
+        rows = [[str(values[0]), *values[1:]] for values in zip(*columns)]
+        payload = json.dumps({"ops": [[op.field, op.kind] for op in ops], "rows": rows})
 
         def run(client: Any) -> Any:
             if self._script is None:  # one Script per process: EVALSHA, loaded once
@@ -234,14 +209,9 @@ class RedisStore:
 
         keys, hashes, key_type = self._call(run)
         merged = pd.DataFrame({key: keys})
-        for column, kind, field in _ops(specs):
-            raw = [h.get(field.encode()) for h in hashes]
-            if kind in ("first", "last"):
-                merged[column] = [None if v is None else json.loads(v) for v in raw]
-            elif kind == "int":
-                merged[column] = [0 if v is None else int(v) for v in raw]
-            else:
-                merged[column] = [np.nan if v is None else float(v) for v in raw]
+        for spec in specs:
+            for column, values in spec.aggregate.redis_decode(hashes).items():
+                merged[column] = values
         if key_type is not None and key_type.decode() in ("bigint", "int", "smallint", "tinyint"):
             merged[key] = merged[key].astype(np.int64)
         return finalize_frame(merged, [key], specs)
@@ -252,8 +222,6 @@ class RedisStore:
         ``aggs`` and ``key`` default to those of the last :func:`~trilink_spark.global_merge`
         into this store (kept in Redis).
         """
-        from .algebra import _specs_for_partials
-
         if aggs is None or key is None:
             meta = self._meta()
             if "aggs" not in meta:
@@ -262,7 +230,7 @@ class RedisStore:
                 )
             aggs = aggs if aggs is not None else [tuple(a) for a in json.loads(meta["aggs"])]
             key = key if key is not None else meta["key"]
-        specs = _specs_for_partials(aggs)
+        specs = specs_for_partials(aggs)
         frame = self.read_frame(specs, key)
         if not len(frame):
             empty: DataFrame = spark.createDataFrame([], f"`{key}` string")

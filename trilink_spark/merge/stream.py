@@ -19,7 +19,7 @@ import pandas as pd
 from ..columns import POS_COL
 from ..errors import InvalidArgumentTypeError
 from ..state.store import KeyedStateStore, StatefulBatchFunction
-from .local import MergePlan, buffered_rows, partition_flushes, plan_merge, read_partition
+from .local import MergePlan, partition_partials, plan_merge, read_partition
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -43,11 +43,12 @@ def _buffered_partition(plan: MergePlan, store: KeyedStateStore, batch_id: int) 
         if previous is not None:
             held = pickle.loads(previous)
             rows = pd.concat([held, rows], ignore_index=True) if len(rows) else held
-        outs = list(partition_flushes(rows, plan, keep_tail=True)) if len(rows) else []
-        tail = buffered_rows(rows, plan) if len(rows) else rows
+        flushed = partition_partials(rows, plan, keep_tail=True)
+        tail = rows.iloc[flushed.consumed:]
         store.save(pid, batch_id, pickle.dumps(tail, protocol=pickle.HIGHEST_PROTOCOL))
-        for out in outs:
-            table = pa.Table.from_pandas(out, schema=plan.arrow_schema, preserve_index=False)
+        if len(flushed.frame):
+            table = pa.Table.from_pandas(flushed.frame, schema=plan.arrow_schema,
+                                         preserve_index=False)
             yield from table.to_batches()
 
     return run
@@ -86,7 +87,9 @@ class LocalMergeBatchFunction(StatefulBatchFunction):
             data = self.store.latest(p)
             if data is None:
                 continue
-            parts += list(partition_flushes(pickle.loads(data), self._plan))
+            flushed = partition_partials(pickle.loads(data), self._plan)
+            if len(flushed.frame):
+                parts.append(flushed.frame)
         return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 

@@ -5,7 +5,7 @@ and the job reads one Spark partition per Kafka partition (``trilink-kafka``), e
 already whole on one input partition. :func:`keyed_by_source` declares that;
 :func:`~trilink_spark.keyed_agg`, :func:`~trilink_spark.keyed_apply` and
 :func:`~trilink_spark.keyed_process` then work inside each input partition, with **no shuffle
-exchange** (seed 002 §4.3 (3), Figure 11 (d)).
+exchange** (Trilink paper, §4.3 (3), Figure 11 (d)).
 
 Spark cannot be told that an input is grouped by a column (its Python data sources report no
 partitioning), so a ``groupBy`` would always add an exchange. Here the work is done per
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..columns import ARG_COL, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, KeysNotGroupedError
+from ..merge.algebra import arrow_aggregates
 from ..plan import shuffle_exchanges
 
 if TYPE_CHECKING:
@@ -43,26 +44,9 @@ __all__ = [
 
 _MARK = "trilink_spark.keyed_by_source"
 
-#: Spark aggregate functions :func:`source_agg` computes per partition (Arrow hash aggregates).
-SOURCE_AGGREGATES: dict[str, str] = {
-    "count": "count",
-    "sum": "sum",
-    "avg": "mean",
-    "mean": "mean",
-    "min": "min",
-    "max": "max",
-    "first": "first",
-    "first_value": "first",
-    "last": "last",
-    "last_value": "last",
-    "stddev": "stddev",
-    "std": "stddev",
-    "stddev_samp": "stddev",
-    "stddev_pop": "stddev",
-    "variance": "variance",
-    "var_samp": "variance",
-    "var_pop": "variance",
-}
+#: Spark aggregate functions :func:`source_agg` computes per partition (Arrow hash aggregates),
+#: as the aggregate classes of :mod:`~trilink_spark.merge.algebra` name them.
+SOURCE_AGGREGATES: dict[str, str] = arrow_aggregates()
 
 
 def keyed_by_source(df: DataFrame, key: str, *, verify: bool = False,
