@@ -26,6 +26,9 @@ __all__ = [
     "open_consumer",
     "topic_partitions",
     "resolve_offsets",
+    "latest_offsets",
+    "check_rewind",
+    "rewind_error",
     "fetch_range",
     "open_producer",
     "split_limit",
@@ -100,7 +103,10 @@ class KafkaOptions:
         progress) before failing with a clear error. Default 10,000.
     fail_on_data_loss : bool
         ``failOnDataLoss`` (default true): refuse offsets the broker no longer holds, instead of
-        skipping ahead to the earliest available one.
+        skipping ahead to the earliest available one; and refuse a stream whose committed
+        offsets are past the broker's latest ones (offsets went backwards: the topic was
+        deleted and re-created, or the broker lost data), instead of restarting those
+        partitions from their earliest offset (see :func:`check_rewind`).
     """
 
     bootstrap: str
@@ -221,13 +227,35 @@ def open_consumer(opts: KafkaOptions) -> Any:
 
 
 def topic_partitions(consumer: Any, opts: KafkaOptions) -> list[int]:
-    """The topic's partition ids, sorted; refuses a missing topic or a different count."""
+    """The topic's partition ids, sorted; refuses a missing topic or a different count.
+
+    The metadata is fetched from the broker on every call, never taken from the consumer's
+    cache, so a long-lived consumer (a stream's, asked once per trigger) sees a topic deleted
+    and re-created with another partition count.
+
+    Cost: one metadata request (for all the topics the client may see), more only while the
+    topic does not exist yet (polled every 50 ms, at most ``timeout_ms``).
+
+    Raises
+    ------
+    BrokerUnavailableError
+        The broker did not answer the metadata request.
+    InvalidArgumentError
+        The topic does not exist (within ``timeout_ms``).
+    PartitionCountError
+        The topic does not have ``numPartitions`` partitions.
+    """
+    kafka = _kafka()
     deadline = time.monotonic() + opts.timeout_ms / 1000
-    partitions = consumer.partitions_for_topic(opts.topic)
-    while not partitions and time.monotonic() < deadline:
-        time.sleep(0.05)
-        consumer.topics()  # refresh metadata
+    while True:
+        try:
+            consumer.topics()  # refresh the cached metadata
+        except (kafka.errors.KafkaError, OSError):
+            raise _unreachable(opts) from None
         partitions = consumer.partitions_for_topic(opts.topic)
+        if partitions or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
     if not partitions:
         raise InvalidArgumentError(f"Kafka topic {opts.topic!r} does not exist at {opts.bootstrap}")
     ids = sorted(partitions)
@@ -248,14 +276,24 @@ def _check_count(opts: KafkaOptions, count: int, advice: str = "") -> None:
 
 
 def _latest(consumer: Any, topic: str, partitions: list[int]) -> dict[int, int]:
+    """End offsets, confirmed by a fetch where possible (see :func:`_confirmed_latest`)."""
+    return _confirmed_latest(consumer, topic, partitions)[0]
+
+
+def _confirmed_latest(
+    consumer: Any, topic: str, partitions: list[int]
+) -> tuple[dict[int, int], frozenset[int]]:
     """End offsets, confirmed by a fetch: some Kafka-compatible brokers report the start of the
-    last record batch as the end, which would leave that batch's records unread."""
+    last record batch as the end, which would leave that batch's records unread.
+
+    Also returns the partitions whose confirming fetch did not come back within 2 s: their
+    offset is the broker's report, which may be below the true end."""
     kafka = _kafka()
     tps = [kafka.TopicPartition(topic, p) for p in partitions]
     reported = {tp.partition: int(o) for tp, o in consumer.end_offsets(tps).items()}
     confirm = [tp for tp in tps if reported[tp.partition] > 0]
     if not confirm:
-        return reported
+        return reported, frozenset()
     consumer.assign(confirm)
     for tp in confirm:
         consumer.seek(tp, reported[tp.partition] - 1)
@@ -272,7 +310,81 @@ def _latest(consumer: Any, topic: str, partitions: list[int]) -> dict[int, int]:
                 pending.discard(tp)
                 consumer.pause(tp)
     consumer.unsubscribe()
-    return reported
+    return reported, frozenset(tp.partition for tp in pending)
+
+
+def latest_offsets(
+    consumer: Any, opts: KafkaOptions, partitions: list[int]
+) -> tuple[dict[int, int], frozenset[int]]:
+    """The broker's latest offset of every partition, and the partitions where it is unsure.
+
+    Unsure partitions are those whose end the broker reported but a fetch could not confirm
+    within 2 s (some Kafka-compatible brokers report the start of the last record batch as
+    the end); their true end may be higher, so they must not be taken for offsets that went
+    backwards.
+
+    Cost: one ListOffsets request, then one fetch from each non-empty partition (a few
+    milliseconds on a healthy broker, at most 2 s).
+    """
+    return _confirmed_latest(consumer, opts.topic, partitions)
+
+
+def check_rewind(
+    opts: KafkaOptions,
+    start: Mapping[int, int],
+    latest: Mapping[int, int],
+    earliest: Mapping[int, int],
+    unsure: frozenset[int] = frozenset(),
+) -> dict[int, int]:
+    """Where a stream's next micro-batch begins on each partition, given the committed
+    ``start`` offsets and the broker's ``latest`` ones.
+
+    A partition whose latest offset is below the committed one went backwards: the topic was
+    deleted and re-created, or the broker lost data, and the offsets no longer name the
+    records the query read. As Spark's own Kafka source does, this is refused with
+    :class:`~trilink_spark.errors.DataLossError` when ``failOnDataLoss`` is true; when it is
+    false, the partition restarts from ``earliest`` (the oldest offset the broker holds) and a
+    warning is logged. Partitions in ``unsure`` are left as they are: their latest offset may
+    be below the true end (see :func:`latest_offsets`).
+
+    Cost: pure Python, O(partitions).
+
+    Raises
+    ------
+    DataLossError
+        Some partition went backwards and ``failOnDataLoss`` is true; the message names the
+        topic, each such partition, its committed offset and the broker's latest.
+
+    Examples
+    --------
+    >>> opts = KafkaOptions.from_options(
+    ...     {"kafka.bootstrap.servers": "h:1", "subscribe": "t", "failOnDataLoss": "false"},
+    ...     streaming=True)
+    >>> check_rewind(opts, {0: 10, 1: 4}, {0: 3, 1: 9}, {0: 0, 1: 0})
+    {0: 0, 1: 4}
+    """
+    back = sorted(p for p in start if p not in unsure and latest[p] < start[p])
+    if not back:
+        return dict(start)
+    where = ", ".join(
+        f"{opts.topic}-{p}: committed offset {start[p]}, broker's latest {latest[p]}" for p in back
+    )
+    if opts.fail_on_data_loss:
+        raise rewind_error(opts, where)
+    logger.warning("offsets went backwards (%s); reading those partitions again from their "
+                   "earliest offset (failOnDataLoss=false)", where)
+    return {p: earliest[p] if p in back else o for p, o in start.items()}
+
+
+def rewind_error(opts: KafkaOptions, where: str) -> DataLossError:
+    """The :class:`DataLossError` for offsets that went backwards; ``where`` names the
+    partitions and their offsets."""
+    return DataLossError(
+        f"offsets of topic {opts.topic!r} went backwards ({where}): the topic was deleted and "
+        "re-created, or the broker lost data, so records may have been lost. Restart the query "
+        "with a new checkpoint, or set failOnDataLoss=false to read those partitions again "
+        "from their earliest offset"
+    )
 
 
 def resolve_offsets(
@@ -330,6 +442,9 @@ def fetch_range(
 ) -> Iterator[pa.RecordBatch]:
     """Records ``[start, end)`` of one partition as Arrow batches with :data:`KAFKA_SCHEMA`.
 
+    ``start`` may be ``-2`` (:data:`EARLIEST`): the oldest offset the broker holds when the
+    task runs (a stream partition restarted after its offsets went backwards).
+
     Cost: one consumer per call; kafka-python decodes records in Python, so a record costs a
     few microseconds of Python before Arrow takes over. Raises :class:`BrokerUnavailableError`
     when the broker makes no progress for ``timeout_ms``.
@@ -340,9 +455,10 @@ def fetch_range(
     consumer = open_consumer(opts)
     try:
         tp = kafka.TopicPartition(opts.topic, partition)
+        earliest = int(consumer.beginning_offsets([tp])[tp])
         # e.g. a restarted stream whose oldest records retention deleted
-        start = check_retention(opts, partition, start,
-                                int(consumer.beginning_offsets([tp])[tp]))
+        start = earliest if start == EARLIEST else check_retention(opts, partition, start,
+                                                                   earliest)
         if end <= start:
             return
         consumer.assign([tp])
@@ -431,7 +547,11 @@ def split_limit(start: dict[int, int], latest: dict[int, int], limit: int | None
     """End offsets reading at most ``limit`` records, spread over partitions by backlog.
 
     Each partition gets ``floor(limit * backlog / total)``; what rounding leaves goes to the
-    largest remainders (ties to the lower partition id), so the split is deterministic.
+    largest remainders (ties to the lower partition id), so the split is deterministic. A
+    partition whose ``latest`` is below its ``start`` reads nothing (its end is its start):
+    callers settle offsets that went backwards first, with :func:`check_rewind`.
+
+    Cost: pure Python, O(partitions log partitions).
 
     Examples
     --------

@@ -5,6 +5,7 @@ See :mod:`trilink_spark.kafka.source` for what the source does and its options.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -12,9 +13,10 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSource
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, DataSourceStreamReader
 from pyspark.sql.datasource import InputPartition
 
-from ..errors import InvalidArgumentError, PartitionCountError
-from .client import KAFKA_SCHEMA, LATEST, SOURCE_NAME, KafkaOptions, fetch_range
-from .client import open_consumer, resolve_offsets, split_limit, topic_partitions
+from ..errors import DataLossError, InvalidArgumentError, PartitionCountError
+from .client import EARLIEST, KAFKA_SCHEMA, LATEST, SOURCE_NAME, KafkaOptions, check_rewind
+from .client import fetch_range, latest_offsets, open_consumer, resolve_offsets, rewind_error
+from .client import split_limit, topic_partitions
 from .sink import KafkaArrowWriter, KafkaStreamArrowWriter
 
 if TYPE_CHECKING:
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 __all__ = ["SOURCE_NAME", "KafkaDataSource"]
+
+logger = logging.getLogger(__name__)
 
 
 class KafkaRange(InputPartition):
@@ -82,18 +86,31 @@ class KafkaStreamReader(DataSourceStreamReader):
     """Micro-batch read: offsets are ``{topic: {partition: offset}}``, checkpointed by Spark.
 
     Every micro-batch has one Spark partition per Kafka partition (empty ones included), so
-    partition ids stay the Kafka ones. A change in the topic's partition count stops the
-    query with :class:`~trilink_spark.errors.PartitionCountError`: keys placed for the old
-    count would no longer be whole on one partition.
+    partition ids stay the Kafka ones. The topic's metadata is fetched on every trigger: a
+    change in its partition count (e.g. the topic deleted and re-created while the query
+    runs) stops the query with :class:`~trilink_spark.errors.PartitionCountError`, as keys
+    placed for the old count would no longer be whole on one partition.
+
+    Offsets that went backwards (the broker's latest offset below the committed one: the
+    topic re-created with the same count, or a broker that lost its data) stop the query with
+    :class:`~trilink_spark.errors.DataLossError` when ``failOnDataLoss`` is true; when false,
+    those partitions restart from their earliest offset (see
+    :func:`~trilink_spark.kafka.client.check_rewind`). Such a micro-batch has an end offset
+    below its start offset on those partitions, which :meth:`partitions` reads as "from the
+    earliest offset": replaying it from the checkpoint reads the same records.
     """
 
     def __init__(self, opts: KafkaOptions) -> None:
         self.opts = opts
         self._consumer: Any = None
         self._partitions: list[int] | None = None
+        self._planned: dict[int, int] | None = None  # the last end latestOffset settled
+        # the broker's latest offsets at the last check, and the partitions it was unsure of
+        self._latest: tuple[dict[int, int], frozenset[int]] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"opts": self.opts, "_consumer": None, "_partitions": None}
+        return {"opts": self.opts, "_consumer": None, "_partitions": None, "_planned": None,
+                "_latest": None}
 
     def _client(self) -> tuple[Any, list[int]]:
         if self._consumer is None:
@@ -113,21 +130,39 @@ class KafkaStreamReader(DataSourceStreamReader):
         return _as_json(self.opts.topic, resolve_offsets(consumer, self.opts, ids,
                                                          self.opts.starting))
 
+    def _check_ids(self, offsets: dict[int, int], ids: list[int]) -> None:
+        if sorted(offsets) != ids:
+            raise PartitionCountError(
+                f"the query's offsets cover {len(offsets)} partitions of {self.opts.topic!r}, "
+                f"the topic now has {len(ids)}; restart the query with a new checkpoint"
+            )
+
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        """The end of the next micro-batch: the broker's latest offsets, capped by ``limit``.
+
+        Refreshes the topic's metadata and checks the committed ``start`` against the broker
+        (partition count, offsets that went backwards: see the class docstring).
+
+        Cost: a metadata request, a ListOffsets request and a confirming fetch per non-empty
+        partition (see :func:`~trilink_spark.kafka.client.latest_offsets`); one more
+        ListOffsets request when offsets went backwards.
+        """
         consumer, ids = self._client()
-        latest = resolve_offsets(consumer, self.opts, ids, "latest")
+        latest, unsure = latest_offsets(consumer, self.opts, ids)
+        self._latest, self._planned = (latest, unsure), None
         if start is None:  # Spark 4.1 calls latestOffset() with no start and no limit
             if self.opts.max_per_trigger is not None:
                 raise InvalidArgumentError("maxOffsetsPerTrigger needs pyspark >= 4.2")
-            return _as_json(self.opts.topic, latest)
+            return _as_json(self.opts.topic, latest)  # partitions() checks for rewinds
         begin = _from_json(self.opts.topic, start)
-        if sorted(begin) != ids:
-            raise PartitionCountError(
-                f"the query's offsets cover {len(begin)} partitions of {self.opts.topic!r}, the "
-                f"topic now has {len(ids)}; restart the query with a new checkpoint"
-            )
+        self._check_ids(begin, ids)
+        if any(latest[p] < begin[p] for p in ids if p not in unsure):
+            earliest = resolve_offsets(consumer, self.opts, ids, "earliest")
+            begin = check_rewind(self.opts, begin, latest, earliest, unsure)
         cap = getattr(limit, "max_rows", None) if limit is not None else None
-        return _as_json(self.opts.topic, split_limit(begin, latest, cap))
+        end = split_limit(begin, latest, cap)
+        self._planned = end
+        return _as_json(self.opts.topic, end)
 
     def getDefaultReadLimit(self) -> Any:
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
@@ -137,8 +172,58 @@ class KafkaStreamReader(DataSourceStreamReader):
         return ReadMaxRows(self.opts.max_per_trigger)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """One range per Kafka partition; a partition whose end is below its start went
+        backwards and is read from its earliest offset (see the class docstring).
+
+        Cost: nothing for a micro-batch :meth:`latestOffset` just planned. Otherwise (a batch
+        replayed from the checkpoint after a restart, or planned by Spark < 4.2) its offsets
+        are checked against the broker: the same requests as :meth:`latestOffset`, once.
+        """
         begin, stop = _from_json(self.opts.topic, start), _from_json(self.opts.topic, end)
-        return [KafkaRange(p, begin.get(p, 0), stop[p]) for p in sorted(stop)]
+        skip = set() if stop == self._planned else self._check_replayed(begin, stop)
+        ranges: list[InputPartition] = []
+        for p in sorted(stop):
+            first = begin.get(p, 0)
+            if p in skip:
+                ranges.append(KafkaRange(p, first, first))
+            elif stop[p] < first:
+                ranges.append(KafkaRange(p, EARLIEST, stop[p]))
+            else:
+                ranges.append(KafkaRange(p, first, stop[p]))
+        return ranges
+
+    def _check_replayed(self, begin: dict[int, int], stop: dict[int, int]) -> set[int]:
+        """Check a micro-batch this reader did not plan; returns the partitions to leave
+        unread (their records are gone, ``failOnDataLoss`` is false)."""
+        back = sorted(p for p in stop if p in begin and stop[p] < begin[p])
+        if back:
+            where = ", ".join(f"{self.opts.topic}-{p}: committed offset {begin[p]}, broker's "
+                              f"latest {stop[p]}" for p in back)
+            if self.opts.fail_on_data_loss:
+                raise rewind_error(self.opts, where)
+            logger.warning("offsets went backwards (%s); reading those partitions again from "
+                           "their earliest offset (failOnDataLoss=false)", where)
+        if self._latest is None or not set(stop) <= set(self._latest[0]):
+            consumer, ids = self._client()
+            self._check_ids(stop, ids)
+            self._latest = latest_offsets(consumer, self.opts, ids)
+        latest, unsure = self._latest
+        gone = sorted(p for p in stop
+                      if p not in back and p not in unsure and latest[p] < stop[p])
+        if not gone:
+            return set()
+        where = ", ".join(f"{self.opts.topic}-{p}: offsets {begin.get(p, 0)}..{stop[p] - 1}, "
+                          f"broker's latest {latest[p]}" for p in gone)
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(
+                f"a micro-batch replayed from the checkpoint reads past the broker's latest "
+                f"offsets ({where}): the topic was deleted and re-created, or the broker lost "
+                "data. Restart the query with a new checkpoint, or set failOnDataLoss=false"
+            )
+        logger.warning("a replayed micro-batch reads past the broker's latest offsets (%s); "
+                       "leaving those partitions unread (failOnDataLoss=false), the next "
+                       "micro-batch restarts them from their earliest offset", where)
+        return set(gone)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.opts, partition)

@@ -10,10 +10,24 @@ Batch and streaming reads are supported. A stream's offsets are per-partition Ka
 (``{"topic": {"0": 120, "1": 97}}``) kept in Spark's checkpoint, so a restarted query resumes
 where it stopped, without loss or duplicates. Writing honours the ``partition`` column.
 
+A running stream fetches the topic's metadata on every trigger, so a topic deleted and
+re-created while the query runs is noticed at the next trigger: another partition count stops
+the query with :class:`~trilink_spark.errors.PartitionCountError`; the same count with offsets
+that went backwards (the broker's latest offset below the committed one) is data loss, below.
+
 Options (Spark's Kafka names where they exist): ``kafka.bootstrap.servers``, ``subscribe`` (or
 ``topic``), ``startingOffsets``, ``endingOffsets``, ``maxOffsetsPerTrigger`` (Spark >= 4.2),
 ``numPartitions`` (refuse a topic with another partition count), ``timeoutMs``,
-``failOnDataLoss``. See :class:`~trilink_spark.kafka.client.KafkaOptions`.
+``failOnDataLoss`` (default true). ``failOnDataLoss`` covers, as in Spark's Kafka source,
+(a) offsets the broker no longer holds (deleted by retention) and (b) a stream's offsets that
+went backwards (topic deleted and re-created, broker that lost its data). When true, both stop
+the query with :class:`~trilink_spark.errors.DataLossError` naming the topic, the partition and
+the offsets (for (b): the committed offset and the broker's latest). When false, a warning is
+logged and (a) reads from the earliest offset still held, (b) restarts those partitions from
+their earliest offset; records may then be skipped or, for a broker that lost only part of its
+data, read twice. A re-created topic that already holds more records than the committed offsets
+when the next trigger runs cannot be told from the old one by offsets, and is read from the
+committed offsets on. See :class:`~trilink_spark.kafka.client.KafkaOptions`.
 """
 
 from __future__ import annotations
