@@ -22,31 +22,49 @@ from typing import Any
 
 from ..errors import ConfigError, ConfigTypeError
 from ..partitioners.catalogue import configurable_names
+from .config_center import MAX_VERSION
 
-__all__ = ["MODES", "CONFIG_STRATEGIES", "CONFIG_FIELDS", "validate_update"]
+__all__ = ["MODES", "CONFIG_STRATEGIES", "CONFIG_FIELDS", "MAX_INTEGER", "validate_update"]
 
 #: Switching modes: Table 6 of the Trilink paper, plus ``"manual"`` (never switch on its own).
 MODES: tuple[str, ...] = ("periodic", "quantity", "threshold", "manual")
 #: Strategies a configuration may pin (``strategy``) or offer as candidates (at import time;
 #: the check itself reads the catalogue).
 CONFIG_STRATEGIES: tuple[str, ...] = configurable_names()
+#: Largest integer any field (``version`` included) may hold: 2**53 - 1, the largest integer a
+#: double holds exactly (Redis' Lua compares versions as doubles, JSON readers often do too).
+MAX_INTEGER: int = MAX_VERSION
 
+
+def _show(value: Any, limit: int = 60) -> str:
+    """A short ``repr`` for an error message; never raises (``repr`` of an int of more than
+    4300 digits does)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - describe what cannot be shown
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def _number(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigTypeError(f"{name} must be a number, got {type(value).__name__}")
-    out = float(value)
+    try:
+        out = float(value)
+    except OverflowError:  # an int beyond the range of a double
+        out = math.inf
     if not math.isfinite(out):
-        raise ConfigError(f"{name} must be finite, got {value!r}")
+        raise ConfigError(f"{name} must be finite, got {_show(value)}")
     return out
 
 
-def _integer(value: Any, name: str, low: int) -> int:
+def _integer(value: Any, name: str, low: int, high: int = MAX_INTEGER) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigTypeError(f"{name} must be an integer, got {type(value).__name__}")
     if value < low:
-        raise ConfigError(f"{name} must be >= {low}, got {value}")
+        raise ConfigError(f"{name} must be >= {low}, got {_show(value)}")
+    if value > high:
+        raise ConfigError(f"{name} must be <= {high}, got {_show(value)}")
     return value
 
 
@@ -57,7 +75,7 @@ def _in_range(value: Any, name: str, low: float, high: float, *, open_low: bool 
     bad_high = x >= high if open_high else x > high
     if bad_low or bad_high:
         lo, hi = ("(" if open_low else "["), (")" if open_high else "]")
-        raise ConfigError(f"{name} must be in {lo}{low}, {high}{hi}, got {value!r}")
+        raise ConfigError(f"{name} must be in {lo}{low}, {high}{hi}, got {_show(value)}")
     return x
 
 
@@ -66,7 +84,7 @@ def _strategy(value: Any, name: str) -> str:
         raise ConfigTypeError(f"{name} must be a strategy name (str), got {type(value).__name__}")
     allowed = configurable_names()
     if value not in allowed:
-        raise ConfigError(f"{name} {value!r} is unknown; choose from {', '.join(allowed)}")
+        raise ConfigError(f"{name} {_show(value)} is unknown; choose from {', '.join(allowed)}")
     return value
 
 
@@ -75,14 +93,14 @@ def _candidates(value: Any, name: str) -> list[str]:
         raise ConfigError(f"{name} must be a non-empty list of strategy names")
     out = [_strategy(v, name) for v in value]
     if len(set(out)) != len(out):
-        raise ConfigError(f"{name} lists a strategy twice: {out}")
+        raise ConfigError(f"{name} lists a strategy twice: {_show(out)}")
     return out
 
 
 def _mode(value: Any, name: str) -> str:
-    if value not in MODES:
-        raise ConfigError(f"{name} must be one of {', '.join(MODES)}, got {value!r}")
-    return str(value)
+    if not isinstance(value, str) or value not in MODES:
+        raise ConfigError(f"{name} must be one of {', '.join(MODES)}, got {_show(value)}")
+    return value
 
 
 def _optional(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
@@ -93,7 +111,8 @@ def _optional(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
 
 
 #: The fields a configuration may carry, each with its validator. ``None`` unsets
-#: ``period_s`` / ``period_batches``.
+#: ``period_s`` / ``period_batches``. Integers lie in ``[low, MAX_INTEGER]``: a ``version``
+#: above 2**53 - 1 would stop the compare-and-set of Redis' Lua (doubles) from ever moving on.
 CONFIG_FIELDS: dict[str, Callable[[Any, str], Any]] = {
     "version": lambda v, n: _integer(v, n, 1),
     "strategy": _strategy,
@@ -114,6 +133,14 @@ CONFIG_FIELDS: dict[str, Callable[[Any, str], Any]] = {
 def validate_update(update: Any) -> dict[str, Any]:
     """A checked copy of a configuration update; raises :class:`~trilink_spark.ConfigError`.
 
+    Every error is a :class:`~trilink_spark.ConfigError` (or its subclass
+    :class:`~trilink_spark.ConfigTypeError`), whatever the update holds; the values it quotes
+    are shortened.
+
+    Notes
+    -----
+    O(number of fields + length of ``candidates``).
+
     Examples
     --------
     >>> validate_update({"mode": "threshold", "threshold": 0.6})
@@ -125,10 +152,11 @@ def validate_update(update: Any) -> dict[str, Any]:
     """
     if not isinstance(update, Mapping):
         raise ConfigTypeError(f"a config update must be a mapping, got {type(update).__name__}")
-    unknown = sorted(str(k) for k in update if k not in CONFIG_FIELDS)
+    unknown = [k for k in update if not isinstance(k, str) or k not in CONFIG_FIELDS]
     if unknown:
+        names = sorted(k if isinstance(k, str) else _show(k) for k in unknown)
         raise ConfigError(
-            f"unknown config field(s) {unknown}; allowed: {', '.join(CONFIG_FIELDS)}"
+            f"unknown config field(s) {_show(names, 200)}; allowed: {', '.join(CONFIG_FIELDS)}"
         )
     return {k: CONFIG_FIELDS[k](v, k) for k, v in update.items()}
 
