@@ -27,7 +27,7 @@ PUBLIC = {
     "KeysNotGroupedError", "LeastCountPartitioner", "LeastKeyPartitioner",
     "LocalMergeBatchFunction", "MERGE_MODES", "MissingColumnError", "MissingDependencyError",
     "ModuloPartitioner", "NullKeyError", "PARTITION_COL", "PartitionCountError", "Partitioner",
-    "RedisConfigCenter", "RedisStore", "SOURCE_AGGREGATES", "SWITCH_MODES",
+    "RedisConfigCenter", "RedisStore", "ReservedColumnError", "SOURCE_AGGREGATES", "SWITCH_MODES", "StateCorruptError", "StateStoreError",
     "StoreUnavailableError", "StrategyScore", "TablePartitioner", "TimerService",
     "TrilinkError", "UnknownStrategyError", "WINDOW_AGGS", "WeightPartitioner", "__version__",
     "adaptive_foreach_batch", "ahead_key_by", "balance_degree", "choose_best",

@@ -28,6 +28,9 @@ from .errors import (
     UnknownStrategyError,
     MissingDependencyError,
     DataLossError,
+    ReservedColumnError,
+    StateCorruptError,
+    StateStoreError,
 )
 from .columns import EVENT_TIME_COL, PARTITION_COL
 from .plan import physical_plan, shuffle_exchanges
@@ -96,6 +99,9 @@ __all__ = [
     "KeysNotGroupedError",
     "MissingDependencyError",
     "DataLossError",
+    "ReservedColumnError",
+    "StateCorruptError",
+    "StateStoreError",
     # strategies
     "Partitioner",
     "TablePartitioner",

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .errors import InvalidArgumentTypeError, MissingColumnError
+from .errors import InvalidArgumentTypeError, InvalidKeyTypeError, MissingColumnError
+from .errors import ReservedColumnError
 
 __all__ = [
     "INTERNAL_PREFIX",
@@ -33,6 +34,8 @@ __all__ = [
     "TABLE_PID_COL",
     "CONST_TIME_COL",
     "require_columns",
+    "check_user_columns",
+    "check_atomic_key",
 ]
 
 #: Prefix of every internal column name.
@@ -106,3 +109,54 @@ def require_columns(df: Any, columns: Iterable[Any], role: str = "column") -> No
             raise MissingColumnError(
                 f"{role} {name!r} is not in the DataFrame; its columns are {list(have)}"
             )
+
+
+def check_user_columns(df: Any, names: Iterable[str] = ()) -> None:
+    """Refuse user columns (and output names) that would collide with internal ones.
+
+    Every column whose name starts with :data:`INTERNAL_PREFIX` (``_tl_``) is reserved: a user
+    column of that name would be silently replaced or make a reference ambiguous. ``names``
+    are further names the caller will create (aggregate outputs), checked the same way.
+
+    Raises
+    ------
+    ReservedColumnError
+        Naming the first such column and how to fix it.
+
+    Notes
+    -----
+    O(columns of ``df``).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> check_user_columns(pd.DataFrame({"a": [1]}))
+    >>> check_user_columns(pd.DataFrame({"_tl_partition": [1]}))
+    Traceback (most recent call last):
+    ...
+    trilink_spark.errors.ReservedColumnError: column '_tl_partition' uses the prefix '_tl_' that trilink-spark reserves for its internal columns; rename it first (df.withColumnRenamed)
+    """
+    have: Sequence[str] = list(df.columns if hasattr(df, "columns") else df.names)
+    for name in [*have, *names]:
+        if isinstance(name, str) and name.startswith(INTERNAL_PREFIX):
+            raise ReservedColumnError(
+                f"column {name!r} uses the prefix {INTERNAL_PREFIX!r} that trilink-spark "
+                "reserves for its internal columns; rename it first (df.withColumnRenamed)"
+            )
+
+
+def check_atomic_key(df: Any, key: str) -> None:
+    """Refuse a key column of a nested type (struct, array, map) where keys are grouped in
+    Python: such values are not hashable there.
+
+    Raises :class:`~trilink_spark.InvalidKeyTypeError` naming the column and its type. O(1).
+    """
+    from pyspark.sql import types as T
+
+    dtype = df.schema[key].dataType
+    if isinstance(dtype, (T.StructType, T.ArrayType, T.MapType)):
+        raise InvalidKeyTypeError(
+            f"key column {key!r} is {dtype.simpleString()}; keyed processing groups keys in "
+            "Python and needs an atomic key (number, string, binary, timestamp): derive one, "
+            "e.g. with F.to_json or F.xxhash64"
+        )

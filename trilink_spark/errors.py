@@ -32,6 +32,9 @@ __all__ = [
     "KeysNotGroupedError",
     "MissingDependencyError",
     "DataLossError",
+    "ReservedColumnError",
+    "StateCorruptError",
+    "StateStoreError",
 ]
 
 
@@ -99,3 +102,17 @@ class MissingDependencyError(TrilinkError, ImportError):
 class DataLossError(TrilinkError):
     """Records a reader was asked for are gone from the source (deleted by retention, or
     offsets that went backwards); the message names the partition and the offsets."""
+
+
+class ReservedColumnError(InvalidArgumentError):
+    """A user column has a name trilink-spark reserves for its internal columns (``_tl_...``)."""
+
+
+class StateCorruptError(TrilinkError, ValueError):
+    """A stored state or strategy file (or a state directory's layout) is truncated, corrupt or
+    foreign; the message names the file. State never silently starts from empty."""
+
+
+class StateStoreError(TrilinkError, OSError):
+    """A state path cannot be created, listed, read or written (permissions, a missing
+    filesystem); the message names the path and the operation."""

@@ -30,11 +30,13 @@ from .errors import InvalidArgumentError, InvalidArgumentTypeError
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["TIME_KINDS", "SPARK_TIME_TYPES", "time_kind", "event_time_micros",
+__all__ = ["TIME_KINDS", "SPARK_TIME_TYPES", "MAX_EXACT", "time_kind", "event_time_micros",
            "delay_in_units", "from_units"]
 
 #: Kinds of event-time column: timestamps, integers, fractional numbers.
 TIME_KINDS: tuple[str, ...] = ("timestamp", "integral", "fractional")
+#: Largest integral event time (internal units) a double represents exactly.
+MAX_EXACT = 2**53
 #: Spark type of a time value (a window bound, a slot start) per kind.
 SPARK_TIME_TYPES: dict[str, str] = {
     "timestamp": "timestamp", "integral": "bigint", "fractional": "double",
@@ -65,6 +67,11 @@ def time_kind(df: DataFrame, column: str) -> str:
 def event_time_micros(df: DataFrame, column: str) -> tuple[Column, str]:
     """The event time as a double Spark column in internal units, and the column's kind.
 
+    Integral times (and timestamps, in microseconds) are exact in a double up to
+    :data:`MAX_EXACT` (2**53; for timestamps, the year 2255). A row beyond it fails the job with
+    a message naming ``InvalidArgumentError`` instead of rounding silently: nanosecond epochs
+    (about 1.7e18) must be converted first.
+
     Notes
     -----
     A column expression: computed by Spark, no job.
@@ -73,9 +80,18 @@ def event_time_micros(df: DataFrame, column: str) -> tuple[Column, str]:
 
     kind = time_kind(df, column)
     col = F.col(column)
-    if kind == "timestamp":
-        return F.unix_micros(col.cast("timestamp")).cast("double"), kind
-    return col.cast("double"), kind
+    if kind == "fractional":
+        return col.cast("double"), kind
+    whole = F.unix_micros(col.cast("timestamp")) if kind == "timestamp" else col.cast("long")
+    # doubles hold integers exactly up to 2**53: refuse what would silently round
+    message = (
+        f"trilink_spark.InvalidArgumentError: event time column {column!r} has a value beyond "
+        f"+-2**53 {'microseconds' if kind == 'timestamp' else 'units'}, which cannot be "
+        "represented exactly; convert it first (for nanosecond epochs: a timestamp column, "
+        "or the value divided by 1000 as microseconds)"
+    )
+    exact = F.when(F.abs(whole) > F.lit(MAX_EXACT), F.raise_error(F.lit(message)))
+    return exact.otherwise(whole.cast("double")), kind
 
 
 def delay_in_units(delay: Any, kind: str, name: str = "delay") -> float:

@@ -14,11 +14,12 @@ import math
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..columns import EVENT_TIME_COL, PARTITION_COL, POS_COL, require_columns
+from ..columns import EVENT_TIME_COL, PARTITION_COL, POS_COL, check_user_columns
+from ..columns import check_atomic_key, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..eventtime import delay_in_units, event_time_micros
 from ..partitioners import Partitioner
-from ..placement.key_by import key_by, resolve_strategy
+from ..placement.key_by import place_rows, resolve_strategy
 from ..placement.source import check_source_layout, is_keyed_by_source
 from ..state.store import KeyedStateStore, StatefulBatchFunction
 from .process import KeyedRuntime, KeyedWatermarkProcessFunction
@@ -100,6 +101,8 @@ def _prepare(
         )
     require_columns(df, [key], "key column")
     require_columns(df, [order_by], "order_by column")
+    check_user_columns(df)
+    check_atomic_key(df, key)
     et_col, kind = event_time_micros(df, event_time)
     delay_units = delay_in_units(delay, kind)
     if idle_timeout is None:
@@ -187,7 +190,7 @@ def keyed_process(
     if is_keyed_by_source(df, key):
         placed = _in_place(df, key, tagged)
     else:
-        placed = key_by(tagged, key, strategy, num_partitions)
+        placed = place_rows(tagged, key, strategy, num_partitions)
     arrival = [order_by, POS_COL] if order_by is not None else [POS_COL]
     placed = placed.sortWithinPartitions(*arrival)
     fn = _partition_function(processor, key, delay_units, idle_units, arrow_schema, None, -1)
@@ -231,7 +234,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
         else:
             if self._strategy is None:
                 self._strategy = self._placement(batch_df)
-            placed = key_by(tagged, o["key"], self._strategy, fit="none")
+            placed = place_rows(tagged, o["key"], self._strategy, fit="none")
             partitions = self._strategy.num_partitions
         arrival = [o["order_by"], POS_COL] if o["order_by"] is not None else [POS_COL]
         placed = placed.sortWithinPartitions(*arrival)

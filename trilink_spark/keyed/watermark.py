@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ..columns import POS_COL, require_columns
+from ..columns import POS_COL, check_user_columns, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..eventtime import delay_in_units, event_time_micros
 
@@ -105,8 +105,8 @@ def keyed_watermark(
     -------
     pyspark.sql.DataFrame
         ``df``'s columns plus ``key_watermark`` (event time's type), ``is_late`` and
-        ``is_late_partition`` (booleans; null where the event time is null). Rows with a null
-        event time neither move a watermark nor count as late.
+        ``is_late_partition`` (booleans; null where the event time is null or NaN). Rows with
+        a null or NaN event time neither move a watermark nor count as late.
 
     Notes
     -----
@@ -128,6 +128,7 @@ def keyed_watermark(
 
     require_columns(df, [key], "key column")
     require_columns(df, [order_by], "order_by column")
+    check_user_columns(df)
     if isinstance(n_keys, bool) or not isinstance(n_keys, int):
         raise InvalidArgumentTypeError(f"n_keys must be an int >= 1, got {type(n_keys).__name__}")
     if n_keys < 1:
@@ -157,13 +158,16 @@ def keyed_watermark(
         .orderBy(*arrival)
         .rowsBetween(Window.unboundedPreceding, -1)
     )
-    high = F.max(et_col).over(window)
+    # NaN sorts above every number in Spark: a NaN time must neither move a watermark nor be
+    # judged, exactly as a null time
+    known = F.when(~F.isnan(et_col), et_col)
+    high = F.max(known).over(window)
     watermark = high - F.lit(delay_units)
     dtype = df.schema[event_time].dataType
     return with_partition.select(
         *[F.col(c) for c in columns],
         _from_units(watermark, kind, dtype).alias("key_watermark"),
-        F.when(et_col.isNotNull(), F.coalesce(et_col < watermark, F.lit(False)))
+        F.when(known.isNotNull(), F.coalesce(known < watermark, F.lit(False)))
         .alias("is_late"),
         F.col("is_late_partition"),
     )

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import InvalidArgumentError
+from ..errors import StateCorruptError
 from ..files import write_atomic
 from .base import Partitioner
 
@@ -40,8 +40,8 @@ def write_strategy(filesystem: Any, path: str, strategy: Partitioner) -> None:
 def read_strategy(filesystem: Any, path: str) -> Partitioner | None:
     """The strategy stored at ``path`` by :func:`write_strategy`, or None when there is none.
 
-    Raises :class:`~trilink_spark.InvalidArgumentError` naming the file when it is not a
-    stored strategy (truncated, corrupt or foreign).
+    Raises :class:`~trilink_spark.StateCorruptError` naming the file when it is not a stored
+    strategy (truncated, corrupt or foreign).
     """
     from pyarrow import fs
 
@@ -52,8 +52,8 @@ def read_strategy(filesystem: Any, path: str) -> Partitioner | None:
     try:
         data = json.loads(raw.decode("utf-8"))
         return Partitioner.from_dict(data)
-    except (UnicodeDecodeError, ValueError, TypeError, KeyError) as err:
-        raise InvalidArgumentError(
+    except (UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError) as err:
+        raise StateCorruptError(
             f"{path} is not a stored strategy ({type(err).__name__}: {err}); restore it or "
             "remove it to start with a new placement"
         ) from None

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..columns import PARTITION_COL
+from ..columns import PARTITION_COL, check_user_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, PartitionCountError
 from ..files import resolve_filesystem
 from ..kafka.source import register_kafka_source
@@ -121,6 +121,7 @@ def ahead_key_by(
                 f"partitions; num_partitions={num_partitions} would move keys"
             )
         strategy = stored
+    check_user_columns(df)
     if df.isStreaming:
         resolved = _streaming_strategy(df, key, strategy, num_partitions)
     else:

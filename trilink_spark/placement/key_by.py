@@ -25,7 +25,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..checks import check_num_partitions
-from ..columns import PARTITION_COL, TABLE_KEY_COL, TABLE_PID_COL, require_columns
+from ..columns import PARTITION_COL, TABLE_KEY_COL, TABLE_PID_COL, check_user_columns
+from ..columns import require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
 from ..errors import NullKeyError
 from ..keys import KeyArray, check_null_policy, to_key_array
@@ -47,6 +48,7 @@ __all__ = [
     "key_counts",
     "resolve_strategy",
     "key_by",
+    "place_rows",
     "with_partition_id",
 ]
 
@@ -325,6 +327,12 @@ def key_by(
         ``df`` plus the int column :data:`PARTITION_COL`, with row ``r`` in partition
         ``r[PARTITION_COL]`` of ``num_partitions``.
 
+    Raises
+    ------
+    ReservedColumnError
+        ``df`` has a column named like an internal one (``_tl_...``, e.g. the
+        :data:`PARTITION_COL` of an earlier ``key_by``): drop or rename it first.
+
     Notes
     -----
     Cost: exactly one shuffle exchange (``repartitionById``) carrying every row. Table strategies
@@ -341,6 +349,28 @@ def key_by(
     >>> tl.partition_balance(placed).balance_degree  # doctest: +SKIP
     0.99
     """
+    check_user_columns(df)
+    return place_rows(df, key, strategy, num_partitions, null_policy=null_policy, fit=fit,
+                      sample_rate=sample_rate, min_sample=min_sample, seed=seed,
+                      min_gain=min_gain)
+
+
+def place_rows(
+    df: DataFrame,
+    key: str,
+    strategy: str | Partitioner = "auto",
+    num_partitions: int | None = None,
+    *,
+    null_policy: str | None = None,
+    fit: str | None = None,
+    sample_rate: float | None = None,
+    min_sample: int | None = None,
+    seed: int = 0,
+    min_gain: float = 0.01,
+) -> DataFrame:
+    """:func:`key_by` for frames that carry the library's own internal columns (the keyed
+    runners tag rows with their arrival position before placing them). Same arguments, result
+    and cost; user frames go through :func:`key_by`, which refuses reserved column names."""
     from pyspark.sql import functions as F
 
     resolved = resolve_strategy(

@@ -11,11 +11,13 @@ A task writes ``<version>.state.tmp-<uuid>`` and renames it, so readers see whol
 from __future__ import annotations
 
 import logging
+import uuid
 import pickle
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
+from ..errors import StateStoreError
 from ..files import resolve_filesystem, write_atomic
 from ..partitioners import Partitioner
 from ..partitioners.persistence import read_strategy, write_strategy
@@ -39,11 +41,19 @@ class KeyedStateStore:
     keep_versions : int
         Versions kept per partition; older ones are deleted by :meth:`prune`.
 
+    Raises
+    ------
+    StateStoreError
+        The path cannot be created or written (checked once, on the driver, with a probe file).
+
     Notes
     -----
     Picklable (it travels to executors with the task). Cost per task: one directory listing
     and one read before, one write and one rename after. Executors need access to the path
-    (local mode: any directory; a cluster: a shared filesystem).
+    (local mode: any directory; a cluster: a shared filesystem). A file ``<name>.state`` whose
+    name is not a version, or a ``partition=<name>`` directory whose name is not a number, is
+    not this store's: reading the store then raises
+    :class:`~trilink_spark.StateCorruptError` naming it, rather than guessing.
     """
 
     def __init__(self, path: str, filesystem: Any = None, keep_versions: int = 10) -> None:
@@ -55,7 +65,17 @@ class KeyedStateStore:
         self.fs = filesystem
         self.path = path.rstrip("/")
         self.keep_versions = keep_versions
-        self.fs.create_dir(self.path, recursive=True)
+        probe = f"{self.path}/.probe-{uuid.uuid4().hex}"
+        try:
+            self.fs.create_dir(self.path, recursive=True)
+            with self.fs.open_output_stream(probe) as f:
+                f.write(b"")
+            self.fs.delete_file(probe)
+        except OSError as err:
+            raise StateStoreError(
+                f"state path {self.path} cannot be written ({type(err).__name__}: {err}); give "
+                "a writable directory"
+            ) from None
 
     def _dir(self, partition: int) -> str:
         return f"{self.path}/partition={partition:05d}"
@@ -64,13 +84,30 @@ class KeyedStateStore:
         """Stored versions of a partition, ascending."""
         from pyarrow import fs
 
-        infos = self.fs.get_file_info(fs.FileSelector(self._dir(partition), allow_not_found=True))
+        infos = self._list(self._dir(partition))
         out = []
         for info in infos:
             name = info.base_name
             if info.type == fs.FileType.File and name.endswith(_SUFFIX):
-                out.append(int(name[: -len(_SUFFIX)]))
+                stem = name[: -len(_SUFFIX)]
+                if not stem.isdigit():
+                    raise StateCorruptError(
+                        f"{info.path} is not a state version of this store (versions are "
+                        "named <batch id>.state); move it out of the state path"
+                    )
+                out.append(int(stem))
         return sorted(out)
+
+    def _list(self, directory: str) -> list[Any]:
+        from pyarrow import fs
+
+        try:
+            infos: list[Any] = self.fs.get_file_info(
+                fs.FileSelector(directory, allow_not_found=True))
+        except OSError as err:
+            raise StateStoreError(
+                f"cannot list {directory} ({type(err).__name__}: {err})") from None
+        return infos
 
     def load_before(self, partition: int, version: int) -> bytes | None:
         """The newest state of ``partition`` older than ``version`` (None: start empty)."""
@@ -84,8 +121,14 @@ class KeyedStateStore:
     def save(self, partition: int, version: int, data: bytes) -> None:
         """Write ``partition``'s state as ``version`` (atomically: temporary file, rename)."""
         directory = self._dir(partition)
-        self.fs.create_dir(directory, recursive=True)
-        write_atomic(self.fs, f"{directory}/{version:012d}{_SUFFIX}", data)
+        try:
+            self.fs.create_dir(directory, recursive=True)
+            write_atomic(self.fs, f"{directory}/{version:012d}{_SUFFIX}", data)
+        except OSError as err:
+            raise StateStoreError(
+                f"cannot write state version {version} of partition {partition} under "
+                f"{self.path} ({type(err).__name__}: {err})"
+            ) from None
 
     def has_version(self, version: int, partitions: int) -> bool:
         """Whether every partition ``0..partitions-1`` has state ``version``."""
@@ -116,9 +159,18 @@ class KeyedStateStore:
     def partitions(self) -> list[int]:
         from pyarrow import fs
 
-        infos = self.fs.get_file_info(fs.FileSelector(self.path, allow_not_found=True))
-        return sorted(int(i.base_name.split("=")[1]) for i in infos
-                      if i.type == fs.FileType.Directory and i.base_name.startswith("partition="))
+        out = []
+        for info in self._list(self.path):
+            if info.type != fs.FileType.Directory or not info.base_name.startswith("partition="):
+                continue
+            number = info.base_name.split("=", 1)[1]
+            if not number.isdigit():
+                raise StateCorruptError(
+                    f"{info.path} is not a partition of this store (partitions are named "
+                    "partition=<number>); move it out of the state path"
+                )
+            out.append(int(number))
+        return sorted(out)
 
     def counters(self) -> dict[str, int]:
         """Rows, late and partition-late rows summed over every partition's newest state."""
