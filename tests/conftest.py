@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from pathlib import Path
 
@@ -81,6 +81,16 @@ class RedisProcess:
             self.proc.terminate()
             self.proc.wait(timeout=10)
         self.proc = None
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Return once ``predicate()`` is true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not reached within the timeout")
 
 
 def _wait_for_port(proc: subprocess.Popen[bytes], port: int, name: str, seconds: float) -> None:

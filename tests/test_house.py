@@ -98,6 +98,33 @@ def test_graph_checker_finds_a_circle_and_a_layer_breach(tmp_path):
     assert private == ["trilink_spark.merge.a imports _y from trilink_spark.control.c"]
 
 
+def test_graph_checker_sees_what_hides_a_dependency(tmp_path):
+    pkg = tmp_path / "trilink_spark"
+    for sub in ("kafka", "placement", "control"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "keys.py").write_text("_ALLOWED = 1\nfrom .control import x\n")
+    (pkg / "kafka" / "a.py").write_text(
+        "from .. import key_by\nfrom ..placement import b\n"
+        "import trilink_spark.keys as kk\nprint(kk._ALLOWED)\n"
+        "import importlib\nimportlib.import_module('trilink_spark.control')\n")
+    (pkg / "placement" / "b.py").write_text("")
+    (pkg / "control" / "c.py").write_text("from ..control import d\n")
+    mods = graph.modules(pkg)
+    edges, private = graph.imports(mods)
+    assert "trilink_spark.kafka.a imports key_by from the facade" in graph.FACADE_IMPORTS
+    assert any("calls import_module" in d for d in graph.DYNAMIC_IMPORTS)
+    assert "trilink_spark.kafka.a reads _ALLOWED of trilink_spark.keys" in private
+    breaches = graph.layer_violations(edges)
+    assert breaches == [
+        "trilink_spark.kafka.a (kafka) imports trilink_spark.placement.b (placement)",
+        "trilink_spark.keys (keys) imports trilink_spark.control (control)",
+    ]
+    assert graph.own_package_imports(edges, mods) == [
+        "trilink_spark.control.c imports its own package trilink_spark.control"]
+
+
 def test_the_command_line_walker_passes():
     proc = subprocess.run([sys.executable, str(ROOT / "tools" / "import_graph.py")],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)

@@ -4,10 +4,15 @@
 Rules checked (exit status 1 when one is broken):
 
 - no import circles between modules (a package's ``__init__`` re-exporting its own modules
-  does not count);
-- the data plane (partitioners, placement, keyed, state, merge, kafka) never imports
-  ``control`` or ``cli``; ``control`` never imports ``cli``;
-- no module imports a private (``_name``) name from another module of the package.
+  does not count, but a module importing its own package's ``__init__`` does);
+- layers: a module imports only its own subpackage, the bottom layer, or a subpackage of a
+  lower rank (``RANKS``): the data plane never imports ``control`` or ``cli``, ``control``
+  never imports ``cli``, and inside the data plane imports point one way (the README's map);
+  the bottom layer (top-level modules) imports only the bottom layer;
+- no module imports the facade (``trilink_spark/__init__``);
+- no module imports a private (``_name``) name from another module of the package, or reads
+  one as an attribute of an imported module;
+- no dynamic import (``importlib.import_module``, ``__import__``): the walker could not see it.
 
 Usage::
 
@@ -26,7 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent / "trilink_spark"
 PACKAGE = "trilink_spark"
 DATA_PLANE = ("partitioners", "placement", "keyed", "state", "merge", "kafka")
-LAYERS = {name: 1 for name in DATA_PLANE} | {"control": 2, "cli": 3}
+#: Rank of each subpackage: imports go to a strictly lower rank (or the bottom layer, rank 0).
+RANKS = {"partitioners": 1, "kafka": 1, "state": 2, "merge": 3, "placement": 4, "keyed": 5,
+         "control": 6, "cli": 7}
+LAYERS = RANKS  # kept for callers of the first version
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:
@@ -40,17 +48,40 @@ def modules(root: Path = ROOT) -> dict[str, Path]:
     return out
 
 
+FACADE_IMPORTS: list[str] = []
+DYNAMIC_IMPORTS: list[str] = []
+
+
 def imports(mods: dict[str, Path]) -> tuple[dict[str, set[str]], list[str]]:
-    """Module edges (importer -> imported module) and the private names imported across."""
+    """Module edges (importer -> imported module) and the private names used across modules.
+
+    Also fills :data:`FACADE_IMPORTS` (modules importing the facade) and
+    :data:`DYNAMIC_IMPORTS` (calls the walker cannot follow).
+    """
     edges: dict[str, set[str]] = {m: set() for m in mods}
     private: list[str] = []
+    FACADE_IMPORTS.clear()
+    DYNAMIC_IMPORTS.clear()
     for mod, path in mods.items():
         is_pkg = path.name == "__init__.py"
         tree = ast.parse(path.read_text(encoding="utf-8"))
+        aliases: dict[str, str] = {}  # local name -> package module it is bound to
         for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                fn = node.func
+                name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+                if name in ("import_module", "__import__"):
+                    DYNAMIC_IMPORTS.append(f"{mod} calls {name}")
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                bound = aliases.get(node.value.id)
+                if bound and node.attr.startswith("_") and not node.attr.startswith("__"):
+                    private.append(f"{mod} reads {node.attr} of {bound}")
             targets: list[tuple[str, str | None]] = []
             if isinstance(node, ast.Import):
                 targets = [(a.name, None) for a in node.names]
+                for a in node.names:
+                    if a.name in mods and a.name != mod:
+                        aliases[a.asname or a.name.split(".")[0]] = a.name
             elif isinstance(node, ast.ImportFrom):
                 if node.level:
                     base = mod.split(".") if is_pkg else mod.split(".")[:-1]
@@ -60,10 +91,16 @@ def imports(mods: dict[str, Path]) -> tuple[dict[str, set[str]], list[str]]:
                     name = node.module or ""
                 for alias in node.names:
                     full = f"{name}.{alias.name}"
-                    targets.append((full, None) if full in mods else (name, alias.name))
+                    if full in mods:
+                        targets.append((full, None))
+                        aliases[alias.asname or alias.name] = full
+                    else:
+                        targets.append((name, alias.name))
             for target, imported in targets:
                 while target and target not in mods:
                     target = target.rpartition(".")[0]
+                if target == PACKAGE and mod != PACKAGE and (imported or "").isidentifier():
+                    FACADE_IMPORTS.append(f"{mod} imports {imported} from the facade")
                 if not target or target == mod or target == PACKAGE:
                     continue
                 edges[mod].add(target)
@@ -75,6 +112,12 @@ def imports(mods: dict[str, Path]) -> tuple[dict[str, set[str]], list[str]]:
 def _is_reexport(a: str, b: str, mods: dict[str, Path]) -> bool:
     """``a`` is a package __init__ importing a module inside itself."""
     return mods[a].name == "__init__.py" and b.startswith(a + ".")
+
+
+def own_package_imports(edges: dict[str, set[str]], mods: dict[str, Path]) -> list[str]:
+    """Modules that import the ``__init__`` of a package they belong to (a hidden circle)."""
+    return [f"{m} imports its own package {t}" for m, ts in edges.items() for t in ts
+            if mods[t].name == "__init__.py" and m.startswith(t + ".")]
 
 
 def cycles(edges: dict[str, set[str]], mods: dict[str, Path]) -> list[list[str]]:
@@ -121,13 +164,23 @@ def subpackage(mod: str) -> str:
     return parts[1] if len(parts) > 1 else "(facade)"
 
 
+def rank(mod: str) -> int:
+    """0 for the bottom layer (top-level modules), else the subpackage's rank."""
+    return RANKS.get(subpackage(mod), 0)
+
+
 def layer_violations(edges: dict[str, set[str]]) -> list[str]:
+    """Imports that point up a layer, or sideways between two subpackages of one rank."""
     out = []
     for mod, targets in edges.items():
         src = subpackage(mod)
+        if src == "(facade)":
+            continue
         for target in targets:
             dst = subpackage(target)
-            if src in LAYERS and dst in LAYERS and LAYERS[dst] > LAYERS[src]:
+            if dst == src or dst == "(facade)":
+                continue
+            if rank(target) > rank(mod) or (rank(target) == rank(mod) and rank(mod) > 0):
                 out.append(f"{mod} ({src}) imports {target} ({dst})")
     return out
 
@@ -153,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     problems = [f"import circle: {' -> '.join(c)}" for c in cycles(edges, mods)]
     problems += [f"layer rule: {v}" for v in layer_violations(edges)]
     problems += [f"private name: {p}" for p in private]
+    problems += [f"facade import: {p}" for p in FACADE_IMPORTS]
+    problems += [f"dynamic import: {p}" for p in DYNAMIC_IMPORTS]
+    problems += [f"import circle: {p}" for p in own_package_imports(edges, mods)]
     for line in problems:
         print(line)
     print(f"{len(mods)} modules, {sum(map(len, edges.values()))} edges, "

@@ -97,6 +97,10 @@ def require_columns(df: Any, columns: Iterable[Any], role: str = "column") -> No
     ...
     trilink_spark.errors.MissingColumnError: key column 'b' is not in the DataFrame; its columns are ['a']
     """
+    if not hasattr(df, "columns") and not hasattr(df, "names"):
+        raise InvalidArgumentTypeError(f"expected a DataFrame, got {type(df).__name__}")
+    if isinstance(columns, str):
+        columns = [columns]
     have: Sequence[str] = list(df.columns if hasattr(df, "columns") else df.names)
     for name in columns:
         if name is None:
@@ -136,6 +140,10 @@ def check_user_columns(df: Any, names: Iterable[str] = ()) -> None:
     ...
     trilink_spark.errors.ReservedColumnError: column '_tl_partition' uses the prefix '_tl_' that trilink-spark reserves for its internal columns; rename it first (df.withColumnRenamed)
     """
+    if not hasattr(df, "columns") and not hasattr(df, "names"):
+        raise InvalidArgumentTypeError(f"expected a DataFrame, got {type(df).__name__}")
+    if isinstance(names, str):
+        names = [names]
     have: Sequence[str] = list(df.columns if hasattr(df, "columns") else df.names)
     for name in [*have, *names]:
         if isinstance(name, str) and name.startswith(INTERNAL_PREFIX):

@@ -100,7 +100,9 @@ def delay_in_units(delay: Any, kind: str, name: str = "delay") -> float:
     For a timestamp column, ``delay`` is a ``timedelta`` or a number of seconds. ``name`` is
     the argument named in error messages.
     """
-    if isinstance(delay, bool):
+    if kind not in TIME_KINDS:
+        raise InvalidArgumentError(f"time kind must be one of {TIME_KINDS}, got {kind!r}")
+    if isinstance(delay, (bool, np.bool_)):
         raise InvalidArgumentTypeError(f"{name} must be a number or a timedelta, not a bool")
     if isinstance(delay, timedelta):
         if kind != "timestamp":
@@ -109,8 +111,11 @@ def delay_in_units(delay: Any, kind: str, name: str = "delay") -> float:
                 "column's unit"
             )
         value = delay.total_seconds() * 1e6
-    elif isinstance(delay, (int, float)):
-        value = float(delay) * (1e6 if kind == "timestamp" else 1.0)
+    elif isinstance(delay, (int, float, np.integer, np.floating)):
+        try:
+            value = float(delay) * (1e6 if kind == "timestamp" else 1.0)
+        except OverflowError:
+            value = math.inf
     else:
         raise InvalidArgumentTypeError(
             f"{name} must be a number or a timedelta, got {type(delay).__name__}"

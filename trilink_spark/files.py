@@ -18,6 +18,8 @@ import os
 import uuid
 from typing import Any
 
+from .errors import InvalidArgumentTypeError
+
 __all__ = ["resolve_filesystem", "write_atomic"]
 
 
@@ -46,7 +48,16 @@ def write_atomic(filesystem: Any, path: str, data: bytes) -> None:
     -----
     One write and one rename (on object stores a rename is a copy: O(len(data))).
     """
+    if not isinstance(data, bytes):
+        raise InvalidArgumentTypeError(f"data must be bytes, got {type(data).__name__}")
     temporary = f"{path}.tmp-{uuid.uuid4().hex}"
-    with filesystem.open_output_stream(temporary) as f:
-        f.write(data)
-    filesystem.move(temporary, path)
+    try:
+        with filesystem.open_output_stream(temporary) as f:
+            f.write(data)
+        filesystem.move(temporary, path)
+    except BaseException:
+        try:  # leave no half-written temporary behind
+            filesystem.delete_file(temporary)
+        except OSError:
+            pass
+        raise

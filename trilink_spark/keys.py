@@ -217,7 +217,12 @@ def to_counts(
     from_mapping = isinstance(keys_or_counts, Mapping)
     if from_mapping:
         key_list = list(keys_or_counts.keys())
-        counts = np.asarray(list(keys_or_counts.values()), dtype=np.float64)
+        try:
+            counts = np.asarray(list(keys_or_counts.values()), dtype=np.float64)
+        except (TypeError, ValueError, OverflowError):
+            raise InvalidArgumentError(
+                "counts must be finite, non-negative numbers that fit a double"
+            ) from None
         karr = to_key_array(key_list, null_policy)
     else:
         karr = to_key_array(keys_or_counts, null_policy)

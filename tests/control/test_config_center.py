@@ -6,25 +6,15 @@ import io
 import json
 import logging
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
 
 import trilink_spark as tl
+from conftest import wait_for
 from trilink_spark.cli import main
 from trilink_spark.control.config_center import encode_message
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not reached within the timeout")
 
 
 # ---------------------------------------------------------------------- validation

@@ -11,7 +11,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import trilink_spark as tl
+from conftest import wait_for
 from trilink_spark.cli import main
 from trilink_spark.control import config_center as cc
 from trilink_spark.control.config_center import encode_message
@@ -31,15 +32,6 @@ LIMIT = 2**53 - 1  # the largest version (MAX_VERSION)
 DEEP_100K = b"[" * 100_000 + b"]" * 100_000  # over the size limit as well
 DEEP_20K = b"[" * 20_000 + b"]" * 20_000  # under the size limit: the depth bound refuses it
 BIG_INT = b'{"config": {"version": ' + b"7" * 5000 + b"}}"
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not reached within the timeout")
 
 
 @pytest.fixture()

@@ -58,3 +58,30 @@ def test_shipped_table_agrees_with_key_by_for_an_int_column(spark):
     assert len(task) == 400
     for k, per_key, vector in task:
         assert per_key == vector == jvm[k], k
+
+
+def test_table_keys_an_int_column_cannot_hold_never_duplicate_rows(spark):
+    from pyspark.sql import functions as F
+
+    p = tl.LeastKeyPartitioner(4).fit([2**32 + 5, 6, 5])
+    df = spark.createDataFrame([(5,), (6,)], "k int")
+    rows = tl.key_by(df, "k", p, fit="none").select(
+        "k", F.spark_partition_id().alias("pid")).collect()
+    assert sorted((r["k"], r["pid"]) for r in rows) == [(5, p.partition(5)), (6, p.partition(6))]
+
+
+def test_an_int_strategy_refuses_a_long_column(spark):
+    p = tl.LeastKeyPartitioner(4, key_type="int").fit([1])
+    df = spark.createDataFrame([(1,)], "k long")
+    with pytest.raises(tl.InvalidKeyTypeError, match="bigint"):
+        tl.key_by(df, "k", p, fit="none")
+    with pytest.raises(tl.InvalidKeyTypeError):
+        tl.LeastKeyPartitioner(4).fit([2**40]).bind_key_type("int")
+
+
+def test_a_strategy_in_use_keeps_its_fallback_after_key_by(spark):
+    p = tl.LeastKeyPartitioner(4).fit([1])
+    before = p.lookup([5, 7, 9]).tolist()
+    tl.key_by(spark.createDataFrame([(5,)], "k int"), "k", p, fit="none").collect()
+    assert p.key_type == "auto"
+    assert p.lookup([5, 7, 9]).tolist() == before

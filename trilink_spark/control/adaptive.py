@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -221,7 +222,7 @@ class AdaptivePartitioner(Partitioner):
         self._config = config if config is not None else ConfigCenter()
         if not isinstance(self._config, ConfigCenter):
             raise InvalidArgumentTypeError("config must be a ConfigCenter or RedisConfigCenter")
-        self._unsubscribe: Callable[[], None] | None = self._config.subscribe(self._on_config)
+        self._unsubscribe: Callable[[], None] | None = self._config.subscribe(_Listener(self))
 
     # ------------------------------------------------------------------ state
     @property
@@ -654,14 +655,16 @@ class AdaptivePartitioner(Partitioner):
 
     def _apply(self, snapshot: dict[str, Any]) -> None:
         changed = {k: v for k, v in snapshot.items()
-                   if k != "version" and self._applied.get(k, object()) != v}
+                   if k not in ("version", "strategy") and self._applied.get(k, object()) != v}
         self._applied = dict(snapshot)
-        strategy = changed.pop("strategy", None)
         self._settings.update(changed)
         version = snapshot.get("version")
         if changed:
             logger.info("config version %s applied: %s", version, changed)
-        if strategy is None:
+        # a snapshot that names a strategy pins it, also when the partitioner has switched away
+        # from it since an earlier snapshot named it (mode="manual" keeps it pinned)
+        strategy = snapshot.get("strategy")
+        if strategy is None or strategy == self._current_name:
             return
         try:
             self._pin(strategy, f"config version {version}")
@@ -762,19 +765,25 @@ class AdaptivePartitioner(Partitioner):
             state = dict(self.__dict__)
             state["_decisions"] = list(self._decisions)
         state["_config_id"] = self._config.center_id
-        for transient in ("_lock", "_config", "_unsubscribe", "_clock", "_pending"):
+        clock = state.pop("_clock", None)
+        if clock is not time.monotonic:
+            state["_clock_name"] = "custom"  # a custom clock stays with the original
+        for transient in ("_lock", "_config", "_unsubscribe"):
             state.pop(transient, None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         config_id = state.pop("_config_id", None)
+        if state.pop("_clock_name", None) is not None:
+            logger.info("copy of an AdaptivePartitioner: its custom clock is not copied; "
+                        "the copy uses time.monotonic")
+        state.setdefault("_pending", None)
         self.__dict__.update(state)
         self._lock = threading.RLock()
         self._clock = time.monotonic
-        self._pending = None
         center = find_center(config_id)
         self._config = center if center is not None else ConfigCenter()
-        self._unsubscribe = self._config.subscribe(self._on_config)
+        self._unsubscribe = self._config.subscribe(_Listener(self))
 
     def close(self) -> None:
         """Stop listening to the config center."""
@@ -793,3 +802,16 @@ def _family(kind: str) -> str:
     return "integer" if kind in ("int", "long") else kind
 
 
+class _Listener:
+    """A config subscription that does not keep its partitioner alive (a dropped copy is
+    collected, and its subscription then does nothing)."""
+
+    __slots__ = ("_target",)
+
+    def __init__(self, target: AdaptivePartitioner) -> None:
+        self._target = weakref.ref(target)
+
+    def __call__(self, snapshot: dict[str, Any]) -> None:
+        target = self._target()
+        if target is not None:
+            target._on_config(snapshot)

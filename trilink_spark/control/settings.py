@@ -3,15 +3,6 @@
 A :class:`~trilink_spark.ConfigCenter` validates every update with :func:`validate_update`
 unless it is given another validator. The strategies an update may pin are the catalogue's
 (:mod:`trilink_spark.partitioners.catalogue`).
-
-Examples
---------
->>> validate_update({"mode": "threshold", "threshold": 0.6})
-{'mode': 'threshold', 'threshold': 0.6}
->>> validate_update({"colour": "red"})
-Traceback (most recent call last):
-...
-trilink_spark.errors.ConfigError: unknown config field(s) ['colour']; allowed: ...
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from ..checks import check_num_partitions
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, NullKeyError
-from ..errors import UnknownStrategyError
+from ..errors import TrilinkError, UnknownStrategyError
 from ..keys import Key, KeyArray, check_null_policy, normalize_key, to_counts, to_key_array
 
 if TYPE_CHECKING:
@@ -48,10 +48,16 @@ def encode_key(key: Key | None) -> Any:
 
 
 def decode_key(value: Any) -> Key | None:
-    """Inverse of :func:`encode_key`."""
+    """Inverse of :func:`encode_key`; refuses anything :func:`encode_key` cannot give."""
     if isinstance(value, dict):
-        return base64.b64decode(value["b64"])
-    return value  # type: ignore[no-any-return]
+        raw = value.get("b64")
+        if set(value) != {"b64"} or not isinstance(raw, str):
+            raise InvalidArgumentError(f"a stored binary key is {{'b64': <base64>}}, got {value!r}")
+        try:
+            return base64.b64decode(raw, validate=True)
+        except ValueError:
+            raise InvalidArgumentError(f"stored binary key {raw!r} is not base64") from None
+    return normalize_key(value)
 
 
 _REGISTRY: dict[str, type[Partitioner]] = {}
@@ -285,7 +291,16 @@ class Partitioner(ABC):
         """
         if not isinstance(data, dict) or "strategy" not in data:
             raise InvalidArgumentError("from_dict needs a dict with a 'strategy' field")
-        return strategy_class(data["strategy"])._from_dict(data)
+        cls = strategy_class(data["strategy"])
+        try:
+            return cls._from_dict(data)
+        except TrilinkError:
+            raise
+        except (KeyError, TypeError, ValueError, OverflowError, AttributeError,
+                IndexError) as err:  # a malformed dict: say so, whatever broke on it
+            raise InvalidArgumentError(
+                f"not a stored {data['strategy']!r} strategy: {type(err).__name__}: {err}"
+            ) from None
 
     def to_json(self) -> str:
         """:meth:`to_dict` as a JSON string."""

@@ -188,12 +188,12 @@ def _modulo(n: int, *, null_policy: str, **_: Any) -> Partitioner:
     return ModuloPartitioner(n, null_policy=null_policy)
 
 
-def _least_key(n: int, *, null_policy: str, **_: Any) -> Partitioner:
-    return LeastKeyPartitioner(n, null_policy=null_policy)
+def _least_key(n: int, *, key_type: str, null_policy: str, **_: Any) -> Partitioner:
+    return LeastKeyPartitioner(n, key_type=key_type, null_policy=null_policy)
 
 
-def _least_count(n: int, *, null_policy: str, **_: Any) -> Partitioner:
-    return LeastCountPartitioner(n, null_policy=null_policy)
+def _least_count(n: int, *, key_type: str, null_policy: str, **_: Any) -> Partitioner:
+    return LeastCountPartitioner(n, key_type=key_type, null_policy=null_policy)
 
 
 def _weight(mode: str) -> Callable[..., Partitioner]:

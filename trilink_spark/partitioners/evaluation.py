@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..checks import check_num_partitions
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..keys import to_counts
 from .balance import balance_degree, extra_compute_time, keyed_bound
 from .base import Partitioner
@@ -148,11 +148,18 @@ def evaluate_strategies(
     """
     n = check_num_partitions(n, "n")
     keys, counts, from_mapping = to_counts(keys_or_counts, null_policy)
+    if len(keys) == 0:
+        raise InvalidArgumentError("no keys to evaluate: give at least one key or count")
     if strategies is None:
         names = default_candidates(keys.kind, weights=weights is not None,
                                    sequence=not from_mapping)
     else:
+        if isinstance(strategies, (str, bytes)):
+            raise InvalidArgumentTypeError(
+                f"strategies must be a sequence of names, e.g. [{strategies!r}], got a str")
         names = list(strategies)
+        if len(set(names)) != len(names):
+            raise InvalidArgumentError(f"strategies lists a name twice: {names}")
         unknown = [s for s in names if s not in CANDIDATES]
         if unknown:
             raise InvalidArgumentError(

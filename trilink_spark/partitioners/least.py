@@ -84,14 +84,20 @@ class _LeastPartitioner(TablePartitioner):
         return out
 
     def _restore(self, params: dict[str, Any]) -> None:
+        unknown = set(params) - {"table", "loads", "key_type"}
+        if unknown:
+            raise InvalidArgumentError(f"unknown field(s) {sorted(unknown)} for {self.strategy_name}")
         loads = params.get("loads")
         self._load_table(params.get("table", []))
         if loads is not None:
-            if len(loads) != self._num_partitions:
+            if not isinstance(loads, list) or len(loads) != self._num_partitions:
                 raise InvalidArgumentError(
-                    f"loads has {len(loads)} entries, expected {self._num_partitions}"
+                    f"loads must list {self._num_partitions} numbers, got {loads!r:.80}"
                 )
-            self._loads = [float(x) for x in loads]
+            values = np.asarray(loads, dtype=np.float64)
+            if not np.all(np.isfinite(values)) or (values < 0).any():
+                raise InvalidArgumentError("loads must be finite and non-negative")
+            self._loads = values.tolist()
             self._rebuild_heap()
 
 

@@ -55,8 +55,10 @@ class TablePartitioner(Partitioner):
     key_type : {"auto", "int", "long", "string", "binary"}
         Spark type of the key column, which decides how the hash fallback hashes an integer
         key (Spark hashes ``int`` and ``long`` differently). ``"auto"`` hashes every integer as
-        ``long`` on every path; :func:`~trilink_spark.key_by` binds it to the column's type
-        (:meth:`bind_key_type`), and the binding is stored with the table.
+        ``long`` on every path (:func:`~trilink_spark.key_by` then hashes an ``int`` column's
+        unknown keys as ``long`` too); a strategy that :func:`~trilink_spark.key_by` builds by
+        name takes the key column's type. The type is stored with the table and never changes
+        by itself, so an unknown key goes to the same partition before and after a job.
     null_policy : {"error", "partition0"}
 
     Notes
@@ -96,10 +98,19 @@ class TablePartitioner(Partitioner):
 
         An ``"auto"`` strategy takes ``kind``; one already bound keeps its type when ``kind``
         is compatible (an ``int`` column under a ``long`` strategy is hashed as ``long``) and
-        refuses an incompatible one. O(1).
+        refuses an incompatible one, or an ``"int"`` binding while the table holds integers
+        beyond 32 bits. Binding changes where unknown keys fall back to: do it before the
+        strategy places anything. O(keys in the table) for ``"int"``, else O(1).
         """
         kind = check_key_type(kind)
         with self._lock:
+            if kind == "int" and self._key_type == "auto" and any(
+                isinstance(k, int) and not -(2**31) <= k < 2**31 for k in self._table
+            ):
+                raise InvalidKeyTypeError(
+                    f"{type(self).__name__} holds integer keys beyond 32 bits; it cannot be "
+                    "bound to Spark int keys"
+                )
             if self._key_type in ("auto", kind) or (self._key_type, kind) == ("long", "int"):
                 if self._key_type == "auto":
                     self._key_type = kind
@@ -220,15 +231,23 @@ class TablePartitioner(Partitioner):
             return {"table": [[encode_key(k), p] for k, p in self._table.items()],
                     "key_type": self._key_type}
 
-    def _load_table(self, rows: list[Any]) -> None:
-        for key, pid in rows:
+    def _load_table(self, rows: Any) -> None:
+        if not isinstance(rows, list):
+            raise InvalidArgumentError(f"table must be a list of [key, partition], got {rows!r}")
+        for row in rows:
+            if not isinstance(row, list) or len(row) != 2:
+                raise InvalidArgumentError(f"table entry {row!r} is not [key, partition]")
+            key, pid = row
             k = decode_key(key)
-            if k is None or not 0 <= int(pid) < self._num_partitions:
+            if (k is None or isinstance(pid, bool) or not isinstance(pid, int)
+                    or not 0 <= pid < self._num_partitions):
                 raise InvalidArgumentError(
                     f"table entry {key!r}: {pid!r} is not a key with a partition in "
                     f"[0, {self._num_partitions})"
                 )
-            self._record(k, int(pid))
+            if k in self._table:
+                raise InvalidArgumentError(f"table lists key {key!r} twice")
+            self._record(k, pid)
 
     def __getstate__(self) -> dict[str, Any]:
         with self._lock:

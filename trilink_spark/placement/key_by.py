@@ -203,8 +203,6 @@ def resolve_strategy(
             f"strategy must be a name or a Partitioner, got {type(strategy).__name__}"
         )
     _check_strategy_for(p, kind, dtype, key)
-    if isinstance(p, TablePartitioner) and kind is not None:
-        p.bind_key_type(kind)
     if isinstance(p, TablePartitioner) and p.is_stateful and fit_mode != "none":
         if not scores:
             fraction = 1.0 if fit_mode == "full" else rate
@@ -256,7 +254,13 @@ def _choose_auto(
 def _table_frame(df: DataFrame, p: TablePartitioner, kind: str, dtype: DataType) -> DataFrame:
     keys, pids = p.table_arrays()
     want = {"int": int, "long": int, "string": str, "binary": bytes}[kind]
-    mask = np.fromiter((isinstance(k, want) for k in keys), bool, len(keys))
+    bits = {"byte": 8, "short": 16, "integer": 32}.get(dtype.typeName(), 64)
+    low, high = -(2 ** (bits - 1)), 2 ** (bits - 1)
+
+    def fits(k: object) -> bool:  # keys the column cannot hold can never match a row
+        return isinstance(k, want) and (want is not int or low <= k < high)  # type: ignore[operator]
+
+    mask = np.fromiter((fits(k) for k in keys), bool, len(keys))
     kept = [k for k, m in zip(keys, mask) if m]
     arrow_type = {"int": pa.int64(), "long": pa.int64(), "string": pa.string(),
                   "binary": pa.binary()}[kind]
@@ -406,8 +410,13 @@ def with_partition_id(df: DataFrame, key: str, p: Partitioner) -> DataFrame:
     fallback = F.pmod(F.hash(key_col), F.lit(n))
     if isinstance(p, TablePartitioner) and kind is not None:
         # the fallback hashes as the strategy's key type, as partition() and assign() do
-        p.bind_key_type(kind)
-        spark_type = {"int": "int", "long": "bigint"}.get(p.fallback_type(kind))
+        hashed_as = p.fallback_type(kind)
+        if hashed_as == "int" and kind == "long":
+            raise InvalidKeyTypeError(
+                f"{type(p).__name__} hashes unknown keys as Spark int, but key column {key!r} "
+                "is bigint; use a strategy of key_type 'long' (or 'auto') for it"
+            )
+        spark_type = {"int": "int", "long": "bigint"}.get(hashed_as)
         if spark_type is not None:
             fallback = F.pmod(F.hash(key_col.cast(spark_type)), F.lit(n))
     if isinstance(p, TablePartitioner) and p.is_stateful:
