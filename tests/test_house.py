@@ -17,7 +17,7 @@ SPEC.loader.exec_module(graph)
 
 # Every public name of the package; removing one breaks users' code.
 PUBLIC = {
-    "AGGREGATES", "AdaptiveBatchFunction", "AdaptivePartitioner", "BalanceReport",
+    "AGGREGATES", "AdaptiveBatchFunction", "ArithmeticOverflowError", "AdaptivePartitioner", "BalanceReport",
     "BrokerUnavailableError", "CANDIDATES", "CONFIG_FIELDS", "Combine", "ConfigCenter",
     "ConfigCenterUnavailableError", "ConfigError", "ConfigTypeError", "DataLossError",
     "Decision", "EVENT_TIME_COL", "FIT_MODES", "GLOBAL_STORES", "HashPartitioner",

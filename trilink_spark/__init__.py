@@ -31,6 +31,7 @@ from .errors import (
     ReservedColumnError,
     StateCorruptError,
     StateStoreError,
+    ArithmeticOverflowError,
 )
 from .columns import EVENT_TIME_COL, PARTITION_COL
 from .plan import physical_plan, shuffle_exchanges
@@ -102,6 +103,7 @@ __all__ = [
     "ReservedColumnError",
     "StateCorruptError",
     "StateStoreError",
+    "ArithmeticOverflowError",
     # strategies
     "Partitioner",
     "TablePartitioner",

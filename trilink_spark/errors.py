@@ -35,6 +35,7 @@ __all__ = [
     "ReservedColumnError",
     "StateCorruptError",
     "StateStoreError",
+    "ArithmeticOverflowError",
 ]
 
 
@@ -116,3 +117,8 @@ class StateCorruptError(TrilinkError, ValueError):
 class StateStoreError(TrilinkError, OSError):
     """A state path cannot be created, listed, read or written (permissions, a missing
     filesystem); the message names the path and the operation."""
+
+
+class ArithmeticOverflowError(TrilinkError, ArithmeticError):
+    """An integral sum left the 64-bit range (Spark's ANSI mode fails such a query with
+    ``ARITHMETIC_OVERFLOW``); the message names the aggregate."""

@@ -54,7 +54,9 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
     dropped and counted; rows with a null event time belong to no window. An idle key's
     windows close on the partition's watermark (the runtime's idle rule). State: one row per
     open window (five numbers) plus what the runtime keeps per key; a window's row is removed
-    when it is emitted. With bounded input every window is emitted at the end.
+    when it is emitted. With bounded input every window is emitted at the end. Null and NaN
+    keys are keys like any other (as in Spark's ``groupBy``): their rows are kept, each in
+    its own group.
 
     Cost per batch: a group-by of the batch's on-time rows, a merge with the open windows and
     one vectorised watermark look-up over them.
@@ -90,6 +92,12 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         size = delay_in_units(self.size, time_kind, "window size")
         if size <= 0:
             raise InvalidArgumentError(f"window size must be > 0, got {self.size!r}")
+        taken = {"window_start", "window_end", *self.aggs} & {key}
+        if taken:
+            raise InvalidArgumentError(
+                f"key column {key!r} has the name of an output column of KeyedWindowAggregate "
+                "(window_start, window_end and the aggregates); rename it first"
+            )
         self.size_units = size
         self.key_column = key
         self.time_kind = time_kind
@@ -135,14 +143,14 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         vals = (np.asarray(values, dtype=np.float64) if values is not None
                 else np.zeros(len(keys)))
         part = pd.DataFrame({"k": keys, "s": starts, "v": vals})
-        grouped = part.groupby(["k", "s"], sort=False)["v"]
+        grouped = part.groupby(["k", "s"], sort=False, dropna=False)["v"]  # null, NaN keys too
         batch = pd.DataFrame({"count": grouped.size(), "nn": grouped.count(),
                               "sum": grouped.sum(min_count=1), "min": grouped.min(),
                               "max": grouped.max()})
         table = runtime.shared.get("windows")
         if table is not None and len(table):
             both = pd.concat([table, batch])
-            merged = both.groupby(level=[0, 1], sort=False)
+            merged = both.groupby(level=[0, 1], sort=False, dropna=False)
             batch = pd.DataFrame({"count": merged["count"].sum(), "nn": merged["nn"].sum(),
                                   "sum": merged["sum"].sum(min_count=1),
                                   "min": merged["min"].min(), "max": merged["max"].max()})

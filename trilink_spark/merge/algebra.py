@@ -19,7 +19,15 @@ first / last    ``name``, ``name__t`` (event time),         the value at the sma
 :class:`Combine` ``name``                                   the combine over the partials
 =============== =========================================== ===============================
 
-Nulls in the value column are skipped, as Spark skips them.
+Nulls in the value column are skipped, as Spark skips them. Types and non-finite values
+follow Spark's ``groupBy().agg()``: a sum of an integral column is a bigint, computed exactly
+(a sum beyond 64 bits raises :class:`ArithmeticOverflowError` naming the aggregate, as Spark's
+ANSI mode fails the query), of a float or double a double (``inf`` and NaN propagate), of a
+decimal(p, s) a decimal(min(38, p + 10), s); a mean is a double; count a bigint; min, max,
+first and last keep the input type. In frames with pandas' nullable dtypes (what the merges
+read), NaN is a value distinct from null: ``max`` is NaN when a group has a NaN (Spark orders
+NaN above everything) and ``min`` only when every value is NaN; in plain float64 frames NaN
+stands for null.
 
 Each row of the table is one class (:class:`Count`, :class:`Sum`, :class:`Min`, :class:`Max`,
 :class:`Mean`, :class:`First`, :class:`Last`, :class:`CombineAggregate`), which owns every form
@@ -53,7 +61,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 import numpy as np
 import pandas as pd
 
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..errors import ArithmeticOverflowError, InvalidArgumentError, InvalidArgumentTypeError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -89,6 +97,69 @@ __all__ = [
 
 TIME = "__t"
 POS = "__p"
+
+_INTEGRAL_TYPES = ("tinyint", "smallint", "int", "bigint")
+_FLOAT_TYPES = ("float", "double")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _numeric_kind(value_type: str) -> str:
+    """``"integral"``, ``"fractional"``, ``"decimal"`` or ``""`` for a Spark type name."""
+    if value_type in _INTEGRAL_TYPES:
+        return "integral"
+    if value_type in _FLOAT_TYPES:
+        return "fractional"
+    if value_type.startswith("decimal"):
+        return "decimal"
+    return ""
+
+
+def _sum_type(value_type: str) -> str:
+    """Spark's result type of ``sum`` over ``value_type`` (a numeric Spark type name)."""
+    kind = _numeric_kind(value_type)
+    if kind == "integral":
+        return "bigint"
+    if kind == "decimal":
+        digits = value_type[len("decimal("):-1].split(",")
+        precision, scale = int(digits[0]), int(digits[1])
+        return f"decimal({min(38, precision + 10)},{scale})"
+    return "double"
+
+
+def _is_nullable_float(values: pd.Series) -> bool:
+    """Whether ``values`` has a pandas nullable float dtype (NaN distinct from null)."""
+    return isinstance(values.dtype, pd.api.extensions.ExtensionDtype) and \
+        pd.api.types.is_float_dtype(values.dtype)
+
+
+def _exact_int_sums(values: pd.Series, codes: np.ndarray, groups: int, what: str) -> pd.Series:
+    """Exact 64-bit sums of integer ``values`` per group code (nullable Int64; null for a
+    group with no value); a sum outside the int64 range raises ArithmeticOverflowError.
+
+    Each value is split into its high and low 32 bits, summed separately (no intermediate can
+    overflow below 2**31 rows) and recombined with a range check. Cost: one stable sort and
+    two ``np.add.reduceat``; vectorised.
+    """
+    present = values.notna().to_numpy()
+    v = values.to_numpy(dtype=np.int64, na_value=0) if len(values) else np.zeros(0, np.int64)
+    out = np.zeros(groups, dtype=np.int64)
+    if len(v):
+        order = np.argsort(codes, kind="stable")
+        ordered = codes[order]
+        v = v[order]
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        low = np.add.reduceat(v & 0xFFFFFFFF, starts)
+        high = np.add.reduceat(v >> 32, starts) + (low >> 32)
+        over = (high < -(2**31)) | (high >= 2**31)
+        if over.any():
+            raise ArithmeticOverflowError(
+                f"{what} overflows bigint (the int64 range [-2**63, 2**63 - 1]); Spark's "
+                "sum fails the same way in ANSI mode: cast the column to decimal(38,0) or "
+                "double first"
+            )
+        out[ordered[starts]] = (high << 32) | (low & 0xFFFFFFFF)
+    counts = np.bincount(codes[present], minlength=groups)
+    return pd.Series(pd.arrays.IntegerArray(out, counts == 0))
 
 
 @dataclass(frozen=True)
@@ -150,7 +221,7 @@ class Groups:
         codes = grouped.ngroup().to_numpy(dtype=np.int64)
         return cls(rows, grouped, codes, grouped.size().index)
 
-    def pick(self, present: np.ndarray, time: np.ndarray, pos: np.ndarray,
+    def pick(self, present: np.ndarray, time: Any, pos: Any,
              smallest: bool) -> np.ndarray:
         """Per group, the row position with the smallest (or largest) ``(time, pos)`` among
         rows where ``present`` holds; -1 for a group with none.
@@ -159,8 +230,9 @@ class Groups:
         """
         rows = np.flatnonzero(present)
         codes = self.codes[rows]
-        t = np.asarray(time, dtype=np.float64)[rows]
-        p = np.asarray(pos)[rows]
+        t = _floats(time)[rows]
+        p = (pos.to_numpy(dtype=np.int64, na_value=0) if isinstance(pos, pd.Series)
+             else np.asarray(pos))[rows]
         order = np.lexsort((p, t, codes) if smallest else (-p, -t, codes))
         ordered = codes[order]
         heads = np.ones(len(order), dtype=bool)
@@ -182,7 +254,7 @@ class Groups:
             return pd.Series(np.nan, index=self.index, dtype=np.float64)
         order = np.argsort(codes, kind="stable")
         codes = codes[order]
-        data = values.to_numpy()[present][order]
+        data = values[present].to_numpy()[order]
         ends = (np.flatnonzero(codes[1:] != codes[:-1]) + 1).tolist()
         starts = [0, *ends]
         combined = [func(data[a:b]) for a, b in zip(starts, [*ends, len(data)])]
@@ -194,6 +266,18 @@ class Groups:
         found = picked >= 0
         taken = values.iloc[picked[found]].set_axis(np.flatnonzero(found))
         return taken.reindex(np.arange(len(picked))).set_axis(self.index)
+
+
+def _floats(values: Any) -> np.ndarray:
+    """``values`` (a Series of any numeric dtype, or an array) as float64, NaN for null."""
+    if isinstance(values, pd.Series):
+        return values.to_numpy(dtype=np.float64, na_value=np.nan)
+    return np.asarray(values, dtype=np.float64)
+
+
+def _by_code(values: pd.Series, groups: Groups) -> Any:
+    """``values`` (one per row of ``groups.rows``) grouped by the group codes."""
+    return values.reset_index(drop=True).groupby(groups.codes, sort=True)
 
 
 def _jsonable(value: Any) -> Any:
@@ -228,7 +312,7 @@ class Aggregate:
     --------
     >>> agg = AGGREGATE_CLASSES["sum"]("total", "amount")
     >>> agg.partial_columns, agg.partial_types("int"), agg.final_type("int")
-    (['total', 'total__n'], ['double', 'bigint'], 'double')
+    (['total', 'total__n'], ['bigint', 'bigint'], 'bigint')
     """
 
     func: ClassVar[str] = ""
@@ -250,6 +334,15 @@ class Aggregate:
             f"global_merge merge {', '.join(AGGREGATES)} or a Combine; compute {self.func} "
             "with keyed_agg, or from merged sums"
         )
+
+    def _numeric(self, value_type: str) -> str:
+        """``value_type`` when numeric; else InvalidArgumentTypeError naming the column."""
+        if not _numeric_kind(value_type):
+            raise InvalidArgumentTypeError(
+                f"aggregate {self.name!r} ({self.func}) needs a numeric column; column "
+                f"{self.column!r} is {value_type}"
+            )
+        return value_type
 
     # ---------------------------------------------------------------- schema
     @property
@@ -372,18 +465,27 @@ class Sum(Aggregate):
         return [self.name, f"{self.name}__n"]
 
     def partial_types(self, value_type: str) -> list[str]:
-        return ["double", "bigint"]
+        return [self.final_type(value_type), "bigint"]
 
     def final_type(self, value_type: str) -> str:
-        return "double"
+        return _sum_type(self._numeric(value_type))
+
+    def _sum(self, values: pd.Series, groups: Groups) -> pd.Series:
+        if pd.api.types.is_integer_dtype(values.dtype):
+            sums = _exact_int_sums(values, groups.codes, len(groups.index),
+                                   f"sum {self.name!r} of column {self.column!r}")
+            return sums.set_axis(groups.index)
+        summed: pd.Series = _by_code(values, groups).sum(min_count=1).set_axis(groups.index)
+        return summed
 
     def init(self, groups: Groups, time_col: str, pos_col: str) -> dict[str, pd.Series]:
-        col = self._values(groups)
-        return {self.name: col.sum(min_count=1), f"{self.name}__n": col.count()}
+        values = groups.rows[str(self.column)]
+        return {self.name: self._sum(values, groups),
+                f"{self.name}__n": self._values(groups).count()}
 
     def merge(self, groups: Groups) -> dict[str, pd.Series]:
         g = groups.grouped
-        return {self.name: g[self.name].sum(min_count=1),
+        return {self.name: self._sum(groups.rows[self.name], groups),
                 f"{self.name}__n": g[f"{self.name}__n"].sum()}
 
     def finalize(self, merged: pd.DataFrame) -> pd.Series:
@@ -418,14 +520,21 @@ class Mean(Aggregate):
         return [f"{self.name}__sum", f"{self.name}__n"]
 
     def partial_types(self, value_type: str) -> list[str]:
+        self._numeric(value_type)
         return ["double", "bigint"]
 
     def final_type(self, value_type: str) -> str:
+        self._numeric(value_type)
         return "double"
 
     def init(self, groups: Groups, time_col: str, pos_col: str) -> dict[str, pd.Series]:
-        col = self._values(groups)
-        return {f"{self.name}__sum": col.sum(min_count=1), f"{self.name}__n": col.count()}
+        values = groups.rows[str(self.column)]
+        nullable = (_is_nullable_float(values) or values.dtype == object
+                    or pd.api.types.is_extension_array_dtype(values.dtype))
+        as_float = values.astype("Float64") if nullable else values.astype(np.float64)
+        return {f"{self.name}__sum": _by_code(as_float, groups).sum(min_count=1)
+                .set_axis(groups.index),
+                f"{self.name}__n": self._values(groups).count()}
 
     def merge(self, groups: Groups) -> dict[str, pd.Series]:
         g, n = groups.grouped, self.name
@@ -456,11 +565,39 @@ class _Extreme(Aggregate):
     def final_type(self, value_type: str) -> str:
         return value_type
 
+    def _extreme(self, column: str, groups: Groups) -> pd.Series:
+        values = groups.rows[column]
+        if values.dtype == object:  # strings, binary, decimals: reduce the non-null values
+            present = values.notna().to_numpy()
+            kept = pd.Series(values.to_numpy()[present])
+            reduced = getattr(kept.groupby(groups.codes[present], sort=True), self.func)()
+            full: pd.Series = reduced.reindex(np.arange(len(groups.index)))
+            return full.set_axis(groups.index)
+        result: pd.Series = getattr(groups.grouped[column], self.func)()
+        if not _is_nullable_float(values):
+            return result
+        # Spark orders NaN above every number: max is NaN when a group has one, min only
+        # when all its values are NaN (pandas skips NaN, so fix those groups up)
+        nan = np.isnan(values.to_numpy(dtype=np.float64, na_value=0.0))
+        if not nan.any():
+            return result
+        ngroups = len(groups.index)
+        with_nan = np.bincount(groups.codes[nan], minlength=ngroups) > 0
+        numbers = np.bincount(groups.codes[values.notna().to_numpy() & ~nan],
+                              minlength=ngroups)
+        to_nan = with_nan if self.func == "max" else with_nan & (numbers == 0)
+        dtype = np.float32 if str(values.dtype) == "Float32" else np.float64
+        out = result.to_numpy(dtype=dtype, na_value=0.0)
+        mask = result.isna().to_numpy()
+        out[to_nan] = np.nan
+        mask[to_nan] = False
+        return pd.Series(pd.arrays.FloatingArray(out, mask), index=result.index)
+
     def init(self, groups: Groups, time_col: str, pos_col: str) -> dict[str, pd.Series]:
-        return {self.name: getattr(self._values(groups), self.func)()}
+        return {self.name: self._extreme(str(self.column), groups)}
 
     def merge(self, groups: Groups) -> dict[str, pd.Series]:
-        return {self.name: getattr(groups.grouped[self.name], self.func)()}
+        return {self.name: self._extreme(self.name, groups)}
 
     def spark_merge(self) -> Column:
         from pyspark.sql import functions as F
@@ -518,17 +655,19 @@ class _Ordered(Aggregate):
     def init(self, groups: Groups, time_col: str, pos_col: str) -> dict[str, pd.Series]:
         rows = groups.rows
         values = rows[str(self.column)]
-        picked = groups.pick(values.notna().to_numpy(), rows[time_col].to_numpy(),
-                             rows[pos_col].to_numpy(), self.smallest)
+        # a row without an event time (null, NaN) comes after every timed row, by position
+        times = _floats(rows[time_col])
+        time = pd.Series(np.where(np.isnan(times), np.inf, times), index=rows.index)
+        picked = groups.pick(values.notna().to_numpy(), time, rows[pos_col], self.smallest)
         return {self.name: groups.take(values, picked),
-                self.name + TIME: groups.take(rows[time_col], picked).astype(np.float64),
+                self.name + TIME: groups.take(time, picked).astype(np.float64),
                 self.name + POS: groups.take(rows[pos_col], picked)}
 
     def merge(self, groups: Groups) -> dict[str, pd.Series]:
         rows = groups.rows
         time = rows[self.name + TIME]
-        picked = groups.pick(time.notna().to_numpy(), time.to_numpy(),
-                             rows[self.name + POS].to_numpy(), self.smallest)
+        picked = groups.pick(time.notna().to_numpy(), time, rows[self.name + POS],
+                             self.smallest)
         return {col: groups.take(rows[col], picked) for col in self.partial_columns}
 
     def spark_merge(self) -> Column:
@@ -900,7 +1039,15 @@ def merge_partials(
     exprs = [e for e in (spec.aggregate.spark_merge() for spec in specs) if e is not None]
     if len(exprs) < len(specs):  # a Combine merges in Python
         return _merge_with_pandas(df, keys, specs)
-    return df.groupBy(*keys).agg(*exprs)
+    merged = df.groupBy(*keys).agg(*exprs)
+    # Spark widens a sum of decimals again: keep the partial's (the raw rows' sum) type
+    decimals = {s.name: df.schema[s.name].dataType for s in specs
+                if isinstance(s.aggregate, Sum) and s.name in df.columns
+                and df.schema[s.name].dataType.typeName() == "decimal"}
+    if decimals:
+        merged = merged.select(*[merged[c].cast(decimals[c]).alias(c) if c in decimals
+                                 else merged[c] for c in merged.columns])
+    return merged
 
 
 def _merge_with_pandas(df: DataFrame, keys: list[str], specs: list[AggSpec]) -> DataFrame:

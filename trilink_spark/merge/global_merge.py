@@ -13,11 +13,11 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 
-from ..columns import CONST_TIME_COL
+from ..columns import CONST_TIME_COL, check_atomic_key, check_user_columns, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StoreUnavailableError
-from .local import SLOT, local_merge, partition_flushes, plan_merge, read_partition
+from .local import SLOT, arrow_to_pandas, check_merge_names, local_merge, partition_flushes
+from .local import plan_merge, read_partition, to_arrow
 from .redis_store import RedisStore
 from .algebra import AggSpec, finalize_frame, merge_partial_frames, parse_aggs
 
@@ -100,7 +100,11 @@ def global_merge(
             f"store must be one of {GLOBAL_STORES} or a RedisStore, got {store!r}")
     if batch_id is not None and (isinstance(batch_id, bool) or not isinstance(batch_id, int)):
         raise InvalidArgumentTypeError(f"batch_id must be an int, got {type(batch_id).__name__}")
+    require_columns(df, [key], "key column")
+    check_atomic_key(df, key)
     specs = parse_aggs(aggs, df.columns)
+    check_user_columns(df, [c for s in specs for c in s.partial_columns])
+    check_merge_names(specs, key, [SLOT] + ([event_time] if event_time is not None else []))
     if event_time is None:
         if mode == "periodic":
             raise InvalidArgumentError("periodic mode needs event_time=<column>")
@@ -114,19 +118,29 @@ def global_merge(
                                  quantity, delay, punctuation, read)
     partials = local_merge(source, key, time_name, slot, aggs, mode, quantity=quantity,
                            delay=delay, punctuation=punctuation)
-    table = partials.toArrow()
-    frame = table.to_pandas()
+    frame = arrow_to_pandas(partials.toArrow())
     groups = [key]
-    if len(frame):
-        merged = merge_partial_frames(frame.drop(columns=[SLOT]), groups, specs, time_name)
-        result = finalize_frame(merged, groups, specs)
-    else:
-        result = frame[[key]].assign(**{s.name: np.nan for s in specs})
     schema = _result_schema(df, key, specs)
     spark = df.sparkSession
-    if not len(result):
+    if not len(frame):
         return spark.createDataFrame([], schema)
-    return spark.createDataFrame(result[[key] + [s.name for s in specs]], schema)
+    merged = merge_partial_frames(frame.drop(columns=[SLOT]), groups, specs, time_name)
+    result = finalize_frame(merged, groups, specs)
+    return spark.createDataFrame(_arrow_result(result[[key] + [s.name for s in specs]],
+                                               schema, spark))
+
+
+def _arrow_result(result: Any, ddl: str, spark: Any) -> Any:
+    """The result frame as an Arrow table of the exact Spark schema ``ddl`` (so integers,
+    decimals, NaN and null survive as they are)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    struct = StructType.fromDDL(ddl)
+    if not isinstance(struct, StructType):  # pragma: no cover - a DDL of fields
+        raise InvalidArgumentTypeError("internal: result schema is not a struct")
+    timezone = spark.conf.get("spark.sql.session.timeZone")
+    return to_arrow(result, to_arrow_schema(struct, timezone=timezone))
 
 
 def _result_schema(df: DataFrame, key: str, specs: list[AggSpec]) -> str:
@@ -148,9 +162,14 @@ def _merge_into_redis(
     store: RedisStore, mode: str, batch_id: int | None, quantity: int, delay: Any,
     punctuation: str | None, read: bool,
 ) -> DataFrame | None:
+    import pyarrow as pa
+
     src, plan = plan_merge(source, key, time_name, slot, aggs, mode, quantity=quantity,
                            delay=delay, punctuation=punctuation)
     store.ops(plan.specs)  # refuse what Redis cannot merge before any task runs
+    partial = [c for spec in plan.specs for c in spec.partial_columns]
+    schema = pa.schema([plan.arrow_schema.field(c) for c in [key, *partial]])
+    store.bind_schema(schema, _result_schema(df, key, plan.specs))
     store.set_meta(key, df.schema[key].dataType.simpleString(), plan.specs)
     run_id = str(batch_id) if batch_id is not None else f"run-{uuid.uuid4().hex}"
     status = src.mapInArrow(_apply_partition(plan, store, run_id), STATUS_SCHEMA).collect()

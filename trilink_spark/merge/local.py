@@ -17,18 +17,25 @@ punctuation    a row matches ``punctuation`` (flushed with it)  window boundarie
 
 Every mode also flushes at the end of the partition. Merging the output with
 :func:`~trilink_spark.merge_partials` gives exactly what aggregating the raw rows gives.
+
+Rows whose event time is null, NaN or infinite are kept: they go to a slot of their own,
+``slot_start`` null, with a null event time, and they move nothing that depends on time (no
+flush bound, no slot, no watermark downstream). Null and NaN keys are keys like any other
+(Spark's ``groupBy`` semantics: null and NaN are two keys, ``-0.0`` and ``0.0`` one).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from ..columns import ET_COL, ORDER_COL, POS_COL, PUNCT_COL, SLOT_COL, require_columns
+from ..columns import CONST_TIME_COL, ET_COL, ORDER_COL, POS_COL, PUNCT_COL, SLOT_COL
+from ..columns import check_atomic_key, check_user_columns, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..eventtime import SPARK_TIME_TYPES, delay_in_units, event_time_micros, from_units
 from .algebra import AggSpec, parse_aggs, partial_groups
@@ -37,12 +44,16 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["local_merge", "MERGE_MODES", "flush_bounds", "plan_merge", "MergePlan",
-           "partition_flushes", "partition_partials", "Flushes"]
+           "partition_flushes", "partition_partials", "Flushes", "read_partition",
+           "arrow_to_pandas", "check_merge_names", "to_arrow"]
 
 #: Flush modes (Trilink paper, §4.3, Table 7).
 MERGE_MODES: tuple[str, ...] = ("quantity", "periodic", "punctuation")
 #: Output column: the start of each partial row's time slot.
 SLOT = "slot_start"
+#: Inside Local Merge: the internal slot of a row without a (finite) event time, kept in the
+#: null slot (a row with a NaN slot and no event time is not merged).
+_UNTIMED_SLOT = float("inf")
 
 
 #: Periodic mode: rows ahead of every position checked by one vectorised sweep; a flush that
@@ -236,24 +247,50 @@ def partition_partials(rows: pd.DataFrame, plan: MergePlan, keep_tail: bool = Fa
     part = rows.iloc[:consumed]
     flush_of_row = np.repeat(np.arange(len(ends)), np.diff([0, *ends]))
     timed = part[ET_COL].notna().to_numpy()
-    if not timed.all():  # rows without an event time have no slot: they are not merged
+    timed |= _floats(part[SLOT_COL]) == _UNTIMED_SLOT  # rows without a time: the null slot
+    if not timed.all():
         part, flush_of_row = part[timed], flush_of_row[timed]
     if not len(part):
         return Flushes(pd.DataFrame(columns=plan.names), np.zeros(0, dtype=np.int64), consumed)
+    # rows without an event time have a null slot: a group of its own (dropna=False)
     out = partial_groups(part, [flush_of_row, plan.key, SLOT_COL], plan.specs, ET_COL, POS_COL)
     flush = out.index.get_level_values(0).to_numpy(dtype=np.int64)
-    slot = out.index.get_level_values(2).to_numpy(dtype=np.float64)
+    slot = _floats(out.index.get_level_values(2))
+    slot[slot == _UNTIMED_SLOT] = np.nan
     order = np.argsort(slot, kind="stable")  # within a flush: slot order, then first seen
     order = order[np.argsort(flush[order], kind="stable")]
     out = out.iloc[order]
     flush = flush[order]
     frame = out.reset_index(drop=True)
-    frame[plan.key] = out.index.get_level_values(1)
-    frame[plan.time_name] = from_units(frame[ET_COL].to_numpy(), plan.time_kind)
-    frame[SLOT] = from_units(slot[order], plan.time_kind)
+    keys = out.index.get_level_values(1)
+    if len(keys) and keys.isna().all():  # pandas makes an all-null level float: keep None
+        keys = pd.Index(np.full(len(keys), None, dtype=object))
+    frame[plan.key] = keys
+    frame[plan.time_name] = _times(_floats(frame[ET_COL]), plan.time_kind)
+    frame[SLOT] = _times(slot[order], plan.time_kind)
     numbers = np.zeros(len(flush), dtype=np.int64)  # dense: flushes with no rows get none
     numbers[1:] = np.cumsum(flush[1:] != flush[:-1])
     return Flushes(frame[plan.names], numbers, consumed)
+
+
+def _floats(values: Any) -> np.ndarray:
+    """Numbers (any numeric pandas dtype, nulls included) as float64, NaN for null."""
+    if isinstance(values, (pd.Series, pd.Index)):
+        return values.to_numpy(dtype=np.float64, na_value=np.nan)
+    return np.asarray(values, dtype=np.float64)
+
+
+def _times(units: np.ndarray, kind: str) -> Any:
+    """:func:`~trilink_spark.eventtime.from_units`, null where ``units`` is NaN."""
+    missing = np.isnan(units)
+    if not missing.any():
+        return from_units(units, kind)
+    values = from_units(np.where(missing, 0.0, units), kind)
+    if kind == "timestamp":
+        return pd.Series(values).mask(missing).to_numpy()
+    if kind == "integral":
+        return pd.arrays.IntegerArray(np.asarray(values, dtype=np.int64), missing)
+    return pd.arrays.FloatingArray(np.where(missing, 0.0, units), missing)
 
 
 def partition_flushes(
@@ -290,22 +327,70 @@ def buffered_rows(rows: pd.DataFrame, plan: MergePlan) -> pd.DataFrame:
     return rows.iloc[last:]
 
 
+def _nullable_dtype(arrow_type: Any) -> Any:
+    """pandas' nullable dtype for an Arrow integer, float or boolean type (else None)."""
+    import pyarrow as pa
+
+    if pa.types.is_integer(arrow_type):
+        return pd.api.types.pandas_dtype(str(arrow_type).capitalize().replace("Uint", "UInt"))
+    if pa.types.is_float32(arrow_type):
+        return pd.Float32Dtype()
+    if pa.types.is_float64(arrow_type):
+        return pd.Float64Dtype()
+    if pa.types.is_boolean(arrow_type):
+        return pd.BooleanDtype()
+    return None
+
+
+def arrow_to_pandas(table: Any) -> pd.DataFrame:
+    """An Arrow table as pandas with nullable dtypes for integers, floats and booleans.
+
+    Integers stay exact (not float64 because of a null) and NaN stays a value distinct from
+    null, as Spark keeps them; the internal event-time and slot columns, if there, become
+    float64 with NaN for null. Cost: one Arrow conversion, O(rows).
+    """
+    frame: pd.DataFrame = table.to_pandas(types_mapper=_nullable_dtype)
+    for col in (ET_COL, SLOT_COL):
+        if col in frame.columns:
+            frame[col] = _floats(frame[col])
+    return frame
+
+
+def to_arrow(frame: pd.DataFrame, schema: Any) -> Any:
+    """``frame`` as an Arrow table of ``schema`` (no index).
+
+    A column pandas made float64 only because all its values are null (an all-null group
+    level, a reindexed reduction) is given as nulls to a non-numeric field, instead of having
+    Arrow reinterpret its bytes. Cost: one Arrow conversion, O(rows).
+    """
+    import pyarrow as pa
+
+    fixed = {}
+    for field in schema:
+        values = frame[field.name]
+        numeric = pa.types.is_integer(field.type) or pa.types.is_floating(field.type)
+        if not numeric and values.dtype == np.float64:
+            fixed[field.name] = pd.Series(np.full(len(values), None, dtype=object),
+                                          index=values.index).where(values.isna(), values)
+    if fixed:
+        frame = frame.assign(**fixed)
+    return pa.Table.from_pandas(frame[schema.names], schema=schema, preserve_index=False)
+
+
 def read_partition(batches: Iterator[Any]) -> pd.DataFrame:
-    """A partition's Arrow batches as one pandas frame (empty frame when none)."""
+    """A partition's Arrow batches as one pandas frame (empty frame when none); see
+    :func:`arrow_to_pandas` for the dtypes."""
     import pyarrow as pa
 
     received = list(batches)
-    return pa.Table.from_batches(received).to_pandas() if received else pd.DataFrame()
+    return arrow_to_pandas(pa.Table.from_batches(received)) if received else pd.DataFrame()
 
 
 def _merge_partition(plan: MergePlan) -> Any:
     def run(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-
         flushed = partition_partials(read_partition(batches), plan)
         if len(flushed.frame):
-            table = pa.Table.from_pandas(flushed.frame, schema=plan.arrow_schema,
-                                         preserve_index=False)
+            table = to_arrow(flushed.frame, plan.arrow_schema)
             yield from table.to_batches()
 
     return run
@@ -352,8 +437,25 @@ def local_merge(
     -------
     pyspark.sql.DataFrame
         Partial rows: ``key``, ``slot_start``, ``event_time`` (the largest of the merged rows,
-        same name and type), then the partial columns of each aggregate. Rows with a null
-        event time are not merged (they have no slot).
+        same name and type), then the partial columns of each aggregate. Rows whose event
+        time is null, NaN or +-inf are kept, merged per key into a slot of their own
+        (``slot_start`` and the event time null), so ``merge_partials`` still equals
+        aggregating the raw rows; null and NaN keys and values follow Spark (see
+        :mod:`~trilink_spark.merge.algebra`: NaN is a value, ``max`` NaN-first, sums with
+        ``inf`` are ``inf``).
+
+    Raises
+    ------
+    InvalidArgumentError
+        An aggregate named like the key, the event time or ``slot_start``, or a bad mode or
+        slot; :class:`~trilink_spark.ReservedColumnError` for a column or aggregate named
+        ``_tl_*``.
+    InvalidArgumentTypeError
+        ``sum`` or ``mean`` of a non-numeric column (the message names it and its type).
+    InvalidKeyTypeError
+        A struct, array or map key.
+    ArithmeticOverflowError
+        From the job: an integral ``sum`` beyond 64 bits (Spark's ANSI overflow).
 
     Notes
     -----
@@ -376,6 +478,19 @@ def local_merge(
     return result
 
 
+def check_merge_names(specs: list[AggSpec], key: str, others: list[str]) -> None:
+    """Refuse aggregates whose output or partial columns are named like the key or one of
+    ``others`` (the event time, ``slot_start``): InvalidArgumentError. O(aggregates)."""
+    taken = {key: "the key", **{name: "a column of the output" for name in others}}
+    for spec in specs:
+        for column in [spec.name, *spec.partial_columns]:
+            if column in taken:
+                raise InvalidArgumentError(
+                    f"aggregate {spec.name!r} would write column {column!r}, which is "
+                    f"{taken[column]} ({column!r}); rename the aggregate"
+                )
+
+
 def plan_merge(
     df: DataFrame,
     key: str,
@@ -395,9 +510,14 @@ def plan_merge(
     from pyspark.sql.types import StructType
 
     require_columns(df, [key], "key column")
+    check_atomic_key(df, key)
     if mode not in MERGE_MODES:
         raise InvalidArgumentError(f"mode must be one of {', '.join(MERGE_MODES)}, got {mode!r}")
     specs = parse_aggs(aggs, df.columns)
+    # Global Merge adds CONST_TIME_COL itself (and checks the user's columns before)
+    check_user_columns(SimpleNamespace(columns=[c for c in df.columns if c != CONST_TIME_COL]),
+                       [c for s in specs for c in s.partial_columns])
+    check_merge_names(specs, key, [event_time, SLOT])
     et_col, kind = event_time_micros(df, event_time)
     slot_units = delay_in_units(slot, kind)
     if slot_units <= 0:
@@ -413,9 +533,17 @@ def plan_merge(
         if punctuation is None or punctuation not in df.columns:
             raise InvalidArgumentError("punctuation mode needs punctuation=<boolean column of df>")
     require_columns(df, [order_by], "order_by column")
+    for spec in specs:  # refuse non-numeric sums and means before the job
+        if spec.column is not None:
+            spec.partial_types(df.schema[spec.column].dataType.simpleString())
     values = sorted({s.column for s in specs if s.column is not None} - {key})
+    # non-finite times (NaN, +-inf) count as none; slots are computed in doubles (no cast
+    # that could overflow for huge times)
+    finite = F.when(~F.isnan(et_col) & (F.abs(et_col) < F.lit(float("inf"))), et_col)
+    slot_start = F.when(finite.isNull(), F.lit(_UNTIMED_SLOT)).otherwise(
+        finite - F.pmod(finite, F.lit(float(slot_units))))
     cols = [F.col(key), *[F.col(c) for c in values], F.monotonically_increasing_id().alias(POS_COL),
-            et_col.alias(ET_COL), (F.floor(et_col / slot_units) * slot_units).alias(SLOT_COL)]
+            finite.alias(ET_COL), slot_start.alias(SLOT_COL)]
     if mode == "punctuation":
         cols.append(F.col(str(punctuation)).cast("boolean").alias(PUNCT_COL))
     if order_by is not None:

@@ -1,76 +1,142 @@
-"""A Redis global store for Global Merge, applying each delta exactly once.
+"""A Redis global store for Global Merge, applying each delta exactly once, all or nothing.
 
-Layout under ``prefix``: one hash per key, ``{prefix}:k:{key}``, whose fields are the partial
-columns of the aggregates (see :mod:`~trilink_spark.merge.algebra`); the set ``{prefix}:keys`` of
-every key; the set ``{prefix}:applied`` of applied delta markers; ``{prefix}:meta`` (key type).
+Layout under ``prefix``: one hash per key, ``{prefix}:k:{token}``, whose fields are the partial
+columns of the aggregates (see :mod:`~trilink_spark.merge.algebra`) plus a version ``__v``; the
+set ``{prefix}:keys`` of every key token; the set ``{prefix}:applied`` of applied delta
+markers; ``{prefix}:meta`` (key, aggregates, and the exact types of the key, the partial
+columns and the result).
 
-Each flush of a partition is one ``EVALSHA`` of a Lua script: if the flush's marker
-``batch:partition:flush`` is new, every delta of the flush is applied (counts and sums with
-``HINCRBY``/``HINCRBYFLOAT``, min and max by comparison, first and last by (time, position)),
-all or nothing; if the marker is known, nothing happens. A retried task or a replayed batch
-id therefore never counts twice. Standalone Redis (the script touches keys it computes).
+Keys and values are stored exactly, by their Spark type: a key token is ``n`` for null or ``v``
+followed by the value's exact text (integers and decimals in full, doubles in their shortest
+round-trip form, ``nan`` and ``inf`` included, strings as UTF-8, binary as the bytes, booleans
+``true``/``false``, timestamps as microseconds, dates as days); ``-0.0`` is stored as ``0.0``,
+as Spark's ``groupBy`` groups them. Nothing stored is ever unpickled or evaluated.
+
+Each flush of a partition is applied in two phases: one pipelined read of the flush's key
+hashes (and of its marker ``batch:partition:flush``), the merge of the stored partials with the
+flush's deltas in Python by the aggregate algebra (exactly what the driver store does: Spark's
+types, exact 64-bit sums, NaN and infinities as Spark treats them), then one ``EVALSHA`` that
+writes every new value, the marker included, only if the marker is still new and no key's
+version changed since the read; else it writes nothing (a changed version means another flush
+got there first: the flush is read and merged again). A flush therefore applies wholly or not
+at all, and a retried task or a replayed batch id never counts twice. A merge that fails (an
+integral sum beyond 64 bits) writes nothing. Standalone Redis (the script touches keys it
+computes).
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import random
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pandas as pd
 
 from ..errors import InvalidArgumentError, StoreUnavailableError
 from ..urls import redact, scrub
-from .algebra import AggSpec, RedisOp, finalize_frame, specs_for_partials
+from .algebra import AggSpec, RedisOp, finalize_frame, merge_partial_frames, specs_for_partials
+from .local import arrow_to_pandas, to_arrow
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 __all__ = ["RedisStore"]
 
-_APPLY_LUA = """
-if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then return 0 end
-local data = cjson.decode(ARGV[2])
-local prefix = ARGV[3]
-for _, row in ipairs(data.rows) do
-  local key = row[1]
-  local h = prefix .. ':k:' .. key
-  redis.call('SADD', KEYS[2], key)
-  for i, op in ipairs(data.ops) do
-    local v = row[i + 1]
-    local f = op[1]
-    local kind = op[2]
-    if v ~= cjson.null then
-      if kind == 'int' then
-        redis.call('HINCRBY', h, f, v)
-      elseif kind == 'float' then
-        redis.call('HINCRBYFLOAT', h, f, v)
-      elseif kind == 'min' or kind == 'max' then
-        local cur = redis.call('HGET', h, f)
-        local x = tonumber(v)
-        if (not cur) or (kind == 'min' and x < tonumber(cur)) or (kind == 'max' and x > tonumber(cur)) then
-          redis.call('HSET', h, f, v)
-        end
-      elseif kind == 'first' or kind == 'last' then
-        local t, p = v[2], v[3]
-        local ct = redis.call('HGET', h, f .. '__t')
-        local better = not ct
-        if ct then
-          local cp = tonumber(redis.call('HGET', h, f .. '__p'))
-          ct = tonumber(ct)
-          if kind == 'first' then better = (t < ct) or (t == ct and p < cp)
-          else better = (t > ct) or (t == ct and p > cp) end
-        end
-        if better then
-          redis.call('HSET', h, f, cjson.encode(v[1]), f .. '__t', t, f .. '__p', p)
-        end
-      end
+#: Commit of one flush: nothing unless the marker is new and every version is as read.
+_COMMIT_LUA = """
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 0 end
+local prefix = ARGV[2]
+local n = tonumber(ARGV[3])
+local nf = tonumber(ARGV[4])
+local stride = nf + 2
+local at = 4 + nf
+for i = 0, n - 1 do
+  local base = at + i * stride
+  local cur = redis.call('HGET', prefix .. ':k:' .. ARGV[base + 1], '__v') or ''
+  if cur ~= ARGV[base + 2] then return -1 end
+end
+for i = 0, n - 1 do
+  local base = at + i * stride
+  local token = ARGV[base + 1]
+  local h = prefix .. ':k:' .. token
+  for j = 1, nf do
+    local v = ARGV[base + 2 + j]
+    if string.sub(v, 1, 1) == 'v' then
+      redis.call('HSET', h, ARGV[4 + j], string.sub(v, 2))
+    else
+      redis.call('HDEL', h, ARGV[4 + j])
     end
   end
+  redis.call('HSET', h, '__v', tostring((tonumber(ARGV[base + 2]) or 0) + 1))
+  redis.call('SADD', KEYS[2], token)
 end
-return #data.rows
+redis.call('SADD', KEYS[1], ARGV[1])
+return n
 """
+
+#: Commit attempts of one flush before contention is reported (each re-reads and re-merges).
+_MAX_TRIES = 200
+_TOKEN = "__token"
+_VERSION = b"__v"
+
+
+def _encode(array: pa.Array) -> list[bytes | None]:
+    """Exact bytes of each value of an Arrow array (None for null); vectorised in Arrow."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = array.type
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        values: list[bytes | None] = array.to_pylist()
+        return values
+    if pa.types.is_timestamp(t):
+        array = pc.cast(array, pa.int64())
+    elif pa.types.is_date32(t):
+        array = pc.cast(array, pa.int32())
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+        array = pc.cast(array, pa.string())
+    out: list[bytes | None] = pc.cast(array, pa.binary()).to_pylist()
+    return out
+
+
+def _decode(values: Sequence[bytes | None], t: pa.DataType) -> pa.Array:
+    """The inverse of :func:`_encode` for Arrow type ``t``; vectorised in Arrow."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    raw = pa.array(list(values), pa.binary())
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return raw.cast(t)
+    text = pc.cast(raw, pa.string())
+    if pa.types.is_timestamp(t):
+        return pc.cast(pc.cast(text, pa.int64()), t)
+    if pa.types.is_date32(t):
+        return pc.cast(pc.cast(text, pa.int32()), t)
+    return pc.cast(text, t)
+
+
+def _tokens(keys: pa.Array) -> list[bytes]:
+    """One exact token per key: ``n`` for null, ``v`` + the key's exact bytes."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_floating(keys.type):
+        keys = pc.add(keys, pa.scalar(0.0, keys.type))  # -0.0 is 0.0, as Spark groups it
+    return [b"n" if v is None else b"v" + v for v in _encode(keys)]
+
+
+def _schema_text(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def _schema_of(text: str) -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
 class RedisStore:
@@ -87,9 +153,21 @@ class RedisStore:
 
     Notes
     -----
-    Cost: one round trip per flush of a partition (a script applying all its deltas), so in
-    quantity mode one per ``quantity`` input rows at most; :meth:`read` costs one round trip
-    per 1,000 keys. Memory in Redis: one hash per key plus one marker per flush.
+    Every key and value round-trips exactly (module docs): a null key and a NaN key are two
+    keys, as are the string ``"nan"`` and null; binary, boolean, double, decimal and timestamp
+    keys come back as themselves; sums of integers are exact 64-bit integers, of doubles
+    doubles (``inf`` and NaN propagate as in Spark), min/max/first/last keep the input type and
+    every digit. Nulls in values are skipped as Spark skips them; NaN is a value (``max`` is
+    NaN when a key has one, Spark's order). A flush applies wholly or not at all: a failure
+    (Redis unreachable, an integral sum beyond 64 bits, raised as
+    :class:`~trilink_spark.ArithmeticOverflowError`) leaves nothing of it and no
+    marker, so a rerun of the batch applies it.
+
+    Cost: two round trips per flush of a partition (a pipelined read of its keys, then one
+    script writing them), plus one more of each when another flush changed one of its keys in
+    between; the merge runs in the task (pandas, vectorised, O(keys of the flush)). :meth:`read`
+    costs one round trip per 1,000 keys. Memory in Redis: one hash per key plus one marker per
+    flush.
     """
 
     def __init__(self, url: str, prefix: str = "trilink:merge", *, socket_timeout: float = 2.0) -> None:
@@ -101,6 +179,8 @@ class RedisStore:
         self.url = url
         self.prefix = prefix
         self.socket_timeout = socket_timeout
+        self.schema: pa.Schema | None = None
+        self.result: str | None = None
         self._client: Any = None
         self._script: Any = None
 
@@ -135,8 +215,8 @@ class RedisStore:
     # ------------------------------------------------------------------ writing
     @staticmethod
     def ops(specs: Sequence[AggSpec]) -> list[RedisOp]:
-        """The Redis form of the aggregates: (partial column, Lua op, hash field) per value
-        shipped, as each aggregate gives it (see :mod:`~trilink_spark.merge.algebra`).
+        """The Redis form of the aggregates: (partial column, merge, hash field) per value
+        stored, as each aggregate gives it (see :mod:`~trilink_spark.merge.algebra`).
 
         Raises :class:`~trilink_spark.InvalidArgumentError` for an aggregate Redis cannot
         merge (a :class:`~trilink_spark.Combine`). Cost: O(aggregates), no Redis call.
@@ -149,31 +229,107 @@ class RedisStore:
         """
         return [op for spec in specs for op in spec.aggregate.redis_ops()]
 
+    def bind_schema(self, schema: pa.Schema, result: str | None = None) -> None:
+        """The exact Arrow types of the key and partial columns that :meth:`apply` stores,
+        and the result's Spark schema (DDL) that :meth:`read` gives; :meth:`set_meta` records
+        both. Set by :func:`~trilink_spark.global_merge` before its tasks; without it the
+        types are inferred from each flush's pandas dtypes. O(1), no Redis call."""
+        self.schema = schema
+        self.result = result
+
+    def _flush_schema(self, deltas: pd.DataFrame, columns: list[str]) -> pa.Schema:
+        import pyarrow as pa
+
+        if self.schema is not None and self.schema.names == columns:
+            return self.schema
+        return pa.Table.from_pandas(deltas[columns], preserve_index=False).schema
+
     def apply(self, deltas: pd.DataFrame, key: str, specs: list[AggSpec], marker: str) -> bool:
-        """Apply one flush's partial rows atomically unless ``marker`` was applied before.
+        """Apply one flush's partial rows wholly, unless ``marker`` was applied before.
 
-        Returns True when applied, False when the marker was already known.
+        Returns True when applied, False when the marker was already known. Raises
+        :class:`~trilink_spark.StoreUnavailableError` when Redis cannot be reached (or stays
+        contended), and ArithmeticOverflowError for an integral sum beyond 64 bits; in every
+        failure nothing of the flush is written.
         """
-        ops = self.ops(specs)
-        columns = [deltas[key].tolist()]
-        for spec in specs:
-            columns += spec.aggregate.redis_encode(deltas)
-        rows = [[str(values[0]), *values[1:]] for values in zip(*columns)]
-        payload = json.dumps({"ops": [[op.field, op.kind] for op in ops], "rows": rows})
+        import pyarrow as pa
 
-        def run(client: Any) -> Any:
+        self.ops(specs)
+        partial = [c for spec in specs for c in spec.partial_columns]
+        schema = self._flush_schema(deltas, [key, *partial])
+        table = to_arrow(deltas, schema)
+        tokens = _tokens(table.column(0).combine_chunks())
+        delta_table = table.drop_columns([key]).append_column(_TOKEN, pa.array(tokens,
+                                                                               pa.binary()))
+        unique = list(dict.fromkeys(tokens))
+        base = self.prefix.encode() + b":k:"
+
+        def run(client: Any) -> int:
             if self._script is None:  # one Script per process: EVALSHA, loaded once
-                self._script = client.register_script(_APPLY_LUA)
-            return self._script(keys=[f"{self.prefix}:applied", f"{self.prefix}:keys"],
-                          args=[marker, payload, self.prefix])
+                self._script = client.register_script(_COMMIT_LUA)
+            for attempt in range(_MAX_TRIES):
+                pipe = client.pipeline(transaction=False)
+                pipe.sismember(f"{self.prefix}:applied", marker)
+                for token in unique:
+                    pipe.hgetall(base + token)
+                read = pipe.execute()
+                if read[0]:
+                    return 0
+                args = self._commit_args(read[1:], unique, delta_table, schema, specs,
+                                         partial, marker)
+                args[1] = self.prefix
+                done = int(self._script(keys=[f"{self.prefix}:applied", f"{self.prefix}:keys"],
+                                        args=args))
+                if done >= 0:
+                    return done
+                time.sleep(random.uniform(0, 0.001 * min(attempt + 1, 50)))
+            raise StoreUnavailableError(
+                f"Redis at {redact(self.url)}: flush {marker} found its keys changed by other "
+                f"flushes {_MAX_TRIES} times in a row; nothing of it was applied, a retry "
+                "applies it"
+            )
 
         return bool(self._call(run))
 
+    @staticmethod
+    def _commit_args(hashes: list[dict[bytes, bytes]], unique: list[bytes],
+                     delta_table: pa.Table, schema: pa.Schema, specs: list[AggSpec],
+                     partial: list[str], marker: str) -> list[Any]:
+        """Merge the stored partials of ``unique`` keys with the deltas; the script's args.
+
+        Cost: one decode per stored column (Arrow), one pandas merge of stored plus delta rows
+        (:func:`~trilink_spark.merge.algebra.merge_partial_frames`), one encode per column.
+        """
+        import pyarrow as pa
+
+        stored = [i for i, h in enumerate(hashes) if h]
+        current = pa.table(
+            {**{c: _decode([hashes[i].get(c.encode()) for i in stored], schema.field(c).type)
+                for c in partial},
+             _TOKEN: pa.array([unique[i] for i in stored], pa.binary())})
+        both = pa.concat_tables([current, delta_table.select([*partial, _TOKEN])])
+        merged = merge_partial_frames(arrow_to_pandas(both), [_TOKEN], specs, None)
+        out_schema = pa.schema([schema.field(c) for c in partial]
+                               + [pa.field(_TOKEN, pa.binary())])
+        table = to_arrow(merged, out_schema)
+        versions = {unique[i]: hashes[i].get(_VERSION, b"") for i in stored}
+        columns = [[b"n" if v is None else b"v" + v
+                    for v in _encode(table.column(c).combine_chunks())] for c in partial]
+        args: list[Any] = [marker, "", len(table), len(partial), *partial]
+        for row, token in enumerate(table.column(_TOKEN).to_pylist()):
+            args += [token, versions.get(token, b""), *[col[row] for col in columns]]
+        return args
+
     def set_meta(self, key: str, spark_type: str, specs: list[AggSpec]) -> None:
-        """Record the key column, its Spark type and the aggregates (for :meth:`read`)."""
+        """Record the key column, its Spark type and the aggregates (for :meth:`read`), and
+        the types given to :meth:`bind_schema`."""
         described = json.dumps([[s.name, s.func, s.column] for s in specs])
-        self._call(lambda c: c.hset(f"{self.prefix}:meta", mapping={
-            "key_type": spark_type, "key": key, "aggs": described}))
+        mapping = {"key_type": spark_type, "key": key, "aggs": described}
+        if self.schema is not None:
+            mapping["schema"] = _schema_text(self.schema)
+        if self.result is not None:
+            mapping["result"] = self.result
+        self._call(lambda c: c.hset(f"{self.prefix}:meta", mapping=mapping))
 
     def _meta(self) -> dict[str, str]:
         raw = self._call(lambda c: c.hgetall(f"{self.prefix}:meta"))
@@ -182,9 +338,9 @@ class RedisStore:
     def clear(self) -> None:
         """Delete every key of this store."""
         def run(client: Any) -> None:
-            keys = [k.decode() for k in client.smembers(f"{self.prefix}:keys")]
-            names = [f"{self.prefix}:k:{k}" for k in keys]
-            names += [f"{self.prefix}:{s}" for s in ("keys", "applied", "meta")]
+            base = self.prefix.encode() + b":k:"
+            names = [base + k for k in client.smembers(f"{self.prefix}:keys")]
+            names += [f"{self.prefix}:{s}".encode() for s in ("keys", "applied", "meta")]
             for i in range(0, len(names), 1000):
                 client.delete(*names[i:i + 1000])
 
@@ -196,34 +352,52 @@ class RedisStore:
 
     # ------------------------------------------------------------------ reading
     def read_frame(self, specs: list[AggSpec], key: str) -> pd.DataFrame:
-        """The global result as pandas (keys as strings unless the key type is numeric)."""
-        def run(client: Any) -> tuple[list[str], list[dict[bytes, bytes]], bytes | None]:
-            keys = sorted(k.decode() for k in client.smembers(f"{self.prefix}:keys"))
-            hashes: list[dict[bytes, bytes]] = []
-            for i in range(0, len(keys), 1000):
-                pipe = client.pipeline(transaction=False)
-                for k in keys[i:i + 1000]:
-                    pipe.hgetall(f"{self.prefix}:k:{k}")
-                hashes += pipe.execute()
-            return keys, hashes, client.hget(f"{self.prefix}:meta", "key_type")
+        """The global result as pandas: the key (its exact values; nullable dtypes), then
+        one column per aggregate.
 
-        keys, hashes, key_type = self._call(run)
-        merged = pd.DataFrame({key: keys})
-        for spec in specs:
-            for column, values in spec.aggregate.redis_decode(hashes).items():
-                merged[column] = values
-        if key_type is not None and key_type.decode() in ("bigint", "int", "smallint", "tinyint"):
-            merged[key] = merged[key].astype(np.int64)
+        Raises InvalidArgumentError when the store holds no types (written by something else
+        than :func:`~trilink_spark.global_merge`). Cost: one round trip per 1,000 keys, then
+        one Arrow decode per column."""
+        import pyarrow as pa
+
+        meta = self._meta()
+        if "schema" not in meta:
+            raise InvalidArgumentError(
+                f"store {self.prefix!r} holds no column types; write it with global_merge")
+        schema = _schema_of(meta["schema"])
+        partial = [c for spec in specs for c in spec.partial_columns]
+        base = self.prefix.encode() + b":k:"
+
+        def run(client: Any) -> tuple[list[bytes], list[dict[bytes, bytes]]]:
+            tokens = sorted(client.smembers(f"{self.prefix}:keys"))
+            hashes: list[dict[bytes, bytes]] = []
+            for i in range(0, len(tokens), 1000):
+                pipe = client.pipeline(transaction=False)
+                for t in tokens[i:i + 1000]:
+                    pipe.hgetall(base + t)
+                hashes += pipe.execute()
+            return tokens, hashes
+
+        tokens, hashes = self._call(run)
+        columns = {key: _decode([None if t == b"n" else t[1:] for t in tokens],
+                                schema.field(0).type)}
+        for c in partial:
+            columns[c] = _decode([h.get(c.encode()) for h in hashes], schema.field(c).type)
+        merged = arrow_to_pandas(pa.table(columns))
         return finalize_frame(merged, [key], specs)
 
     def read(self, spark: Any, aggs: Any = None, key: str | None = None) -> DataFrame:
-        """The global result as a Spark DataFrame: the key, then one column per aggregate.
+        """The global result as a Spark DataFrame: the key, then one column per aggregate,
+        with the types ``groupBy(key).agg`` gives.
 
         ``aggs`` and ``key`` default to those of the last :func:`~trilink_spark.global_merge`
         into this store (kept in Redis).
         """
+        from pyspark.sql.pandas.types import to_arrow_schema
+        from pyspark.sql.types import StructType
+
+        meta = self._meta()
         if aggs is None or key is None:
-            meta = self._meta()
             if "aggs" not in meta:
                 raise InvalidArgumentError(
                     f"store {self.prefix!r} has no results yet; pass aggs= and key= to read it"
@@ -231,11 +405,19 @@ class RedisStore:
             aggs = aggs if aggs is not None else [tuple(a) for a in json.loads(meta["aggs"])]
             key = key if key is not None else meta["key"]
         specs = specs_for_partials(aggs)
+        if "result" not in meta:
+            raise InvalidArgumentError(
+                f"store {self.prefix!r} holds no column types; write it with global_merge")
+        struct = StructType.fromDDL(meta["result"])
+        if not isinstance(struct, StructType):  # pragma: no cover - a DDL of fields
+            raise InvalidArgumentError(f"store {self.prefix!r} holds a foreign result schema")
         frame = self.read_frame(specs, key)
         if not len(frame):
-            empty: DataFrame = spark.createDataFrame([], f"`{key}` string")
+            empty: DataFrame = spark.createDataFrame([], struct)
             return empty
-        result: DataFrame = spark.createDataFrame(frame)
+        timezone = spark.conf.get("spark.sql.session.timeZone")
+        table = to_arrow(frame, to_arrow_schema(struct, timezone=timezone))
+        result: DataFrame = spark.createDataFrame(table)
         return result
 
     def __repr__(self) -> str:

@@ -19,7 +19,7 @@ import pandas as pd
 from ..columns import POS_COL
 from ..errors import InvalidArgumentTypeError
 from ..state.store import KeyedStateStore, StatefulBatchFunction
-from .local import MergePlan, partition_partials, plan_merge, read_partition
+from .local import MergePlan, partition_partials, plan_merge, read_partition, to_arrow
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -31,7 +31,6 @@ _ROWS_PER_BATCH = 2**32
 
 def _buffered_partition(plan: MergePlan, store: KeyedStateStore, batch_id: int) -> Any:
     def run(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
         from pyspark import TaskContext
 
         context = TaskContext.get()
@@ -47,8 +46,7 @@ def _buffered_partition(plan: MergePlan, store: KeyedStateStore, batch_id: int) 
         tail = rows.iloc[flushed.consumed:]
         store.save(pid, batch_id, pickle.dumps(tail, protocol=pickle.HIGHEST_PROTOCOL))
         if len(flushed.frame):
-            table = pa.Table.from_pandas(flushed.frame, schema=plan.arrow_schema,
-                                         preserve_index=False)
+            table = to_arrow(flushed.frame, plan.arrow_schema)
             yield from table.to_batches()
 
     return run
