@@ -48,3 +48,11 @@ def test_kafka_orders_example(spark, kafka_broker):
     assert "ahead keyBy shuffles: 0 key_by shuffles: 1 same totals: True" in text
     moved = re.search(r"rows key_by moves to another partition: (\d+)%", text)
     assert moved is not None and int(moved.group(1)) > 50
+
+
+def test_rescale_stream_example(spark):
+    text = run_example("rescale_stream")
+    moves = re.findall(r"(\d+) -> (\d+) partitions, moved (\d+) of (\d+) users", text)
+    assert [(int(a), int(b)) for a, b, _, _ in moves] == [(4, 6), (6, 3)]
+    assert all(0 < int(m) < int(total) for _, _, m, total in moves)  # some users, not all
+    assert "partitions [0, 1, 2] query restarted: no, counts exact: True" in text

@@ -28,6 +28,8 @@ PUBLIC = {
     "LocalMergeBatchFunction", "MERGE_MODES", "MissingColumnError", "MissingDependencyError",
     "ModuloPartitioner", "NullKeyError", "PARTITION_COL", "PartitionCountError", "Partitioner",
     "RedisConfigCenter", "RedisStore", "ReservedColumnError", "SOURCE_AGGREGATES", "SWITCH_MODES", "StateCorruptError", "StateStoreError",
+    "StateTypeError", "StateOwnershipError", "BlockPartitioner", "OverlayPartitioner",
+    "rebalance_minimal", "SwapReport",
     "StoreUnavailableError", "StrategyScore", "TablePartitioner", "TimerService",
     "TrilinkError", "UnknownStrategyError", "WINDOW_AGGS", "WeightPartitioner", "__version__",
     "adaptive_foreach_batch", "ahead_key_by", "balance_degree", "choose_best",

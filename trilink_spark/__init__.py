@@ -31,11 +31,16 @@ from .errors import (
     ReservedColumnError,
     StateCorruptError,
     StateStoreError,
+    StateTypeError,
+    StateOwnershipError,
     ArithmeticOverflowError,
 )
 from .columns import EVENT_TIME_COL, PARTITION_COL
 from .plan import physical_plan, shuffle_exchanges
 from .session import get_session
+from .partitioners.block import BlockPartitioner
+from .partitioners.overlay import OverlayPartitioner
+from .partitioners.refit import rebalance_minimal
 from .partitioners import (
     HashPartitioner,
     LeastCountPartitioner,
@@ -65,6 +70,7 @@ from .keyed import (
     KeyedContext,
     KeyedWatermarkProcessFunction,
     KeyedWindowAggregate,
+    SwapReport,
     TimerService,
     WINDOW_AGGS,
     keyed_foreach_batch,
@@ -103,11 +109,16 @@ __all__ = [
     "ReservedColumnError",
     "StateCorruptError",
     "StateStoreError",
+    "StateTypeError",
+    "StateOwnershipError",
     "ArithmeticOverflowError",
     # strategies
     "Partitioner",
     "TablePartitioner",
     "HashPartitioner",
+    "BlockPartitioner",
+    "OverlayPartitioner",
+    "rebalance_minimal",
     "ModuloPartitioner",
     "LeastKeyPartitioner",
     "LeastCountPartitioner",
@@ -155,6 +166,7 @@ __all__ = [
     "keyed_process",
     "keyed_foreach_batch",
     "KeyedBatchFunction",
+    "SwapReport",
     "KeyedStateStore",
     # merge
     "local_merge",

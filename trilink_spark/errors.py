@@ -35,6 +35,8 @@ __all__ = [
     "ReservedColumnError",
     "StateCorruptError",
     "StateStoreError",
+    "StateTypeError",
+    "StateOwnershipError",
     "ArithmeticOverflowError",
 ]
 
@@ -117,6 +119,16 @@ class StateCorruptError(TrilinkError, ValueError):
 class StateStoreError(TrilinkError, OSError):
     """A state path cannot be created, listed, read or written (permissions, a missing
     filesystem); the message names the path and the operation."""
+
+
+class StateTypeError(TrilinkError, TypeError):
+    """A keyed state value does not fit the processor's declared ``state_schema`` (or, without
+    one, is not JSON-representable); the message names the key and the value."""
+
+
+class StateOwnershipError(StateStoreError):
+    """A second writer (another query or runner) tried to use a state path that belongs to
+    another one; the message names both."""
 
 
 class ArithmeticOverflowError(TrilinkError, ArithmeticError):

@@ -74,16 +74,35 @@ def test_restart_resumes_from_stored_state(spark: Any, tmp_path: Path) -> None:
     first: list[pd.DataFrame] = []
     runner(tmp_path, first)(spark.createDataFrame(readings(0, 15)), 0)
     second: list[pd.DataFrame] = []
-    restarted = runner(tmp_path, second)  # a new query process, same state path
+    # a new process, same state path (by hand there is no query id: take over explicitly)
+    restarted = runner(tmp_path, second, takeover=True)
     restarted(spark.createDataFrame(readings(15, 30)), 1)
     got = collected(first + second)
     want = complete(readings(0, 30)).sort_values(["sensor", "window_start"])
     assert got[["sensor", "window_start", "count"]].values.tolist() == \
         want[["sensor", "window_start", "count"]].values.tolist()
-    with pytest.raises(tl.InvalidArgumentError, match="partitions"):
-        agg = tl.KeyedWindowAggregate(SIZE)
+    with pytest.raises(tl.InvalidArgumentError, match="configuration"):  # another window size
+        agg = tl.KeyedWindowAggregate(SIZE * 2, value="v", aggs=("count", "sum"))
         tl.keyed_foreach_batch(print, "sensor", "t", agg, DELAY, str(tmp_path / "state"),
-                               num_partitions=5)(spark.createDataFrame(readings(30, 31)), 2)
+                               num_partitions=3, takeover=True)(
+            spark.createDataFrame(readings(30, 31)), 2)
+
+
+def test_restart_with_another_partition_count_swaps(spark: Any, tmp_path: Path) -> None:
+    first: list[pd.DataFrame] = []
+    runner(tmp_path, first)(spark.createDataFrame(readings(0, 15)), 0)
+    second: list[pd.DataFrame] = []
+    agg = tl.KeyedWindowAggregate(SIZE, value="v", aggs=("count", "sum"))
+    rescaled = tl.keyed_foreach_batch(lambda df, b: second.append(df.toPandas()), "sensor", "t",
+                                      agg, DELAY, str(tmp_path / "state"), num_partitions=5,
+                                      takeover=True)
+    rescaled(spark.createDataFrame(readings(15, 30)), 1)
+    assert [(r.partitions_before, r.partitions_after) for r in rescaled.swaps] == [(3, 5)]
+    assert set(rescaled.owners().values()) <= set(range(5))
+    got = collected(first + second)
+    want = complete(readings(0, 30)).sort_values(["sensor", "window_start"])
+    assert got[["sensor", "window_start", "count"]].values.tolist() == \
+        want[["sensor", "window_start", "count"]].values.tolist()
 
 
 def test_state_advances_when_func_ignores_the_output(spark: Any, tmp_path: Path) -> None:
@@ -130,16 +149,16 @@ def test_source_keyed_state_refuses_a_changed_partition_count(spark: Any,
     run(declared(spark, readings(0, 7), 3), 0)
     run(declared(spark, readings(7, 14), 3), 1)
     assert run.store.partitions() == [0, 1, 2]
-    with pytest.raises(tl.TrilinkError, match="partitions up to 2.*2 input partitions"):
+    with pytest.raises(tl.TrilinkError, match="has 3 partitions.*2 input partitions"):
         run(declared(spark, readings(14, 21), 2), 2)
     assert run.store.versions(0) == [0, 1]  # the refused batch wrote nothing
     # a fresh function on the same state (a restarted query) refuses it as well
     with pytest.raises(tl.TrilinkError, match="would strand that state"):
-        runner(tmp_path, sink)(declared(spark, readings(14, 21), 2), 2)
+        runner(tmp_path, sink, takeover=True)(declared(spark, readings(14, 21), 2), 2)
 
 
 def test_source_keyed_stream_refuses_state_placed_by_key_by(spark: Any, tmp_path: Path) -> None:
     sink: list[pd.DataFrame] = []
     runner(tmp_path, sink)(spark.createDataFrame(readings(0, 7)), 0)  # key_by placement
     with pytest.raises(tl.TrilinkError, match="placed by key_by.*own state_path"):
-        runner(tmp_path, sink)(declared(spark, readings(7, 14), 3), 1)
+        runner(tmp_path, sink, takeover=True)(declared(spark, readings(7, 14), 3), 1)

@@ -638,6 +638,14 @@ class AdaptivePartitioner(Partitioner):
         with self._lock:
             self._pending = dict(snapshot)
 
+    def before_batch(self, df: Any, key: str, batch_id: int) -> None:
+        """A stateful runner's new micro-batch: apply config updates, observe the batch (one
+        sampling job) and decide. A switch is then carried out by the runner as a swap of
+        keyed state (:meth:`~trilink_spark.KeyedBatchFunction.request_swap`)."""
+        self.batch_boundary()
+        self.observe_df(df, key, seed=self.seed + batch_id)
+        self.decide()
+
     def batch_boundary(self) -> dict[str, Any] | None:
         """Mark a micro-batch boundary: apply a pending config update and count the batch.
 

@@ -123,7 +123,10 @@ def adaptive_foreach_batch(
         True when ``func`` keeps keyed state across batches (its own store, a keyed processor).
         Switching would then move keys away from their state, so the partitioner is frozen:
         decisions are still taken and logged (with a warning) as recommendations, and config
-        updates that pin another strategy are refused. Keyed-state swap comes separately.
+        updates that pin another strategy are refused. For state kept by trilink-spark, give
+        the AdaptivePartitioner to :func:`~trilink_spark.keyed_foreach_batch` as its
+        ``strategy`` instead: its switches (and config pins) are then carried out as
+        barrier-synchronised swaps of the keyed state.
     fit : {"full", "sample", "none"}
         How a table strategy learns each batch's new keys (see :func:`~trilink_spark.key_by`).
     observe : {"sync", "async", "off"}

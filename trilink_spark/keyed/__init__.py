@@ -7,6 +7,7 @@ from .process import KeyedBatch, KeyedContext, KeyedRuntime, KeyedWatermarkProce
 from .process import KeyWatermarks
 from .windows import WINDOW_AGGS, KeyedWindowAggregate
 from .runner import KeyedBatchFunction, keyed_foreach_batch, keyed_process
+from .swap import SwapReport
 
 __all__ = [
     "EVENT_TIME_COL",
@@ -22,4 +23,5 @@ __all__ = [
     "KeyedBatchFunction",
     "keyed_foreach_batch",
     "keyed_process",
+    "SwapReport",
 ]

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import pickle
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +51,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..columns import EVENT_TIME_COL
 from ..errors import InvalidArgumentError
+from .snapshot import PartitionState, check_value
 from .timers import TimerService
 
 __all__ = [
@@ -238,7 +238,17 @@ class KeyedContext:
         return self._runtime.values.get(self.key, {}).get(name, default)
 
     def set_state(self, name: str, value: Any) -> None:
-        """Set the key's value ``name`` (kept across batches in streaming; must pickle)."""
+        """Set the key's value ``name`` (kept across batches in streaming).
+
+        With a declared ``state_schema`` the value must fit its field's type; without one it
+        must be JSON-representable, and comes back as JSON gives it (tuples as lists).
+
+        Raises
+        ------
+        StateTypeError
+            ``name`` is not declared, or ``value`` does not fit its declared type.
+        """
+        check_value(name, value, self._runtime.value_fields, self.key)
         self._runtime.values.setdefault(self.key, {})[name] = value
 
     def clear_state(self, name: str | None = None) -> None:
@@ -271,7 +281,9 @@ class KeyedWatermarkProcessFunction(ABC):
     Set :attr:`output_schema` (a Spark DDL string or ``StructType``) to the rows the hooks
     return. Each hook returns ``None``, a pandas DataFrame, or an iterable of rows (tuples or
     dicts in schema order). Configuration lives in the instance and must pickle (it is shipped
-    to executors); per-key data lives in the state the context gives out.
+    to executors); per-key data lives in the state the context gives out. Set
+    :attr:`state_schema` (Spark DDL, e.g. ``"n long, last double"``) to store per-key values
+    in typed columns; without it they are stored as JSON.
 
     The per-key hooks (``process_on_time``, ``process_late``, ``on_timer``, ``on_end``) cost
     one Python call per key and hook in each batch. A processor with many keys per partition
@@ -289,6 +301,8 @@ class KeyedWatermarkProcessFunction(ABC):
     """
 
     output_schema: Any = None
+    #: Spark DDL of the per-key values (``ctx.set_state``); None: JSON values.
+    state_schema: str | None = None
 
     def open(self, partition_id: int) -> None:
         """Called once per partition and batch before any row."""
@@ -318,8 +332,10 @@ class KeyedWatermarkProcessFunction(ABC):
         be defined, as it is abstract, but is not called). The runtime has judged the batch
         with :meth:`KeyedRuntime.judge` exactly as for the per-key hooks: ``batch.late`` is
         each row's verdict, late rows are counted and every key's high-water mark has moved.
-        Keep per-partition data in ``runtime.shared`` (it is pickled with the state between
-        micro-batches) and emit what the new watermarks complete from :meth:`on_watermark`.
+        Keep per-partition data in ``runtime.shared``: a pandas DataFrame whose first index
+        level is the key is per-key state (it moves with its keys when partitions are swapped);
+        any other value must be JSON-representable and stays with its partition. Both are kept
+        between micro-batches and emit what the new watermarks complete from :meth:`on_watermark`.
         Do not judge lateness or idleness here: that is the runtime's.
 
         Parameters
@@ -406,6 +422,21 @@ class KeyedWatermarkProcessFunction(ABC):
         :attr:`output_schema` from the key's type). ``time_kind``: "timestamp", "integral" or
         "fractional"."""
 
+    def state_config(self) -> dict[str, Any]:
+        """The configuration stored with the state: a restart with another one is refused.
+
+        Default: the instance's public attributes that are JSON values (numbers, strings,
+        booleans, None, and lists or tuples of them). Override to choose.
+        """
+        def plain(value: Any) -> bool:
+            if value is None or isinstance(value, (bool, int, float, str)):
+                return True
+            return isinstance(value, (list, tuple)) and all(plain(v) for v in value)
+
+        return {name: list(v) if isinstance(v, tuple) else v
+                for name, v in sorted(vars(self).items())
+                if not name.startswith("_") and plain(v)}
+
     @property
     def vectorised(self) -> bool:
         """Whether the class overrides :meth:`process_rows` (then the runtime calls it rather
@@ -440,17 +471,6 @@ class RuntimeCounters:
     late_partition: int = 0
 
 
-@dataclass
-class _State:
-    key_high: dict[Hashable, float] = field(default_factory=dict)
-    partition_high: float = -math.inf
-    values: dict[Hashable, dict[str, Any]] = field(default_factory=dict)
-    timers: list[tuple[Hashable, int]] = field(default_factory=list)
-    counters: RuntimeCounters = field(default_factory=RuntimeCounters)
-    shared: dict[str, Any] = field(default_factory=dict)
-    last_seen: dict[Hashable, float] = field(default_factory=dict)
-
-
 class KeyedRuntime:
     """One partition's keyed state and the loop that drives a processor over it.
 
@@ -467,15 +487,19 @@ class KeyedRuntime:
     idle_timeout : float
         How far the partition's event time may move on without a row of a key before the key
         counts as idle (module docs).
-    state : bytes, optional
-        A :meth:`snapshot` to resume from.
+    state : PartitionState, optional
+        A :meth:`snapshot` to resume from (decoded from a stored table by
+        :func:`~trilink_spark.keyed.snapshot.decode_state`).
+    value_fields : dict of str to pyarrow.DataType, optional
+        The processor's declared ``state_schema``, field by field: ``ctx.set_state`` checks
+        values against it.
 
     Notes
     -----
     Cost per batch: one vectorised pass for lateness (:meth:`judge`), then one Python call per
     key per hook (not per row), or one call in all for a vectorised processor. Memory: per key
     seen, its highest event time and when it last sent (two dict entries; about 200 bytes in
-    memory, ~40 bytes pickled) plus whatever state and timers the processor keeps.
+    memory, ~40 bytes stored) plus whatever state and timers the processor keeps.
     """
 
     def __init__(
@@ -484,19 +508,25 @@ class KeyedRuntime:
         key: str,
         delay: float,
         idle_timeout: float,
-        state: bytes | None = None,
+        state: PartitionState | None = None,
+        value_fields: dict[str, Any] | None = None,
     ) -> None:
         self.processor = processor
         self.key_column = key
         self.delay = float(delay)
         self.idle_timeout = float(idle_timeout)
-        restored = pickle.loads(state) if state else _State()
+        self.value_fields = value_fields
+        restored = state if state is not None else PartitionState()
         self.key_high: dict[Hashable, float] = restored.key_high
         self.partition_high: float = restored.partition_high
         self.values: dict[Hashable, dict[str, Any]] = restored.values
         self.timers = TimerService.from_list(restored.timers)
-        self.counters = restored.counters
-        #: Partition-wide state of a vectorised processor (pickled with the rest).
+        self.counters = RuntimeCounters(**{k: int(v) for k, v in restored.counters.items()
+                                           if k in ("rows", "late", "late_partition")})
+        #: Rows each key sent so far (a load measure for rebalancing).
+        self.key_rows: dict[Hashable, int] = restored.key_rows
+        #: Partition state of a vectorised processor: keyed DataFrames move with their keys,
+        #: other (JSON) values stay with the partition.
         self.shared: dict[str, Any] = restored.shared
         #: Partition's newest event time when each key last sent a row (for idleness).
         self.last_seen: dict[Hashable, float] = restored.last_seen
@@ -507,11 +537,16 @@ class KeyedRuntime:
         """The key's own watermark: its highest event time minus ``delay`` (no idle rule)."""
         return self.key_high.get(key, -math.inf) - self.delay
 
-    def snapshot(self) -> bytes:
-        """The partition's state as bytes (watermarks, user state, timers, counters)."""
-        state = _State(self.key_high, self.partition_high, self.values, self.timers.to_list(),
-                       self.counters, self.shared, self.last_seen)
-        return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+    def snapshot(self) -> PartitionState:
+        """The partition's state (watermarks, user state, timers, counters), to store with
+        :func:`~trilink_spark.keyed.snapshot.encode_state`."""
+        c = self.counters
+        return PartitionState(
+            key_high=self.key_high, last_seen=self.last_seen, key_rows=self.key_rows,
+            values=self.values, timers=[(k, int(t)) for k, t in self.timers.to_list()],
+            partition_high=self.partition_high,
+            counters={"rows": c.rows, "late": c.late, "late_partition": c.late_partition},
+            shared=self.shared)
 
     # ------------------------------------------------------------------ the semantics
     def judge(self, frame: pd.DataFrame) -> KeyedBatch:
@@ -565,6 +600,9 @@ class KeyedRuntime:
         self.counters.late += int(np.count_nonzero(late))
         self.key_high.update(zip(keys, high.tolist()))
         self.last_seen.update(dict.fromkeys(keys, self.partition_high))
+        sent = np.bincount(codes, minlength=len(keys)).tolist()
+        rows_of = self.key_rows
+        self.key_rows.update((k, rows_of.get(k, 0) + n) for k, n in zip(keys, sent))
         return KeyedBatch(frame, keys, codes, et, late, prior - self.delay, key_array)
 
     def watermarks(self, keys: KeysLike, times: ArrayLike | None = None) -> KeyWatermarks:

@@ -10,24 +10,35 @@ micro-batches in a :class:`~trilink_spark.KeyedStateStore`, versioned by batch i
 
 from __future__ import annotations
 
+import json
+import logging
 import math
+import threading
+import time
+import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..columns import EVENT_TIME_COL, PARTITION_COL, POS_COL, check_user_columns
 from ..columns import check_atomic_key, require_columns
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
+from ..errors import StateOwnershipError
 from ..eventtime import delay_in_units, event_time_micros
 from ..partitioners import Partitioner
 from ..placement.key_by import place_rows, resolve_strategy
 from ..placement.source import check_source_layout, is_keyed_by_source
-from ..state.store import KeyedStateStore, StatefulBatchFunction
+from ..state.store import KEY_FIELD, KeyedStateStore, StatefulBatchFunction
 from .process import KeyedRuntime, KeyedWatermarkProcessFunction
+from .snapshot import PartitionState, decode_state, encode_state, merge_in, split_out
+from .swap import SwapReport, SwapRequest, plan_swap, write_segments
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["keyed_process", "keyed_foreach_batch", "KeyedBatchFunction"]
+__all__ = ["keyed_process", "keyed_foreach_batch", "KeyedBatchFunction", "StateIO"]
+
+logger = logging.getLogger(__name__)
 
 
 def _outputs_to_batches(outs: list[Any], arrow_schema: Any) -> Iterator[Any]:
@@ -48,15 +59,75 @@ def _outputs_to_batches(outs: list[Any], arrow_schema: Any) -> Iterator[Any]:
         yield from table.to_batches()
 
 
+@dataclass(frozen=True)
+class StateIO:
+    """What a task of a stateful batch needs to load and save its partition's state
+    (picklable; shipped with the task).
+
+    Attributes
+    ----------
+    store : KeyedStateStore
+    batch_id : int
+        The version the task writes.
+    prev : int or None
+        The version it starts from (None: empty state).
+    prev_partitions : int
+        Partitions that existed at ``prev``; a task of a partition at or above starts empty.
+    swap : bool
+        Whether ``batch_id`` has a swap plan: then the task drops its outgoing keys and takes
+        in its incoming segments.
+    key_type, value_type : pyarrow.DataType or None
+        The key column's type and the processor's declared ``state_schema``.
+    """
+
+    store: KeyedStateStore
+    batch_id: int
+    prev: int | None
+    prev_partitions: int
+    swap: bool
+    key_type: Any
+    value_type: Any
+
+    def load(self, pid: int) -> Any:
+        """The state table partition ``pid`` starts this batch from (None: empty)."""
+        import pyarrow.compute as pc
+
+        table = None
+        if self.prev is not None and pid < self.prev_partitions:
+            table = self.store.load_table(pid, self.prev)
+        if not self.swap:
+            return table
+        moves = self.store.load_moves(self.batch_id)
+        if table is not None:
+            leaving = moves.filter(pc.equal(moves.column("from"), pid))
+            table, _ = split_out(table, leaving.column(KEY_FIELD).combine_chunks())
+        arriving = moves.filter(pc.equal(moves.column("to"), pid))
+        sources = sorted(set(arriving.column("from").to_pylist()))
+        incoming = [self.store.load_segment(self.batch_id, s, pid) for s in sources]
+        return merge_in(table, incoming)
+
+    def save(self, pid: int, state: PartitionState) -> None:
+        self.store.save_table(pid, self.batch_id, encode_state(state, self.key_type,
+                                                               self.value_type))
+
+
+def _value_fields(value_type: Any) -> dict[str, Any] | None:
+    if value_type is None:
+        return None
+    return {f.name: f.type for f in value_type}
+
+
 def _partition_function(
     processor: KeyedWatermarkProcessFunction,
     key: str,
     delay: float,
     idle_timeout: float,
     arrow_schema: Any,
-    store: KeyedStateStore | None,
-    batch_id: int,
+    io: StateIO | None,
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    value_type = None if io is None else io.value_type
+    fields = _value_fields(value_type)
+
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
         from pyspark import TaskContext
@@ -67,16 +138,20 @@ def _partition_function(
         frame = pa.Table.from_batches(received).to_pandas() if received else None
         if frame is not None and not len(frame):
             frame = None
-        previous = store.load_before(pid, batch_id) if store is not None else None
-        runtime = KeyedRuntime(processor, key, delay, idle_timeout, previous)
+        previous = None
+        if io is not None:
+            table = io.load(pid)
+            where = f"state of partition {pid} before batch {io.batch_id}"
+            previous = None if table is None else decode_state(table, where)
+        runtime = KeyedRuntime(processor, key, delay, idle_timeout, previous, fields)
         processor.open(pid)
         outs = [] if frame is None else runtime.process(frame.drop(columns=[PARTITION_COL, POS_COL]))
-        if store is None:
+        if io is None:
             outs += runtime.finish()
         processor.close()
         batches_out = list(_outputs_to_batches(outs, arrow_schema))
-        if store is not None:
-            store.save(pid, batch_id, runtime.snapshot())
+        if io is not None:
+            io.save(pid, runtime.snapshot())
         yield from batches_out
 
     return run
@@ -193,83 +268,399 @@ def keyed_process(
         placed = place_rows(tagged, key, strategy, num_partitions)
     arrival = [order_by, POS_COL] if order_by is not None else [POS_COL]
     placed = placed.sortWithinPartitions(*arrival)
-    fn = _partition_function(processor, key, delay_units, idle_units, arrow_schema, None, -1)
+    fn = _partition_function(processor, key, delay_units, idle_units, arrow_schema, None)
     return placed.mapInArrow(fn, out_schema)
 
 
+def _query_id(batch_df: DataFrame) -> str | None:
+    """The streaming query running this batch (None outside one, or on Spark Connect)."""
+    try:
+        value = batch_df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+    except Exception:  # Spark Connect has no SparkContext
+        return None
+    return value if isinstance(value, str) and value else None
+
+
+def _normalised(value: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(json.dumps(value, default=str))
+    return out
+
+
 class KeyedBatchFunction(StatefulBatchFunction):
-    """The ``foreachBatch`` callable of :func:`keyed_foreach_batch`."""
+    """The ``foreachBatch`` callable of :func:`keyed_foreach_batch`.
+
+    Attributes
+    ----------
+    swaps : list of SwapReport
+        One report per batch that moved state (:meth:`request_swap`).
+    """
 
     def __init__(self, func: Callable[[DataFrame, int], Any], store: KeyedStateStore,
                  options: dict[str, Any]) -> None:
         super().__init__(func, store, options)
-        self._strategy: Partitioner | None = None
-        self._source_checked: int | None = None  # partition count the state was checked for
+        self.token = uuid.uuid4().hex
+        self.swaps: list[SwapReport] = []
+        self._request: SwapRequest | None = None
+        self._lock = threading.Lock()
+        self._checked = False
 
-    def _placement(self, batch_df: DataFrame) -> Partitioner:
-        """The placement of every batch: fixed, and kept with the state so restarts agree."""
-        saved = self.store.load_strategy()
-        if saved is not None:
-            wanted = self.options["num_partitions"]
-            if wanted is not None and wanted != saved.num_partitions:
-                raise InvalidArgumentError(
-                    f"state at {self.store.path} was written with {saved.num_partitions} "
-                    f"partitions; num_partitions={wanted} would strand it"
-                )
-            return saved
-        resolved = resolve_strategy(batch_df, self.options["key"], self.options["strategy"],
-                                    self.options["num_partitions"])
-        strategy = resolved.partitioner
-        self.store.save_strategy(strategy)
-        return strategy
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ swaps
+    def request_swap(self, strategy: str | Partitioner | None = None, *,
+                     num_partitions: int | None = None, refit: str = "minimal",
+                     mode: str = "sync", max_keys_per_batch: int | None = None) -> None:
+        """Change the placement (strategy or partition count) at the next micro-batch.
+
+        Parameters
+        ----------
+        strategy : str or Partitioner, optional
+            The new placement; default the current one, re-fitted.
+        num_partitions : int, optional
+            The new partition count (a rescale).
+        refit : {"minimal", "none"}
+            ``"minimal"`` (default): :func:`~trilink_spark.rebalance_minimal` from the current
+            (or given) placement, with the stored keys' row counts as loads, so only the keys
+            needed for balance move. ``"none"``: the given strategy as it is (a table
+            strategy without a table is fitted on the stored keys' counts).
+        mode : {"sync", "fluid"}
+            ``"sync"`` moves every key at the next batch. ``"fluid"`` moves at most
+            ``max_keys_per_batch`` per batch, heaviest first, until done.
+        max_keys_per_batch : int, optional
+            Required for ``"fluid"``.
+
+        Raises
+        ------
+        InvalidArgumentError
+            Bad arguments, or a fluid swap still under way.
+
+        Notes
+        -----
+        Nothing happens until the next batch: then the driver plans the swap from the stored
+        keys (O(keys)), one small Spark job writes the moved keys' state as segments, and
+        each task of the batch starts from its own state minus outgoing keys plus incoming
+        ones. Only moved keys' state is rewritten; the query never stops. A report is
+        appended to :attr:`swaps`.
+
+        Examples
+        --------
+        >>> run.request_swap(num_partitions=8)  # doctest: +SKIP
+        >>> run.request_swap("least_count", mode="fluid", max_keys_per_batch=1000)  # doctest: +SKIP
+        """
+        request = SwapRequest.checked(strategy, num_partitions, refit, mode, max_keys_per_batch)
+        with self._lock:
+            self._request = request
+
+    @property
+    def pending_swap(self) -> SwapRequest | None:
+        """The swap requested for the next batch, if any."""
+        return self._request
+
+    # ------------------------------------------------------------------ the batch
+    def _config(self, delay_units: float, idle_units: float, value_type: Any) -> dict[str, Any]:
+        o = self.options
+        processor = o["processor"]
+        return _normalised({
+            "key": o["key"], "event_time": o["event_time"], "order_by": o["order_by"],
+            "delay": delay_units, "idle_timeout": idle_units,
+            "processor": f"{type(processor).__module__}.{type(processor).__qualname__}",
+            "processor_config": processor.state_config(),
+            "state_schema": None if value_type is None else str(value_type),
+        })
+
+    def _claim(self, manifest: dict[str, Any] | None, query: str | None,
+               config: dict[str, Any]) -> None:
+        """Refuse a second writer and a changed configuration (checked at each batch)."""
+        if manifest is None:
+            return
+        owner = manifest.get("owner") or {}
+        ours = owner.get("token") == self.token or (query is not None
+                                                    and owner.get("query") == query)
+        if owner and not ours and not self.options["takeover"]:
+            raise StateOwnershipError(
+                f"state at {self.store.path} is written by another runner (query "
+                f"{owner.get('query') or 'none'}, runner {owner.get('token')}); this is query "
+                f"{query or 'none'}, runner {self.token}. One writer per state path: give this "
+                "query its own state_path, or pass takeover=True once the other has stopped "
+                "for good"
+            )
+        stored = manifest.get("config")
+        if stored is not None and json.dumps(stored, sort_keys=True) != json.dumps(
+                config, sort_keys=True):
+            changed = sorted(k for k in set(stored) | set(config)
+                             if stored.get(k) != config.get(k))
+            raise InvalidArgumentError(
+                f"state at {self.store.path} was written with another configuration "
+                f"({', '.join(f'{k}: {stored.get(k)!r} -> {config.get(k)!r}' for k in changed)})"
+                "; restore the original settings or start from a new state_path"
+            )
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        started = time.perf_counter()
         o = self.options
         tagged, delay_units, idle_units, out_schema, arrow_schema = _prepare(
             batch_df, o["key"], o["event_time"], o["processor"], o["delay"], o["order_by"],
             o["idle_timeout"],
         )
-        if is_keyed_by_source(batch_df, o["key"]):
-            placed, partitions = self._source_placed(batch_df, tagged)
+        key_type, value_type = _state_types(batch_df, o["key"], o["processor"])
+        config = self._config(delay_units, idle_units, value_type)
+        query = _query_id(batch_df)
+        manifest = self.store.read_manifest()
+        self._claim(manifest, query, config)
+        committed = [] if manifest is None else [int(c) for c in manifest.get("committed", [])]
+        if committed and batch_id < committed[-1]:
+            raise StateCorruptError(
+                f"state at {self.store.path} is at batch {committed[-1]}, ahead of batch "
+                f"{batch_id}: the query's checkpoint is older than its state; restore the "
+                "checkpoint or start from a new state_path")
+        earlier = [c for c in committed if c < batch_id]
+        prev = earlier[-1] if earlier else None
+        source = is_keyed_by_source(batch_df, o["key"])
+        swap_plan: dict[str, Any] | None = None
+        moved_bytes = 0
+        if source:
+            placed, partitions = self._source_placed(batch_df, tagged, prev)
+            prev_partitions = partitions
+            new_placement = prev is None
+            if new_placement:
+                self.store.save_placement(batch_id, None, partitions)
         else:
-            if self._strategy is None:
-                self._strategy = self._placement(batch_df)
-            placed = place_rows(tagged, o["key"], self._strategy, fit="none")
-            partitions = self._strategy.num_partitions
+            strategy, prev_partitions, swap_plan, new_placement = self._placement(
+                batch_df, batch_id, prev)
+            placed = place_rows(tagged, o["key"], strategy, fit="none")
+            partitions = strategy.num_partitions
+            if swap_plan is not None:
+                moved_bytes = write_segments(batch_df.sparkSession, self.store, batch_id,
+                                             int(swap_plan["prev"]),
+                                             self.store.load_moves(batch_id))
+        io = StateIO(self.store, batch_id, prev, prev_partitions, swap_plan is not None,
+                     key_type, value_type)
         arrival = [o["order_by"], POS_COL] if o["order_by"] is not None else [POS_COL]
         placed = placed.sortWithinPartitions(*arrival)
         fn = _partition_function(o["processor"], o["key"], delay_units, idle_units,
-                                 arrow_schema, self.store, batch_id)
+                                 arrow_schema, io)
         out = placed.mapInArrow(fn, out_schema)
         self.func(out, batch_id)
-        self._complete(out, batch_id, partitions)
+        listed = self._ensure_written(out, batch_id, partitions)
+        self._commit(batch_id, prev, query, config, new_placement)
+        self.store.prune(partitions, batch_id, keep_from=prev, listed=listed)
+        if swap_plan is not None:
+            self.swaps.append(SwapReport(
+                batch_id=batch_id, mode=str(swap_plan["mode"]),
+                partitions_before=int(swap_plan["partitions_before"]),
+                partitions_after=int(swap_plan["partitions_after"]),
+                keys_total=int(swap_plan["keys_total"]),
+                moved_keys=int(swap_plan["moved_keys"]), moved_bytes=moved_bytes,
+                complete=bool(swap_plan["complete"]),
+                seconds=time.perf_counter() - started))
 
-    def _source_placed(self, batch_df: DataFrame, tagged: DataFrame) -> tuple[DataFrame, int]:
+    def _commit(self, batch_id: int, prev: int | None, query: str | None,
+                config: dict[str, Any], new_placement: bool) -> None:
+        """Record the batch as committed (after every partition wrote it)."""
+        manifest = self.store.read_manifest() or {}
+        self._claim(manifest or None, query, config)
+        placements = sorted(set(manifest.get("placements", [])) | (
+            {batch_id} if new_placement else set()))
+        manifest.update({
+            "owner": {"token": self.token, "query": query},
+            "config": config,
+            "committed": [c for c in (prev, batch_id) if c is not None],
+            "placements": placements,
+        })
+        self.store.write_manifest(manifest)
+        self._checked = True
+
+    def _placement(self, batch_df: DataFrame, batch_id: int, prev: int | None
+                   ) -> tuple[Partitioner, int, dict[str, Any] | None, bool]:
+        """The placement of ``batch_id``, and the swap plan when it moves state.
+
+        Returns (strategy, partitions at ``prev``, plan or None, whether the placement is new
+        at this batch). A new placement is stored before any task runs.
+        """
+        o = self.options
+        plan = self.store.load_plan(batch_id)
+        if plan is not None:  # decided by an earlier attempt of this batch: never re-decide
+            placement = Partitioner.from_dict(plan["placement"])
+            _, before = self.store.placement_at(int(plan["prev"]))
+            return placement, before, plan, True
+        if prev is None:  # the first batch: the placement is decided once and stored
+            try:
+                stored, _ = self.store.load_placement(batch_id)
+            except StateCorruptError:
+                stored = None
+            if stored is not None:
+                return stored, 0, None, True
+            if self.store.load_strategy() is not None:
+                raise StateCorruptError(
+                    f"state at {self.store.path} has a strategy.json but no manifest: it was "
+                    "written by an older trilink-spark; start from a new state_path")
+            configured = o["strategy"]
+            if isinstance(configured, Partitioner) and configured.unwrap() is not configured:
+                configured.before_batch(batch_df, o["key"], batch_id)  # adaptive: decide
+                configured = configured.unwrap().copy()
+            resolved = resolve_strategy(batch_df, o["key"], configured, o["num_partitions"])
+            strategy = resolved.partitioner
+            self.store.save_placement(batch_id, strategy, strategy.num_partitions)
+            return strategy, 0, None, True
+        current, prev_partitions = self.store.placement_at(prev)
+        if current is None:
+            raise InvalidArgumentError(
+                f"state at {self.store.path} was placed by keyed_by_source; a key_by stream "
+                "needs its own state_path")
+        self._adapt(batch_df, batch_id, current, prev)
+        request = self._pending(current, prev)
+        if request is None:
+            return current, prev_partitions, None, False
+        target = None
+        last = self.store.load_plan(prev)
+        if last is not None and not last["complete"] and request is self._resume:
+            target = Partitioner.from_dict(last["target"])
+        plan, moves, placement = plan_swap(self.store, batch_id, prev, current, request, target)
+        self.store.save_placement(batch_id, placement, placement.num_partitions)
+        self.store.save_plan(batch_id, plan, moves)
+        with self._lock:
+            if self._request is request:
+                self._request = None
+        logger.info("batch %d: swap %s, %d of %d keys move, %d -> %d partitions", batch_id,
+                    plan["mode"], plan["moved_keys"], plan["keys_total"],
+                    plan["partitions_before"], plan["partitions_after"])
+        return placement, prev_partitions, plan, True
+
+    _resume: SwapRequest | None = None
+
+    def _adapt(self, batch_df: DataFrame, batch_id: int, current: Partitioner,
+               prev: int) -> None:
+        """An adaptive strategy decides before each new batch; a switch becomes a swap."""
+        configured = self.options["strategy"]
+        if not isinstance(configured, Partitioner) or configured.unwrap() is configured:
+            return
+        last = self.store.load_plan(prev)
+        if self._request is not None or (last is not None and not last["complete"]):
+            return  # a swap is already asked for or under way
+        configured.before_batch(batch_df, self.options["key"], batch_id)
+        wanted = configured.unwrap()
+        if type(wanted) is type(current) and wanted.num_partitions == current.num_partitions:
+            return
+        logger.info("batch %d: the adaptive strategy switched to %s; swapping state",
+                    batch_id, type(wanted).__name__)
+        with self._lock:
+            self._request = SwapRequest(wanted.copy(), None, "none", "sync", None)
+
+    def _pending(self, current: Partitioner, prev: int) -> SwapRequest | None:
+        """The swap to run now: an unfinished fluid swap, else a new request, else a changed
+        ``num_partitions`` given at a restart."""
+        last = self.store.load_plan(prev)
+        if last is not None and not last["complete"]:
+            if self._request is not None:
+                raise InvalidArgumentError(
+                    f"a fluid swap is under way ({last['keys_total'] - last['moved_keys']} keys "
+                    "or fewer left); request another once run.swaps[-1].complete is True")
+            self._resume = SwapRequest(None, None, "none", "fluid",
+                                       last.get("max_keys_per_batch"))
+            return self._resume
+        with self._lock:
+            request = self._request
+        if request is None and not self._checked:
+            wanted = self.options["num_partitions"]
+            if wanted is not None and wanted != current.num_partitions:
+                logger.info("state at %s has %d partitions; num_partitions=%d: swapping",
+                            self.store.path, current.num_partitions, wanted)
+                request = SwapRequest.checked(None, wanted, "minimal", "sync", None)
+                with self._lock:
+                    self._request = request
+        return request
+
+    def _source_placed(self, batch_df: DataFrame, tagged: DataFrame,
+                       prev: int | None) -> tuple[DataFrame, int]:
         """Ahead KeyBy: each input (Kafka) partition keeps its rows and its own state."""
         placed = _in_place(batch_df, self.options["key"], tagged)
         partitions = batch_df.rdd.getNumPartitions()
-        # unchanged since the last check: only this function writes the state meanwhile
-        if partitions == self._source_checked and self._strategy is None:
+        if prev is None:
             return placed, partitions
-        if self.store.load_strategy() is not None:
+        stored, stored_partitions = self.store.placement_at(prev)
+        if stored is not None:
             raise InvalidArgumentError(
                 f"state at {self.store.path} was placed by key_by; a keyed_by_source stream "
                 "needs its own state_path"
             )
-        stranded = [p for p in self.store.partitions() if p >= partitions]
-        if stranded:
+        if partitions != stored_partitions:
             raise InvalidArgumentError(
-                f"state at {self.store.path} has partitions up to {max(stranded)}, but this "
+                f"state at {self.store.path} has {stored_partitions} partitions, but this "
                 f"micro-batch has {partitions} input partitions; the topic's partition count "
                 "changed, which would strand that state"
             )
-        self._source_checked = partitions
         return placed, partitions
 
     def counters(self) -> dict[str, int]:
         """Rows, late rows (key watermark) and late rows by the partition watermark, summed
-        over the partitions' latest state."""
+        over the partitions' latest committed state."""
         return self.store.counters()
+
+    def owners(self, version: int | None = None) -> dict[Any, int]:
+        """``{key: partition}`` of the newest (or a given) committed version."""
+        return self.store.owners(version)
+
+    def state_values(self, version: int | None = None) -> dict[Any, dict[str, Any]]:
+        """Every key's stored values (``ctx.set_state``) in the newest (or a given) committed
+        version: ``{key: {name: value}}``.
+
+        Raises
+        ------
+        StateCorruptError
+            A key is stored in two partitions, or a file is missing or corrupt.
+
+        Notes
+        -----
+        Cost: reads the version's state files once more (O(state)); for inspection and tests.
+
+        Examples
+        --------
+        >>> run.state_values()  # doctest: +SKIP
+        {'u0001': {'n': 412}, 'u0002': {'n': 97}}
+        """
+        owners = self.store.owners(version)
+        manifest = self.store.read_manifest() or {}
+        at = int(manifest["committed"][-1]) if version is None else version
+        out: dict[Any, dict[str, Any]] = {}
+        for p in sorted(set(owners.values())):
+            where = self.store.version_path(p, at)
+            out.update(decode_state(self.store.load_table(p, at), where).values)
+        return out
+
+
+def _state_types(df: DataFrame, key: str, processor: KeyedWatermarkProcessFunction
+                 ) -> tuple[Any, Any]:
+    """The key's Arrow type and the processor's declared ``state_schema`` as an Arrow struct."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+    from pyspark.sql.types import StructType
+
+    try:
+        key_type = to_arrow_type(df.schema[key].dataType)
+    except (TypeError, ValueError, NotImplementedError):
+        key_type = None
+    ddl = getattr(processor, "state_schema", None)
+    if ddl is None:
+        return key_type, None
+    if not isinstance(ddl, (str, StructType)):
+        raise InvalidArgumentTypeError(
+            f"state_schema must be a Spark DDL string or a StructType, got {type(ddl).__name__}")
+    try:
+        parsed = ddl if isinstance(ddl, StructType) else StructType.fromDDL(ddl)
+    except Exception as err:
+        raise InvalidArgumentError(f"state_schema {ddl!r} is not a Spark DDL struct ({err})") \
+            from None
+    value_type = to_arrow_type(parsed)
+    if not pa.types.is_struct(value_type):
+        raise InvalidArgumentError(f"state_schema {ddl!r} must describe a struct")
+    return key_type, value_type
 
 
 def keyed_foreach_batch(
@@ -286,6 +677,7 @@ def keyed_foreach_batch(
     idle_timeout: Any = None,
     filesystem: Any = None,
     keep_versions: int = 10,
+    takeover: bool = False,
 ) -> KeyedBatchFunction:
     """A ``foreachBatch`` function running ``processor`` with state kept across micro-batches.
 
@@ -298,12 +690,19 @@ def keyed_foreach_batch(
     state_path : str
         Directory (local path or URI such as ``s3://bucket/prefix``) of the state.
     strategy, num_partitions
-        Placement. It is fixed at the first batch and stored with the state: the partition a
-        key's state lives in never changes (table strategies are stored with their table).
+        Placement, decided at the first batch and stored with the state (table strategies
+        with their table). It changes only through a swap (:meth:`KeyedBatchFunction.request_swap`);
+        a restart with another ``num_partitions`` swaps to it at its first batch. An
+        :class:`~trilink_spark.AdaptivePartitioner` executes its switches as swaps.
     filesystem : pyarrow.fs.FileSystem, optional
         Default: inferred from ``state_path``.
     keep_versions : int
-        State versions kept per partition (older ones are deleted).
+        State versions kept per partition (older ones are deleted; what a replay of the
+        newest batch needs is always kept).
+    takeover : bool
+        Take over a state path another runner wrote (it must have stopped for good). Without
+        it a second writer is refused with :class:`~trilink_spark.StateOwnershipError`; a
+        restarted query (same query id) is the same writer.
 
     Returns
     -------
@@ -311,13 +710,20 @@ def keyed_foreach_batch(
 
     Notes
     -----
-    Guarantees. Each task loads its partition's state as of the newest version before the
-    batch, processes the batch, and writes version ``batch_id`` (write to a temporary file,
-    then rename). Replaying a batch id (a retried task, a restarted query re-running its last
-    batch) starts again from the same previous version, so it produces the same state and
-    output: with an idempotent or transactional sink the pipeline is exactly once. A restarted
-    query resumes from the newest stored version. If ``func`` does not compute the output, it is
-    computed once more (to a no-op sink) so the state still advances.
+    Guarantees. Each task loads its partition's state as of the last committed batch (the
+    manifest says which), processes the batch, and writes version ``batch_id`` (an Arrow table
+    with one row per key, written to a temporary file, then renamed). The batch is committed
+    in the manifest once every partition wrote it. Replaying a batch id (a retried task, a
+    restarted query re-running its last batch) starts again from the same committed version,
+    so it produces the same state and output: with an idempotent or transactional sink the
+    pipeline is exactly once. A missing version is an error (never a silent restart from an
+    older one), as are a second writer and a restart with another configuration (key, event
+    time, delay, processor settings). If ``func`` does not compute the output, it is computed
+    once more (to a no-op sink) so the state still advances.
+
+    Swaps: :meth:`KeyedBatchFunction.request_swap` changes the strategy or partition count at
+    the next batch boundary, moving only the keys whose partition changes, with their state,
+    exactly once (module :mod:`trilink_spark.keyed.swap`).
 
     Ahead KeyBy: when the stream's key column is declared with
     :func:`~trilink_spark.keyed_by_source` (a ``trilink-kafka`` read of a topic written with
@@ -341,6 +747,6 @@ def keyed_foreach_batch(
     options = {
         "key": key, "event_time": event_time, "processor": processor, "delay": delay,
         "order_by": order_by, "strategy": strategy, "num_partitions": num_partitions,
-        "idle_timeout": idle_timeout,
+        "idle_timeout": idle_timeout, "takeover": bool(takeover),
     }
     return KeyedBatchFunction(func, store, options)

@@ -2,9 +2,12 @@
 the one catalogue of them, their evaluation and their persistence."""
 
 from .base import Partitioner, resolve_strategy_name, strategy_class, strategy_names
+from .block import BlockPartitioner
 from .hash import HashPartitioner
 from .least import LeastCountPartitioner, LeastKeyPartitioner
 from .modulo import ModuloPartitioner
+from .overlay import OverlayPartitioner
+from .refit import moved_units, rebalance_minimal
 from .table import TablePartitioner
 from .weight import WeightPartitioner
 
@@ -16,6 +19,10 @@ __all__ = [
     "LeastKeyPartitioner",
     "LeastCountPartitioner",
     "WeightPartitioner",
+    "BlockPartitioner",
+    "OverlayPartitioner",
+    "rebalance_minimal",
+    "moved_units",
     "resolve_strategy_name",
     "strategy_class",
     "strategy_names",

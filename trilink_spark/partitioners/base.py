@@ -168,6 +168,12 @@ class Partitioner(ABC):
         """
         return self
 
+    def before_batch(self, df: Any, key: str, batch_id: int) -> None:
+        """Called by a stateful runner (:func:`~trilink_spark.keyed_foreach_batch`) before each
+        new micro-batch, with the batch: an adaptive strategy observes it and decides here,
+        and the runner swaps state when :meth:`unwrap` then names another strategy. Default:
+        nothing (O(1))."""
+
     # ------------------------------------------------------------------ placement
     def partition(self, key: Any) -> int:
         """Partition id of one key.

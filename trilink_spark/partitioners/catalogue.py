@@ -28,6 +28,7 @@ import numpy.typing as npt
 from ..errors import InvalidArgumentError, UnknownStrategyError
 from ..keys import KeyArray
 from .base import Partitioner
+from .block import DEFAULT_BLOCKS, BlockPartitioner
 from .hash import HashPartitioner
 from .least import LeastCountPartitioner, LeastKeyPartitioner
 from .modulo import ModuloPartitioner
@@ -66,6 +67,11 @@ class Candidate:
     matches : callable, optional
         ``matches(strategy)``: whether a built strategy is this candidate (default: the class's
         ``strategy_name`` equals :attr:`name`).
+    opt_in : bool
+        Offered only where named (``key_by(df, k, "block")``, ``strategies=[...]``, a config's
+        candidates), never among the defaults that ``"auto"``, :func:`evaluate_strategies` and
+        the adaptive partitioner score on their own (Block: its default table balances as Hash
+        does, so scoring it would only add a near-tie).
     """
 
     name: str
@@ -74,6 +80,7 @@ class Candidate:
     needs_weights: bool = False
     learns_sequence: bool = False
     matches: Callable[[Partitioner], bool] | None = None
+    opt_in: bool = False
 
     def is_candidate_of(self, strategy: Partitioner) -> bool:
         if self.matches is not None:
@@ -113,7 +120,8 @@ def default_candidates(
     names: Sequence[str] | None = None,
 ) -> list[str]:
     """The candidates that apply: to keys of ``key_kind``, with or without weights, on a record
-    sequence or on counts. ``names`` restricts the choice (and is checked against the catalogue).
+    sequence or on counts. ``names`` restricts the choice (and is checked against the catalogue);
+    without it, opt-in candidates (Block) are left out.
 
     Examples
     --------
@@ -131,6 +139,8 @@ def default_candidates(
         if c.needs_weights and not weights:
             continue
         if c.learns_sequence and not sequence:
+            continue
+        if c.opt_in and names is None:
             continue
         out.append(name)
     return out
@@ -196,6 +206,11 @@ def _least_count(n: int, *, key_type: str, null_policy: str, **_: Any) -> Partit
     return LeastCountPartitioner(n, key_type=key_type, null_policy=null_policy)
 
 
+def _block(n: int, *, key_type: str, null_policy: str, **_: Any) -> Partitioner:
+    return BlockPartitioner(n, max(DEFAULT_BLOCKS, n), key_type=key_type,
+                            null_policy=null_policy)
+
+
 def _weight(mode: str) -> Callable[..., Partitioner]:
     def make(n: int, *, key_type: str, null_policy: str, weights: Sequence[float] | None,
              seed: int, **_: Any) -> Partitioner:
@@ -219,3 +234,4 @@ register_candidate(Candidate("weight", _weight("hash"), needs_weights=True,
                              matches=_is_weight("hash")))
 register_candidate(Candidate("weight_random", _weight("random"), needs_weights=True,
                              matches=_is_weight("random")))
+register_candidate(Candidate("block", _block, opt_in=True))

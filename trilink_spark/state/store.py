@@ -1,36 +1,56 @@
-"""Versioned keyed state of a streaming keyed processor, on any ``pyarrow.fs`` filesystem.
+"""Versioned keyed state on any ``pyarrow.fs`` filesystem: split by key, never pickled.
 
 Layout under the state path::
 
-    strategy.json                         the placement, fixed at the first batch
-    partition=00003/000000000042.state    partition 3's state after batch 42
+    manifest.json                          owner, configuration, committed batches, placements
+    placements/000000000000.json           the placement in force from batch 0 (immutable)
+    partition=00003/000000000042.state     partition 3's state after batch 42 (Arrow IPC)
+    swaps/000000000042/plan.json           the swap decided for batch 42 (immutable)
+    swaps/000000000042/moves.state         its moved keys: key, from, to (Arrow IPC)
+    swaps/000000000042/segment-00001-00004.state   moved keys' state, partition 1 -> 4
 
-A task writes ``<version>.state.tmp-<uuid>`` and renames it, so readers see whole files only.
+Every file is written to a temporary name and renamed, so readers see whole files only. A
+state version is a table with one row per key (column ``key``) and whatever per-key columns
+its writer keeps; partition-wide values travel in the table's schema metadata. Loading a file
+parses Arrow and JSON only: nothing stored is unpickled or evaluated, and a truncated, corrupt
+or foreign file raises :class:`~trilink_spark.StateCorruptError` naming it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
-import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..arrowio import read_table, write_table
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..errors import StateStoreError
 from ..files import resolve_filesystem, write_atomic
 from ..partitioners import Partitioner
 from ..partitioners.persistence import read_strategy, write_strategy
 
-__all__ = ["KeyedStateStore", "StatefulBatchFunction"]
+__all__ = ["KeyedStateStore", "StatefulBatchFunction", "KEY_FIELD", "STATE_KIND"]
 
 logger = logging.getLogger(__name__)
 
 _SUFFIX = ".state"
+#: Name of the key column of every stored state table.
+KEY_FIELD = "key"
+#: Format tag of keyed state tables (see :mod:`trilink_spark.arrowio`).
+STATE_KIND = "keyed-state"
+_MOVES_KIND = "swap-moves"
+_MANIFEST_FORMAT = "trilink-keyed-state-manifest"
+_MANIFEST_VERSION = 1
+
+
+def _version_name(version: int) -> str:
+    return f"{version:012d}{_SUFFIX}"
 
 
 class KeyedStateStore:
-    """Per-partition state files, one version per micro-batch.
+    """Per-partition state versions, one per micro-batch, plus the manifest and swap plans.
 
     Parameters
     ----------
@@ -39,7 +59,8 @@ class KeyedStateStore:
     filesystem : pyarrow.fs.FileSystem, optional
         Default: ``pyarrow.fs.FileSystem.from_uri(path)`` (a plain path is local).
     keep_versions : int
-        Versions kept per partition; older ones are deleted by :meth:`prune`.
+        Versions kept per partition; older ones are deleted by :meth:`prune`. Whatever a replay
+        of the newest batch needs is always kept, so ``keep_versions=1`` is safe.
 
     Raises
     ------
@@ -48,12 +69,18 @@ class KeyedStateStore:
 
     Notes
     -----
-    Picklable (it travels to executors with the task). Cost per task: one directory listing
-    and one read before, one write and one rename after. Executors need access to the path
-    (local mode: any directory; a cluster: a shared filesystem). A file ``<name>.state`` whose
-    name is not a version, or a ``partition=<name>`` directory whose name is not a number, is
-    not this store's: reading the store then raises
-    :class:`~trilink_spark.StateCorruptError` naming it, rather than guessing.
+    Picklable (it travels to executors with the task). Cost per task: one read before and one
+    write and rename after; the driver reads and writes the small manifest once per batch.
+    Executors need access to the path (local mode: any directory; a cluster: a shared
+    filesystem). A file ``<name>.state`` whose name is not a version, or a
+    ``partition=<name>`` directory whose name is not a number, is not this store's: reading
+    the store then raises :class:`~trilink_spark.StateCorruptError` naming it.
+
+    Examples
+    --------
+    >>> store = tl.KeyedStateStore("/tmp/state")  # doctest: +SKIP
+    >>> store.owners()  # doctest: +SKIP
+    {'sensor-1': 0, 'sensor-2': 3}
     """
 
     def __init__(self, path: str, filesystem: Any = None, keep_versions: int = 10) -> None:
@@ -77,26 +104,13 @@ class KeyedStateStore:
                 "a writable directory"
             ) from None
 
+    # ------------------------------------------------------------------ raw files
     def _dir(self, partition: int) -> str:
         return f"{self.path}/partition={partition:05d}"
 
-    def versions(self, partition: int) -> list[int]:
-        """Stored versions of a partition, ascending."""
-        from pyarrow import fs
-
-        infos = self._list(self._dir(partition))
-        out = []
-        for info in infos:
-            name = info.base_name
-            if info.type == fs.FileType.File and name.endswith(_SUFFIX):
-                stem = name[: -len(_SUFFIX)]
-                if not stem.isdigit():
-                    raise StateCorruptError(
-                        f"{info.path} is not a state version of this store (versions are "
-                        "named <batch id>.state); move it out of the state path"
-                    )
-                out.append(int(stem))
-        return sorted(out)
+    def version_path(self, partition: int, version: int) -> str:
+        """Where ``partition``'s state ``version`` lives."""
+        return f"{self._dir(partition)}/{_version_name(version)}"
 
     def _list(self, directory: str) -> list[Any]:
         from pyarrow import fs
@@ -109,54 +123,48 @@ class KeyedStateStore:
                 f"cannot list {directory} ({type(err).__name__}: {err})") from None
         return infos
 
-    def load_before(self, partition: int, version: int) -> bytes | None:
-        """The newest state of ``partition`` older than ``version`` (None: start empty)."""
-        older = [v for v in self.versions(partition) if v < version]
-        if not older:
+    def _read(self, path: str) -> bytes | None:
+        try:
+            with self.fs.open_input_stream(path) as f:
+                data: bytes = f.read()
+        except FileNotFoundError:
             return None
-        with self.fs.open_input_stream(f"{self._dir(partition)}/{older[-1]:012d}{_SUFFIX}") as f:
-            data: bytes = f.read()
+        except OSError as err:
+            from pyarrow import fs
+
+            if self.fs.get_file_info(path).type == fs.FileType.NotFound:
+                return None
+            raise StateStoreError(f"cannot read {path} ({type(err).__name__}: {err})") from None
         return data
 
-    def save(self, partition: int, version: int, data: bytes) -> None:
-        """Write ``partition``'s state as ``version`` (atomically: temporary file, rename)."""
-        directory = self._dir(partition)
+    def _write(self, path: str, data: bytes) -> None:
+        directory = path.rsplit("/", 1)[0]
         try:
             self.fs.create_dir(directory, recursive=True)
-            write_atomic(self.fs, f"{directory}/{version:012d}{_SUFFIX}", data)
+            write_atomic(self.fs, path, data)
         except OSError as err:
             raise StateStoreError(
-                f"cannot write state version {version} of partition {partition} under "
-                f"{self.path} ({type(err).__name__}: {err})"
-            ) from None
+                f"cannot write {path} ({type(err).__name__}: {err})") from None
 
-    def has_version(self, version: int, partitions: int) -> bool:
-        """Whether every partition ``0..partitions-1`` has state ``version``."""
-        return all(version in self.versions(p) for p in range(partitions))
+    def versions(self, partition: int) -> list[int]:
+        """Stored versions of a partition, ascending."""
+        from pyarrow import fs
 
-    def prune(self, partitions: int, newest: int,
-              listed: list[list[int]] | None = None) -> None:
-        """Delete versions beyond the newest ``keep_versions`` up to ``newest``.
-
-        ``listed``: each partition's :meth:`versions`, when the caller has just read them.
-        """
-        for p in range(partitions):
-            versions = self.versions(p) if listed is None else listed[p]
-            for v in [v for v in versions if v <= newest][: -self.keep_versions]:
-                self.fs.delete_file(f"{self._dir(p)}/{v:012d}{_SUFFIX}")
-
-    def latest(self, partition: int) -> bytes | None:
-        """The newest state of ``partition``."""
-        return self.load_before(partition, 2**62)
-
-    # ------------------------------------------------------------------ placement
-    def save_strategy(self, strategy: Partitioner) -> None:
-        write_strategy(self.fs, f"{self.path}/strategy.json", strategy)
-
-    def load_strategy(self) -> Partitioner | None:
-        return read_strategy(self.fs, f"{self.path}/strategy.json")
+        out = []
+        for info in self._list(self._dir(partition)):
+            name = info.base_name
+            if info.type == fs.FileType.File and name.endswith(_SUFFIX):
+                stem = name[: -len(_SUFFIX)]
+                if not stem.isdigit():
+                    raise StateCorruptError(
+                        f"{info.path} is not a state version of this store (versions are "
+                        "named <batch id>.state); move it out of the state path"
+                    )
+                out.append(int(stem))
+        return sorted(out)
 
     def partitions(self) -> list[int]:
+        """Partitions with a directory in the store, ascending."""
         from pyarrow import fs
 
         out = []
@@ -172,21 +180,309 @@ class KeyedStateStore:
             out.append(int(number))
         return sorted(out)
 
+    def load(self, partition: int, version: int) -> bytes | None:
+        """The bytes of ``partition``'s state ``version`` (None when there is no such file)."""
+        return self._read(self.version_path(partition, version))
+
+    def load_before(self, partition: int, version: int) -> bytes | None:
+        """The newest state of ``partition`` older than ``version`` (None: start empty)."""
+        older = [v for v in self.versions(partition) if v < version]
+        return self.load(partition, older[-1]) if older else None
+
+    def latest(self, partition: int) -> bytes | None:
+        """The newest state of ``partition``."""
+        return self.load_before(partition, 2**62)
+
+    def save(self, partition: int, version: int, data: bytes) -> None:
+        """Write ``partition``'s state as ``version`` (atomically: temporary file, rename)."""
+        self._write(self.version_path(partition, version), data)
+
+    # ------------------------------------------------------------------ state tables
+    def save_table(self, partition: int, version: int, table: Any) -> int:
+        """Write a state table as ``partition``'s ``version``; returns the bytes written."""
+        data = write_table(table, STATE_KIND)
+        self.save(partition, version, data)
+        return len(data)
+
+    def load_table(self, partition: int, version: int) -> Any:
+        """``partition``'s state table ``version``.
+
+        Raises
+        ------
+        StateCorruptError
+            The version is missing (a gap: a deleted file) or is not a state table.
+        """
+        path = self.version_path(partition, version)
+        data = self._read(path)
+        if data is None:
+            present = self.versions(partition)
+            raise StateCorruptError(
+                f"{path} is missing: partition {partition} needs state version {version}, "
+                f"stored versions are {present[-5:]}; a deleted version is never skipped (restore "
+                "it, or start over with an empty state path)"
+            )
+        return read_table(data, STATE_KIND, path)
+
+    def key_table(self, version: int | None = None, extra: Sequence[str] = ()) -> Any:
+        """Every key of a committed version with its partition: an Arrow table (key, partition,
+        then the ``extra`` state columns).
+
+        Raises
+        ------
+        StateCorruptError
+            A key is stored in two partitions, or a file is missing or corrupt.
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        version, partitions = self._committed_layout(version)
+        parts = []
+        for p in range(partitions):
+            stored = self.load_table(p, version)
+            keys = stored.column(KEY_FIELD)
+            columns = {KEY_FIELD: keys, "partition": pa.array([p] * len(keys), pa.int32())}
+            columns.update({name: stored.column(name) for name in extra})
+            parts.append(pa.table(columns))
+        if not parts:
+            return pa.table({KEY_FIELD: pa.array([], pa.null()),
+                             "partition": pa.array([], pa.int32())})
+        table = pa.concat_tables(parts, promote_options="permissive")
+        counts = table.group_by(KEY_FIELD).aggregate([("partition", "count")])
+        doubled = counts.filter(pc.greater(counts["partition_count"], 1))
+        if doubled.num_rows:
+            raise StateCorruptError(
+                f"state version {version} under {self.path} holds key(s) "
+                f"{doubled.column(KEY_FIELD).to_pylist()[:5]} in more than one partition"
+            )
+        return table
+
+    def owners(self, version: int | None = None) -> dict[Any, int]:
+        """``{key: partition}`` of a committed version (default: the newest).
+
+        Raises
+        ------
+        StateCorruptError
+            A key is found in two partitions, or a file is missing or corrupt.
+
+        Notes
+        -----
+        Cost: reads every partition's state file of that version (O(state)).
+        """
+        table = self.key_table(version)
+        return dict(zip(table.column(KEY_FIELD).to_pylist(),
+                        table.column("partition").to_pylist()))
+
+    def _committed_layout(self, version: int | None) -> tuple[int, int]:
+        manifest = self.read_manifest()
+        committed = [] if manifest is None else list(manifest.get("committed", []))
+        if version is None:
+            if not committed:
+                raise StateCorruptError(f"no committed state version under {self.path}")
+            version = int(committed[-1])
+        _, partitions = self.placement_at(version)
+        return version, partitions
+
+    # ------------------------------------------------------------------ manifest
+    def _manifest_path(self) -> str:
+        return f"{self.path}/manifest.json"
+
+    def read_manifest(self) -> dict[str, Any] | None:
+        """The manifest (None before the first batch)."""
+        path = self._manifest_path()
+        data = self._read(path)
+        if data is None:
+            return None
+        try:
+            manifest = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise StateCorruptError(f"{path} is not JSON; it is not this store's manifest") \
+                from None
+        if not isinstance(manifest, dict) or manifest.get("format") != _MANIFEST_FORMAT:
+            raise StateCorruptError(f"{path} is not a trilink-spark keyed state manifest")
+        if manifest.get("version") != _MANIFEST_VERSION:
+            raise StateCorruptError(
+                f"{path} has manifest version {manifest.get('version')!r}; this trilink-spark "
+                f"reads version {_MANIFEST_VERSION}")
+        committed = manifest.get("committed", [])
+        placements = manifest.get("placements", [])
+        if not (isinstance(committed, list) and all(isinstance(c, int) for c in committed)
+                and isinstance(placements, list)
+                and all(isinstance(p, int) for p in placements)):
+            raise StateCorruptError(f"{path} has malformed committed or placements lists")
+        return manifest
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        """Replace the manifest (atomically)."""
+        body = {**manifest, "format": _MANIFEST_FORMAT, "version": _MANIFEST_VERSION}
+        self._write(self._manifest_path(), json.dumps(body, sort_keys=True).encode("utf-8"))
+
+    # ------------------------------------------------------------------ placements
+    def _placement_path(self, from_batch: int) -> str:
+        return f"{self.path}/placements/{from_batch:012d}.json"
+
+    def save_placement(self, from_batch: int, strategy: Partitioner | None,
+                       partitions: int) -> None:
+        """Record the placement in force from ``from_batch`` (``None``: input partitions)."""
+        body = {"partitions": int(partitions),
+                "strategy": None if strategy is None else strategy.to_dict()}
+        self._write(self._placement_path(from_batch), json.dumps(body).encode("utf-8"))
+
+    def load_placement(self, from_batch: int) -> tuple[Partitioner | None, int]:
+        """The placement recorded for ``from_batch``: (strategy or None, partition count)."""
+        path = self._placement_path(from_batch)
+        data = self._read(path)
+        if data is None:
+            raise StateCorruptError(f"{path} is missing; the manifest lists it")
+        try:
+            body = json.loads(data.decode("utf-8"))
+            strategy = None if body["strategy"] is None else Partitioner.from_dict(body["strategy"])
+            partitions = int(body["partitions"])
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+            raise StateCorruptError(f"{path} is not a placement record ({err})") from None
+        if partitions < 1:
+            raise StateCorruptError(f"{path} has partitions={partitions}")
+        return strategy, partitions
+
+    def placement_at(self, batch: int) -> tuple[Partitioner | None, int]:
+        """The placement that was in force at ``batch`` (per the manifest's history)."""
+        manifest = self.read_manifest()
+        starts = [] if manifest is None else sorted(manifest.get("placements", []))
+        before = [s for s in starts if s <= batch]
+        if not before:
+            raise StateCorruptError(f"no placement recorded under {self.path} for batch {batch}")
+        return self.load_placement(before[-1])
+
+    # ------------------------------------------------------------------ swap plans
+    def _swap_dir(self, batch: int) -> str:
+        return f"{self.path}/swaps/{batch:012d}"
+
+    def save_plan(self, batch: int, plan: dict[str, Any], moves: Any) -> None:
+        """Write a swap plan: the moves table first, the plan (which makes it exist) last."""
+        self._write(f"{self._swap_dir(batch)}/moves{_SUFFIX}", write_table(moves, _MOVES_KIND))
+        self._write(f"{self._swap_dir(batch)}/plan.json",
+                    json.dumps(plan, sort_keys=True).encode("utf-8"))
+
+    def load_plan(self, batch: int) -> dict[str, Any] | None:
+        """The swap plan of ``batch`` (None when that batch swapped nothing)."""
+        path = f"{self._swap_dir(batch)}/plan.json"
+        data = self._read(path)
+        if data is None:
+            return None
+        try:
+            plan = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise StateCorruptError(f"{path} is not a swap plan") from None
+        if not isinstance(plan, dict) or plan.get("batch_id") != batch:
+            raise StateCorruptError(f"{path} is not the swap plan of batch {batch}")
+        return plan
+
+    def load_moves(self, batch: int) -> Any:
+        """The moves table (key, from, to) of ``batch``'s plan."""
+        path = f"{self._swap_dir(batch)}/moves{_SUFFIX}"
+        data = self._read(path)
+        if data is None:
+            raise StateCorruptError(f"{path} is missing; batch {batch}'s plan needs it")
+        return read_table(data, _MOVES_KIND, path)
+
+    def segment_path(self, batch: int, source: int, destination: int) -> str:
+        return f"{self._swap_dir(batch)}/segment-{source:05d}-{destination:05d}{_SUFFIX}"
+
+    def save_segment(self, batch: int, source: int, destination: int, table: Any) -> int:
+        """Write the moved keys' state from ``source`` to ``destination``; returns bytes."""
+        data = write_table(table, STATE_KIND)
+        self._write(self.segment_path(batch, source, destination), data)
+        return len(data)
+
+    def load_segment(self, batch: int, source: int, destination: int) -> Any:
+        path = self.segment_path(batch, source, destination)
+        data = self._read(path)
+        if data is None:
+            raise StateCorruptError(f"{path} is missing; batch {batch}'s swap needs it")
+        return read_table(data, STATE_KIND, path)
+
+    def swap_batches(self) -> list[int]:
+        """Batches with a swap directory, ascending."""
+        from pyarrow import fs
+
+        out = []
+        for info in self._list(f"{self.path}/swaps"):
+            if info.type == fs.FileType.Directory and info.base_name.isdigit():
+                out.append(int(info.base_name))
+        return sorted(out)
+
+    # ------------------------------------------------------------------ upkeep
+    def prune(self, partitions: int, newest: int, keep_from: int | None = None,
+              listed: Sequence[Sequence[int]] | None = None) -> None:
+        """Delete versions beyond the newest ``keep_versions`` up to ``newest``.
+
+        ``keep_from``: versions at or above it are always kept (what a replay of the newest
+        batch reads). ``listed``: each partition's :meth:`versions`, when just read.
+        """
+        for p in range(partitions):
+            versions = self.versions(p) if listed is None else list(listed[p])
+            old = [v for v in versions if v <= newest][: -self.keep_versions]
+            for v in old:
+                if keep_from is not None and v >= keep_from:
+                    continue
+                self._delete(self.version_path(p, v))
+        if keep_from is not None:
+            for batch in self.swap_batches():
+                if batch < keep_from:
+                    self._delete_dir(self._swap_dir(batch))
+
+    def _delete(self, path: str) -> None:
+        try:
+            self.fs.delete_file(path)
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            raise StateStoreError(f"cannot delete {path} ({type(err).__name__}: {err})") from None
+
+    def _delete_dir(self, path: str) -> None:
+        try:
+            self.fs.delete_dir(path)
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            raise StateStoreError(f"cannot delete {path} ({type(err).__name__}: {err})") from None
+
+    def has_version(self, version: int, partitions: int) -> bool:
+        """Whether every partition ``0..partitions-1`` has state ``version``."""
+        return all(version in self.versions(p) for p in range(partitions))
+
+    # ------------------------------------------------------------------ legacy placement
+    def save_strategy(self, strategy: Partitioner) -> None:
+        write_strategy(self.fs, f"{self.path}/strategy.json", strategy)
+
+    def load_strategy(self) -> Partitioner | None:
+        return read_strategy(self.fs, f"{self.path}/strategy.json")
+
+    # ------------------------------------------------------------------ measurements
     def counters(self) -> dict[str, int]:
-        """Rows, late and partition-late rows summed over every partition's newest state."""
+        """Rows, late and partition-late rows summed over the newest committed version."""
         total = {"rows": 0, "late": 0, "late_partition": 0}
-        for p in self.partitions():
-            data = self.latest(p)
-            if data is None:
-                continue
-            state = pickle.loads(data)
-            for name in total:
-                total[name] += int(getattr(state.counters, name))
+        manifest = self.read_manifest()
+        if manifest is None or not manifest.get("committed"):
+            return total
+        version, partitions = self._committed_layout(None)
+        for p in range(partitions):
+            meta = self.load_table(p, version).schema.metadata or {}
+            try:
+                counters = json.loads(meta.get(b"trilink.counters", b"{}"))
+                for name in total:
+                    total[name] += int(counters.get(name, 0))
+            except (ValueError, TypeError, AttributeError):
+                raise StateCorruptError(
+                    f"{self.version_path(p, version)} has malformed counters") from None
         return total
 
     def state_bytes(self) -> int:
-        """Total size of every partition's newest state (for state-cost measurements)."""
-        return sum(len(self.latest(p) or b"") for p in self.partitions())
+        """Total size of the newest committed version's files (for state-cost measurements)."""
+        manifest = self.read_manifest()
+        if manifest is None or not manifest.get("committed"):
+            return sum(len(self.latest(p) or b"") for p in self.partitions())
+        version, partitions = self._committed_layout(None)
+        return sum(len(self.load(p, version) or b"") for p in range(partitions))
 
 
 class StatefulBatchFunction:
@@ -198,13 +494,23 @@ class StatefulBatchFunction:
         self.store = store
         self.options = options
 
-    def _complete(self, out: Any, batch_id: int, partitions: int) -> None:
+    def _ensure_written(self, out: Any, batch_id: int, partitions: int) -> list[list[int]]:
         """After ``func``: make sure every partition wrote state ``batch_id`` (computing ``out``
-        once more, to a no-op sink, if ``func`` did not), then prune old versions."""
+        once more, to a no-op sink, if ``func`` did not). Returns each partition's versions."""
         listed = [self.store.versions(p) for p in range(partitions)]  # one listing each
         if not all(batch_id in versions for versions in listed):
             logger.info("batch %d: output not computed by func; computing it for the state",
                         batch_id)
             out.write.format("noop").mode("overwrite").save()
-            listed = [sorted({*versions, batch_id}) for versions in listed]
-        self.store.prune(partitions, batch_id, listed)
+            listed = [self.store.versions(p) for p in range(partitions)]
+            missing = [p for p, versions in enumerate(listed) if batch_id not in versions]
+            if missing:
+                raise StateStoreError(
+                    f"partitions {missing[:10]} wrote no state version {batch_id} under "
+                    f"{self.store.path}")
+        return listed
+
+    def _complete(self, out: Any, batch_id: int, partitions: int) -> None:
+        """:meth:`_ensure_written`, then prune old versions."""
+        listed = self._ensure_written(out, batch_id, partitions)
+        self.store.prune(partitions, batch_id, listed=listed)

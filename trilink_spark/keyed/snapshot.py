@@ -1,0 +1,342 @@
+"""A keyed partition's state as an Arrow table with one row per key: no pickle, split by key.
+
+Columns of a state table (every one but ``key`` optional when empty):
+
+- ``key``: the key, in the key column's Arrow type;
+- ``high``: the key's highest event time (its watermark is ``high - delay``);
+- ``seen``: the partition's newest event time when the key last sent (the idle rule);
+- ``rows``: rows the key sent so far (a load measure for rebalancing);
+- ``timers``: the key's registered timers, ``list<int64>``;
+- ``values``: the processor's per-key values: a struct of the declared ``state_schema``, or a
+  JSON object when the processor declares none;
+- ``shared:<name>``: a vectorised processor's keyed table ``runtime.shared[name]`` (a pandas
+  DataFrame whose first index level is the key), as ``list<struct>`` per key: one element per
+  row of that key (for :class:`~trilink_spark.KeyedWindowAggregate`, one per open window).
+
+Partition-wide values stay with their partition, in the schema metadata: the newest event
+time, the counters and the non-table entries of ``runtime.shared`` (as JSON).
+
+Because every per-key fact is in the key's row, moving keys between partitions is a filter
+and a concatenation (:func:`split_out`, :func:`merge_in`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import StateCorruptError, StateTypeError
+
+__all__ = ["PartitionState", "encode_state", "decode_state", "decode_keys", "split_out", "merge_in",
+           "check_value", "KEY_FIELD"]
+
+KEY_FIELD = "key"
+_SHARED = "shared:"
+_META_HIGH = b"trilink.partition_high"
+_META_COUNTERS = b"trilink.counters"
+_META_SHARED = b"trilink.shared"
+_META_TABLES = b"trilink.shared_tables"
+
+
+@dataclass
+class PartitionState:
+    """The plain fields of one partition's keyed runtime."""
+
+    key_high: dict[Hashable, float] = field(default_factory=dict)
+    last_seen: dict[Hashable, float] = field(default_factory=dict)
+    key_rows: dict[Hashable, int] = field(default_factory=dict)
+    values: dict[Hashable, dict[str, Any]] = field(default_factory=dict)
+    timers: list[tuple[Hashable, int]] = field(default_factory=list)
+    partition_high: float = -math.inf
+    counters: dict[str, int] = field(default_factory=dict)
+    shared: dict[str, Any] = field(default_factory=dict)
+
+
+def _object_array(items: Sequence[Any]) -> np.ndarray[Any, Any]:
+    out = np.empty(len(items), dtype=object)
+    for i, item in enumerate(items):
+        out[i] = item
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """JSON fallback for numpy scalars and arrays (anything else is refused)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON-representable")
+
+
+def _json(value: Any, what: str) -> str:
+    try:
+        return json.dumps(value, default=_plain, allow_nan=True)
+    except (TypeError, ValueError) as err:
+        raise StateTypeError(
+            f"{what} cannot be stored: {err}. Without a state_schema, state values must be "
+            "JSON-representable (None, bool, int, float, str, lists and str-keyed dicts); "
+            "declare state_schema = '<Spark DDL>' on the processor for typed columns"
+        ) from None
+
+
+def check_value(name: str, value: Any, fields: dict[str, Any] | None, key: Hashable) -> None:
+    """Refuse a value that the declared ``state_schema`` cannot hold (O(size of value)).
+
+    Raises
+    ------
+    StateTypeError
+        ``name`` is not a declared field, or ``value`` does not convert to its type.
+    """
+    if fields is None:
+        return
+    import pyarrow as pa
+
+    if name not in fields:
+        raise StateTypeError(
+            f"state value {name!r} of key {key!r} is not declared in the processor's "
+            f"state_schema (declared: {', '.join(fields)})")
+    try:
+        pa.scalar(value, type=fields[name], from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as err:
+        raise StateTypeError(
+            f"state value {name!r} of key {key!r} is {value!r} ({type(value).__name__}), which "
+            f"does not fit its declared type {fields[name]} ({err})") from None
+
+
+def _key_array(keys: list[Hashable], key_type: Any) -> Any:
+    import pyarrow as pa
+
+    try:
+        arr = pa.array(_object_array(keys), from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as err:
+        raise StateTypeError(f"keys cannot be stored as Arrow ({err})") from None
+    if key_type is not None and arr.type != key_type:
+        try:
+            arr = arr.cast(key_type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            pass  # keep the inferred type: exact for the round trip
+    return arr
+
+
+def _keyed_tables(shared: dict[str, Any]) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
+    tables = {k: v for k, v in shared.items() if isinstance(v, pd.DataFrame)}
+    rest = {k: v for k, v in shared.items() if not isinstance(v, pd.DataFrame)}
+    return tables, rest
+
+
+def encode_state(state: PartitionState, key_type: Any = None,
+                 value_type: Any = None) -> Any:
+    """The partition's state as an Arrow table (module docs).
+
+    Parameters
+    ----------
+    state : PartitionState
+    key_type : pyarrow.DataType, optional
+        The key column's type (default: inferred from the keys).
+    value_type : pyarrow.StructType, optional
+        The processor's declared ``state_schema``; without it values are stored as JSON.
+
+    Raises
+    ------
+    StateTypeError
+        A value does not fit ``value_type``, or (without one) is not JSON-representable.
+
+    Notes
+    -----
+    Cost: O(keys + timers + shared rows); one Python step per key for its values and timers,
+    vectorised for the shared tables.
+    """
+    import pyarrow as pa
+
+    tables, rest = _keyed_tables(state.shared)
+    order: dict[Hashable, None] = dict.fromkeys(state.key_high)
+    order.update(dict.fromkeys(state.last_seen))
+    order.update(dict.fromkeys(state.values))
+    by_key: dict[Hashable, list[int]] = {}
+    for key, ts in state.timers:
+        by_key.setdefault(key, []).append(int(ts))
+    order.update(dict.fromkeys(by_key))
+    for table in tables.values():
+        if len(table):
+            order.update(dict.fromkeys(table.index.get_level_values(0).tolist()))
+    keys = list(order)
+    columns: dict[str, Any] = {KEY_FIELD: _key_array(keys, key_type)}
+    columns["high"] = pa.array([state.key_high.get(k) for k in keys], pa.float64())
+    columns["seen"] = pa.array([state.last_seen.get(k) for k in keys], pa.float64())
+    columns["rows"] = pa.array([state.key_rows.get(k, 0) for k in keys], pa.int64())
+    columns["timers"] = pa.array([sorted(by_key.get(k, [])) for k in keys],
+                                 pa.list_(pa.int64()))
+    if value_type is not None:
+        try:
+            columns["values"] = pa.array([state.values.get(k) for k in keys], value_type,
+                                         from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as err:
+            raise StateTypeError(
+                f"state values do not fit the declared state_schema {value_type} ({err})"
+            ) from None
+    else:
+        columns["values"] = pa.array(
+            [None if k not in state.values else _json(state.values[k], f"state of key {k!r}")
+             for k in keys], pa.string())
+    table_meta: dict[str, Any] = {}
+    if tables:
+        index = pd.Index(_object_array(keys))
+        for name, frame in tables.items():
+            levels = list(frame.index.names)
+            flat = frame.reset_index()
+            level0 = flat.columns[0]
+            codes = index.get_indexer(flat[level0])
+            body = flat.drop(columns=[level0])
+            sort = np.argsort(codes, kind="stable")
+            counts = np.bincount(codes, minlength=len(keys)) if len(codes) else np.zeros(
+                len(keys), dtype=np.int64)
+            offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int32)
+            struct = pa.Table.from_pandas(body.iloc[sort], preserve_index=False)
+            values = pa.StructArray.from_arrays([c.combine_chunks() for c in struct.columns],
+                                                names=struct.column_names) \
+                if struct.num_columns else pa.array([{}] * len(body), pa.struct([]))
+            columns[_SHARED + name] = pa.ListArray.from_arrays(pa.array(offsets), values)
+            table_meta[name] = {"levels": [None if n is None else str(n) for n in levels]}
+    metadata = {
+        _META_HIGH: json.dumps(state.partition_high).encode(),
+        _META_COUNTERS: json.dumps(state.counters).encode(),
+        _META_SHARED: _json(rest, "partition-wide shared state").encode(),
+        _META_TABLES: json.dumps(table_meta).encode(),
+    }
+    return pa.table(columns).replace_schema_metadata(metadata)
+
+
+def _meta(table: Any, name: bytes, where: str, default: Any) -> Any:
+    raw = (table.schema.metadata or {}).get(name)
+    if raw is None:
+        return default
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise StateCorruptError(f"{where}: malformed {name.decode()} metadata") from None
+
+
+def decode_keys(column: Any) -> list[Hashable]:
+    """Keys as the runtime sees them (the path Arrow -> pandas -> Python scalars)."""
+    values = column.to_pandas()
+    out: list[Hashable] = pd.Index(values).tolist() if len(values) else []
+    return out
+
+
+def decode_state(table: Any, where: str = "state") -> PartitionState:
+    """The inverse of :func:`encode_state`.
+
+    Raises
+    ------
+    StateCorruptError
+        A column is missing or has the wrong type, or metadata is malformed.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = set(table.column_names)
+    required = {KEY_FIELD, "high", "seen", "rows", "timers", "values"}
+    if not required <= names:
+        raise StateCorruptError(
+            f"{where} lacks state column(s) {sorted(required - names)}; it is not a keyed state")
+    try:
+        keys = decode_keys(table.column(KEY_FIELD))
+        high = table.column("high").to_pylist()
+        seen = table.column("seen").to_pylist()
+        rows = table.column("rows").to_pylist()
+        timers = table.column("timers").to_pylist()
+        values_col = table.column("values")
+        if pa.types.is_string(values_col.type) or pa.types.is_large_string(values_col.type):
+            values = [None if v is None else json.loads(v) for v in values_col.to_pylist()]
+        else:
+            values = [None if v is None else {n: x for n, x in v.items() if x is not None}
+                      for v in values_col.to_pylist()]
+    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError) as err:
+        raise StateCorruptError(f"{where} has malformed state columns ({err})") from None
+    state = PartitionState()
+    for i, key in enumerate(keys):
+        if high[i] is not None:
+            state.key_high[key] = float(high[i])
+        if seen[i] is not None:
+            state.last_seen[key] = float(seen[i])
+        if rows[i]:
+            state.key_rows[key] = int(rows[i])
+        value = values[i]
+        if value:
+            if not isinstance(value, dict):
+                raise StateCorruptError(f"{where}: values of key {key!r} are not an object")
+            state.values[key] = value
+        for ts in timers[i] or ():
+            state.timers.append((key, int(ts)))
+    state.partition_high = float(_meta(table, _META_HIGH, where, -math.inf))
+    counters = _meta(table, _META_COUNTERS, where, {})
+    shared = _meta(table, _META_SHARED, where, {})
+    if not isinstance(counters, dict) or not isinstance(shared, dict):
+        raise StateCorruptError(f"{where}: malformed counters or shared metadata")
+    state.counters = {str(k): int(v) for k, v in counters.items()}
+    state.shared = shared
+    key_objects = _object_array(keys)
+    for name, info in _meta(table, _META_TABLES, where, {}).items():
+        column = _SHARED + name
+        if column not in names:
+            raise StateCorruptError(f"{where} lacks the column of shared table {name!r}")
+        chunked = table.column(column)
+        lists = chunked.combine_chunks() if chunked.num_chunks != 1 else chunked.chunk(0)
+        parents = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
+        flat = pc.list_flatten(lists)
+        body = pa.Table.from_arrays(flat.flatten(), names=[f.name for f in flat.type]) \
+            .to_pandas() if flat.type.num_fields else pd.DataFrame(index=range(len(flat)))
+        levels = info.get("levels") or [None]
+        arrays = [key_objects[parents]] + [body.pop(level).to_numpy() for level in levels[1:]]
+        body.index = pd.MultiIndex.from_arrays(arrays, names=levels) if len(arrays) > 1 \
+            else pd.Index(arrays[0], name=levels[0])
+        state.shared[name] = body
+    return state
+
+
+def split_out(table: Any, keys: Any) -> tuple[Any, Any]:
+    """``table`` without the rows of ``keys`` and those rows (O(rows), vectorised)."""
+    import pyarrow.compute as pc
+
+    if len(keys) == 0:
+        return table, table.slice(0, 0)
+    member = pc.is_in(table.column(KEY_FIELD), value_set=keys.cast(table.schema.field(
+        KEY_FIELD).type) if keys.type != table.schema.field(KEY_FIELD).type else keys)
+    member = pc.fill_null(member, False)
+    return table.filter(pc.invert(member)), table.filter(member)
+
+
+def merge_in(own: Any | None, incoming: Sequence[Any]) -> Any | None:
+    """A partition's table after a swap: its own rows plus the incoming keys' rows.
+
+    Partition-wide values are the destination's own (a partition added by the rescale starts
+    with none); its newest event time is raised to cover the incoming keys, so the moved keys'
+    watermarks and idle clocks stay below it. Missing columns are filled with nulls.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    parts = ([own] if own is not None else []) + [t for t in incoming if t.num_rows]
+    if not parts:
+        return own
+    metadata = dict((own.schema.metadata or {}) if own is not None else {})
+    merged = pa.concat_tables([p.replace_schema_metadata(None) for p in parts],
+                              promote_options="permissive")
+    high = float(json.loads(metadata.get(_META_HIGH, b"-Infinity")))
+    for table in incoming:
+        for name in ("high", "seen"):
+            peak = pc.max(table.column(name)).as_py() if table.num_rows else None
+            if peak is not None:
+                high = max(high, float(peak))
+    metadata[_META_HIGH] = json.dumps(high).encode()
+    tables: dict[str, Any] = {}
+    for table in parts:
+        tables.update(_meta(table, _META_TABLES, "segment", {}))
+    metadata[_META_TABLES] = json.dumps(tables).encode()
+    metadata.setdefault(_META_COUNTERS, b"{}")
+    metadata.setdefault(_META_SHARED, b"{}")
+    return merged.replace_schema_metadata(metadata)

@@ -1,0 +1,266 @@
+"""Barrier-synchronised keyed-state swaps: decide once, move only the keys that change.
+
+A ``foreachBatch`` boundary is an aligned barrier: every task of batch ``b - 1`` has finished
+before batch ``b`` starts (the Sync instruction of the Trilink paper, §4.2.3, on Spark's own
+barrier). A swap requested while the query runs takes effect at the next boundary:
+
+1. The driver decides the new placement and which stored keys change partition, and writes an
+   immutable plan (``swaps/<b>/plan.json`` and the moved keys, ``moves.state``) before any task
+   of batch ``b`` runs. A replayed batch finds the plan and never decides again.
+2. One small Spark job cuts the moved keys' state out of their old partitions' version
+   ``b - 1`` into per-(source, destination) segments: only moved keys' state is written.
+3. Each task of batch ``b`` starts from its own state minus its outgoing keys, plus its
+   incoming segments, and writes version ``b`` as usual.
+
+``"sync"`` moves every key at once; ``"fluid"`` moves at most ``max_keys_per_batch`` keys per
+batch, heaviest first, placing with the old strategy plus an overlay of the keys already moved
+(as Megaphone migrates in bins), until done.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..partitioners import Partitioner, TablePartitioner
+from ..partitioners.block import BlockPartitioner
+from ..partitioners.overlay import OverlayPartitioner
+from ..partitioners.refit import rebalance_minimal
+from ..state.store import KEY_FIELD, KeyedStateStore
+from .snapshot import decode_keys
+
+__all__ = ["SwapReport", "SwapRequest", "SWAP_MODES", "REFITS", "plan_swap", "write_segments"]
+
+logger = logging.getLogger(__name__)
+
+SWAP_MODES = ("sync", "fluid")
+REFITS = ("minimal", "none")
+
+
+@dataclass(frozen=True)
+class SwapReport:
+    """What one swap batch did.
+
+    Attributes
+    ----------
+    batch_id : int
+    mode : str
+        ``"sync"`` or ``"fluid"``.
+    partitions_before, partitions_after : int
+    keys_total : int
+        Keys with state before the batch.
+    moved_keys : int
+        Keys whose state changed partition in this batch.
+    moved_bytes : int
+        Bytes of the segments written for them (Arrow IPC).
+    complete : bool
+        Whether the placement reached its target (a fluid swap takes several batches).
+    seconds : float
+        Wall time of the swap batch on the driver: plan, segments and the batch itself.
+    """
+
+    batch_id: int
+    mode: str
+    partitions_before: int
+    partitions_after: int
+    keys_total: int
+    moved_keys: int
+    moved_bytes: int
+    complete: bool
+    seconds: float
+
+
+@dataclass(frozen=True)
+class SwapRequest:
+    """A swap asked for with ``run.request_swap(...)``, applied at the next batch."""
+
+    strategy: Partitioner | None
+    num_partitions: int | None
+    refit: str
+    mode: str
+    max_keys_per_batch: int | None
+
+    @staticmethod
+    def checked(strategy: Any, num_partitions: Any, refit: Any, mode: Any,
+                max_keys_per_batch: Any) -> SwapRequest:
+        """Validate the arguments of ``request_swap``."""
+        if strategy is not None and not isinstance(strategy, (str, Partitioner)):
+            raise InvalidArgumentTypeError(
+                f"strategy must be a strategy name, a Partitioner or None, got "
+                f"{type(strategy).__name__}")
+        if isinstance(strategy, OverlayPartitioner):
+            raise InvalidArgumentError("an overlay placement is internal to fluid swaps")
+        if num_partitions is not None and (isinstance(num_partitions, bool)
+                                           or not isinstance(num_partitions, int)
+                                           or num_partitions < 1):
+            raise InvalidArgumentError(
+                f"num_partitions must be an int >= 1 or None, got {num_partitions!r}")
+        if refit not in REFITS:
+            raise InvalidArgumentError(f"refit must be one of {REFITS}, got {refit!r}")
+        if mode not in SWAP_MODES:
+            raise InvalidArgumentError(f"mode must be one of {SWAP_MODES}, got {mode!r}")
+        if max_keys_per_batch is not None and (isinstance(max_keys_per_batch, bool)
+                                               or not isinstance(max_keys_per_batch, int)
+                                               or max_keys_per_batch < 1):
+            raise InvalidArgumentError(
+                f"max_keys_per_batch must be an int >= 1 or None, got {max_keys_per_batch!r}")
+        if mode == "fluid" and max_keys_per_batch is None:
+            raise InvalidArgumentError("mode='fluid' needs max_keys_per_batch")
+        if strategy is None and num_partitions is None and refit == "none":
+            raise InvalidArgumentError(
+                "request_swap needs a strategy, a num_partitions or refit='minimal'")
+        if isinstance(strategy, str):
+            from ..partitioners.catalogue import build
+
+            strategy = build(strategy, num_partitions or 1) if num_partitions else \
+                _named(strategy)
+        if (strategy is not None and num_partitions is not None
+                and strategy.num_partitions != num_partitions):
+            raise InvalidArgumentError(
+                f"strategy has {strategy.num_partitions} partitions but num_partitions="
+                f"{num_partitions}; give one or make them agree")
+        return SwapRequest(strategy, num_partitions, refit, mode, max_keys_per_batch)
+
+
+def _named(name: str) -> Partitioner:
+    """A strategy by name whose partition count is filled in at the swap."""
+    from ..partitioners.base import strategy_class
+
+    cls = strategy_class(name)
+    return cls(1)
+
+
+def _counts(keys: list[Any], rows: Any) -> dict[Any, int]:
+    return {k: max(int(r), 1) for k, r in zip(keys, rows)}
+
+
+def _target(current: Partitioner, request: SwapRequest, keys: list[Any],
+            rows: Any) -> Partitioner:
+    """The placement a request aims at, from the current one and the stored keys' loads."""
+    n = request.num_partitions or (request.strategy.num_partitions
+                                   if request.strategy is not None and
+                                   request.strategy.num_partitions > 1
+                                   else current.num_partitions)
+    counts = _counts(keys, rows)
+    base = request.strategy
+    if base is not None and base.num_partitions != n:
+        base = Partitioner.from_dict({**base.fresh().to_dict(), "num_partitions": n})
+    if request.refit == "minimal":
+        start = base if base is not None else current
+        if isinstance(start, (TablePartitioner, BlockPartitioner)) or not start.is_stateful:
+            return rebalance_minimal(start, counts, num_partitions=n)
+        return start
+    if base is None:  # refit="none", only a new partition count: same kind, re-made
+        data = current.fresh().to_dict()
+        data["num_partitions"] = n
+        if isinstance(current, BlockPartitioner):
+            data.pop("table", None)
+        base = Partitioner.from_dict(data)
+    if isinstance(base, TablePartitioner) and not len(base):
+        base.fit(counts)
+    return base
+
+
+def plan_swap(store: KeyedStateStore, batch_id: int, prev: int, current: Partitioner,
+              request: SwapRequest, target: Partitioner | None = None
+              ) -> tuple[dict[str, Any], Any, Partitioner]:
+    """Decide a swap for ``batch_id`` from the state of version ``prev``.
+
+    Returns the plan (JSON), the moves table (key, from, to) and the placement of the batch.
+    ``target``: the aim of a fluid swap already under way.
+
+    Notes
+    -----
+    Cost: reads the keys of every partition's version ``prev`` (O(keys)), then vectorised
+    placement of those keys (``assign``).
+    """
+    import pyarrow as pa
+
+    keys_table = store.key_table(prev, extra=("rows",))
+    key_col = keys_table.column(KEY_FIELD)
+    stored_in = keys_table.column("partition").to_numpy()
+    keys = decode_keys(key_col)
+    rows = keys_table.column("rows").to_numpy()
+    base = current.base if isinstance(current, OverlayPartitioner) else current
+    overrides = dict(current.overrides) if isinstance(current, OverlayPartitioner) else {}
+    if target is None:
+        target = _target(base, request, keys, rows)
+    wanted = np.asarray(target.assign(keys), dtype=np.int64) if keys else np.zeros(0, np.int64)
+    moving = np.flatnonzero(wanted != stored_in)
+    complete = True
+    if request.mode == "fluid" and request.max_keys_per_batch is not None \
+            and len(moving) > request.max_keys_per_batch:
+        heaviest = np.argsort(-rows[moving], kind="stable")[: request.max_keys_per_batch]
+        moving = np.sort(moving[heaviest])
+        complete = False
+    if complete:
+        placement: Partitioner = target
+    else:
+        moved: list[Any] = [keys[i] for i in moving.tolist()]
+        overrides.update(zip(moved, wanted[moving].tolist()))
+        # removed partitions stay until every key has left them
+        placement = OverlayPartitioner(
+            base, overrides, num_partitions=max(base.num_partitions, target.num_partitions))
+    moves = pa.table({KEY_FIELD: key_col.take(pa.array(moving)),
+                      "from": pa.array(stored_in[moving], pa.int32()),
+                      "to": pa.array(wanted[moving], pa.int32())})
+    plan = {
+        "batch_id": batch_id, "prev": prev, "mode": request.mode,
+        "partitions_before": current.num_partitions,
+        "partitions_after": placement.num_partitions,
+        "keys_total": len(keys), "moved_keys": int(len(moving)), "complete": complete,
+        "placement": placement.to_dict(), "target": target.to_dict(),
+        "max_keys_per_batch": request.max_keys_per_batch, "refit": request.refit,
+    }
+    return plan, moves, placement
+
+
+def write_segments(spark: Any, store: KeyedStateStore, batch_id: int, prev: int,
+                   moves: Any) -> int:
+    """Cut the moved keys' state out of version ``prev`` into per-(source, destination)
+    segments, with one Spark task per source partition; returns the bytes written.
+
+    Idempotent: a replay rewrites the same segments from the same inputs.
+    """
+    if moves.num_rows == 0:
+        return 0
+    sources = sorted(set(moves.column("from").to_pylist()))
+    fn = _segment_function(store, batch_id, prev, sources)
+    ids = spark.range(0, len(sources), 1, len(sources))
+    written = ids.mapInArrow(fn, "source int, bytes long").collect()
+    total = int(sum(int(r["bytes"]) for r in written))
+    logger.info("batch %d: %d keys moved from %d partitions, %d bytes of segments", batch_id,
+                moves.num_rows, len(sources), total)
+    return total
+
+
+def _segment_function(store: KeyedStateStore, batch_id: int, prev: int,
+                      sources: list[int]) -> Any:
+    def run(batches: Any) -> Any:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from .snapshot import split_out
+
+        moves = store.load_moves(batch_id)
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                source = sources[int(i)]
+                mine = moves.filter(pc.equal(moves.column("from"), source))
+                table = store.load_table(source, prev)
+                _, leaving = split_out(table, mine.column(KEY_FIELD).combine_chunks())
+                total = 0
+                for dest in sorted(set(mine.column("to").to_pylist())):
+                    keys = mine.filter(pc.equal(mine.column("to"), dest)).column(KEY_FIELD)
+                    _, rows = split_out(leaving, keys.combine_chunks())
+                    rows = rows.replace_schema_metadata(table.schema.metadata)
+                    total += store.save_segment(batch_id, source, int(dest), rows)
+                yield pa.RecordBatch.from_pydict({"source": [source], "bytes": [total]},
+                                                 schema=pa.schema([("source", pa.int32()),
+                                                                   ("bytes", pa.int64())]))
+
+    return run
