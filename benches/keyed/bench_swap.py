@@ -289,9 +289,12 @@ def run_spark(spark: Any, files: list[Path], work: Path) -> dict[str, Any]:
 
 
 def main() -> None:
+    global ROWS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, default=KEYS)
+    parser.add_argument("--rows", type=int, default=ROWS, help="rows per steady batch")
     args = parser.parse_args()
+    ROWS = args.rows
     spark = tl.get_session("local[2]", shuffle_partitions=4,
                            extra_conf={"spark.driver.memory": "3g"})
     root = Path(tempfile.mkdtemp(prefix="tl-swap-"))
@@ -332,7 +335,7 @@ def main() -> None:
     import pyspark
 
     print(write_json("swap", {
-        "keys": args.keys, "rows_per_steady_batch": ROWS, "steady_batches": STEADY,
+        "keys": args.keys, "rows_per_steady_batch": ROWS, "argv": sys.argv[1:], "steady_batches": STEADY,
         "partitions": [4, 8], "pyspark": pyspark.__version__,
         "bench_seconds": time.perf_counter() - started, "targets": targets, **results}))
     print(targets)

@@ -8,7 +8,8 @@
    table, and with 4096 blocks and a minimal refit, against the lower bound
    ``|n' - n| / max(n, n')``.
 4. Time of ``rebalance_minimal`` at 10^3, 10^4 and 10^5 units on 8 partitions: blocks with
-   log-normal loads from a random table, and keys from hash (that path also hashes the keys
+   log-normal loads from a random table (balancing, and a rescale to 9 that fills the new
+   partition), and keys from hash (that path also hashes the keys
    and builds the LeastCount table), beside a fresh LeastCount fit of the same keys.
 
 Run: ``python benches/partitioners/bench_refit.py`` (writes benches/results/refit.json).
@@ -136,6 +137,10 @@ def scaling() -> dict:
                                  rng.integers(0, SCALING_PARTITIONS, units))
         seconds = median_time(lambda: rebalance_minimal(start, w, unit="block"), repeat=5)
         result = rebalance_minimal(start, w, unit="block")
+        grow = SCALING_PARTITIONS + 1  # a rescale: the new partition is filled from the others
+        grow_seconds = median_time(
+            lambda: rebalance_minimal(start, w, num_partitions=grow, unit="block"), repeat=5)
+        grown = rebalance_minimal(start, w, num_partitions=grow, unit="block")
         sc = make_scenario("skewed_records", 10 * units, units, seed=0)
         counts = sc.as_mapping()
         hash_start = tl.HashPartitioner(SCALING_PARTITIONS)
@@ -148,13 +153,20 @@ def scaling() -> dict:
             "blocks_moved": int(moved_units(start, result).sum()),
             "balance_before": tl.balance_degree(np.bincount(start.table, w, SCALING_PARTITIONS)),
             "balance_after": tl.balance_degree(np.bincount(result.table, w, SCALING_PARTITIONS)),
+            "rescale_seconds": grow_seconds,
+            "rescale_us_per_unit_log_unit": grow_seconds / (units * math.log2(units)) * 1e6,
+            "rescale_blocks_moved": int(moved_units(start, grown.with_table(grown.table)).sum()),
+            "rescale_balance_after": tl.balance_degree(np.bincount(grown.table, w, grow)),
             "keys_from_hash": len(counts),
             "keys_from_hash_seconds": key_seconds,
             "fresh_least_count_seconds": fresh_seconds,
         }
         print(f"{units:>7} units: blocks {seconds * 1000:7.1f} ms "
               f"({out[str(units)]['block_units_us_per_unit_log_unit']:.3f} us per u log2 u, "
-              f"{out[str(units)]['blocks_moved']} moved); {len(counts)} keys from hash "
+              f"{out[str(units)]['blocks_moved']} moved); rescale to {grow}: "
+              f"{grow_seconds * 1000:7.1f} ms ({out[str(units)]['rescale_blocks_moved']} moved, "
+              f"{out[str(units)]['rescale_us_per_unit_log_unit']:.3f} us per u log2 u); "
+              f"{len(counts)} keys from hash "
               f"{key_seconds * 1000:7.1f} ms (fresh LeastCount fit {fresh_seconds * 1000:.1f} ms)")
     return {"partitions": SCALING_PARTITIONS, "sizes": out}
 

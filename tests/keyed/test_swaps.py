@@ -360,3 +360,20 @@ def test_streaming_query_rescales_4_6_3_while_it_runs(spark: Any, tmp_path: Path
     assert len(ids) == 1
     assert progress == list(range(progress[0], progress[0] + len(progress)))
     assert [(r.partitions_before, r.partitions_after) for r in run.swaps] == [(4, 6), (6, 3)]
+
+
+def test_adaptive_switch_is_carried_out_as_a_swap(spark: Any, tmp_path: Path) -> None:
+    ap = tl.AdaptivePartitioner(4, mode="manual", sample_rate=1.0, min_sample=10, seed=3)
+    run = make_run(tmp_path, strategy=ap)
+    rng = np.random.default_rng(16)
+    total = run_batches(spark, run, range(2), rng, pd.Series(dtype=float))
+    assert run.swaps == []  # nothing switched yet
+    decision = ap.decide(force=True)  # an operator's decision between batches
+    assert decision.switched and ap.current_name != "hash", decision
+    run_batches(spark, run, range(2, 3), rng, total)
+    report = run.swaps[-1]
+    assert (report.partitions_before, report.partitions_after) == (4, 4) and report.complete
+    placement, _ = run.store.placement_at(2)
+    assert type(placement) is type(ap.current)
+    owners = run.owners()
+    assert {k: placement.partition(k) for k in owners} == owners

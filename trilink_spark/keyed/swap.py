@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from ..partitioners import Partitioner, TablePartitioner
+from ..partitioners import Partitioner, TablePartitioner, WeightPartitioner
 from ..partitioners.block import BlockPartitioner
 from ..partitioners.overlay import OverlayPartitioner
 from ..partitioners.refit import rebalance_minimal
@@ -151,9 +151,10 @@ def _target(current: Partitioner, request: SwapRequest, keys: list[Any],
         base = Partitioner.from_dict({**base.fresh().to_dict(), "num_partitions": n})
     if request.refit == "minimal":
         start = base if base is not None else current
-        if isinstance(start, (TablePartitioner, BlockPartitioner)) or not start.is_stateful:
-            return rebalance_minimal(start, counts, num_partitions=n)
-        return start
+        if isinstance(start, WeightPartitioner):  # unequal capacities: refit it whole
+            fresh = Partitioner.from_dict({**start.fresh().to_dict(), "num_partitions": n})
+            return fresh.fit(counts)
+        return rebalance_minimal(start, counts, num_partitions=n)
     if base is None:  # refit="none", only a new partition count: same kind, re-made
         data = current.fresh().to_dict()
         data["num_partitions"] = n

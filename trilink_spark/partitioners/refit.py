@@ -357,8 +357,8 @@ def rebalance_minimal(
     searches), plus hashing the keys of ``counts`` once (stateless and block strategies) and,
     for a table strategy, building the new table, O(u). Moves only units that balance or a
     removed partition needs: on 400 Zipf (s = 0.8) keys over 8 partitions placed by Spark's
-    hash it reaches 0.97 moving about 5 % of the keys, where a fresh LeastCount fit moves 88 %
-    (``benches/RESULTS.md``).
+    hash it reaches 0.97 moving about 4 % of the keys (at most 6 % over ten seeds), where a
+    fresh LeastCount fit moves 87 % (``benches/RESULTS.md``).
 
     Examples
     --------
