@@ -110,8 +110,6 @@ def test_declared_schema_refuses_values_that_do_not_fit() -> None:
             encode_state(_state(["a"], {"x": bad}), value_type=typed)
 
 
-@pytest.mark.xfail(strict=True, reason="a NaN in a typed float state column is stored as null "
-                   "and decoded as a missing value: get_state then returns the default")
 def test_typed_nan_state_value_survives() -> None:
     typed = pa.struct([("x", pa.float64())])
     back = decode_state(encode_state(_state(["a"], {"x": math.nan}), value_type=typed))
@@ -228,10 +226,6 @@ def _bad_tables() -> list[Any]:
     ]
 
 
-@pytest.mark.xfail(strict=True, reason="decode_state lets ValueError/TypeError/AttributeError "
-                   "escape for a tagged state table with a malformed column or metadata "
-                   "(float(high), int(timer), values.items(), partition_high null, counters, "
-                   "shared_tables not a dict)")
 @pytest.mark.parametrize("index", range(6), ids=["high-str", "timers-str", "values-int",
                                                    "high-null", "counters-str", "tables-list"])
 def test_malformed_state_table_is_state_corrupt_error(index: int) -> None:
@@ -314,17 +308,12 @@ def test_bad_request_swap_arguments_are_typed_errors(tmp_path: Path, kwargs: Any
     assert run.pending_swap is None
 
 
-@pytest.mark.xfail(strict=True, reason="request_swap('overlay') raises a raw TypeError from "
-                   "OverlayPartitioner.__init__ instead of InvalidArgumentError")
 def test_request_swap_to_overlay_by_name_is_refused(tmp_path: Path) -> None:
     run = tl.keyed_foreach_batch(lambda df, b: None, "k", "t", N(), 1.0, str(tmp_path / "s"))
     with pytest.raises(tl.InvalidArgumentError):
         run.request_swap("overlay")
 
 
-@pytest.mark.xfail(strict=True, reason="SwapRequest.checked does not use check_num_partitions: "
-                   "num_partitions=10**9 is accepted and fails only at the next batch, inside "
-                   "the query (and the request stays pending, so every batch fails)")
 def test_request_swap_checks_the_partition_limit_when_asked(tmp_path: Path) -> None:
     run = tl.keyed_foreach_batch(lambda df, b: None, "k", "t", N(), 1.0, str(tmp_path / "s"))
     with pytest.raises(tl.InvalidArgumentError):
@@ -356,9 +345,6 @@ def test_fluid_plan_moves_at_most_its_bound_heaviest_first(tmp_path: Path) -> No
     assert {k: placement.partition(k) for k in moved} == moved
 
 
-@pytest.mark.xfail(strict=True, reason="_target treats a strategy object of 1 partition as "
-                   "'partition count not given': request_swap(HashPartitioner(1)) keeps the "
-                   "current partition count")
 def test_swap_to_an_explicit_one_partition_strategy(tmp_path: Path) -> None:
     store = make_store(tmp_path, KEYS)
     request = SwapRequest.checked(tl.HashPartitioner(1), None, "none", "sync", None)
@@ -366,9 +352,6 @@ def test_swap_to_an_explicit_one_partition_strategy(tmp_path: Path) -> None:
     assert plan["partitions_after"] == 1 and placement.num_partitions == 1
 
 
-@pytest.mark.xfail(strict=True, reason="request_swap during a fluid swap is accepted and only "
-                   "raises inside the next batch (_pending), killing the query; the request "
-                   "stays pending so every later batch of this runner fails the same way")
 def test_request_swap_during_a_fluid_swap_is_refused_when_asked(tmp_path: Path) -> None:
     store = make_store(tmp_path, KEYS)
     request = SwapRequest.checked("least_count", 4, "none", "fluid", 2)
@@ -470,10 +453,6 @@ def _stored(run: tl.KeyedBatchFunction) -> list[tuple[Any, int]]:
     return rows
 
 
-@pytest.mark.xfail(strict=True, reason="a null key (null_policy='partition0') loses its state "
-                   "every batch: the runtime's key is NaN, decode gives None, so each batch "
-                   "adds another null row with a fresh count; owners() then says the key is "
-                   "'in more than one partition'")
 @pytest.mark.parametrize("schema,keys", [("k string, t long", ["a", None]),
                                          ("k long, t long", [1, None])], ids=["str", "long"])
 def test_null_key_state_is_carried_across_batches(spark: Any, tmp_path: Path, schema: str,
@@ -486,19 +465,26 @@ def test_null_key_state_is_carried_across_batches(spark: Any, tmp_path: Path, sc
     assert sorted(n for _, n in stored) == [3, 3], stored
 
 
-def test_empty_first_batch_then_a_swap_every_batch(spark: Any, tmp_path: Path) -> None:
+def test_an_empty_micro_batch_keeps_the_state(spark: Any, tmp_path: Path) -> None:
+    run = _runner(tmp_path, "empty")
+    df = spark.createDataFrame(pd.DataFrame({"k": KEYS[:6], "t": range(6)}), "k string, t long")
+    empty = spark.createDataFrame([], "k string, t long")
+    run(df, 0)
+    run(empty, 1)
+    run(df, 2)
+    assert sorted(_stored(run)) == sorted((k, 2) for k in KEYS[:6])
+
+
+def test_a_swap_every_batch(spark: Any, tmp_path: Path) -> None:
     run = _runner(tmp_path, "every")
-    empty = spark.createDataFrame(pd.DataFrame({"k": pd.Series([], dtype=object),
-                                                "t": pd.Series([], dtype="int64")}),
-                                  "k string, t long")
-    run(empty, 0)
     df = spark.createDataFrame(pd.DataFrame({"k": KEYS[:20], "t": range(20)}),
                                "k string, t long")
+    run(df, 0)
     for b, n in zip(range(1, 4), (3, 1, 5)):
         run.request_swap(num_partitions=n)
         run(df, b)
         assert run.swaps[-1].partitions_after == n
-    assert sorted(_stored(run)) == sorted((k, 3) for k in KEYS[:20])
+    assert sorted(_stored(run)) == sorted((k, 4) for k in KEYS[:20])
     assert set(run.owners().values()) <= set(range(5))
 
 

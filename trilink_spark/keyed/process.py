@@ -51,7 +51,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..columns import EVENT_TIME_COL
 from ..errors import InvalidArgumentError
-from .snapshot import PartitionState, check_value
+from .snapshot import NULL_KEY, PartitionState, check_value
 from .timers import TimerService
 
 __all__ = [
@@ -93,6 +93,10 @@ def _factorize(keys: KeysLike) -> tuple[NDArray[np.intp], list[Hashable], NDArra
     else:
         distinct = [_scalar(u) for u in uniques.tolist()]
         array = _object_array(distinct)
+    missing = np.flatnonzero(pd.isna(np.asarray(uniques, dtype=object)))
+    for i in missing.tolist():  # one null key object, so it finds its state again
+        distinct[i] = NULL_KEY
+        array[i] = NULL_KEY
     return np.asarray(codes, dtype=np.intp), distinct, array
 
 

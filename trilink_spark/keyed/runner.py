@@ -355,8 +355,21 @@ class KeyedBatchFunction(StatefulBatchFunction):
         >>> run.request_swap("least_count", mode="fluid", max_keys_per_batch=1000)  # doctest: +SKIP
         """
         request = SwapRequest.checked(strategy, num_partitions, refit, mode, max_keys_per_batch)
+        manifest = self.store.read_manifest()
+        committed = [] if manifest is None else manifest.get("committed", [])
+        last = self.store.load_plan(int(committed[-1])) if committed else None
+        if last is not None and not last["complete"]:
+            raise InvalidArgumentError(
+                "a fluid swap is under way; request another once run.swaps[-1].complete is "
+                "True (or call run.cancel_swap() to drop a pending request)")
         with self._lock:
             self._request = request
+
+    def cancel_swap(self) -> SwapRequest | None:
+        """Drop the swap requested for the next batch (one under way goes on); returns it."""
+        with self._lock:
+            request, self._request = self._request, None
+        return request
 
     @property
     def pending_swap(self) -> SwapRequest | None:
@@ -448,7 +461,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
                                  arrow_schema, io)
         out = placed.mapInArrow(fn, out_schema)
         self.func(out, batch_id)
-        listed = self._ensure_written(out, batch_id, partitions)
+        listed = self._carry_forward(out, io, partitions)
         self._commit(batch_id, prev, query, config, new_placement)
         self.store.prune(partitions, batch_id, keep_from=prev, listed=listed)
         if swap_plan is not None:
@@ -460,6 +473,26 @@ class KeyedBatchFunction(StatefulBatchFunction):
                 moved_keys=int(swap_plan["moved_keys"]), moved_bytes=moved_bytes,
                 complete=bool(swap_plan["complete"]),
                 seconds=time.perf_counter() - started))
+
+    def _carry_forward(self, out: DataFrame, io: StateIO, partitions: int) -> list[list[int]]:
+        """Every partition writes version ``batch_id``: partitions no task ran for (an empty
+        micro-batch) carry their state forward from the driver."""
+        batch_id = io.batch_id
+        listed = [self.store.versions(p) for p in range(partitions)]
+        if not all(batch_id in versions for versions in listed):
+            logger.info("batch %d: output not computed by func; computing it for the state",
+                        batch_id)
+            out.write.format("noop").mode("overwrite").save()
+            listed = [self.store.versions(p) for p in range(partitions)]
+        for p, versions in enumerate(listed):
+            if batch_id in versions:
+                continue
+            table = io.load(p)
+            if table is None:
+                table = encode_state(PartitionState(), io.key_type, io.value_type)
+            self.store.save_table(p, batch_id, table)
+            versions.append(batch_id)
+        return listed
 
     def _commit(self, batch_id: int, prev: int | None, query: str | None,
                 config: dict[str, Any], new_placement: bool) -> None:
@@ -522,7 +555,14 @@ class KeyedBatchFunction(StatefulBatchFunction):
         last = self.store.load_plan(prev)
         if last is not None and not last["complete"] and request is self._resume:
             target = Partitioner.from_dict(last["target"])
-        plan, moves, placement = plan_swap(self.store, batch_id, prev, current, request, target)
+        try:
+            plan, moves, placement = plan_swap(self.store, batch_id, prev, current, request,
+                                               target)
+        except Exception:
+            with self._lock:  # a request that cannot be planned does not block later batches
+                if self._request is request:
+                    self._request = None
+            raise
         self.store.save_placement(batch_id, placement, placement.num_partitions)
         self.store.save_plan(batch_id, plan, moves)
         with self._lock:

@@ -34,9 +34,12 @@ import pandas as pd
 from ..errors import StateCorruptError, StateTypeError
 
 __all__ = ["PartitionState", "encode_state", "decode_state", "decode_keys", "split_out", "merge_in",
-           "check_value", "KEY_FIELD"]
+           "check_value", "KEY_FIELD", "NULL_KEY"]
 
 KEY_FIELD = "key"
+#: The one object the runtime uses for a null (or NaN) key, so that a null key's state is
+#: found again from batch to batch (NaN is not equal to itself; this object is identical).
+NULL_KEY: float = float("nan")
 _SHARED = "shared:"
 _META_HIGH = b"trilink.partition_high"
 _META_COUNTERS = b"trilink.counters"
@@ -172,8 +175,7 @@ def encode_state(state: PartitionState, key_type: Any = None,
                                  pa.list_(pa.int64()))
     if value_type is not None:
         try:
-            columns["values"] = pa.array([state.values.get(k) for k in keys], value_type,
-                                         from_pandas=True)
+            columns["values"] = pa.array([state.values.get(k) for k in keys], value_type)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as err:
             raise StateTypeError(
                 f"state values do not fit the declared state_schema {value_type} ({err})"
@@ -221,9 +223,12 @@ def _meta(table: Any, name: bytes, where: str, default: Any) -> Any:
 
 
 def decode_keys(column: Any) -> list[Hashable]:
-    """Keys as the runtime sees them (the path Arrow -> pandas -> Python scalars)."""
+    """Keys as the runtime sees them (the path Arrow -> pandas -> Python scalars; a null key
+    is :data:`NULL_KEY`)."""
     values = column.to_pandas()
     out: list[Hashable] = pd.Index(values).tolist() if len(values) else []
+    for i in np.flatnonzero(pd.isna(np.asarray(out, dtype=object))).tolist():
+        out[i] = NULL_KEY
     return out
 
 
@@ -236,7 +241,6 @@ def decode_state(table: Any, where: str = "state") -> PartitionState:
         A column is missing or has the wrong type, or metadata is malformed.
     """
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     names = set(table.column_names)
     required = {KEY_FIELD, "high", "seen", "rows", "timers", "values"}
@@ -255,8 +259,24 @@ def decode_state(table: Any, where: str = "state") -> PartitionState:
         else:
             values = [None if v is None else {n: x for n, x in v.items() if x is not None}
                       for v in values_col.to_pylist()]
-    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError) as err:
+    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError, AttributeError,
+            RecursionError) as err:
         raise StateCorruptError(f"{where} has malformed state columns ({err})") from None
+    try:
+        return _decoded(table, where, names, keys, high, seen, rows, timers, values)
+    except (ValueError, TypeError, AttributeError, KeyError, OverflowError) as err:
+        if isinstance(err, StateCorruptError):
+            raise
+        raise StateCorruptError(f"{where} has malformed state ({type(err).__name__}: {err})") \
+            from None
+
+
+def _decoded(table: Any, where: str, names: set[str], keys: list[Hashable], high: list[Any],
+             seen: list[Any], rows: list[Any], timers: list[Any], values: list[Any]
+             ) -> PartitionState:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     state = PartitionState()
     for i, key in enumerate(keys):
         if high[i] is not None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..checks import check_num_partitions
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..partitioners import Partitioner, TablePartitioner, WeightPartitioner
 from ..partitioners.block import BlockPartitioner
@@ -83,6 +84,8 @@ class SwapRequest:
     refit: str
     mode: str
     max_keys_per_batch: int | None
+    #: The strategy was given by name: its partition count is the current one.
+    unsized: bool = False
 
     @staticmethod
     def checked(strategy: Any, num_partitions: Any, refit: Any, mode: Any,
@@ -94,11 +97,8 @@ class SwapRequest:
                 f"{type(strategy).__name__}")
         if isinstance(strategy, OverlayPartitioner):
             raise InvalidArgumentError("an overlay placement is internal to fluid swaps")
-        if num_partitions is not None and (isinstance(num_partitions, bool)
-                                           or not isinstance(num_partitions, int)
-                                           or num_partitions < 1):
-            raise InvalidArgumentError(
-                f"num_partitions must be an int >= 1 or None, got {num_partitions!r}")
+        if num_partitions is not None:
+            num_partitions = check_num_partitions(num_partitions)
         if refit not in REFITS:
             raise InvalidArgumentError(f"refit must be one of {REFITS}, got {refit!r}")
         if mode not in SWAP_MODES:
@@ -113,17 +113,17 @@ class SwapRequest:
         if strategy is None and num_partitions is None and refit == "none":
             raise InvalidArgumentError(
                 "request_swap needs a strategy, a num_partitions or refit='minimal'")
+        unsized = isinstance(strategy, str) and num_partitions is None
         if isinstance(strategy, str):
             from ..partitioners.catalogue import build
 
-            strategy = build(strategy, num_partitions or 1) if num_partitions else \
-                _named(strategy)
+            strategy = build(strategy, num_partitions) if num_partitions else _named(strategy)
         if (strategy is not None and num_partitions is not None
                 and strategy.num_partitions != num_partitions):
             raise InvalidArgumentError(
                 f"strategy has {strategy.num_partitions} partitions but num_partitions="
                 f"{num_partitions}; give one or make them agree")
-        return SwapRequest(strategy, num_partitions, refit, mode, max_keys_per_batch)
+        return SwapRequest(strategy, num_partitions, refit, mode, max_keys_per_batch, unsized)
 
 
 def _named(name: str) -> Partitioner:
@@ -131,6 +131,8 @@ def _named(name: str) -> Partitioner:
     from ..partitioners.base import strategy_class
 
     cls = strategy_class(name)
+    if not cls.by_name:
+        raise InvalidArgumentError(f"strategy {name!r} cannot be asked for by name")
     return cls(1)
 
 
@@ -142,8 +144,7 @@ def _target(current: Partitioner, request: SwapRequest, keys: list[Any],
             rows: Any) -> Partitioner:
     """The placement a request aims at, from the current one and the stored keys' loads."""
     n = request.num_partitions or (request.strategy.num_partitions
-                                   if request.strategy is not None and
-                                   request.strategy.num_partitions > 1
+                                   if request.strategy is not None and not request.unsized
                                    else current.num_partitions)
     counts = _counts(keys, rows)
     base = request.strategy
