@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import pickle
 import sys
 from typing import Any
 
@@ -13,7 +12,10 @@ import pytest
 from pyspark.sql import types as T
 
 import trilink_spark as tl
+from trilink_spark.arrowio import write_table
 from trilink_spark.keyed.process import EVENT_TIME_COL, KeyedRuntime
+from trilink_spark.keyed.snapshot import PartitionState, decode_state, encode_state
+from trilink_spark.state.store import STATE_KIND
 
 from pyspark import cloudpickle  # noqa: E402
 
@@ -34,6 +36,11 @@ def frame(rows: list[tuple[str, float, float]]) -> pd.DataFrame:
 def emitted(outs: list[Any]) -> pd.DataFrame:
     parts = [o for o in outs if isinstance(o, pd.DataFrame)]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def stored(rt: KeyedRuntime) -> PartitionState:
+    """The runtime's state as a task stores and reloads it (an Arrow state file)."""
+    return decode_state(encode_state(rt.snapshot()))
 
 
 def window_runtime(size: float, delay: float, idle: float = math.inf) -> KeyedRuntime:
@@ -75,7 +82,7 @@ def test_null_event_times_are_kept_out_of_windows() -> None:
 def test_snapshot_round_trip_keeps_everything() -> None:
     rt = window_runtime(10, 2)
     rt.process(frame([("a", 1, 1.0), ("b", 3, 2.0), ("a", 14, 5.0)]))
-    again = KeyedRuntime(rt.processor, "k", 2, math.inf, rt.snapshot())
+    again = KeyedRuntime(rt.processor, "k", 2, math.inf, stored(rt))
     assert again.key_high == rt.key_high and again.partition_high == rt.partition_high
     left = emitted(again.finish()).sort_values(["k", "window_start"]).reset_index(drop=True)
     right = emitted(rt.finish()).sort_values(["k", "window_start"]).reset_index(drop=True)
@@ -88,7 +95,7 @@ def test_idle_key_state_is_small() -> None:
     rt.process(frame([(k, 1, 1.0) for k in keys]))
     rt.process(frame([("clock", 100, 1.0)]))  # everyone else is idle now: windows close
     assert rt.processor.open_windows(rt) <= 1  # type: ignore[attr-defined]
-    per_key = len(rt.snapshot()) / len(keys)
+    per_key = len(write_table(encode_state(rt.snapshot()), STATE_KIND)) / len(keys)
     assert per_key <= 200, per_key
 
 
@@ -203,8 +210,8 @@ def test_argument_errors(spark: Any) -> None:
         tl.keyed_process(df, "k", "t", tl.KeyedWindowAggregate(0), delay=1)
 
 
-def test_state_pickles_with_user_classes() -> None:
+def test_state_round_trips_timers_without_pickle() -> None:
     rt = KeyedRuntime(TimerEcho(), "k", 0, math.inf)
     rt.process(frame([("a", 1, 0)]))
-    state = pickle.loads(rt.snapshot())
+    state = stored(rt)
     assert state.timers == [("a", 6)]
