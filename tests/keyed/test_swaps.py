@@ -15,7 +15,6 @@ import pytest
 from pyspark import cloudpickle
 
 import trilink_spark as tl
-from trilink_spark.keyed.snapshot import decode_state
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -48,16 +47,8 @@ def batch(spark: Any, b: int, rng: np.random.Generator, rows: int = 400) -> tupl
 
 
 def stored_counts(run: tl.KeyedBatchFunction, version: int | None = None) -> dict[str, int]:
-    owners = run.owners(version)  # raises if a key is in two partitions
-    manifest = run.store.read_manifest()
-    version = manifest["committed"][-1] if version is None else version
-    out: dict[str, int] = {}
-    for p in sorted(set(owners.values())):
-        state = decode_state(run.store.load_table(p, version))
-        for key, values in state.values.items():
-            assert owners[key] == p
-            out[key] = int(values["n"])
-    return out
+    """Every key's stored count (``state_values`` refuses a key found in two partitions)."""
+    return {key: int(values["n"]) for key, values in run.state_values(version).items()}
 
 
 def make_run(tmp_path: Path, sink: list[pd.DataFrame] | None = None, processor: Any = None,

@@ -51,7 +51,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..columns import EVENT_TIME_COL
 from ..errors import InvalidArgumentError
-from .snapshot import NULL_KEY, PartitionState, check_value
+from .snapshot import NULL_KEY, PartitionState, check_value, object_array
 from .timers import TimerService
 
 __all__ = [
@@ -82,7 +82,7 @@ def _factorize(keys: KeysLike) -> tuple[NDArray[np.intp], list[Hashable], NDArra
     if isinstance(keys, (np.ndarray, pd.Index, pd.Series)):
         values: Any = keys
     else:
-        values = _object_array(list(keys))
+        values = object_array(list(keys))
     codes, uniques = pd.factorize(values, sort=False, use_na_sentinel=False)
     plain = uniques.dtype != object or pd.api.types.infer_dtype(uniques, skipna=False) in (
         "string", "bytes", "empty")
@@ -92,20 +92,12 @@ def _factorize(keys: KeysLike) -> tuple[NDArray[np.intp], list[Hashable], NDArra
         array[:] = distinct
     else:
         distinct = [_scalar(u) for u in uniques.tolist()]
-        array = _object_array(distinct)
-    missing = np.flatnonzero(pd.isna(np.asarray(uniques, dtype=object)))
+        array = object_array(distinct)
+    missing = np.flatnonzero(pd.isna(uniques))
     for i in missing.tolist():  # one null key object, so it finds its state again
         distinct[i] = NULL_KEY
         array[i] = NULL_KEY
     return np.asarray(codes, dtype=np.intp), distinct, array
-
-
-def _object_array(items: Sequence[Hashable]) -> NDArray[np.object_]:
-    """A 1-d object array of ``items`` (one step per item, so tuple keys stay whole)."""
-    out = np.empty(len(items), dtype=object)
-    for i, item in enumerate(items):
-        out[i] = item
-    return out
 
 
 def _grouping(codes: NDArray[np.intp], n_keys: int) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
@@ -173,7 +165,7 @@ class KeyedBatch:
     @cached_property
     def row_keys(self) -> NDArray[np.object_]:
         """Each row's key (an object array)."""
-        keys = self.key_array if self.key_array is not None else _object_array(self.keys)
+        keys = self.key_array if self.key_array is not None else object_array(self.keys)
         return keys[self.codes]
 
     @property
@@ -543,7 +535,8 @@ class KeyedRuntime:
 
     def snapshot(self) -> PartitionState:
         """The partition's state (watermarks, user state, timers, counters), to store with
-        :func:`~trilink_spark.keyed.snapshot.encode_state`."""
+        :func:`~trilink_spark.keyed.snapshot.encode_state`. Its dicts are the runtime's own,
+        not copies: encode them before the runtime processes more rows."""
         c = self.counters
         return PartitionState(
             key_high=self.key_high, last_seen=self.last_seen, key_rows=self.key_rows,
@@ -605,8 +598,8 @@ class KeyedRuntime:
         self.key_high.update(zip(keys, high.tolist()))
         self.last_seen.update(dict.fromkeys(keys, self.partition_high))
         sent = np.bincount(codes, minlength=len(keys)).tolist()
-        rows_of = self.key_rows
-        self.key_rows.update((k, rows_of.get(k, 0) + n) for k, n in zip(keys, sent))
+        rows = self.key_rows
+        rows.update([(k, rows.get(k, 0) + n) for k, n in zip(keys, sent)])
         return KeyedBatch(frame, keys, codes, et, late, prior - self.delay, key_array)
 
     def watermarks(self, keys: KeysLike, times: ArrayLike | None = None) -> KeyWatermarks:

@@ -30,7 +30,8 @@ from ..placement.key_by import place_rows, resolve_strategy
 from ..placement.source import check_source_layout, is_keyed_by_source
 from ..state.store import KEY_FIELD, KeyedStateStore, StatefulBatchFunction
 from .process import KeyedRuntime, KeyedWatermarkProcessFunction
-from .snapshot import PartitionState, decode_state, encode_state, merge_in, split_out
+from .snapshot import PartitionState, decode_state, encode_state, merge_in, read_counters
+from .snapshot import split_out
 from .swap import SwapReport, SwapRequest, plan_swap, write_segments
 
 if TYPE_CHECKING:
@@ -105,6 +106,13 @@ class StateIO:
         sources = sorted(set(arriving.column("from").to_pylist()))
         incoming = [self.store.load_segment(self.batch_id, s, pid) for s in sources]
         return merge_in(table, incoming)
+
+    def carry_forward(self, pid: int) -> None:
+        """Write ``pid``'s version as it stands (no task ran for it: an empty micro-batch)."""
+        table = self.load(pid)
+        if table is None:
+            table = encode_state(PartitionState(), self.key_type, self.value_type)
+        self.store.save_table(pid, self.batch_id, table)
 
     def save(self, pid: int, state: PartitionState) -> None:
         self.store.save_table(pid, self.batch_id, encode_state(state, self.key_type,
@@ -272,6 +280,17 @@ def keyed_process(
     return placed.mapInArrow(fn, out_schema)
 
 
+@dataclass(frozen=True)
+class _Placed:
+    """The placement of one batch (:meth:`KeyedBatchFunction._placement`)."""
+
+    strategy: Partitioner
+    prev_partitions: int  # partitions at the version the batch starts from
+    plan: dict[str, Any] | None  # the swap plan, when the batch moves state
+    moves: Any  # its moves table (key, from, to)
+    new: bool  # the placement starts at this batch
+
+
 def _query_id(batch_df: DataFrame) -> str | None:
     """The streaming query running this batch (None outside one, or on Spark Connect)."""
     try:
@@ -303,6 +322,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
         self._request: SwapRequest | None = None
         self._lock = threading.Lock()
         self._checked = False
+        self._types: tuple[Any, Any] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -422,7 +442,9 @@ class KeyedBatchFunction(StatefulBatchFunction):
             batch_df, o["key"], o["event_time"], o["processor"], o["delay"], o["order_by"],
             o["idle_timeout"],
         )
-        key_type, value_type = _state_types(batch_df, o["key"], o["processor"])
+        if self._types is None:  # a stream's schema is fixed: parse the state types once
+            self._types = _state_types(batch_df, o["key"], o["processor"])
+        key_type, value_type = self._types
         config = self._config(delay_units, idle_units, value_type)
         query = _query_id(batch_df)
         manifest = self.store.read_manifest()
@@ -445,14 +467,14 @@ class KeyedBatchFunction(StatefulBatchFunction):
             if new_placement:
                 self.store.save_placement(batch_id, None, partitions)
         else:
-            strategy, prev_partitions, swap_plan, new_placement = self._placement(
-                batch_df, batch_id, prev)
-            placed = place_rows(tagged, o["key"], strategy, fit="none")
-            partitions = strategy.num_partitions
+            chosen = self._placement(batch_df, batch_id, prev)
+            prev_partitions, swap_plan, new_placement = (chosen.prev_partitions, chosen.plan,
+                                                         chosen.new)
+            placed = place_rows(tagged, o["key"], chosen.strategy, fit="none")
+            partitions = chosen.strategy.num_partitions
             if swap_plan is not None:
                 moved_bytes = write_segments(batch_df.sparkSession, self.store, batch_id,
-                                             int(swap_plan["prev"]),
-                                             self.store.load_moves(batch_id))
+                                             int(swap_plan["prev"]), chosen.moves)
         io = StateIO(self.store, batch_id, prev, prev_partitions, swap_plan is not None,
                      key_type, value_type)
         arrival = [o["order_by"], POS_COL] if o["order_by"] is not None else [POS_COL]
@@ -461,7 +483,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
                                  arrow_schema, io)
         out = placed.mapInArrow(fn, out_schema)
         self.func(out, batch_id)
-        listed = self._carry_forward(out, io, partitions)
+        listed = self._ensure_written(out, batch_id, partitions, fill=io.carry_forward)
         self._commit(batch_id, prev, query, config, new_placement)
         self.store.prune(partitions, batch_id, keep_from=prev, listed=listed)
         if swap_plan is not None:
@@ -473,26 +495,6 @@ class KeyedBatchFunction(StatefulBatchFunction):
                 moved_keys=int(swap_plan["moved_keys"]), moved_bytes=moved_bytes,
                 complete=bool(swap_plan["complete"]),
                 seconds=time.perf_counter() - started))
-
-    def _carry_forward(self, out: DataFrame, io: StateIO, partitions: int) -> list[list[int]]:
-        """Every partition writes version ``batch_id``: partitions no task ran for (an empty
-        micro-batch) carry their state forward from the driver."""
-        batch_id = io.batch_id
-        listed = [self.store.versions(p) for p in range(partitions)]
-        if not all(batch_id in versions for versions in listed):
-            logger.info("batch %d: output not computed by func; computing it for the state",
-                        batch_id)
-            out.write.format("noop").mode("overwrite").save()
-            listed = [self.store.versions(p) for p in range(partitions)]
-        for p, versions in enumerate(listed):
-            if batch_id in versions:
-                continue
-            table = io.load(p)
-            if table is None:
-                table = encode_state(PartitionState(), io.key_type, io.value_type)
-            self.store.save_table(p, batch_id, table)
-            versions.append(batch_id)
-        return listed
 
     def _commit(self, batch_id: int, prev: int | None, query: str | None,
                 config: dict[str, Any], new_placement: bool) -> None:
@@ -510,101 +512,73 @@ class KeyedBatchFunction(StatefulBatchFunction):
         self.store.write_manifest(manifest)
         self._checked = True
 
-    def _placement(self, batch_df: DataFrame, batch_id: int, prev: int | None
-                   ) -> tuple[Partitioner, int, dict[str, Any] | None, bool]:
-        """The placement of ``batch_id``, and the swap plan when it moves state.
-
-        Returns (strategy, partitions at ``prev``, plan or None, whether the placement is new
-        at this batch). A new placement is stored before any task runs.
-        """
-        o = self.options
+    def _placement(self, batch_df: DataFrame, batch_id: int, prev: int | None) -> _Placed:
+        """The placement of ``batch_id``, and the swap plan when it moves state. A new
+        placement (the first batch's, or a swap's) is stored before any task runs."""
         plan = self.store.load_plan(batch_id)
         if plan is not None:  # decided by an earlier attempt of this batch: never re-decide
-            placement = Partitioner.from_dict(plan["placement"])
             _, before = self.store.placement_at(int(plan["prev"]))
-            return placement, before, plan, True
-        if prev is None:  # the first batch: the placement is decided once and stored
-            try:
-                stored, _ = self.store.load_placement(batch_id)
-            except StateCorruptError:
-                stored = None
-            if stored is not None:
-                return stored, 0, None, True
-            if self.store.load_strategy() is not None:
-                raise StateCorruptError(
-                    f"state at {self.store.path} has a strategy.json but no manifest: it was "
-                    "written by an older trilink-spark; start from a new state_path")
-            configured = o["strategy"]
-            if isinstance(configured, Partitioner) and configured.unwrap() is not configured:
-                configured.before_batch(batch_df, o["key"], batch_id)  # adaptive: decide
-                configured = configured.unwrap().copy()
-            resolved = resolve_strategy(batch_df, o["key"], configured, o["num_partitions"])
-            strategy = resolved.partitioner
-            self.store.save_placement(batch_id, strategy, strategy.num_partitions)
-            return strategy, 0, None, True
+            return _Placed(Partitioner.from_dict(plan["placement"]), before, plan,
+                           self.store.load_moves(batch_id), True)
+        if prev is None:
+            return _Placed(self._first_placement(batch_df, batch_id), 0, None, None, True)
         current, prev_partitions = self.store.placement_at(prev)
         if current is None:
             raise InvalidArgumentError(
                 f"state at {self.store.path} was placed by keyed_by_source; a key_by stream "
                 "needs its own state_path")
-        self._adapt(batch_df, batch_id, current, prev)
-        request = self._pending(current, prev)
-        if request is None:
-            return current, prev_partitions, None, False
-        target = None
         last = self.store.load_plan(prev)
-        if last is not None and not last["complete"] and request is self._resume:
-            target = Partitioner.from_dict(last["target"])
+        unfinished = last if last is not None and not last["complete"] else None
+        request, target = self._pending(batch_df, batch_id, current, unfinished)
+        if request is None:
+            return _Placed(current, prev_partitions, None, None, False)
         try:
             plan, moves, placement = plan_swap(self.store, batch_id, prev, current, request,
                                                target)
-        except Exception:
-            with self._lock:  # a request that cannot be planned does not block later batches
+            self.store.save_placement(batch_id, placement, placement.num_partitions)
+            self.store.save_plan(batch_id, plan, moves)
+        finally:  # planned or not, a request is used once: it never blocks later batches
+            with self._lock:
                 if self._request is request:
                     self._request = None
-            raise
-        self.store.save_placement(batch_id, placement, placement.num_partitions)
-        self.store.save_plan(batch_id, plan, moves)
-        with self._lock:
-            if self._request is request:
-                self._request = None
         logger.info("batch %d: swap %s, %d of %d keys move, %d -> %d partitions", batch_id,
                     plan["mode"], plan["moved_keys"], plan["keys_total"],
                     plan["partitions_before"], plan["partitions_after"])
-        return placement, prev_partitions, plan, True
+        return _Placed(placement, prev_partitions, plan, moves, True)
 
-    _resume: SwapRequest | None = None
+    def _first_placement(self, batch_df: DataFrame, batch_id: int) -> Partitioner:
+        """The first batch's placement: decided once (an earlier attempt's is reused)."""
+        o = self.options
+        stored, _ = self.store.load_placement(batch_id, missing_ok=True)
+        if stored is not None:
+            return stored
+        if self.store.load_strategy() is not None:
+            raise StateCorruptError(
+                f"state at {self.store.path} has a strategy.json but no manifest: it was "
+                "written by an older trilink-spark; start from a new state_path")
+        configured = o["strategy"]
+        if isinstance(configured, Partitioner) and configured.unwrap() is not configured:
+            configured.before_batch(batch_df, o["key"], batch_id)  # adaptive: decide
+            configured = configured.unwrap().copy()
+        strategy = resolve_strategy(batch_df, o["key"], configured,
+                                    o["num_partitions"]).partitioner
+        self.store.save_placement(batch_id, strategy, strategy.num_partitions)
+        return strategy
 
-    def _adapt(self, batch_df: DataFrame, batch_id: int, current: Partitioner,
-               prev: int) -> None:
-        """An adaptive strategy decides before each new batch; a switch becomes a swap."""
-        configured = self.options["strategy"]
-        if not isinstance(configured, Partitioner) or configured.unwrap() is configured:
-            return
-        last = self.store.load_plan(prev)
-        if self._request is not None or (last is not None and not last["complete"]):
-            return  # a swap is already asked for or under way
-        configured.before_batch(batch_df, self.options["key"], batch_id)
-        wanted = configured.unwrap()
-        if type(wanted) is type(current) and wanted.num_partitions == current.num_partitions:
-            return
-        logger.info("batch %d: the adaptive strategy switched to %s; swapping state",
-                    batch_id, type(wanted).__name__)
-        with self._lock:
-            self._request = SwapRequest(wanted.copy(), None, "none", "sync", None)
-
-    def _pending(self, current: Partitioner, prev: int) -> SwapRequest | None:
-        """The swap to run now: an unfinished fluid swap, else a new request, else a changed
-        ``num_partitions`` given at a restart."""
-        last = self.store.load_plan(prev)
-        if last is not None and not last["complete"]:
+    def _pending(self, batch_df: DataFrame, batch_id: int, current: Partitioner,
+                 unfinished: dict[str, Any] | None
+                 ) -> tuple[SwapRequest | None, Partitioner | None]:
+        """The swap to run now, and the target it resumes: an unfinished fluid swap, else a
+        request (an adaptive strategy's switch included), else a changed ``num_partitions``
+        given at a restart."""
+        if unfinished is not None:
             if self._request is not None:
                 raise InvalidArgumentError(
-                    f"a fluid swap is under way ({last['keys_total'] - last['moved_keys']} keys "
-                    "or fewer left); request another once run.swaps[-1].complete is True")
-            self._resume = SwapRequest(None, None, "none", "fluid",
-                                       last.get("max_keys_per_batch"))
-            return self._resume
+                    "a fluid swap is under way; request another once run.swaps[-1].complete "
+                    "is True")
+            resume = SwapRequest(None, None, "none", "fluid", unfinished.get("max_keys_per_batch"))
+            return resume, Partitioner.from_dict(unfinished["target"])
+        self._adapt(batch_df, batch_id, current)
         with self._lock:
             request = self._request
         if request is None and not self._checked:
@@ -613,9 +587,22 @@ class KeyedBatchFunction(StatefulBatchFunction):
                 logger.info("state at %s has %d partitions; num_partitions=%d: swapping",
                             self.store.path, current.num_partitions, wanted)
                 request = SwapRequest.checked(None, wanted, "minimal", "sync", None)
-                with self._lock:
-                    self._request = request
-        return request
+        return request, None
+
+    def _adapt(self, batch_df: DataFrame, batch_id: int, current: Partitioner) -> None:
+        """An adaptive strategy decides before each new batch; a switch becomes a request."""
+        configured = self.options["strategy"]
+        if not isinstance(configured, Partitioner) or configured.unwrap() is configured \
+                or self._request is not None:
+            return
+        configured.before_batch(batch_df, self.options["key"], batch_id)
+        wanted = configured.unwrap()
+        if type(wanted) is type(current) and wanted.num_partitions == current.num_partitions:
+            return
+        logger.info("batch %d: the adaptive strategy switched to %s; swapping state",
+                    batch_id, type(wanted).__name__)
+        with self._lock:
+            self._request = SwapRequest(wanted.copy(), None, "none", "sync", None)
 
     def _source_placed(self, batch_df: DataFrame, tagged: DataFrame,
                        prev: int | None) -> tuple[DataFrame, int]:
@@ -641,7 +628,16 @@ class KeyedBatchFunction(StatefulBatchFunction):
     def counters(self) -> dict[str, int]:
         """Rows, late rows (key watermark) and late rows by the partition watermark, summed
         over the partitions' latest committed state."""
-        return self.store.counters()
+        total = {"rows": 0, "late": 0, "late_partition": 0}
+        if not (self.store.read_manifest() or {}).get("committed"):
+            return total
+        version, partitions = self.store.committed_layout()
+        for p in range(partitions):
+            counters = read_counters(self.store.load_table(p, version),
+                                     self.store.version_path(p, version))
+            for name in total:
+                total[name] += counters.get(name, 0)
+        return total
 
     def owners(self, version: int | None = None) -> dict[Any, int]:
         """``{key: partition}`` of the newest (or a given) committed version."""

@@ -34,7 +34,7 @@ import pandas as pd
 from ..errors import StateCorruptError, StateTypeError
 
 __all__ = ["PartitionState", "encode_state", "decode_state", "decode_keys", "split_out", "merge_in",
-           "check_value", "KEY_FIELD", "NULL_KEY"]
+           "check_value", "object_array", "read_counters", "KEY_FIELD", "NULL_KEY"]
 
 KEY_FIELD = "key"
 #: The one object the runtime uses for a null (or NaN) key, so that a null key's state is
@@ -61,7 +61,8 @@ class PartitionState:
     shared: dict[str, Any] = field(default_factory=dict)
 
 
-def _object_array(items: Sequence[Any]) -> np.ndarray[Any, Any]:
+def object_array(items: Sequence[Any]) -> np.ndarray[Any, Any]:
+    """A 1-d object array of ``items`` (one step per item, so tuple keys stay whole)."""
     out = np.empty(len(items), dtype=object)
     for i, item in enumerate(items):
         out[i] = item
@@ -114,7 +115,7 @@ def _key_array(keys: list[Hashable], key_type: Any) -> Any:
     import pyarrow as pa
 
     try:
-        arr = pa.array(_object_array(keys), from_pandas=True)
+        arr = pa.array(object_array(keys), from_pandas=True)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as err:
         raise StateTypeError(f"keys cannot be stored as Arrow ({err})") from None
     if key_type is not None and arr.type != key_type:
@@ -186,7 +187,7 @@ def encode_state(state: PartitionState, key_type: Any = None,
              for k in keys], pa.string())
     table_meta: dict[str, Any] = {}
     if tables:
-        index = pd.Index(_object_array(keys))
+        index = pd.Index(object_array(keys))
         for name, frame in tables.items():
             levels = list(frame.index.names)
             flat = frame.reset_index()
@@ -220,6 +221,21 @@ def _meta(table: Any, name: bytes, where: str, default: Any) -> Any:
         return json.loads(raw)
     except ValueError:
         raise StateCorruptError(f"{where}: malformed {name.decode()} metadata") from None
+
+
+def read_counters(table: Any, where: str = "state") -> dict[str, int]:
+    """A state table's partition counters (rows, late, late_partition) from its metadata.
+
+    Raises
+    ------
+    StateCorruptError
+        The counters are malformed.
+    """
+    counters = _meta(table, _META_COUNTERS, where, {})
+    try:
+        return {str(k): int(v) for k, v in counters.items()}
+    except (ValueError, TypeError, AttributeError):
+        raise StateCorruptError(f"{where}: malformed counters") from None
 
 
 def decode_keys(column: Any) -> list[Hashable]:
@@ -293,13 +309,12 @@ def _decoded(table: Any, where: str, names: set[str], keys: list[Hashable], high
         for ts in timers[i] or ():
             state.timers.append((key, int(ts)))
     state.partition_high = float(_meta(table, _META_HIGH, where, -math.inf))
-    counters = _meta(table, _META_COUNTERS, where, {})
+    state.counters = read_counters(table, where)
     shared = _meta(table, _META_SHARED, where, {})
-    if not isinstance(counters, dict) or not isinstance(shared, dict):
-        raise StateCorruptError(f"{where}: malformed counters or shared metadata")
-    state.counters = {str(k): int(v) for k, v in counters.items()}
+    if not isinstance(shared, dict):
+        raise StateCorruptError(f"{where}: malformed shared metadata")
     state.shared = shared
-    key_objects = _object_array(keys)
+    key_objects = object_array(keys)
     for name, info in _meta(table, _META_TABLES, where, {}).items():
         column = _SHARED + name
         if column not in names:

@@ -26,9 +26,8 @@ from typing import Any
 import numpy as np
 
 from ..checks import check_num_partitions
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, UnknownStrategyError
 from ..partitioners import Partitioner, TablePartitioner, WeightPartitioner
-from ..partitioners.block import BlockPartitioner
 from ..partitioners.overlay import OverlayPartitioner
 from ..partitioners.refit import rebalance_minimal
 from ..state.store import KEY_FIELD, KeyedStateStore
@@ -84,8 +83,8 @@ class SwapRequest:
     refit: str
     mode: str
     max_keys_per_batch: int | None
-    #: The strategy was given by name: its partition count is the current one.
-    unsized: bool = False
+    #: A catalogue strategy given by name, built at the swap on the target partition count.
+    strategy_name: str | None = None
 
     @staticmethod
     def checked(strategy: Any, num_partitions: Any, refit: Any, mode: Any,
@@ -113,55 +112,52 @@ class SwapRequest:
         if strategy is None and num_partitions is None and refit == "none":
             raise InvalidArgumentError(
                 "request_swap needs a strategy, a num_partitions or refit='minimal'")
-        unsized = isinstance(strategy, str) and num_partitions is None
+        name = None
         if isinstance(strategy, str):
             from ..partitioners.catalogue import build
 
-            strategy = build(strategy, num_partitions) if num_partitions else _named(strategy)
+            try:
+                build(strategy, num_partitions or 1)  # refuse an unknown name now
+            except UnknownStrategyError as err:
+                raise InvalidArgumentError(str(err)) from None
+            name, strategy = strategy, None
         if (strategy is not None and num_partitions is not None
                 and strategy.num_partitions != num_partitions):
             raise InvalidArgumentError(
                 f"strategy has {strategy.num_partitions} partitions but num_partitions="
                 f"{num_partitions}; give one or make them agree")
-        return SwapRequest(strategy, num_partitions, refit, mode, max_keys_per_batch, unsized)
-
-
-def _named(name: str) -> Partitioner:
-    """A strategy by name whose partition count is filled in at the swap."""
-    from ..partitioners.base import strategy_class
-
-    cls = strategy_class(name)
-    if not cls.by_name:
-        raise InvalidArgumentError(f"strategy {name!r} cannot be asked for by name")
-    return cls(1)
+        return SwapRequest(strategy, num_partitions, refit, mode, max_keys_per_batch, name)
 
 
 def _counts(keys: list[Any], rows: Any) -> dict[Any, int]:
     return {k: max(int(r), 1) for k, r in zip(keys, rows)}
 
 
+def _resized(strategy: Partitioner, n: int) -> Partitioner:
+    """An unfitted strategy of ``strategy``'s kind and configuration on ``n`` partitions."""
+    return Partitioner.from_dict({**strategy.fresh().to_dict(), "num_partitions": n})
+
+
 def _target(current: Partitioner, request: SwapRequest, keys: list[Any],
             rows: Any) -> Partitioner:
     """The placement a request aims at, from the current one and the stored keys' loads."""
     n = request.num_partitions or (request.strategy.num_partitions
-                                   if request.strategy is not None and not request.unsized
-                                   else current.num_partitions)
+                                   if request.strategy is not None else current.num_partitions)
     counts = _counts(keys, rows)
     base = request.strategy
-    if base is not None and base.num_partitions != n:
-        base = Partitioner.from_dict({**base.fresh().to_dict(), "num_partitions": n})
+    if request.strategy_name is not None:
+        from ..partitioners.catalogue import build
+
+        base = build(request.strategy_name, n)
+    elif base is not None and base.num_partitions != n:
+        base = _resized(base, n)
     if request.refit == "minimal":
         start = base if base is not None else current
         if isinstance(start, WeightPartitioner):  # unequal capacities: refit it whole
-            fresh = Partitioner.from_dict({**start.fresh().to_dict(), "num_partitions": n})
-            return fresh.fit(counts)
+            return _resized(start, n).fit(counts)
         return rebalance_minimal(start, counts, num_partitions=n)
     if base is None:  # refit="none", only a new partition count: same kind, re-made
-        data = current.fresh().to_dict()
-        data["num_partitions"] = n
-        if isinstance(current, BlockPartitioner):
-            data.pop("table", None)
-        base = Partitioner.from_dict(data)
+        base = _resized(current, n)
     if isinstance(base, TablePartitioner) and not len(base):
         base.fit(counts)
     return base

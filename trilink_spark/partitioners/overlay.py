@@ -227,40 +227,41 @@ class OverlayPartitioner(Partitioner):
             self._base.fit(karr.arrow.filter(pa.array(keep)))
         return self
 
-    def spark_column(self, key: Column) -> Column:
-        """``coalesce(<overrides map>[key], base)``, in the JVM.
+    def overrides_column(self, key: Column) -> Column | None:
+        """``<overrides map>[key]`` in the JVM (null for a key not overridden); None when
+        nothing is overridden.
 
-        Each map is one string literal that Spark's optimiser folds into a constant: integer
-        keys as comma-separated numbers, string keys as JSON, binary keys by their upper-case
-        hex (looked up as ``map[hex(key)]``). Over a table strategy (LeastKey, LeastCount,
-        random Weight) its table is such a map too, and a key in neither map gets the table's
-        hash fallback, as :func:`~trilink_spark.key_by` places unknown keys with ``fit="none"``:
-        the plan then carries the whole table (about 10 bytes a key), fine up to some 10^5 keys.
+        The map is one string literal per side that Spark's optimiser folds into a constant:
+        integer keys as comma-separated numbers, string keys as JSON, binary keys by their
+        upper-case hex (looked up as ``map[hex(key)]``); about 10 bytes of plan a key.
+        """
+        if not self._overrides or self._kind is None:
+            return None
+        return _lookup(self._kind, list(self._overrides), self._pids, key)
+
+    def spark_column(self, key: Column) -> Column:
+        """``coalesce(<overrides map>[key], base)``, in the JVM, over a stateless base.
+
+        Over a table strategy (LeastKey, LeastCount, random Weight) there is no expression:
+        :func:`~trilink_spark.key_by` places the base through the table's broadcast join, as
+        it places the table itself, and lays :meth:`overrides_column` over it.
         """
         from pyspark.sql import functions as F
 
         base = self._table_base()
         if base is not None:
-            table_keys, table_pids = base.table_arrays()
-            kind = self._kind or (_FAMILY[to_key_array(table_keys).kind] if table_keys
-                                  else _family_of_type(base.key_type))
-            if kind is None:
-                raise InvalidArgumentError(
-                    f"{type(base).__name__} is empty and not bound to a key type, so the key "
-                    "column's hash fallback is unknown; pass key_type to it"
-                )
-            hashed_as = base.fallback_type("long" if kind == "int" else kind)
-            hashed = {"int": "int", "long": "bigint"}.get(hashed_as)
-            fallback = F.pmod(F.hash(key.cast(hashed) if hashed else key),
-                              F.lit(base.num_partitions))
-            if table_keys:
-                fallback = F.coalesce(_lookup(kind, table_keys, table_pids, key), fallback)
-            column = fallback
-        else:
-            column = self._base.spark_column(key)
-        if not self._overrides or self._kind is None:
-            return column
-        return F.coalesce(_lookup(self._kind, list(self._overrides), self._pids, key), column)
+            raise InvalidArgumentError(
+                f"{type(self).__name__} over {type(base).__name__} has no JVM expression: "
+                "key_by places it through the table's broadcast join, hashing unknown keys "
+                "as the key column's type (or the table's key_type)"
+            )
+        column = self._base.spark_column(key)
+        overrides = self.overrides_column(key)
+        return column if overrides is None else F.coalesce(overrides, column)
+
+    def table_base(self) -> TablePartitioner | None:
+        """The base when it is a table strategy (placed through its table), else None."""
+        return self._table_base()
 
     # ------------------------------------------------------------------ serialisation
     def _params(self) -> dict[str, Any]:

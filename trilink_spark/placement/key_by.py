@@ -32,6 +32,7 @@ from ..errors import NullKeyError
 from ..keys import KeyArray, check_null_policy, to_key_array
 from ..partitioners import HashPartitioner, Partitioner, TablePartitioner
 from ..partitioners.base import resolve_strategy_name
+from ..partitioners.overlay import OverlayPartitioner
 from ..partitioners.catalogue import build, fit_counts
 from ..partitioners.evaluation import StrategyScore, choose_best, evaluate_strategies
 from ..session import conf_get
@@ -405,30 +406,35 @@ def with_partition_id(df: DataFrame, key: str, p: Partitioner) -> DataFrame:
     kind, dtype = key_kind(df, key)
     key_col = F.col(key)
     nullable = df.schema[key].nullable
-    n = p.num_partitions
     columns = [c for c in df.columns if c != PARTITION_COL]
+    # an overlay over a table strategy: the table's join, with the overrides laid over it
+    table = p.table_base() if isinstance(p, OverlayPartitioner) else p
+    n = table.num_partitions if table is not None else p.num_partitions
     fallback = F.pmod(F.hash(key_col), F.lit(n))
-    if isinstance(p, TablePartitioner) and kind is not None:
+    if isinstance(table, TablePartitioner) and kind is not None:
         # the fallback hashes as the strategy's key type, as partition() and assign() do
-        hashed_as = p.fallback_type(kind)
+        hashed_as = table.fallback_type(kind)
         if hashed_as == "int" and kind == "long":
             raise InvalidKeyTypeError(
-                f"{type(p).__name__} hashes unknown keys as Spark int, but key column {key!r} "
-                "is bigint; use a strategy of key_type 'long' (or 'auto') for it"
+                f"{type(table).__name__} hashes unknown keys as Spark int, but key column "
+                f"{key!r} is bigint; use a strategy of key_type 'long' (or 'auto') for it"
             )
         spark_type = {"int": "int", "long": "bigint"}.get(hashed_as)
         if spark_type is not None:
             fallback = F.pmod(F.hash(key_col.cast(spark_type)), F.lit(n))
-    if isinstance(p, TablePartitioner) and p.is_stateful:
+    if isinstance(table, TablePartitioner) and table.is_stateful:
         if kind is None:  # pragma: no cover - _check_strategy_for refused it already
             raise InvalidKeyTypeError(f"key column {key!r} cannot be placed through a table")
-        if len(p) == 0:
+        if len(table) == 0:
             pid = fallback
             base = df
         else:
-            table = _table_frame(df, p, kind, dtype)
-            base = df.join(F.broadcast(table), key_col == table[TABLE_KEY_COL], "left")
-            pid = F.coalesce(table[TABLE_PID_COL], fallback)
+            frame = _table_frame(df, table, kind, dtype)
+            base = df.join(F.broadcast(frame), key_col == frame[TABLE_KEY_COL], "left")
+            pid = F.coalesce(frame[TABLE_PID_COL], fallback)
+        if isinstance(p, OverlayPartitioner):  # its overrides over its table
+            overrides = p.overrides_column(key_col)
+            pid = pid if overrides is None else F.coalesce(overrides, pid)
     else:
         pid = p.spark_column(key_col)
         base = df

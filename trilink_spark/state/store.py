@@ -24,6 +24,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from ..arrowio import read_table, write_table
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..errors import StateStoreError
@@ -235,12 +237,13 @@ class KeyedStateStore:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        version, partitions = self._committed_layout(version)
+        version, partitions = self.committed_layout(version)
         parts = []
         for p in range(partitions):
             stored = self.load_table(p, version)
             keys = stored.column(KEY_FIELD)
-            columns = {KEY_FIELD: keys, "partition": pa.array([p] * len(keys), pa.int32())}
+            columns = {KEY_FIELD: keys,
+                       "partition": pa.array(np.full(len(keys), p, dtype=np.int32))}
             columns.update({name: stored.column(name) for name in extra})
             parts.append(pa.table(columns))
         if not parts:
@@ -272,14 +275,19 @@ class KeyedStateStore:
         return dict(zip(table.column(KEY_FIELD).to_pylist(),
                         table.column("partition").to_pylist()))
 
-    def _committed_layout(self, version: int | None) -> tuple[int, int]:
-        manifest = self.read_manifest()
+    def committed_layout(self, version: int | None = None,
+                         manifest: dict[str, Any] | None = None) -> tuple[int, int]:
+        """A committed version (default: the newest) and its partition count.
+
+        ``manifest``: the manifest, when the caller has just read it.
+        """
+        manifest = self.read_manifest() if manifest is None else manifest
         committed = [] if manifest is None else list(manifest.get("committed", []))
         if version is None:
             if not committed:
                 raise StateCorruptError(f"no committed state version under {self.path}")
             version = int(committed[-1])
-        _, partitions = self.placement_at(version)
+        _, partitions = self.placement_at(version, manifest)
         return version, partitions
 
     # ------------------------------------------------------------------ manifest
@@ -327,11 +335,18 @@ class KeyedStateStore:
                 "strategy": None if strategy is None else strategy.to_dict()}
         self._write(self._placement_path(from_batch), json.dumps(body).encode("utf-8"))
 
-    def load_placement(self, from_batch: int) -> tuple[Partitioner | None, int]:
-        """The placement recorded for ``from_batch``: (strategy or None, partition count)."""
+    def load_placement(self, from_batch: int, missing_ok: bool = False
+                       ) -> tuple[Partitioner | None, int]:
+        """The placement recorded for ``from_batch``: (strategy or None, partition count).
+
+        ``missing_ok``: a missing record gives ``(None, 0)`` instead of an error (a corrupt
+        one is an error either way).
+        """
         path = self._placement_path(from_batch)
         data = self._read(path)
         if data is None:
+            if missing_ok:
+                return None, 0
             raise StateCorruptError(f"{path} is missing; the manifest lists it")
         try:
             body = json.loads(data.decode("utf-8"))
@@ -343,9 +358,11 @@ class KeyedStateStore:
             raise StateCorruptError(f"{path} has partitions={partitions}")
         return strategy, partitions
 
-    def placement_at(self, batch: int) -> tuple[Partitioner | None, int]:
-        """The placement that was in force at ``batch`` (per the manifest's history)."""
-        manifest = self.read_manifest()
+    def placement_at(self, batch: int, manifest: dict[str, Any] | None = None
+                     ) -> tuple[Partitioner | None, int]:
+        """The placement that was in force at ``batch`` (per the manifest's history;
+        ``manifest``: the manifest, when the caller has just read it)."""
+        manifest = self.read_manifest() if manifest is None else manifest
         starts = [] if manifest is None else sorted(manifest.get("placements", []))
         before = [s for s in starts if s <= batch]
         if not before:
@@ -458,30 +475,12 @@ class KeyedStateStore:
         return read_strategy(self.fs, f"{self.path}/strategy.json")
 
     # ------------------------------------------------------------------ measurements
-    def counters(self) -> dict[str, int]:
-        """Rows, late and partition-late rows summed over the newest committed version."""
-        total = {"rows": 0, "late": 0, "late_partition": 0}
-        manifest = self.read_manifest()
-        if manifest is None or not manifest.get("committed"):
-            return total
-        version, partitions = self._committed_layout(None)
-        for p in range(partitions):
-            meta = self.load_table(p, version).schema.metadata or {}
-            try:
-                counters = json.loads(meta.get(b"trilink.counters", b"{}"))
-                for name in total:
-                    total[name] += int(counters.get(name, 0))
-            except (ValueError, TypeError, AttributeError):
-                raise StateCorruptError(
-                    f"{self.version_path(p, version)} has malformed counters") from None
-        return total
-
     def state_bytes(self) -> int:
         """Total size of the newest committed version's files (for state-cost measurements)."""
         manifest = self.read_manifest()
         if manifest is None or not manifest.get("committed"):
             return sum(len(self.latest(p) or b"") for p in self.partitions())
-        version, partitions = self._committed_layout(None)
+        version, partitions = self.committed_layout(None, manifest)
         return sum(len(self.load(p, version) or b"") for p in range(partitions))
 
 
@@ -494,20 +493,27 @@ class StatefulBatchFunction:
         self.store = store
         self.options = options
 
-    def _ensure_written(self, out: Any, batch_id: int, partitions: int) -> list[list[int]]:
-        """After ``func``: make sure every partition wrote state ``batch_id`` (computing ``out``
-        once more, to a no-op sink, if ``func`` did not). Returns each partition's versions."""
+    def _ensure_written(self, out: Any, batch_id: int, partitions: int,
+                        fill: Callable[[int], None] | None = None) -> list[list[int]]:
+        """After ``func``: make sure every partition wrote state ``batch_id``, computing ``out``
+        once more (to a no-op sink) if ``func`` did not. A partition no task ran for (an empty
+        micro-batch) is written by ``fill(partition)``; without ``fill`` it is an error.
+        Returns each partition's versions."""
         listed = [self.store.versions(p) for p in range(partitions)]  # one listing each
         if not all(batch_id in versions for versions in listed):
             logger.info("batch %d: output not computed by func; computing it for the state",
                         batch_id)
             out.write.format("noop").mode("overwrite").save()
             listed = [self.store.versions(p) for p in range(partitions)]
-            missing = [p for p, versions in enumerate(listed) if batch_id not in versions]
-            if missing:
+        missing = [p for p, versions in enumerate(listed) if batch_id not in versions]
+        if missing:
+            if fill is None:
                 raise StateStoreError(
                     f"partitions {missing[:10]} wrote no state version {batch_id} under "
                     f"{self.store.path}")
+            for p in missing:
+                fill(p)
+                listed[p].append(batch_id)
         return listed
 
     def _complete(self, out: Any, batch_id: int, partitions: int) -> None:
