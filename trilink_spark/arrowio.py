@@ -55,7 +55,7 @@ import pyarrow as pa
 
 from .errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 
-__all__ = ["write_table", "read_table", "FORMAT_KEY", "VERSION_KEY", "FORMAT_VERSION"]
+__all__ = ["write_table", "read_table", "open_table", "StoredTable", "FORMAT_KEY", "VERSION_KEY", "FORMAT_VERSION"]
 
 #: Schema metadata key of the kind tag.
 FORMAT_KEY = b"trilink.format"
@@ -231,20 +231,116 @@ def read_table(data: bytes | bytearray | memoryview, kind: str, where: str) -> p
     ...
     trilink_spark.errors.StateCorruptError: state file /tmp/x.state is a Python pickle ...
     """
-    _check_kind(kind)
-    if not isinstance(where, str):
-        raise InvalidArgumentTypeError(f"where must be a str, got {type(where).__name__}")
     if not isinstance(data, (bytes, bytearray, memoryview)):
+        _check_kind(kind)
         raise InvalidArgumentTypeError(
             f"data must be bytes, bytearray or memoryview, got {type(data).__name__}")
     view = memoryview(data).cast("B")
-    size = len(view)
+    return open_table(pa.py_buffer(view), kind, where).read()
+
+
+class StoredTable:
+    """A tagged Arrow IPC file opened for reading some of its record batches
+    (see :func:`open_table`).
+
+    Attributes
+    ----------
+    schema : pyarrow.Schema
+        The stored schema, metadata as written with the tag removed.
+    metadata : dict of bytes to bytes
+        ``schema.metadata`` (empty when none).
+    num_batches : int
+        Record batches in the file.
+    """
+
+    def __init__(self, reader: pa.ipc.RecordBatchFileReader, schema: pa.Schema, where: str,
+                 refusal: str) -> None:
+        self._reader = reader
+        self._where = where
+        self._refusal = refusal
+        self.schema = schema
+        self.metadata: dict[bytes, bytes] = dict(schema.metadata or {})
+        self.num_batches: int = reader.num_record_batches
+
+    def read(self, batches: list[int] | None = None) -> pa.Table:
+        """The stored rows of record batches ``batches`` (all when None), in that order,
+        fully validated; :class:`~trilink_spark.StateCorruptError` for a corrupt layout.
+
+        Cost: reads only those batches' bytes (plus the footer, read at open), O(their size).
+        """
+        picked = list(range(self.num_batches)) if batches is None else list(batches)
+        for i in picked:
+            if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < self.num_batches:
+                raise StateCorruptError(
+                    f"{self._where} has {self.num_batches} record batches; batch {i!r} was "
+                    "asked for (its index points past the file)")
+        try:
+            chunks = [self._reader.get_batch(i) for i in picked]
+            # rebuilt from the batches (not replace_schema_metadata, which drops the rows of
+            # a table without columns)
+            result: pa.Table = pa.Table.from_batches(chunks, schema=self.schema)
+            result.validate(full=True)
+        except (pa.ArrowException, OSError, ValueError) as err:
+            raise StateCorruptError(
+                f"{self._where} is a corrupt Arrow IPC file ({type(err).__name__}: {err})"
+                f"{self._refusal}") from None
+        return result
+
+
+def open_table(file: pa.NativeFile, kind: str, where: str) -> StoredTable:
+    """Open the tagged Arrow IPC file in ``file`` (random access) and check its tag, reading
+    only its ends; :meth:`StoredTable.read` then reads the record batches asked for.
+
+    Parameters
+    ----------
+    file : pyarrow.NativeFile
+        A readable, seekable file (``pyarrow.fs.FileSystem.open_input_file``, a
+        ``pyarrow.BufferReader`` or ``pyarrow.py_buffer`` of bytes).
+    kind, where : str
+        As for :func:`read_table`.
+
+    Returns
+    -------
+    StoredTable
+
+    Raises
+    ------
+    StateCorruptError, InvalidArgumentTypeError, InvalidArgumentError
+        As :func:`read_table`, for what the file's ends, schema and tag show.
+
+    Notes
+    -----
+    Cost: O(1) reads (both ends, the footer and the schema), whatever the file's size.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> data = write_table(pa.Table.from_batches([pa.record_batch({"x": [1, 2]}),
+    ...                                           pa.record_batch({"x": [3]})]), "example")
+    >>> stored = open_table(pa.BufferReader(data), "example", "example data")
+    >>> stored.num_batches, stored.read([1]).column("x").to_pylist()
+    (2, [3])
+    """
+    _check_kind(kind)
+    if not isinstance(where, str):
+        raise InvalidArgumentTypeError(f"where must be a str, got {type(where).__name__}")
+    if isinstance(file, pa.Buffer):
+        file = pa.BufferReader(file)
+    if not isinstance(file, pa.NativeFile):
+        raise InvalidArgumentTypeError(
+            f"file must be a pyarrow NativeFile, got {type(file).__name__}")
     refusal = f"; it is not a trilink {kind!r} table, and is not read as an empty one"
-    problem = _sniff(bytes(view[:8]), bytes(view[-8:]), size)
+    try:
+        size = file.size()
+        head = file.read_at(min(8, size), 0) if size else b""
+        tail = file.read_at(min(8, size), max(0, size - 8)) if size else b""
+    except (pa.ArrowException, OSError, ValueError) as err:
+        raise StateCorruptError(f"cannot read {where} ({type(err).__name__}: {err})") from None
+    problem = _sniff(bytes(head), bytes(tail), size)
     if problem is not None:
         raise StateCorruptError(f"{where} is {problem}{refusal}")
     try:
-        reader = pa.ipc.open_file(pa.py_buffer(view))
+        reader = pa.ipc.open_file(file)
         schema = reader.schema
     except (pa.ArrowException, OSError, ValueError) as err:
         raise StateCorruptError(
@@ -267,15 +363,5 @@ def read_table(data: bytes | bytearray | memoryview, kind: str, where: str) -> p
         raise StateCorruptError(
             f"{where} is a trilink {kind!r} table of {shown}; this release reads version "
             f"{FORMAT_VERSION} only (written by another release?)")
-    try:
-        batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
-        # rebuilt from the batches (not replace_schema_metadata, which drops the rows of a
-        # table without columns)
-        clean = schema.with_metadata(metadata) if metadata else schema.remove_metadata()
-        result: pa.Table = pa.Table.from_batches(batches, schema=clean)
-        result.validate(full=True)
-    except (pa.ArrowException, OSError, ValueError) as err:
-        raise StateCorruptError(
-            f"{where} is a corrupt Arrow IPC file ({type(err).__name__}: {err}){refusal}"
-        ) from None
-    return result
+    clean = schema.with_metadata(metadata) if metadata else schema.remove_metadata()
+    return StoredTable(reader, clean, where, refusal)

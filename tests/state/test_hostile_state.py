@@ -188,11 +188,44 @@ def test_corrupt_moves_and_segments_are_named(tmp_path: Path, junk: bytes) -> No
     swap = tmp_path / "state" / "swaps" / f"{1:012d}"
     swap.mkdir(parents=True)
     (swap / "moves.state").write_bytes(junk)
-    (swap / "segment-00000-00001.state").write_bytes(junk)
+    (swap / "segment-00000.state").write_bytes(junk)
     with pytest.raises(tl.StateCorruptError, match="moves.state"):
         store.load_moves(1)
-    with pytest.raises(tl.StateCorruptError, match="segment-00000-00001"):
+    with pytest.raises(tl.StateCorruptError, match="segment-00000"):
         store.load_segment(1, 0, 1)
+
+
+def test_segment_file_reads_only_its_destination(tmp_path: Path) -> None:
+    store = make_store(tmp_path, KEYS)
+    to_two = encode_state(_state(["a", "b"]))
+    to_five = encode_state(_state(["c"]))
+    written = store.save_segment(4, 0, {5: to_five, 2: to_two})
+    path = tmp_path / "state" / "swaps" / f"{4:012d}" / "segment-00000.state"
+    assert path.stat().st_size == written
+    assert store.load_segment(4, 0, 2).column("key").to_pylist() == ["a", "b"]
+    assert store.load_segment(4, 0, 5).column("key").to_pylist() == ["c"]
+    with pytest.raises(tl.StateCorruptError, match="no segment for partition 3"):
+        store.load_segment(4, 0, 3)
+
+
+@pytest.mark.parametrize("index", [b"[[2, 2]]", b"[[2, 3], [5, 1]]", b"[[2, 2], [2, 1]]",
+                                   b"{}", b"[[2, -1], [5, 1]]", b"[" * 100_000, b"\xff"])
+def test_segment_file_with_a_bad_index_is_refused(tmp_path: Path, index: bytes) -> None:
+    from trilink_spark.arrowio import read_table, write_table
+    from trilink_spark.state.store import STATE_KIND
+
+    store = make_store(tmp_path, KEYS)
+    store.save_segment(4, 0, {2: encode_state(_state(["a", "b"])),
+                              5: encode_state(_state(["c"]))})
+    path = tmp_path / "state" / "swaps" / f"{4:012d}" / "segment-00000.state"
+    table = read_table(path.read_bytes(), STATE_KIND, "segment")
+    metadata = dict(table.schema.metadata)
+    metadata[b"trilink.segment_index"] = index
+    path.write_bytes(write_table(pa.Table.from_batches(table.to_batches(),
+                                                       schema=table.schema.with_metadata(
+                                                           metadata)), STATE_KIND))
+    with pytest.raises(tl.StateCorruptError, match="segment-00000"):
+        store.load_segment(4, 0, 2)
 
 
 def test_state_file_of_another_kind_is_refused(tmp_path: Path) -> None:

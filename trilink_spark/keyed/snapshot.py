@@ -33,7 +33,7 @@ import pandas as pd
 
 from ..errors import StateCorruptError, StateTypeError
 
-__all__ = ["PartitionState", "encode_state", "decode_state", "decode_keys", "split_out", "merge_in",
+__all__ = ["PartitionState", "encode_state", "decode_state", "decode_keys", "split_out", "cut_segments", "merge_in",
            "check_value", "object_array", "read_counters", "KEY_FIELD", "NULL_KEY"]
 
 KEY_FIELD = "key"
@@ -343,6 +343,35 @@ def split_out(table: Any, keys: Any) -> tuple[Any, Any]:
         KEY_FIELD).type) if keys.type != table.schema.field(KEY_FIELD).type else keys)
     member = pc.fill_null(member, False)
     return table.filter(pc.invert(member)), table.filter(member)
+
+
+def cut_segments(table: Any, moves: Any) -> tuple[Any, dict[int, Any]]:
+    """``table`` without the moved keys, and their rows by destination.
+
+    ``moves``: the rows of a swap's moves table (``key``, ``to``) that leave this table. A
+    segment carries only what :func:`merge_in` needs of the source's partition-wide values
+    (the layout of shared window tables); counters and the newest event time stay behind.
+    Cost: O(rows of ``table`` + moves), vectorised.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = moves.column(KEY_FIELD).combine_chunks()
+    kept, leaving = split_out(table, keys)
+    if not leaving.num_rows:
+        return kept, {}
+    metadata = table.schema.metadata or {}
+    carried = {_META_TABLES: metadata[_META_TABLES]} if _META_TABLES in metadata else None
+    # each leaving row's destination, by its key's position in moves
+    where = pc.index_in(leaving.column(KEY_FIELD), value_set=keys.cast(
+        leaving.schema.field(KEY_FIELD).type) if keys.type != leaving.schema.field(
+            KEY_FIELD).type else keys)
+    dest = pc.take(moves.column("to").combine_chunks(), where)
+    parts: dict[int, Any] = {}
+    for d in pc.unique(dest).to_pylist():
+        rows = leaving.filter(pc.equal(dest, pa.scalar(d, dest.type)))
+        parts[int(d)] = rows.replace_schema_metadata(carried)
+    return kept, parts
 
 
 def merge_in(own: Any | None, incoming: Sequence[Any]) -> Any | None:

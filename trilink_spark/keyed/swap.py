@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from ..checks import check_num_partitions
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, UnknownStrategyError
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
+from ..errors import UnknownStrategyError
 from ..partitioners import Partitioner, TablePartitioner, WeightPartitioner
 from ..partitioners.overlay import OverlayPartitioner
 from ..partitioners.refit import rebalance_minimal
@@ -242,23 +243,22 @@ def _segment_function(store: KeyedStateStore, batch_id: int, prev: int,
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from .snapshot import split_out
+        from .snapshot import cut_segments
 
         moves = store.load_moves(batch_id)
+        schema = pa.schema([("source", pa.int32()), ("bytes", pa.int64())])
         for batch in batches:
             for i in batch.column(0).to_pylist():
                 source = sources[int(i)]
                 mine = moves.filter(pc.equal(moves.column("from"), source))
-                table = store.load_table(source, prev)
-                _, leaving = split_out(table, mine.column(KEY_FIELD).combine_chunks())
-                total = 0
-                for dest in sorted(set(mine.column("to").to_pylist())):
-                    keys = mine.filter(pc.equal(mine.column("to"), dest)).column(KEY_FIELD)
-                    _, rows = split_out(leaving, keys.combine_chunks())
-                    rows = rows.replace_schema_metadata(table.schema.metadata)
-                    total += store.save_segment(batch_id, source, int(dest), rows)
+                _, parts = cut_segments(store.load_table(source, prev), mine)
+                if sum(t.num_rows for t in parts.values()) != mine.num_rows:
+                    raise StateCorruptError(
+                        f"batch {batch_id}'s plan moves {mine.num_rows} keys out of partition "
+                        f"{source}, but its version {prev} holds "
+                        f"{sum(t.num_rows for t in parts.values())} of them")
+                total = store.save_segment(batch_id, source, parts)
                 yield pa.RecordBatch.from_pydict({"source": [source], "bytes": [total]},
-                                                 schema=pa.schema([("source", pa.int32()),
-                                                                   ("bytes", pa.int64())]))
+                                                 schema=schema)
 
     return run

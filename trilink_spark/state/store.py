@@ -7,7 +7,8 @@ Layout under the state path::
     partition=00003/000000000042.state     partition 3's state after batch 42 (Arrow IPC)
     swaps/000000000042/plan.json           the swap decided for batch 42 (immutable)
     swaps/000000000042/moves.state         its moved keys: key, from, to (Arrow IPC)
-    swaps/000000000042/segment-00001-00004.state   moved keys' state, partition 1 -> 4
+    swaps/000000000042/segment-00001.state moved keys' state leaving partition 1 (Arrow IPC,
+                                           one record batch per destination)
 
 Every file is written to a temporary name and renamed, so readers see whole files only. A
 state version is a table with one row per key (column ``key``) and whatever per-key columns
@@ -21,12 +22,12 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..arrowio import read_table, write_table
+from ..arrowio import open_table, read_table, write_table
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..errors import StateStoreError
 from ..files import resolve_filesystem, write_atomic
@@ -38,6 +39,7 @@ __all__ = ["KeyedStateStore", "StatefulBatchFunction", "KEY_FIELD", "STATE_KIND"
 logger = logging.getLogger(__name__)
 
 _SUFFIX = ".state"
+_SEGMENT_INDEX = b"trilink.segment_index"  # JSON [[destination, rows], ...], one per batch
 #: Name of the key column of every stored state table.
 KEY_FIELD = "key"
 #: Format tag of keyed state tables (see :mod:`trilink_spark.arrowio`).
@@ -401,21 +403,79 @@ class KeyedStateStore:
             raise StateCorruptError(f"{path} is missing; batch {batch}'s plan needs it")
         return read_table(data, _MOVES_KIND, path)
 
-    def segment_path(self, batch: int, source: int, destination: int) -> str:
-        return f"{self._swap_dir(batch)}/segment-{source:05d}-{destination:05d}{_SUFFIX}"
+    def segment_path(self, batch: int, source: int) -> str:
+        """The file of the moved keys' state leaving ``source`` in ``batch``'s swap."""
+        return f"{self._swap_dir(batch)}/segment-{source:05d}{_SUFFIX}"
 
-    def save_segment(self, batch: int, source: int, destination: int, table: Any) -> int:
-        """Write the moved keys' state from ``source`` to ``destination``; returns bytes."""
-        data = write_table(table, STATE_KIND)
-        self._write(self.segment_path(batch, source, destination), data)
+    def save_segment(self, batch: int, source: int, parts: Mapping[int, Any]) -> int:
+        """Write the moved keys' state leaving ``source``, one segment per destination
+        (``{destination: table}``, same schema); returns the bytes written.
+
+        One file per source partition, one record batch per destination, so a destination
+        reads only its own rows and the fixed Arrow overhead (schema, footer) is paid once
+        per source. The destinations and their row counts are in the schema metadata.
+        """
+        import pyarrow as pa
+
+        order = sorted(parts)
+        if not order:
+            raise InvalidArgumentError("a segment file needs at least one destination")
+        tables = [parts[d] for d in order]
+        schema = tables[0].schema.remove_metadata()
+        batches = []
+        for dest, table in zip(order, tables):
+            if table.schema.remove_metadata() != schema:
+                raise InvalidArgumentError(
+                    f"segment of partition {source} -> {dest} has another schema than -> "
+                    f"{order[0]}: {table.schema} vs {schema}")
+            if table.num_rows == 0:
+                raise InvalidArgumentError(
+                    f"segment of partition {source} -> {dest} has no rows; leave it out")
+            batches.append(pa.Table.from_batches(table.to_batches(), schema=schema)
+                           .combine_chunks().to_batches()[0])
+        index = json.dumps([[int(d), int(t.num_rows)] for d, t in zip(order, tables)])
+        metadata = dict(tables[0].schema.metadata or {})
+        metadata[_SEGMENT_INDEX] = index.encode()
+        data = write_table(pa.Table.from_batches(batches, schema=schema.with_metadata(metadata)),
+                           STATE_KIND)
+        self._write(self.segment_path(batch, source), data)
         return len(data)
 
     def load_segment(self, batch: int, source: int, destination: int) -> Any:
-        path = self.segment_path(batch, source, destination)
-        data = self._read(path)
-        if data is None:
+        """The moved keys' state from ``source`` to ``destination`` in ``batch``'s swap.
+
+        Reads the file's footer and that destination's record batch only.
+        """
+        path = self.segment_path(batch, source)
+        try:
+            file = self.fs.open_input_file(path)
+        except FileNotFoundError:
+            file = None
+        except OSError as err:
+            from pyarrow import fs
+
+            if self.fs.get_file_info(path).type != fs.FileType.NotFound:
+                raise StateStoreError(
+                    f"cannot read {path} ({type(err).__name__}: {err})") from None
+            file = None
+        if file is None:
             raise StateCorruptError(f"{path} is missing; batch {batch}'s swap needs it")
-        return read_table(data, STATE_KIND, path)
+        with file:
+            stored = open_table(file, STATE_KIND, path)
+            metadata = dict(stored.metadata)
+            raw = metadata.pop(_SEGMENT_INDEX, None)
+            index = _segment_index(raw, path, stored.num_batches)
+            position = {dest: i for i, (dest, _) in enumerate(index)}
+            if destination not in position:
+                raise StateCorruptError(
+                    f"{path} holds no segment for partition {destination} (it holds "
+                    f"{sorted(position)}), but batch {batch}'s moves send keys there")
+            table = stored.read([position[destination]])
+        if table.num_rows != index[position[destination]][1]:
+            raise StateCorruptError(
+                f"{path}: the segment for partition {destination} has {table.num_rows} rows, "
+                f"its index says {index[position[destination]][1]}")
+        return table.replace_schema_metadata(metadata or None)
 
     def swap_batches(self) -> list[int]:
         """Batches with a swap directory, ascending."""
@@ -520,3 +580,23 @@ class StatefulBatchFunction:
         """:meth:`_ensure_written`, then prune old versions."""
         listed = self._ensure_written(out, batch_id, partitions)
         self.store.prune(partitions, batch_id, listed=listed)
+
+
+def _segment_index(raw: bytes | None, path: str, batches: int) -> list[tuple[int, int]]:
+    """The ``[[destination, rows], ...]`` index of a segment file, checked against its
+    record batches; StateCorruptError for anything else."""
+    try:
+        index = json.loads(raw.decode("utf-8")) if raw is not None else None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        index = None
+    ok = (isinstance(index, list) and len(index) == batches
+          and all(isinstance(e, list) and len(e) == 2
+                  and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in e)
+                  for e in index)
+          and len({e[0] for e in index}) == len(index))
+    if not ok or index is None:
+        raise StateCorruptError(
+            f"{path} has no valid segment index ({_SEGMENT_INDEX.decode()}: one "
+            f"[destination, rows] pair per record batch, {batches} batches); it is not a "
+            "segment file this release wrote")
+    return [(int(d), int(r)) for d, r in index]
