@@ -240,6 +240,37 @@ def test_fluid_swap_moves_a_bounded_number_of_keys_per_batch(spark: Any, tmp_pat
     assert {k: final.partition(k) for k in owners} == owners
 
 
+def test_fluid_swap_of_blocks_moves_whole_blocks_under_a_block_table(
+        spark: Any, tmp_path: Path) -> None:
+    rng = np.random.default_rng(21)
+    run = make_run(tmp_path, strategy=tl.BlockPartitioner(4, num_blocks=32))
+    total = run_batches(spark, run, range(2), rng, pd.Series(dtype=float))
+    run.request_swap(num_partitions=3, mode="fluid", max_keys_per_batch=6)
+    b, moved_blocks = 2, set()
+    while not run.swaps or not run.swaps[-1].complete:
+        before = run.owners()
+        total = run_batches(spark, run, range(b, b + 1), rng, total)
+        placement, _ = run.store.placement_at(b)
+        assert isinstance(placement, tl.BlockPartitioner)  # no key overlay: blocks
+        after = run.owners(b)
+        moved = [k for k in before if before[k] != after[k]]
+        assert len(moved) == run.swaps[-1].moved_keys
+        blocks = {placement.block_of(k) for k in moved}
+        # whole blocks: every stored key of a moved block now sits where the table says
+        assert all(after[k] == placement.partition(k) for k in after
+                   if placement.block_of(k) in blocks)
+        assert len(moved) <= 6 or len(blocks) == 1
+        assert not blocks & moved_blocks  # a block moves once
+        moved_blocks |= blocks
+        b += 1
+        assert b < 40
+    assert len(run.swaps) >= 2
+    final, n = run.store.placement_at(b - 1)
+    assert isinstance(final, tl.BlockPartitioner) and n == 3
+    owners = run.owners()
+    assert {k: final.partition(k) for k in owners} == owners
+
+
 def test_replayed_swap_batch_reuses_its_plan(spark: Any, tmp_path: Path) -> None:
     rng = np.random.default_rng(12)
     sink: list[pd.DataFrame] = []

@@ -1,7 +1,6 @@
 """Hostile probes of the keyed state store, state tables, swaps and the keyed runner.
 
-Tests marked ``xfail(strict=True)`` assert the correct behaviour of a defect found by the
-probes: fix the defect, then drop the mark.
+Each test asserts the correct behaviour where a probe found a defect, so that it stays fixed.
 """
 
 from __future__ import annotations
@@ -116,8 +115,6 @@ def test_typed_nan_state_value_survives() -> None:
     assert "a" in back.values and math.isnan(back.values["a"]["x"])
 
 
-@pytest.mark.xfail(strict=True, reason="JSON state silently turns int dict keys into str keys "
-                   "({1: 2} comes back as {'1': 2}); refuse them with StateTypeError")
 def test_json_state_with_non_str_dict_keys_is_refused_or_exact() -> None:
     try:
         back = decode_state(encode_state(_state(["a"], {"v": {1: 2}})))
@@ -151,8 +148,6 @@ def test_corrupt_manifest_is_state_corrupt_error(tmp_path: Path, body: bytes) ->
         store.owners()
 
 
-@pytest.mark.xfail(strict=True, reason="read_manifest/load_plan/load_placement let a "
-                   "RecursionError escape on JSON nested 100,000 deep")
 def test_deeply_nested_manifest_is_state_corrupt_error(tmp_path: Path) -> None:
     store = make_store(tmp_path, KEYS)
     (tmp_path / "state" / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)
@@ -266,9 +261,6 @@ def test_malformed_state_table_is_state_corrupt_error(index: int) -> None:
         decode_state(_bad_tables()[index], "state P")
 
 
-@pytest.mark.xfail(strict=True, reason="key_table (owners, plan_swap) lets KeyError / "
-                   "ArrowTypeError escape for a state file without a key column or with "
-                   "keys of another type than the other partitions'")
 @pytest.mark.parametrize("table", [encode_state(_state(["a"])).drop(["key"]),
                                    encode_state(_state([5]))], ids=["no-key", "int-key"])
 def test_key_table_of_foreign_state_is_state_corrupt_error(tmp_path: Path, table: Any) -> None:
@@ -278,9 +270,6 @@ def test_key_table_of_foreign_state_is_state_corrupt_error(tmp_path: Path, table
         store.owners()
 
 
-@pytest.mark.xfail(strict=True, reason="load_placement accepts partitions=2.5/True and a "
-                   "partition count that disagrees with its strategy: tasks of the missing "
-                   "partitions then start from empty state")
 @pytest.mark.parametrize("body", [{"partitions": 2, "strategy": {"strategy": "hash",
                                                                  "num_partitions": 4}},
                                   {"partitions": 2.5, "strategy": None},
@@ -292,8 +281,6 @@ def test_inconsistent_placement_is_state_corrupt_error(tmp_path: Path, body: Any
         store.placement_at(0)
 
 
-@pytest.mark.xfail(strict=True, reason="load_plan accepts a plan.json without placement/prev/"
-                   "complete (a KeyError in the runner later) and batch_id true for batch 1")
 @pytest.mark.parametrize("plan", [{"batch_id": 1}, {"batch_id": True}])
 def test_incomplete_plan_is_state_corrupt_error(tmp_path: Path, plan: Any) -> None:
     store = make_store(tmp_path, KEYS)

@@ -496,8 +496,11 @@ class KeyedBatchFunction(StatefulBatchFunction):
             placed = place_rows(tagged, o["key"], chosen.strategy, fit="none")
             partitions = chosen.strategy.num_partitions
             if swap_plan is not None:
+                planned = time.perf_counter()
                 moved_bytes = write_segments(batch_df.sparkSession, self.store, batch_id,
                                              int(swap_plan["prev"]), chosen.moves)
+                logger.info("batch %d: swap planned in %.3f s, segments written in %.3f s",
+                            batch_id, planned - started, time.perf_counter() - planned)
         io = StateIO(self.store, batch_id, prev, prev_partitions, swap_plan is not None,
                      key_type, value_type)
         arrival = [o["order_by"], POS_COL] if o["order_by"] is not None else [POS_COL]

@@ -76,10 +76,29 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON-representable")
 
 
+def _check_keys(value: Any) -> None:
+    """Refuse dict keys that JSON would silently turn into strings ({1: 2} -> {"1": 2}).
+    Iterative, so a deep value costs no recursion (O(size of value))."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for k, v in item.items():
+                if not isinstance(k, str):
+                    raise TypeError(f"dict key {k!r} ({type(k).__name__}) is not a str, and "
+                                    f"JSON would store it as {json.dumps(str(k))}")
+                if isinstance(v, (dict, list, tuple)):
+                    stack.append(v)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(v for v in item if isinstance(v, (dict, list, tuple)))
+
+
 def _json(value: Any, what: str) -> str:
     try:
+        if isinstance(value, (dict, list, tuple)):
+            _check_keys(value)
         return json.dumps(value, default=_plain, allow_nan=True)
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, RecursionError) as err:
         raise StateTypeError(
             f"{what} cannot be stored: {err}. Without a state_schema, state values must be "
             "JSON-representable (None, bool, int, float, str, lists and str-keyed dicts); "

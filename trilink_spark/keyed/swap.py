@@ -28,7 +28,8 @@ import numpy as np
 from ..checks import check_num_partitions
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..errors import UnknownStrategyError
-from ..partitioners import Partitioner, TablePartitioner, WeightPartitioner
+from ..partitioners import BlockPartitioner, Partitioner, TablePartitioner
+from ..partitioners import WeightPartitioner
 from ..partitioners.overlay import OverlayPartitioner
 from ..partitioners.refit import rebalance_minimal
 from ..state.store import KEY_FIELD, KeyedStateStore
@@ -164,6 +165,32 @@ def _target(current: Partitioner, request: SwapRequest, keys: list[Any],
     return base
 
 
+def _block_steps(base: Partitioner, target: Partitioner) -> bool:
+    """Whether a fluid swap from ``base`` to ``target`` moves whole blocks (both block tables
+    over the same blocks); else it moves keys, under an overlay."""
+    return (isinstance(base, BlockPartitioner) and isinstance(target, BlockPartitioner)
+            and base.num_blocks == target.num_blocks and base.key_type == target.key_type
+            and base.null_policy == target.null_policy)
+
+
+def _next_blocks(base: BlockPartitioner, target: BlockPartitioner, keys: list[Any],
+                 moving: Any, cap: int) -> tuple[Any, BlockPartitioner]:
+    """The keys of the next blocks to move (smallest first, as many as fit in ``cap`` keys,
+    at least one block) and the block table placing them: ``base``'s table with those blocks
+    switched to ``target``'s partitions, on ``max`` of both partition counts (a partition
+    being removed keeps its blocks until they leave). O(keys + num_blocks log num_blocks)."""
+    blocks = base.blocks(keys)[moving]
+    ids, sizes = np.unique(blocks, return_counts=True)
+    order = np.argsort(sizes, kind="stable")
+    fits = np.cumsum(sizes[order]) <= cap
+    fits[0] = True  # a block bigger than the cap still moves, alone
+    chosen = ids[order[fits]]
+    table = base.table.copy()
+    table[chosen] = target.table[chosen]
+    hybrid = base.with_table(table, max(base.num_partitions, target.num_partitions))
+    return moving[np.isin(blocks, chosen)], hybrid
+
+
 def plan_swap(store: KeyedStateStore, batch_id: int, prev: int, current: Partitioner,
               request: SwapRequest, target: Partitioner | None = None
               ) -> tuple[dict[str, Any], Any, Partitioner]:
@@ -191,13 +218,22 @@ def plan_swap(store: KeyedStateStore, batch_id: int, prev: int, current: Partiti
     wanted = np.asarray(target.assign(keys), dtype=np.int64) if keys else np.zeros(0, np.int64)
     moving = np.flatnonzero(wanted != stored_in)
     complete = True
+    in_blocks = _block_steps(base, target)
+    hybrid: BlockPartitioner | None = None
     if request.mode == "fluid" and request.max_keys_per_batch is not None \
             and len(moving) > request.max_keys_per_batch:
-        heaviest = np.argsort(-rows[moving], kind="stable")[: request.max_keys_per_batch]
-        moving = np.sort(moving[heaviest])
         complete = False
+        if not in_blocks:
+            heaviest = np.argsort(-rows[moving], kind="stable")[: request.max_keys_per_batch]
+            moving = np.sort(moving[heaviest])
+        else:
+            moving, hybrid = _next_blocks(base, target,  # type: ignore[arg-type]
+                                          keys, moving, request.max_keys_per_batch)
     if complete:
         placement: Partitioner = target
+    elif hybrid is not None:
+        # blocks already moved follow the target, the others stay: still one block table
+        placement = hybrid
     else:
         moved: list[Any] = [keys[i] for i in moving.tolist()]
         overrides.update(zip(moved, wanted[moving].tolist()))

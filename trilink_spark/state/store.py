@@ -241,9 +241,23 @@ class KeyedStateStore:
 
         version, partitions = self.committed_layout(version)
         parts = []
+        key_type, typed_from = None, -1
         for p in range(partitions):
             stored = self.load_table(p, version)
+            path = self.version_path(p, version)
+            lacking = [c for c in (KEY_FIELD, *extra) if c not in stored.column_names]
+            if lacking:
+                raise StateCorruptError(
+                    f"{path} has no {lacking} column(s) (columns {stored.column_names}); it is "
+                    "not a keyed state table of this store")
             keys = stored.column(KEY_FIELD)
+            if not pa.types.is_null(keys.type):
+                if key_type is None:
+                    key_type, typed_from = keys.type, p
+                elif keys.type != key_type:
+                    raise StateCorruptError(
+                        f"{path} stores keys of type {keys.type}, partition {typed_from} of "
+                        f"type {key_type}; one state version holds one key type")
             columns = {KEY_FIELD: keys,
                        "partition": pa.array(np.full(len(keys), p, dtype=np.int32))}
             columns.update({name: stored.column(name) for name in extra})
@@ -251,7 +265,12 @@ class KeyedStateStore:
         if not parts:
             return pa.table({KEY_FIELD: pa.array([], pa.null()),
                              "partition": pa.array([], pa.int32())})
-        table = pa.concat_tables(parts, promote_options="permissive")
+        try:
+            table = pa.concat_tables(parts, promote_options="permissive")
+        except (pa.ArrowTypeError, pa.ArrowInvalid) as err:
+            raise StateCorruptError(
+                f"state version {version} under {self.path} has partitions whose columns "
+                f"do not combine ({err})") from None
         counts = table.group_by(KEY_FIELD).aggregate([("partition", "count")])
         doubled = counts.filter(pc.greater(counts["partition_count"], 1))
         if doubled.num_rows:
@@ -304,7 +323,7 @@ class KeyedStateStore:
             return None
         try:
             manifest = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+        except (UnicodeDecodeError, ValueError, RecursionError):
             raise StateCorruptError(f"{path} is not JSON; it is not this store's manifest") \
                 from None
         if not isinstance(manifest, dict) or manifest.get("format") != _MANIFEST_FORMAT:
@@ -315,9 +334,9 @@ class KeyedStateStore:
                 f"reads version {_MANIFEST_VERSION}")
         committed = manifest.get("committed", [])
         placements = manifest.get("placements", [])
-        if not (isinstance(committed, list) and all(isinstance(c, int) for c in committed)
+        if not (isinstance(committed, list) and all(_is_count(c, 0) for c in committed)
                 and isinstance(placements, list)
-                and all(isinstance(p, int) for p in placements)):
+                and all(_is_count(p, 0) for p in placements)):
             raise StateCorruptError(f"{path} has malformed committed or placements lists")
         return manifest
 
@@ -353,12 +372,18 @@ class KeyedStateStore:
         try:
             body = json.loads(data.decode("utf-8"))
             strategy = None if body["strategy"] is None else Partitioner.from_dict(body["strategy"])
-            partitions = int(body["partitions"])
-        except (UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
-            raise StateCorruptError(f"{path} is not a placement record ({err})") from None
-        if partitions < 1:
-            raise StateCorruptError(f"{path} has partitions={partitions}")
-        return strategy, partitions
+            partitions = body["partitions"]
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError, RecursionError) as err:
+            raise StateCorruptError(
+                f"{path} is not a placement record ({type(err).__name__}: {err})") from None
+        if not _is_count(partitions, 1):
+            raise StateCorruptError(
+                f"{path} has partitions={partitions!r}; a placement record holds an int >= 1")
+        if strategy is not None and strategy.num_partitions != partitions:
+            raise StateCorruptError(
+                f"{path} records {partitions} partitions but its strategy places on "
+                f"{strategy.num_partitions}; the record is inconsistent")
+        return strategy, int(partitions)
 
     def placement_at(self, batch: int, manifest: dict[str, Any] | None = None
                      ) -> tuple[Partitioner | None, int]:
@@ -389,10 +414,16 @@ class KeyedStateStore:
             return None
         try:
             plan = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+        except (UnicodeDecodeError, ValueError, RecursionError):
             raise StateCorruptError(f"{path} is not a swap plan") from None
-        if not isinstance(plan, dict) or plan.get("batch_id") != batch:
+        if not isinstance(plan, dict) or not _is_count(plan.get("batch_id"), 0) \
+                or plan["batch_id"] != batch:
             raise StateCorruptError(f"{path} is not the swap plan of batch {batch}")
+        problems = [name for name, ok in _PLAN_FIELDS.items() if not ok(plan.get(name))]
+        if problems:
+            raise StateCorruptError(
+                f"{path} is an incomplete or malformed swap plan (bad or missing: "
+                f"{', '.join(problems)}); it is not a plan this release wrote")
         return plan
 
     def load_moves(self, batch: int) -> Any:
@@ -580,6 +611,25 @@ class StatefulBatchFunction:
         """:meth:`_ensure_written`, then prune old versions."""
         listed = self._ensure_written(out, batch_id, partitions)
         self.store.prune(partitions, batch_id, listed=listed)
+
+
+def _is_count(value: object, least: int) -> bool:
+    """Whether ``value`` is an int (not a bool) of at least ``least``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+#: What each field of a stored swap plan must be (checked by ``load_plan``).
+_PLAN_FIELDS: dict[str, Callable[[Any], bool]] = {
+    "prev": lambda v: _is_count(v, 0),
+    "mode": lambda v: isinstance(v, str),
+    "partitions_before": lambda v: _is_count(v, 1),
+    "partitions_after": lambda v: _is_count(v, 1),
+    "keys_total": lambda v: _is_count(v, 0),
+    "moved_keys": lambda v: _is_count(v, 0),
+    "complete": lambda v: isinstance(v, bool),
+    "placement": lambda v: isinstance(v, dict),
+    "target": lambda v: isinstance(v, dict),
+}
 
 
 def _segment_index(raw: bytes | None, path: str, batches: int) -> list[tuple[int, int]]:
