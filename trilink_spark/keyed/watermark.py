@@ -94,8 +94,9 @@ def keyed_watermark(
         Key column (any type Spark can hash).
     event_time : str
         Timestamp or numeric event-time column.
-    delay : float or datetime.timedelta
-        Allowed lateness: seconds (or a timedelta) for timestamps, the column's unit otherwise.
+    delay : str, float or datetime.timedelta
+        Allowed lateness: an interval string (``"10 seconds"``), seconds or a timedelta for
+        timestamps; the column's unit otherwise.
     order_by : str, optional
         Arrival-order column (e.g. ingestion time or Kafka offset); default the input order.
     n_keys : int

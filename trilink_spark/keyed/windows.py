@@ -38,9 +38,9 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
 
     Parameters
     ----------
-    size : float or datetime.timedelta
-        Window length: seconds (or a timedelta) for timestamp event times, the column's unit
-        for numeric ones.
+    size : str, float or datetime.timedelta
+        Window length: an interval string (``"1 minute"``), seconds or a timedelta for
+        timestamp event times; the column's unit for numeric ones.
     value : str, optional
         Column that sum, min, max and mean aggregate (nulls skipped, as in Spark).
     aggs : sequence of str
@@ -69,7 +69,7 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
 
     def __init__(
         self,
-        size: float | timedelta,
+        size: str | float | timedelta,
         value: str | None = None,
         aggs: Sequence[str] = ("count",),
     ) -> None:

@@ -412,7 +412,8 @@ class Aggregate:
 
 
 class Count(Aggregate):
-    """Rows per group; partial ``name`` (bigint), merged by summing.
+    """Rows per group (no column), or non-null values of ``column`` per group, as Spark's
+    ``count(*)`` and ``count(v)``; partial ``name`` (bigint), merged by summing.
 
     Examples
     --------
@@ -432,7 +433,9 @@ class Count(Aggregate):
         return "bigint"
 
     def init(self, groups: Groups, time_col: str, pos_col: str) -> dict[str, pd.Series]:
-        return {self.name: groups.grouped.size()}
+        if self.column is None:
+            return {self.name: groups.grouped.size()}
+        return {self.name: self._values(groups).count().astype(np.int64)}
 
     def merge(self, groups: Groups) -> dict[str, pd.Series]:
         return {self.name: groups.grouped[self.name].sum()}
@@ -797,6 +800,8 @@ AGGREGATE_CLASSES: dict[str, type[Aggregate]] = {
 }
 #: Built-in aggregates.
 AGGREGATES: tuple[str, ...] = tuple(n for n, c in AGGREGATE_CLASSES.items() if c.mergeable)
+_SPARK_NAMES = ", ".join(n for c in AGGREGATE_CLASSES.values() if c.mergeable
+                         for n in c.spark_names)
 
 
 def arrow_aggregates() -> dict[str, str]:
@@ -865,14 +870,160 @@ class AggSpec:
         return self.aggregate.partial_types(value_type)
 
 
-def _agg_items(aggs: Any) -> list[tuple[Any, ...]]:
-    """``aggs`` as ``(name, func, column)`` tuples (a mapping or a sequence of tuples)."""
+#: Spark aggregate functions with no exact partial form, refused by name.
+UNMERGEABLE_SPARK: tuple[str, ...] = (
+    "collect_list", "collect_set", "array_agg", "percentile", "percentile_approx",
+    "approx_percentile", "percentile_cont", "percentile_disc", "median", "mode",
+    "approx_count_distinct", "count_distinct", "count_min_sketch", "hll_sketch_agg",
+    "stddev", "std", "stddev_samp", "stddev_pop", "variance", "var_samp", "var_pop",
+    "skewness", "kurtosis", "corr", "covar_pop", "covar_samp", "listagg", "string_agg",
+)
+_COUNT_ALL = ("*", "1", "unresolvedstar()")
+
+
+def _spark_func(spark_name: str) -> str | None:
+    """The algebra's ``func`` computing Spark function ``spark_name`` (None: none does)."""
+    for cls in AGGREGATE_CLASSES.values():
+        if cls.mergeable and spark_name in cls.spark_names:
+            return cls.func
+    return None
+
+
+def _top_level(text: str, sep: str) -> list[int]:
+    """Positions of ``sep`` (case-insensitive) in ``text`` outside parentheses and backticks."""
+    out, depth, quoted, lowered, i = [], 0, False, text.lower(), 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "`":
+            quoted = not quoted
+        elif not quoted and ch == "(":
+            depth += 1
+        elif not quoted and ch == ")":
+            depth -= 1
+        elif not quoted and depth == 0 and lowered.startswith(sep, i):
+            out.append(i)
+            i += len(sep)
+            continue
+        i += 1
+    return out
+
+
+def _unquote(name: str) -> str:
+    name = name.strip()
+    if len(name) >= 2 and name[0] == name[-1] == "`":
+        return name[1:-1].replace("``", "`")
+    return name
+
+
+def _column_item(col: Any, columns: Sequence[str] | None) -> tuple[str, str, str | None]:
+    """``(name, func, column)`` of a Spark Column aggregate such as ``F.sum("v").alias("s")``,
+    read from its text (the same on classic and Spark Connect sessions); refuses what the
+    algebra cannot merge exactly, naming it."""
+    text = str(col)
+    if text.startswith("Column<'") and text.endswith("'>"):
+        text = text[len("Column<'"):-2]
+    aliases = _top_level(text, " as ")
+    call = text[: aliases[0]] if aliases else text
+    alias = _unquote(text[aliases[-1] + 4:]) if aliases else None
+    head, _, rest = call.partition("(")
+    spark_name = head.strip().lower()
+    if not rest.endswith(")") or not spark_name.replace("_", "").isalnum():
+        raise InvalidArgumentError(
+            f"aggregate {text!r} is not a call of an aggregate function on a column; give "
+            f"F.<func>(column) with func one of {_SPARK_NAMES}, or (name, func, column)")
+    body = rest[:-1]
+    commas = _top_level(body, ",")
+    args = [body[i + 1:j] for i, j in zip([-1, *commas], [*commas, len(body)])]
+    first = args[0].strip()
+    shown = alias or text
+    if spark_name in UNMERGEABLE_SPARK or first.lower().startswith("distinct "):
+        what = f"{spark_name}(DISTINCT ...)" if first.lower().startswith("distinct ") \
+            else spark_name
+        raise InvalidArgumentError(
+            f"aggregate {shown!r} ({what}) cannot be merged exactly from partials: local_merge "
+            f"and global_merge merge {_SPARK_NAMES}; compute {what} with keyed_agg (exact "
+            "placement) instead")
+    func = _spark_func(spark_name)
+    if func is None:
+        raise InvalidArgumentError(
+            f"aggregate {shown!r} uses {spark_name!r}, which the merge algebra does not know; "
+            f"it merges {_SPARK_NAMES} (or a Combine in the (name, func, column) form)")
+    column: str | None = _unquote(first)
+    if func == "count" and first.lower() in _COUNT_ALL:
+        column, spark_arg = None, "1"
+    else:
+        spark_arg = column or ""
+        if columns is not None and column not in columns:
+            raise InvalidArgumentError(
+                f"aggregate {shown!r}: {first!r} is not a column of the input ({list(columns)}); "
+                "an aggregate of an expression needs the expression as a column first "
+                "(df.withColumn)")
+    if func in ("first", "last"):
+        flag = args[1].strip().lower() if len(args) > 1 else "false"
+        if flag != "true":
+            raise InvalidArgumentError(
+                f"aggregate {shown!r}: the merge keeps the {func} non-null value by event time; "
+                f"write F.{func}({spark_arg!r}, ignorenulls=True) (Spark's {func} without it "
+                "depends on row order)")
+    elif len(args) > 1:
+        raise InvalidArgumentError(f"aggregate {shown!r} has extra arguments {args[1:]}")
+    output = "avg" if func == "mean" else spark_name
+    return (alias if alias is not None else f"{output}({spark_arg})", func, column)
+
+
+def _dict_item(column: Any, spark_name: Any, columns: Sequence[str] | None
+               ) -> tuple[str, str, str | None]:
+    """``(name, func, column)`` of Spark's dict form ``{column: "sum"}``, named as Spark
+    names it (``sum(v)``, ``avg(v)`` for mean, ``count(1)`` for ``{"*": "count"}``)."""
+    if not isinstance(column, str) or not isinstance(spark_name, str):
+        raise InvalidArgumentTypeError(
+            f"Spark's dict form maps column names to function names ({{'v': 'sum'}}); got "
+            f"{column!r}: {spark_name!r}")
+    func = _spark_func(spark_name.lower())
+    if func is None:
+        raise InvalidArgumentError(
+            f"aggregate {{{column!r}: {spark_name!r}}}: {spark_name!r} "
+            + ("cannot be merged exactly from partials; compute it with keyed_agg"
+               if spark_name.lower() in UNMERGEABLE_SPARK or spark_name in AGGREGATE_CLASSES
+               else "is not an aggregate the merge algebra knows")
+            + f" (it merges {_SPARK_NAMES})")
+    if column == "*":
+        if func != "count":
+            raise InvalidArgumentError(f"'*' takes only count, got {spark_name!r}")
+        return ("count(1)", "count", None)
+    if columns is not None and column not in columns:
+        raise InvalidArgumentError(
+            f"column {column!r} of aggregate {{{column!r}: {spark_name!r}}} is not in "
+            f"{list(columns)}")
+    output = "avg" if func == "mean" else spark_name.lower()
+    return (f"{output}({column})", func, column)
+
+
+def _agg_items(aggs: Any, columns: Sequence[str] | None = None) -> list[tuple[Any, ...]]:
+    """``aggs`` as ``(name, func, column)`` tuples: a mapping ``{name: (func, column)}``,
+    Spark's dict form ``{column: "func"}``, a sequence of ``(name, func, column)``, or Spark
+    Column aggregates (one or a sequence)."""
+    from pyspark.sql import Column
+
+    if isinstance(aggs, Column):
+        aggs = [aggs]
     if isinstance(aggs, Mapping):
-        return [(name, *spec) if isinstance(spec, tuple) else (name, spec, None)
-                for name, spec in aggs.items()]
+        if aggs and all(isinstance(v, str) for v in aggs.values()):
+            return [_dict_item(c, f, columns) for c, f in aggs.items()]
+        out: list[tuple[Any, ...]] = []
+        for name, spec in aggs.items():
+            if not isinstance(spec, tuple):
+                raise InvalidArgumentTypeError(
+                    f"aggregate {name!r}: give (func, column), or Spark's dict form "
+                    f"{{column: 'func'}} for every entry; got {spec!r}")
+            out.append((name, *spec))
+        return out
     if isinstance(aggs, Sequence) and not isinstance(aggs, str):
-        return [tuple(a) for a in aggs]
-    raise InvalidArgumentTypeError("aggs must be {name: (func, column)} or [(name, func, column)]")
+        return [_column_item(a, columns) if isinstance(a, Column) else tuple(a)
+                for a in aggs]
+    raise InvalidArgumentTypeError(
+        "aggs must be {name: (func, column)}, Spark's {column: 'func'}, [(name, func, column)] "
+        f"or Spark Column aggregates (F.sum('v').alias('s')); got {type(aggs).__name__}")
 
 
 def _needs_column(func: Any) -> bool:
@@ -880,21 +1031,67 @@ def _needs_column(func: Any) -> bool:
     return cls is None or cls.needs_column
 
 
-def parse_aggs(aggs: Any, columns: Sequence[str]) -> list[AggSpec]:
-    """Validate ``aggs``: a mapping ``{name: (func, column)}`` (``column`` may be None for
-    count) or a sequence of ``(name, func, column)``.
+def _distinct_in_plan(df: DataFrame, cols: list[Any]) -> list[Any]:
+    """The Column aggregates of ``cols`` that Spark plans as DISTINCT aggregates (a classic
+    session's ``F.count_distinct("v")`` prints as ``count(v)``): one plan, no job."""
+    import contextlib
+    import io
+    import re
+
+    def distinct(group: list[Any]) -> bool:
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            df.agg(*group).explain()
+        return re.search(r"\(distinct ", text.getvalue()) is not None
+
+    if not cols or not distinct(cols):
+        return []
+    return [c for c in cols if distinct([c])]
+
+
+def parse_aggs(aggs: Any, columns: Sequence[str], df: DataFrame | None = None
+               ) -> list[AggSpec]:
+    """Validate ``aggs``, in any of these forms:
+
+    - ``{name: (func, column)}`` (``column`` None for a count of rows), or a sequence of
+      ``(name, func, column)``; ``func`` one of :data:`AGGREGATES` or a :class:`Combine`;
+    - Spark's dict form ``{column: "func"}`` (``{"v": "sum", "*": "count"}``), named as Spark
+      names it (``sum(v)``, ``avg(v)`` for mean, ``count(1)``);
+    - Spark Column aggregates, one or a sequence: ``F.sum("v").alias("s")``, ``F.count("*")``,
+      ``F.avg``/``F.mean``, ``F.min``, ``F.max``, ``F.first``/``F.last`` with
+      ``ignorenulls=True`` (the first/last non-null value by event time); unaliased, named as
+      Spark names them (``sum(v)``, ``count(1)``, ``first(v)``).
+
+    ``df``: the input, when at hand, to find DISTINCT aggregates from Spark's plan.
 
     Raises :class:`~trilink_spark.InvalidArgumentError` for an unknown aggregate, one with no
-    exact partial form (stddev, variance), a missing or unknown column, or repeated names.
+    exact partial form (stddev, variance, collect_list, percentiles, DISTINCT aggregates: the
+    message names it and points to ``keyed_agg``), an aggregate of an expression, a missing or
+    unknown column, or repeated names; :class:`~trilink_spark.InvalidArgumentTypeError` for
+    another shape.
+
+    Notes
+    -----
+    Cost: O(aggregates); with ``df`` and Column aggregates, one query plan (no job).
 
     Examples
     --------
     >>> parse_aggs({"n": ("count", None)}, ["v"])
     [AggSpec(name='n', func='count', column=None)]
     """
-    items = _agg_items(aggs)
+    items = _agg_items(aggs, columns)
     if not items:
         raise InvalidArgumentError("aggs is empty; give at least one aggregate")
+    if df is not None:
+        from pyspark.sql import Column
+
+        given = [aggs] if isinstance(aggs, Column) else (
+            [a for a in aggs if isinstance(a, Column)]
+            if isinstance(aggs, Sequence) and not isinstance(aggs, str) else [])
+        for col in _distinct_in_plan(df, given):
+            raise InvalidArgumentError(
+                f"aggregate {str(col)!r} is a DISTINCT aggregate, which cannot be merged exactly "
+                "from partials; compute it with keyed_agg (exact placement) instead")
     out = []
     for item in items:
         if len(item) != 3:

@@ -102,7 +102,7 @@ def global_merge(
         raise InvalidArgumentTypeError(f"batch_id must be an int, got {type(batch_id).__name__}")
     require_columns(df, [key], "key column")
     check_atomic_key(df, key)
-    specs = parse_aggs(aggs, df.columns)
+    specs = parse_aggs(aggs, df.columns, df)
     check_user_columns(df, [c for s in specs for c in s.partial_columns])
     check_merge_names(specs, key, [SLOT] + ([event_time] if event_time is not None else []))
     if event_time is None:

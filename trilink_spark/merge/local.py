@@ -417,8 +417,9 @@ def local_merge(
     key : str
     event_time : str
         Timestamp or numeric event-time column.
-    slot : float or datetime.timedelta
-        Slot length (seconds or a timedelta for timestamps; the column's unit otherwise).
+    slot : str, float or datetime.timedelta
+        Slot length: an interval string (``"60 seconds"``), seconds or a timedelta for
+        timestamps; the column's unit otherwise.
     aggs : mapping or sequence
         ``{name: (func, column)}``; funcs: count, sum, min, max, mean, first, last or a
         :class:`~trilink_spark.Combine` (module docs of :mod:`~trilink_spark.merge.algebra`).
@@ -426,8 +427,9 @@ def local_merge(
         When buffers flush (module docs).
     quantity : int
         Quantity mode: rows merged per flush.
-    delay : float or timedelta
-        Periodic mode: how much older than the newest row the oldest buffered row may be.
+    delay : str, float or timedelta
+        Periodic mode: how much older than the newest row the oldest buffered row may be
+        (``"30 seconds"``, seconds, or a timedelta for timestamps).
     punctuation : str
         Punctuation mode: a boolean column; a row where it is true flushes the buffer with it.
     order_by : str, optional
@@ -513,13 +515,13 @@ def plan_merge(
     check_atomic_key(df, key)
     if mode not in MERGE_MODES:
         raise InvalidArgumentError(f"mode must be one of {', '.join(MERGE_MODES)}, got {mode!r}")
-    specs = parse_aggs(aggs, df.columns)
+    specs = parse_aggs(aggs, df.columns, df)
     # Global Merge adds CONST_TIME_COL itself (and checks the user's columns before)
     check_user_columns(SimpleNamespace(columns=[c for c in df.columns if c != CONST_TIME_COL]),
                        [c for s in specs for c in s.partial_columns])
     check_merge_names(specs, key, [event_time, SLOT])
     et_col, kind = event_time_micros(df, event_time)
-    slot_units = delay_in_units(slot, kind)
+    slot_units = delay_in_units(slot, kind, "slot")
     if slot_units <= 0:
         raise InvalidArgumentError(f"slot must be > 0, got {slot!r}")
     if isinstance(quantity, bool) or not isinstance(quantity, int) or quantity < 1:
