@@ -61,7 +61,14 @@ def _outputs_to_batches(outs: list[Any], arrow_schema: Any) -> Iterator[Any]:
         missing = [n for n in names if n not in frame.columns]
         if missing:
             raise InvalidArgumentError(f"processor output lacks column(s) {missing}")
-        table = pa.Table.from_pandas(frame[names], schema=arrow_schema, preserve_index=False)
+        try:
+            table = pa.Table.from_pandas(frame[names], schema=arrow_schema,
+                                         preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError,
+                OverflowError) as err:
+            raise InvalidArgumentError(
+                f"processor output does not fit its output_schema {names} "
+                f"({type(err).__name__}: {err})") from None
         yield from table.to_batches()
 
     for out in outs:
@@ -69,13 +76,47 @@ def _outputs_to_batches(outs: list[Any], arrow_schema: Any) -> Iterator[Any]:
             continue
         if isinstance(out, pd.DataFrame):
             if rows:
-                yield from convert(pd.DataFrame(rows, columns=names))
+                yield from convert(_rows_frame(rows, arrow_schema))
                 rows = []
             yield from convert(out)
         else:
             rows.extend(out)
     if rows:
-        yield from convert(pd.DataFrame(rows, columns=names))
+        yield from convert(_rows_frame(rows, arrow_schema))
+
+
+def _rows_frame(rows: list[Any], arrow_schema: Any) -> Any:
+    """The row outputs of several processor calls as one frame, as each call's own frame
+    would have held them: each row is a sequence of exactly one value per column (or a dict
+    by column name), and an integer column stays exact where pandas would turn a mix of ints
+    and nulls from different calls into floats. O(rows x columns)."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
+    names = arrow_schema.names
+    width = len(names)
+    if any(isinstance(row, dict) for row in rows):
+        rows = [tuple(row.get(n) for n in names) if isinstance(row, dict) else row
+                for row in rows]
+    for row in rows:
+        if isinstance(row, (str, bytes)) or not hasattr(row, "__len__") or len(row) != width:
+            shown = repr(row)[:80]
+            raise InvalidArgumentError(
+                f"processor output row {shown} does not hold one value per column of "
+                f"output_schema {names} ({width} values)")
+    frame = pd.DataFrame(rows, columns=names)
+    for i, field in enumerate(arrow_schema):
+        if pa.types.is_integer(field.type) and frame[names[i]].dtype.kind not in "iu":
+            values = [row[i] for row in rows]
+            if all(v is None or isinstance(v, (int, np.integer))
+                   or (isinstance(v, float) and (math.isnan(v) or v.is_integer()))
+                   for v in values):
+                try:
+                    frame[names[i]] = pd.array(values, dtype="Int64")
+                except (TypeError, ValueError, OverflowError):
+                    pass  # beyond a long: left to the conversion, which refuses it
+    return frame
 
 
 @dataclass(frozen=True)
@@ -123,11 +164,14 @@ class StateIO:
         arriving = moves.filter(pc.equal(moves.column("to"), pid))
         sources = sorted(set(arriving.column("from").to_pylist()))
         incoming = [self.store.load_segment(self.batch_id, s, pid) for s in sources]
-        got = sum(t.num_rows for t in incoming)
-        if got != arriving.num_rows:
-            raise StateCorruptError(
-                f"batch {self.batch_id}'s plan moves {arriving.num_rows} keys into partition "
-                f"{pid}, but its segments hold {got} rows")
+        for source, segment in zip(sources, incoming):
+            expected = arriving.filter(pc.equal(arriving.column("from"), source))
+            if not _holds_exactly(segment, expected.column(KEY_FIELD)):
+                raise StateCorruptError(
+                    f"{self.store.segment_path(self.batch_id, source)}: its segment for "
+                    f"partition {pid} holds {segment.num_rows} rows, not the "
+                    f"{expected.num_rows} keys batch {self.batch_id}'s plan moves from "
+                    f"partition {source} to {pid} (each once); it is not this swap's segment")
         return merge_in(table, incoming)
 
     def carry_forward(self, pid: int) -> None:
@@ -140,6 +184,28 @@ class StateIO:
     def save(self, pid: int, state: PartitionState) -> None:
         self.store.save_table(pid, self.batch_id, encode_state(state, self.key_type,
                                                                self.value_type))
+
+
+def _holds_exactly(segment: Any, keys: Any) -> bool:
+    """Whether ``segment``'s key column holds exactly ``keys``, each once (a null key
+    included). O(rows), vectorised."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if segment.num_rows != len(keys) or KEY_FIELD not in segment.column_names:
+        return False
+    if not segment.num_rows:
+        return True
+    held = segment.column(KEY_FIELD)
+    try:
+        wanted = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+        if wanted.type != held.type:
+            wanted = wanted.cast(held.type)
+        distinct = pc.count_distinct(held, mode="all").as_py()
+        found = pc.all(pc.is_in(held, value_set=wanted)).as_py()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return False
+    return bool(distinct == segment.num_rows and found)
 
 
 def _value_fields(value_type: Any) -> dict[str, Any] | None:

@@ -372,7 +372,6 @@ def cut_segments(table: Any, moves: Any) -> tuple[Any, dict[int, Any]]:
     (the layout of shared window tables); counters and the newest event time stay behind.
     Cost: O(rows of ``table`` + moves), vectorised.
     """
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     keys = moves.column(KEY_FIELD).combine_chunks()
@@ -386,10 +385,17 @@ def cut_segments(table: Any, moves: Any) -> tuple[Any, dict[int, Any]]:
         leaving.schema.field(KEY_FIELD).type) if keys.type != leaving.schema.field(
             KEY_FIELD).type else keys)
     dest = pc.take(moves.column("to").combine_chunks(), where)
+    # grouped by destination with one stable sort and zero-copy slices, not one filter per
+    # destination (O(rows x destinations): seconds on 10,000 partitions)
+    order = pc.sort_indices(dest)
+    leaving = leaving.take(order)
+    sorted_dest = np.asarray(pc.take(dest, order).to_numpy(zero_copy_only=False))
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(sorted_dest)) + 1))
+    ends = np.append(starts[1:], len(sorted_dest))
     parts: dict[int, Any] = {}
-    for d in pc.unique(dest).to_pylist():
-        rows = leaving.filter(pc.equal(dest, pa.scalar(d, dest.type)))
-        parts[int(d)] = rows.replace_schema_metadata(carried)
+    for start, end in zip(starts.tolist(), ends.tolist()):
+        rows = leaving.slice(start, end - start)
+        parts[int(sorted_dest[start])] = rows.replace_schema_metadata(carried)
     return kept, parts
 
 

@@ -209,7 +209,9 @@ def plan_swap(store: KeyedStateStore, batch_id: int, prev: int, current: Partiti
     keys_table = store.key_table(prev, extra=("rows",))
     key_col = keys_table.column(KEY_FIELD)
     stored_in = keys_table.column("partition").to_numpy()
-    keys = decode_keys(key_col)
+    # keys as a strategy places them: the null key is None (decode_keys gives the runtime's
+    # NaN, and turns a long column holding a null into inexact floats), ints stay exact
+    keys = key_col.to_pylist() if key_col.null_count else decode_keys(key_col)
     rows = keys_table.column("rows").to_numpy()
     base = current.base if isinstance(current, OverlayPartitioner) else current
     overrides = dict(current.overrides) if isinstance(current, OverlayPartitioner) else {}
@@ -218,7 +220,9 @@ def plan_swap(store: KeyedStateStore, batch_id: int, prev: int, current: Partiti
     wanted = np.asarray(target.assign(keys), dtype=np.int64) if keys else np.zeros(0, np.int64)
     moving = np.flatnonzero(wanted != stored_in)
     complete = True
-    in_blocks = _block_steps(base, target)
+    # a swap under way under a key overlay (planned by a release before block steps) goes on
+    # by keys: a block table would drop the overrides, which place keys already moved
+    in_blocks = not overrides and _block_steps(base, target)
     hybrid: BlockPartitioner | None = None
     if request.mode == "fluid" and request.max_keys_per_batch is not None \
             and len(moving) > request.max_keys_per_batch:
@@ -227,8 +231,11 @@ def plan_swap(store: KeyedStateStore, batch_id: int, prev: int, current: Partiti
             heaviest = np.argsort(-rows[moving], kind="stable")[: request.max_keys_per_batch]
             moving = np.sort(moving[heaviest])
         else:
-            moving, hybrid = _next_blocks(base, target,  # type: ignore[arg-type]
+            chosen, hybrid = _next_blocks(base, target,  # type: ignore[arg-type]
                                           keys, moving, request.max_keys_per_batch)
+            if len(chosen) == len(moving):  # one block over the cap holds every key left:
+                hybrid, complete = None, True  # done now, not after an empty step
+            moving = chosen
     if complete:
         placement: Partitioner = target
     elif hybrid is not None:

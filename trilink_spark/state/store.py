@@ -424,6 +424,13 @@ class KeyedStateStore:
             raise StateCorruptError(
                 f"{path} is an incomplete or malformed swap plan (bad or missing: "
                 f"{', '.join(problems)}); it is not a plan this release wrote")
+        for name in ("placement", "target"):  # the runner rebuilds both: refuse them here
+            try:
+                Partitioner.from_dict(plan[name])
+            except (ValueError, TypeError, KeyError, RecursionError) as err:
+                raise StateCorruptError(
+                    f"{path}: its {name} is not a stored strategy ({type(err).__name__}: "
+                    f"{err})") from None
         return plan
 
     def load_moves(self, batch: int) -> Any:
@@ -629,6 +636,9 @@ _PLAN_FIELDS: dict[str, Callable[[Any], bool]] = {
     "complete": lambda v: isinstance(v, bool),
     "placement": lambda v: isinstance(v, dict),
     "target": lambda v: isinstance(v, dict),
+    # None for a sync swap; a resumed fluid swap moves this many keys per batch (0 would
+    # never finish, a str fails in the planner)
+    "max_keys_per_batch": lambda v: v is None or _is_count(v, 1),
 }
 
 
