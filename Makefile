@@ -1,11 +1,12 @@
 # Quick start: `make demo` runs the balance demo on local Spark; `make test` runs the suite.
-# Both create .venv and install what they need (Python 3.11+, Java 17).
+# Both create .venv and install what they need (Python 3.11+, Java 17). `make test` also
+# runs the Connect-marked tests on a Spark Connect session and checks the built wheel.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test typecheck bench clean
+.PHONY: demo test typecheck wheel-check bench clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +22,11 @@ typecheck: $(STAMP)
 
 test: $(STAMP) typecheck
 	$(BIN)/python -m pytest -q
+	TRILINK_TEST_SESSION=connect $(BIN)/python -m pytest -q -m connect
+	$(BIN)/python tools/check_wheel.py
+
+wheel-check: $(STAMP)
+	$(BIN)/python tools/check_wheel.py
 
 bench: $(STAMP)
 	$(BIN)/python benches/run_all.py

@@ -19,19 +19,43 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("PYTHONHASHSEED", "0")
 
 
+#: ``TRILINK_TEST_SESSION=connect`` runs the suite on a local Spark Connect session: only the
+#: tests marked ``connect`` run then (the others, doctests included, are skipped).
+SESSION_KIND = os.environ.get("TRILINK_TEST_SESSION", "classic").strip().lower() or "classic"
+if SESSION_KIND not in ("classic", "connect"):
+    raise RuntimeError(f"TRILINK_TEST_SESSION must be 'classic' or 'connect', got {SESSION_KIND!r}")
+ON_CONNECT = SESSION_KIND == "connect"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a Connect run, skip every test (and doctest) not marked ``connect``."""
+    if not ON_CONNECT:
+        return
+    skip = pytest.mark.skip(reason="classic session only (TRILINK_TEST_SESSION=connect)")
+    for item in items:
+        if item.get_closest_marker("connect") is None:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
+    """One SparkSession for the test session: classic, or Spark Connect when
+    ``TRILINK_TEST_SESSION=connect`` (a local Connect server on ``local[2,2]``)."""
     import trilink_spark as tl
 
-    session = tl.get_session(
-        "local[2,2]",  # up to 2 attempts per task: the retry tests inject a task failure
-        app_name="trilink-spark-tests",
-        shuffle_partitions=4,
-        extra_conf={
-            "spark.default.parallelism": "2",
-            "spark.executorEnv.PYTHONHASHSEED": "0",
-        },
-    )
+    if ON_CONNECT:
+        # static settings (UI, default parallelism, executor env) belong to the server
+        session = tl.get_session(remote="local[2,2]", shuffle_partitions=4)
+    else:
+        session = tl.get_session(
+            "local[2,2]",  # up to 2 attempts per task: the retry tests inject a task failure
+            app_name="trilink-spark-tests",
+            shuffle_partitions=4,
+            extra_conf={
+                "spark.default.parallelism": "2",
+                "spark.executorEnv.PYTHONHASHSEED": "0",
+            },
+        )
     yield session
     session.stop()
 
@@ -137,6 +161,17 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProc
 def own_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProcess]:
     """A redis-server of the test's own, which the test may stop and start again."""
     yield from _redis_process(tmp_path_factory)
+
+
+def raw_truth(df: Any) -> Any:
+    """Spark's per-key count, sum, min, max and mean of column ``v``: the oracle of the merge
+    tests (a pandas frame ordered by ``k``)."""
+    from pyspark.sql import functions as F
+
+    return (df.groupBy("k").agg(F.count(F.lit(1)).alias("n"), F.sum("v").alias("s"),
+                                F.min("v").alias("lo"), F.max("v").alias("hi"),
+                                F.avg("v").alias("m"))
+            .orderBy("k").toPandas())
 
 
 def assert_same_aggregates(got: Any, want: Any) -> None:

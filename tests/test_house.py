@@ -19,7 +19,7 @@ SPEC.loader.exec_module(graph)
 PUBLIC = {
     "AGGREGATES", "AdaptiveBatchFunction", "ArithmeticOverflowError", "AdaptivePartitioner", "BalanceReport",
     "BrokerUnavailableError", "CANDIDATES", "CONFIG_FIELDS", "Combine", "ConfigCenter",
-    "ConfigCenterUnavailableError", "ConfigError", "ConfigTypeError", "DataLossError",
+    "ConfigCenterUnavailableError", "ConfigError", "ConnectUnsupportedError", "ConfigTypeError", "DataLossError",
     "Decision", "EVENT_TIME_COL", "FIT_MODES", "GLOBAL_STORES", "HashPartitioner",
     "InvalidArgumentError", "InvalidArgumentTypeError", "InvalidKeyTypeError", "KAFKA_SOURCE",
     "KafkaPythonPartitioner", "KeyedBatchFunction", "KeyedContext", "KeyedStateStore",
@@ -35,7 +35,7 @@ PUBLIC = {
     "adaptive_foreach_batch", "ahead_key_by", "balance_degree", "choose_best",
     "confluent_partition", "evaluate_strategies", "extra_compute_time", "get_session",
     "global_merge", "is_keyed_by_source", "kafka_default_partition", "kafka_murmur2", "key_by",
-    "keyed_agg", "keyed_apply", "keyed_bound", "keyed_by_source", "keyed_foreach_batch",
+    "keyed_agg", "keyed_apply", "explain_keyed_agg", "KeyedAggPlan", "parse_interval", "keyed_bound", "keyed_by_source", "keyed_foreach_batch",
     "keyed_process", "keyed_watermark", "local_merge", "local_merge_foreach_batch",
     "merge_partials", "partition_balance", "physical_plan", "read_kafka",
     "register_kafka_source", "resolve_strategy", "shuffle_exchanges", "strategy_names",

@@ -104,3 +104,16 @@ def test_keyed_process_window_size_delay_and_idle_timeout_as_strings(spark: Any)
                               10.0, idle_timeout=120.0)
     assert sorted(text.collect()) == sorted(number.collect())
     assert text.count() > 0
+
+
+def test_adaptive_period_takes_interval_strings_in_code_and_config() -> None:
+    from trilink_spark.control.settings import validate_update
+
+    ap = tl.AdaptivePartitioner(4, mode="periodic", period_s="1 minute 30 seconds")
+    assert ap.to_dict()["settings"]["period_s"] == 90.0
+    assert validate_update({"period_s": "500 milliseconds"})["period_s"] == 0.5
+    assert validate_update({"period_s": timedelta(seconds=3)})["period_s"] == 3.0
+    with pytest.raises(tl.ConfigError, match="not a fixed duration"):
+        validate_update({"period_s": "2 months"})
+    with pytest.raises(tl.ConfigError):
+        validate_update({"period_s": "0 seconds"})

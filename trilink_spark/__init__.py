@@ -34,6 +34,7 @@ from .errors import (
     StateTypeError,
     StateOwnershipError,
     ArithmeticOverflowError,
+    ConnectUnsupportedError,
 )
 from .columns import EVENT_TIME_COL, PARTITION_COL
 from .plan import physical_plan, shuffle_exchanges
@@ -61,8 +62,11 @@ from .placement import (
     key_by,
     keyed_agg,
     keyed_apply,
+    explain_keyed_agg,
+    KeyedAggPlan,
     resolve_strategy,
 )
+from .eventtime import parse_interval
 from .placement import KafkaPythonPartitioner, ahead_key_by, confluent_partition
 from .placement import SOURCE_AGGREGATES, is_keyed_by_source, keyed_by_source
 from .keyed import (
@@ -112,6 +116,7 @@ __all__ = [
     "StateTypeError",
     "StateOwnershipError",
     "ArithmeticOverflowError",
+    "ConnectUnsupportedError",
     # strategies
     "Partitioner",
     "TablePartitioner",
@@ -141,6 +146,9 @@ __all__ = [
     "key_by",
     "keyed_agg",
     "keyed_apply",
+    "explain_keyed_agg",
+    "KeyedAggPlan",
+    "parse_interval",
     "resolve_strategy",
     "physical_plan",
     "shuffle_exchanges",

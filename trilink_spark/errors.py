@@ -38,6 +38,7 @@ __all__ = [
     "StateTypeError",
     "StateOwnershipError",
     "ArithmeticOverflowError",
+    "ConnectUnsupportedError",
 ]
 
 
@@ -134,3 +135,8 @@ class StateOwnershipError(StateStoreError):
 class ArithmeticOverflowError(TrilinkError, ArithmeticError):
     """An integral sum left the 64-bit range (Spark's ANSI mode fails such a query with
     ``ARITHMETIC_OVERFLOW``); the message names the aggregate."""
+
+
+class ConnectUnsupportedError(TrilinkError, NotImplementedError):
+    """A feature that needs classic PySpark (its JVM through Py4J, or RDDs) was used with a
+    Spark Connect session or DataFrame; the message says what to use instead."""

@@ -82,7 +82,7 @@ def event_time_micros(df: DataFrame, column: str) -> tuple[Column, str]:
     from pyspark.sql import functions as F
 
     kind = time_kind(df, column)
-    col = F.col(column)
+    col = F.col("`" + column.replace("`", "``") + "`")
     if kind == "fractional":
         return col.cast("double"), kind
     whole = F.unix_micros(col.cast("timestamp")) if kind == "timestamp" else col.cast("long")
@@ -104,8 +104,15 @@ INTERVAL_UNITS: dict[str, int] = {
     "minute": 60_000_000, "second": 1_000_000, "millisecond": 1_000, "microsecond": 1,
 }
 _VARIABLE_UNITS = ("month", "year")
-_INTERVAL_PART = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s+([a-z]+)\b")
 _MAX_INTERVAL_CHARS = 200
+# Spark's parser (IntervalUtils.stringToInterval) works on ASCII bytes: whitespace is Java's
+# Character.isWhitespace, the ends are trimmed of whitespace and ISO control characters
+_SPACE = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f "
+_TRIMMED = "".join(map(chr, range(0x21))) + "\x7f"
+_INTERVAL_PART = re.compile(
+    rf"([+-]?)[{_SPACE}]*([0-9]*)(?:(\.)([0-9]*))?[{_SPACE}]+"
+    rf"({'|'.join([*INTERVAL_UNITS, *_VARIABLE_UNITS])})s?(?:[{_SPACE}]+|\Z)")
+_INT64_MAX = 2**63 - 1
 
 
 def parse_interval(text: str, name: str = "interval") -> timedelta:
@@ -113,6 +120,8 @@ def parse_interval(text: str, name: str = "interval") -> timedelta:
 
     The one parser of interval strings in trilink-spark: every argument that takes a duration
     (``slot``, ``delay``, ``idle_timeout``, window sizes, ``period``) accepts what it accepts.
+    It accepts exactly the strings Spark's ``CAST(text AS INTERVAL)`` accepts without months
+    or years, with the same value.
 
     Parameters
     ----------
@@ -120,7 +129,8 @@ def parse_interval(text: str, name: str = "interval") -> timedelta:
         ``"10 seconds"``, ``"1 minute"``, ``"500 milliseconds"``, ``"1 hour 30 minutes"``,
         optionally prefixed by ``interval`` (``"INTERVAL 2 days"``): one or more
         ``<number> <unit>`` parts, units in :data:`INTERVAL_UNITS` (singular or plural, any
-        case), numbers possibly fractional (``"1.5 seconds"``) or signed.
+        case), numbers signed (``"-1 second"``, ``"- 1 second"``); only seconds take a
+        fractional part (``"1.5 seconds"``, up to 9 digits, truncated to microseconds).
     name : str
         The argument named in error messages.
 
@@ -133,7 +143,9 @@ def parse_interval(text: str, name: str = "interval") -> timedelta:
     ------
     InvalidArgumentError
         Empty text, a part that is not ``<number> <unit>``, an unknown unit, a month or year
-        (not a fixed duration), or more than 200 characters.
+        (not a fixed duration), a fractional part on another unit than seconds, a value Spark's
+        interval overflows with (64-bit microseconds, 32-bit days), or more than 200
+        characters.
     InvalidArgumentTypeError
         ``text`` is not a str.
 
@@ -150,7 +162,7 @@ def parse_interval(text: str, name: str = "interval") -> timedelta:
     >>> parse_interval("2 fortnights")
     Traceback (most recent call last):
     ...
-    trilink_spark.errors.InvalidArgumentError: interval '2 fortnights' has unit 'fortnights'; ...
+    trilink_spark.errors.InvalidArgumentError: interval '2 fortnights' is not an interval string...
     """
     if not isinstance(text, str):
         raise InvalidArgumentTypeError(f"{name} must be a str, got {type(text).__name__}")
@@ -158,38 +170,81 @@ def parse_interval(text: str, name: str = "interval") -> timedelta:
         raise InvalidArgumentError(
             f"{name} is {len(text)} characters long; an interval string has at most "
             f"{_MAX_INTERVAL_CHARS}")
-    body = text.strip().lower()
-    if body.startswith("interval"):
-        body = body[len("interval"):].strip()
     shown = f"{name} {text!r}"
     allowed = ", ".join(INTERVAL_UNITS)
+    not_interval = InvalidArgumentError(
+        f"{shown} is not an interval string: give '<number> <unit>' parts such as "
+        f"'10 seconds' or '1 hour 30 minutes' (units: {allowed}; singular or plural; only "
+        "seconds take a fractional part)")
+    body = text.strip(_TRIMMED)
+    if not body.isascii():
+        raise not_interval
+    body = body.lower()
+    if body.startswith("interval"):
+        if len(body) > len("interval") and body[len("interval")] not in _SPACE:
+            raise not_interval
+        body = body[len("interval"):].lstrip(_SPACE)
     if not body:
         raise InvalidArgumentError(
             f"{shown} is empty; give '<number> <unit>' parts such as '10 seconds' "
             f"(units: {allowed})")
-    micros = 0.0
+    days = micros = 0
     position = 0
-    for match in _INTERVAL_PART.finditer(body):
-        if body[position:match.start()].strip():
-            break
-        number, unit = match.group(1), match.group(2)
-        singular = unit[:-1] if unit.endswith("s") and unit[:-1] in INTERVAL_UNITS else unit
-        if singular.rstrip("s") in _VARIABLE_UNITS:
+    while position < len(body):
+        match = _INTERVAL_PART.match(body, position)
+        if match is None:
+            raise not_interval
+        sign, whole, point, fraction, unit = match.groups()
+        if not whole and (not point or not fraction) and (not point or not sign):
+            raise not_interval  # '.' alone is no number ('-.' and '1.' are, as in Spark)
+        if unit in _VARIABLE_UNITS:
             raise InvalidArgumentError(
                 f"{shown} has unit {unit!r}, which is not a fixed duration (months and years "
                 f"vary); use {allowed}")
-        if singular not in INTERVAL_UNITS:
+        if point and unit != "second":
             raise InvalidArgumentError(
-                f"{shown} has unit {unit!r}; units are {allowed} (singular or plural)")
-        micros += float(number) * INTERVAL_UNITS[singular]
+                f"{shown} has a fractional number of {unit}s; only seconds take a fractional "
+                "part (as in Spark): write '90 minutes' or '5400.5 seconds'")
+        if len(fraction or "") > 9:
+            raise InvalidArgumentError(
+                f"{shown} has more than 9 fractional digits of a second (Spark's intervals "
+                "hold nanoseconds at most, truncated to microseconds)")
+        value = int(whole or "0")  # Spark reads the digits into a long, then the sign
+        if value > _INT64_MAX:
+            raise _too_long(shown)
+        if sign == "-":
+            value = -value
+        if unit in ("week", "day"):  # days: a 32-bit field of their own
+            if unit == "day" and not _fits(value, 32):
+                raise _too_long(shown)
+            days += value * (7 if unit == "week" else 1)
+            if not _fits(days, 32):
+                raise _too_long(shown)
+        else:  # microseconds: a 64-bit field, each step checked as Math.*Exact does
+            nanos = int((fraction or "").ljust(9, "0"))
+            step = value * INTERVAL_UNITS[unit]
+            micros += step
+            if not _fits(step, 64) or not _fits(micros, 64):
+                raise _too_long(shown)
+            micros += (-1 if sign == "-" else 1) * (nanos // 1000)
+            if not _fits(micros, 64):
+                raise _too_long(shown)
         position = match.end()
-    if position == 0 or body[position:].strip():
-        raise InvalidArgumentError(
-            f"{shown} is not an interval string: give '<number> <unit>' parts such as "
-            f"'10 seconds' or '1 hour 30 minutes' (units: {allowed})")
-    if not math.isfinite(micros) or abs(micros) > timedelta.max.total_seconds() * 1e6:
-        raise InvalidArgumentError(f"{shown} is beyond the longest duration Python holds")
-    return timedelta(microseconds=round(micros))
+    try:
+        return timedelta(days=days, microseconds=micros)
+    except OverflowError:
+        raise _too_long(shown) from None
+
+
+def _fits(value: int, bits: int) -> bool:
+    """Whether ``value`` is in the range of a signed ``bits``-bit integer."""
+    return bool(-(2 ** (bits - 1)) <= value < 2 ** (bits - 1))
+
+
+def _too_long(shown: str) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"{shown} is beyond the longest duration an interval holds (Spark: 2**63 - 1 "
+        "microseconds and 2**31 - 1 days; Python: 999,999,999 days)")
 
 
 def delay_in_units(delay: Any, kind: str, name: str = "delay") -> float:

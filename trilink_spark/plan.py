@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from .compat import plan_text
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
@@ -14,16 +16,41 @@ __all__ = ["physical_plan", "shuffle_exchanges"]
 _SHUFFLE_NODE = re.compile(r"^[\s:|+\-]*Exchange\s", re.MULTILINE)
 
 
+_HEADER = "== Physical Plan =="
+
+
 def physical_plan(df: DataFrame) -> str:
-    """The executed physical plan of a (classic, non-Connect) DataFrame as text."""
-    return str(df._jdf.queryExecution().executedPlan().toString())
+    """The physical plan of a DataFrame as text (classic PySpark and Spark Connect).
+
+    It is what ``df.explain()`` prints, without its header. Once a classic DataFrame has run
+    with adaptive execution, the plan shows the final plan, then the initial one; on Spark
+    Connect every call plans the query afresh, so it is always the plan before execution.
+
+    Notes
+    -----
+    Cost: Spark analyses and plans the query (on Spark Connect, one round trip to the server);
+    no Spark job runs (see :func:`trilink_spark.compat.plan_text`).
+
+    Examples
+    --------
+    >>> print(tl.physical_plan(spark.range(3)))  # doctest: +SKIP
+    *(1) Range (0, 3, step=1, splits=2)
+    """
+    text = plan_text(df, "simple").strip("\n")
+    if text.startswith(_HEADER):
+        text = text[len(_HEADER):].lstrip("\n")
+    return text + "\n"
 
 
 def shuffle_exchanges(df: DataFrame) -> int:
     """Number of shuffle exchanges Spark plans for ``df`` (broadcasts are not counted).
 
     Once ``df`` has run with adaptive execution, its plan shows a final and an initial plan;
-    only the final one is counted.
+    only the final one is counted. Works on classic PySpark and on Spark Connect.
+
+    Notes
+    -----
+    Cost: that of :func:`physical_plan` (the query is planned; no Spark job runs).
 
     Examples
     --------

@@ -31,15 +31,46 @@ def get_session(
     app_name: str = "trilink-spark",
     shuffle_partitions: int | None = None,
     extra_conf: dict[str, str] | None = None,
+    *,
+    remote: str | None = None,
 ) -> SparkSession:
-    """The active SparkSession, or a new local one with the UI off and Arrow on.
+    """The active SparkSession, or a new one: classic local with the UI off and Arrow on, or
+    Spark Connect.
 
-    Python workers use the running interpreter (``PYSPARK_PYTHON`` is set to it when unset), so
-    a virtual environment's packages reach the tasks.
+    Parameters
+    ----------
+    master : str
+        Master of a new classic session.
+    app_name : str
+        Application name of a new classic session.
+    shuffle_partitions : int, optional
+        ``spark.sql.shuffle.partitions`` of a new session.
+    extra_conf : dict of str to str, optional
+        More settings of a new session. On Spark Connect only runtime settings (most
+        ``spark.sql.*`` keys) can be set; others are refused by the server with a warning.
+    remote : str, optional
+        Start a Spark Connect session instead: ``"sc://host:15002"`` for a running Spark
+        Connect server, or a master such as ``"local[2]"`` to start a local server in this
+        process. The environment variable ``SPARK_REMOTE`` does the same when ``remote`` is
+        not given. The server's own settings (UI, log level) are left as they are. A classic
+        and a Connect session cannot run in the same Python process.
+
+    Returns
+    -------
+    pyspark.sql.SparkSession
+        The active session of either kind if there is one (the arguments are then ignored),
+        else the new one.
+
+    Notes
+    -----
+    Python workers use the running interpreter (``PYSPARK_PYTHON`` is set to it when unset),
+    so a virtual environment's packages reach the tasks (on a local Connect server too).
+    Cost: starting a JVM (or connecting to a server) when no session is active.
 
     Examples
     --------
     >>> spark = get_session("local[2]", shuffle_partitions=4)  # doctest: +SKIP
+    >>> connect = get_session(remote="local[2]")  # doctest: +SKIP
     """
     from pyspark.sql import SparkSession
 
@@ -48,19 +79,24 @@ def get_session(
         return active
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-    )
+    remote = remote if remote is not None else os.environ.get("SPARK_REMOTE") or None
+    if remote is not None:
+        builder = SparkSession.builder.remote(remote)
+    else:
+        builder = (
+            SparkSession.builder.master(master)
+            .appName(app_name)
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        )
     if shuffle_partitions is not None:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    if remote is None:
+        spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 

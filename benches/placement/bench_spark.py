@@ -9,7 +9,15 @@
    ``keyed_apply`` (cost proportional to a key's rows). Per-task ``executorRunTime`` from Spark's
    task metrics (REST API of the driver UI on 127.0.0.1): max/mean, Hash against ``auto``.
 
-Run: ``python benches/placement/bench_spark.py`` (writes benches/results/spark.json).
+3. ``combine="auto"``: the overhead table includes ``keyed_agg(..., combine="auto")`` (Spark's
+   map-side combine for ``sum``); with ``combine="never"`` the exact placement as before. On
+   the Zipf keys of (2), ``percentile_approx`` and ``collect_list`` + a Python UDF over the
+   list (no bounded partial buffer, so ``"auto"`` places exactly): the slowest task of the
+   aggregating stage, plain ``groupBy`` against ``keyed_agg``.
+
+Run: ``python benches/placement/bench_spark.py`` (writes benches/results/spark.json;
+``python benches/placement/bench_spark.py combine`` runs (1) and (3) only, into
+benches/results/spark_combine.json).
 """
 
 from __future__ import annotations
@@ -69,9 +77,15 @@ def overhead(spark) -> dict:
             lambda: noop(df.repartition(8, "k").groupBy("k").agg(F.sum("v").alias("s")))
         )
         row = {"groupBy_s": base, "repartition_groupBy_s": placed_base}
-        for strategy in ("hash", "modulo"):
+        combined = median_time(
+            lambda: noop(tl.keyed_agg(df, "k", F.sum("v").alias("s"), strategy="hash",
+                                      num_partitions=8, combine="auto")))
+        row["keyed_agg_auto_s"] = combined
+        row["ratio_auto"] = combined / base
+        for strategy in ("hash", "modulo"):  # exact placement, every row shuffled
             ours = median_time(
-                lambda: noop(tl.keyed_agg(df, "k", F.sum("v").alias("s"), strategy=strategy, num_partitions=8))
+                lambda: noop(tl.keyed_agg(df, "k", F.sum("v").alias("s"), strategy=strategy,
+                                          num_partitions=8, combine="never"))
             )
             row[f"keyed_agg_{strategy}_s"] = ours
             row[f"ratio_{strategy}"] = ours / base
@@ -83,19 +97,9 @@ def overhead(spark) -> dict:
 
 
 def _task_times(spark, description: str) -> list[float]:
-    sc = spark.sparkContext
-    base = sc.uiWebUrl.replace("localhost", "127.0.0.1")
-    app = sc.applicationId
-
-    def get(path: str):
-        with urllib.request.urlopen(f"{base}/api/v1/applications/{app}/{path}", timeout=30) as r:
-            return json.loads(r.read())
-
-    jobs = [j for j in get("jobs") if j.get("description") == description]
-    stage = max(s for j in jobs for s in j["stageIds"])
-    attempts = get(f"stages/{stage}")
-    tasks = get(f"stages/{stage}/{attempts[0]['attemptId']}/taskList?length=10000")
-    return [t["taskMetrics"]["executorRunTime"] / 1000.0 for t in tasks]
+    """Task run times of the last stage of the jobs labelled ``description``."""
+    stages = _stage_task_times(spark, description)
+    return stages[max(stages)]
 
 
 def heavy(pdf: pd.DataFrame) -> pd.DataFrame:
@@ -136,9 +140,90 @@ def skew(spark) -> dict:
     return out
 
 
+def _stage_task_times(spark, description: str) -> dict:
+    """Task run times of every stage of the jobs labelled ``description``: {stage: [s]}."""
+    sc = spark.sparkContext
+    base = sc.uiWebUrl.replace("localhost", "127.0.0.1")
+    app = sc.applicationId
+
+    def get(path: str):
+        with urllib.request.urlopen(f"{base}/api/v1/applications/{app}/{path}", timeout=30) as r:
+            return json.loads(r.read())
+
+    jobs = [j for j in get("jobs") if j.get("description") == description]
+    out = {}
+    for stage in sorted(s for j in jobs for s in j["stageIds"]):
+        attempts = get(f"stages/{stage}")
+        if not attempts or attempts[0].get("status") == "SKIPPED":
+            continue
+        tasks = get(f"stages/{stage}/{attempts[0]['attemptId']}/taskList?length=10000")
+        out[stage] = [t["taskMetrics"]["executorRunTime"] / 1000.0 for t in tasks]
+    return out
+
+
+def skew_combine(spark) -> dict:
+    """Zipf s = 1.1 keys, aggregates with no bounded partial buffer: plain groupBy (Spark's
+    hash placement) against keyed_agg's choice (exact placement, strategy auto). The slowest
+    task of the aggregating stage (the last stage of the job) decides the job's time."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DoubleType
+
+    sc_data = make_scenario("zipf", 1_000_000, 2_000, zipf_s=1.1, seed=0)
+    df = scenario_frame(spark, sc_data, "k").withColumn("v", F.rand(1)).cache()
+    df.count()
+
+    @F.udf(DoubleType())
+    def spread(values):  # CPU work proportional to the key's list
+        ordered = sorted(values)
+        return float(sum(ordered[i] - ordered[i - 1] for i in range(1, len(ordered))))
+
+    cases = {
+        "percentile_approx": lambda d: (F.percentile_approx("v", 0.5, 100000).alias("p"),),
+        "collect_list_udf": lambda d: (F.collect_list("v").alias("l"),),
+    }
+    out = {}
+    for label, make in cases.items():
+        exprs = make(df)
+        plan = tl.explain_keyed_agg(df, "k", *exprs)
+        row = {"combine": plan.combine, "reason": plan.reason}
+        for route in ("groupBy", "keyed_agg"):
+            desc = f"combine-{label}-{route}"
+            spark.sparkContext.setJobDescription(desc)
+            if route == "groupBy":
+                result = df.groupBy("k").agg(*exprs)
+            else:
+                result = tl.keyed_agg(df, "k", *exprs, num_partitions=SKEW_PARTITIONS,
+                                      sample_rate=0.05)
+            if label == "collect_list_udf":
+                result = result.select("k", spread("l").alias("spread"))
+            started = __import__("time").perf_counter()
+            noop(result)
+            wall = __import__("time").perf_counter() - started
+            spark.sparkContext.setJobDescription(None)
+            stages = _stage_task_times(spark, desc)
+            last = stages[max(stages)]
+            row[route] = {"wall_s": wall, "slowest_task_s": max(last),
+                          "mean_task_s": sum(last) / len(last), "tasks": len(last)}
+        row["slowest_task_ratio"] = row["keyed_agg"]["slowest_task_s"] / row["groupBy"]["slowest_task_s"]
+        row["exact_beats_groupBy_on_slowest_task"] = row["slowest_task_ratio"] < 1.0
+        out[label] = row
+        print(label, row)
+    df.unpersist()
+    return out
+
+
 def main() -> dict:
     spark = session()
-    payload = {"overhead": overhead(spark), "skew": skew(spark), "command": "python benches/placement/bench_spark.py"}
+    only = sys.argv[1:]
+    if only == ["combine"]:  # the combine="auto" figures only (see RESULTS.md section 4)
+        payload = {"overhead": overhead(spark), "skew_combine": skew_combine(spark),
+                   "command": "python benches/placement/bench_spark.py combine"}
+        write_json("spark_combine", payload)
+        spark.stop()
+        return payload
+    payload = {"overhead": overhead(spark), "skew": skew(spark),
+               "skew_combine": skew_combine(spark),
+               "command": "python benches/placement/bench_spark.py"}
     write_json("spark", payload)
     spark.stop()
     return payload

@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 
 import trilink_spark as tl
 from conftest import assert_same_aggregates as same
+from conftest import raw_truth
 from trilink_spark.merge.local import flush_bounds
 
 AGGS = {"n": ("count", None), "s": ("sum", "v"), "lo": ("min", "v"), "hi": ("max", "v"),
@@ -24,13 +25,6 @@ def random_frame(seed: int, n: int = 6000, keys: int = 40) -> pd.DataFrame:
     pdf.loc[rng.random(n) < 0.1, "v"] = np.nan
     pdf.loc[pdf["k"] == 3, "v"] = np.nan  # a key with only null values
     return pdf
-
-
-def raw_truth(df: Any) -> pd.DataFrame:
-    return (df.groupBy("k").agg(F.count(F.lit(1)).alias("n"), F.sum("v").alias("s"),
-                                F.min("v").alias("lo"), F.max("v").alias("hi"),
-                                F.avg("v").alias("m"))
-            .orderBy("k").toPandas())
 
 
 @pytest.mark.parametrize("mode, options", [
@@ -77,6 +71,7 @@ def test_first_and_last_follow_event_time_then_arrival(spark: Any) -> None:
     assert got.loc[3, "f"] is None or np.isnan(got.loc[3, "f"])
 
 
+@pytest.mark.connect
 def test_user_defined_combine(spark: Any) -> None:
     pdf = pd.DataFrame({"k": [1, 1, 2, 2, 2], "t": [1, 2, 3, 4, 5], "bits": [1, 2, 4, 4, 8]})
     df = spark.createDataFrame(pdf).repartition(2)
@@ -85,6 +80,7 @@ def test_user_defined_combine(spark: Any) -> None:
     assert sorted(tuple(r) for r in got.collect()) == [(1, 3), (2, 12)]
 
 
+@pytest.mark.connect
 def test_global_merge_has_no_exchange_and_equals_group_by(spark: Any) -> None:
     df = spark.createDataFrame(random_frame(4)).repartition(3).cache()
     got = tl.global_merge(df, "k", AGGS, quantity=1000).toPandas()
@@ -102,6 +98,7 @@ def test_flush_bounds_modes() -> None:
     assert flush_bounds(np.array([]), "quantity", 3, 0, None) == []
 
 
+@pytest.mark.connect
 def test_argument_errors(spark: Any) -> None:
     df = spark.createDataFrame([(1, 1, 1.0)], "k long, t long, v double")
     with pytest.raises(ValueError):

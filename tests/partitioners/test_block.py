@@ -192,6 +192,7 @@ def test_auto_key_type_follows_the_column_like_spark(frame):
     assert [r["sp"] for r in rows] == p.assign(np.array(keys, dtype=np.int32)).tolist()
 
 
+@pytest.mark.connect
 def test_key_by_by_name_binds_the_column_type(frame):
     placed = tl.key_by(frame, "ik", "block", 5)
     assert tl.shuffle_exchanges(placed) == 1
@@ -203,6 +204,7 @@ def test_key_by_by_name_binds_the_column_type(frame):
     assert resolved.partitioner.key_type == "string"
 
 
+@pytest.mark.connect
 def test_the_table_literal_is_folded_and_plans_fast(frame):
     p = BlockPartitioner(N, 4096, np.random.default_rng(0).integers(0, N, 4096))
     start = time.perf_counter()
@@ -213,6 +215,7 @@ def test_the_table_literal_is_folded_and_plans_fast(frame):
     assert seconds < 10.0, seconds
 
 
+@pytest.mark.connect
 def test_an_overlay_on_blocks_places_rows_too(frame):
     base = BlockPartitioner(N, key_type="string")
     keys = [r["sk"] for r in frame.select("sk").distinct().limit(40).collect()]

@@ -15,6 +15,7 @@ def orders(spark: Any, users: range) -> Any:
     return spark.createDataFrame(rows, "user long, payload string")
 
 
+@pytest.mark.connect
 @pytest.mark.parametrize("strategy", ["hash", "modulo"])
 def test_partition_column_is_the_key_by_placement(spark: Any, strategy: str) -> None:
     df = orders(spark, range(200))

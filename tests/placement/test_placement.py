@@ -51,12 +51,14 @@ def test_every_row_lands_where_the_strategy_says(frames, make, key, kt):
     _check_exact(tl.key_by(ints, key, p), key, p)
 
 
+@pytest.mark.connect
 def test_modulo_and_long_keys(frames):
     ints, longs = frames
     _check_exact(tl.key_by(ints, "ik", tl.ModuloPartitioner(N)), "ik", tl.ModuloPartitioner(N))
     _check_exact(tl.key_by(longs, "lk", "hash", N), "lk", tl.HashPartitioner(N, key_type="long"))
 
 
+@pytest.mark.connect
 def test_hash_equals_sparks_own_repartition(frames):
     ints, _ = frames
     ours = tl.key_by(ints, "ik", "hash", N).select("ik", F.spark_partition_id().alias("p"))
@@ -106,12 +108,14 @@ def test_keyed_agg_equals_group_by_without_a_second_exchange(frames):
         assert sorted(map(tuple, out.collect())) == expected
 
 
+@pytest.mark.connect
 def test_keyed_agg_string_keys_via_transform(frames):
     ints, _ = frames
     out = ints.transform(lambda d: tl.keyed_agg(d, "sk", F.sum("v").alias("s"), strategy="least_key", num_partitions=3))
     assert sorted(map(tuple, out.collect())) == sorted(map(tuple, ints.groupBy("sk").agg(F.sum("v").alias("s")).collect()))
 
 
+@pytest.mark.connect
 def test_keyed_apply_equals_apply_in_pandas(frames):
     ints, _ = frames
 
@@ -130,6 +134,7 @@ def test_keyed_apply_equals_apply_in_pandas(frames):
     assert sorted(map(tuple, keyed.collect())) == exp2
 
 
+@pytest.mark.connect
 def test_null_keys_partition0(spark):
     df = spark.createDataFrame([(None, 1), (3, 2), (None, 3)], "k int, v int")
     placed = tl.key_by(df, "k", "least_key", 3, null_policy="partition0")
@@ -139,6 +144,7 @@ def test_null_keys_partition0(spark):
     assert sorted(map(tuple, agg.collect()), key=str) == sorted(map(tuple, df.groupBy("k").agg(F.sum("v").alias("s")).collect()), key=str)
 
 
+@pytest.mark.connect
 def test_spark_conf_defaults(spark):
     df = spark.createDataFrame([(None, 1), (3, 2)], "k int, v int")
     spark.conf.set("spark.trilink.nullPolicy", "partition0")

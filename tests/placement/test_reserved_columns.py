@@ -32,6 +32,7 @@ def test_every_keyed_api_refuses_a_reserved_column_name(spark, name):
             call()
 
 
+@pytest.mark.connect
 def test_a_reserved_key_column_is_refused_too(spark):
     df = spark.createDataFrame([("a", 1)], f"`{tl.PARTITION_COL}` string, v int")
     with pytest.raises(tl.ReservedColumnError):

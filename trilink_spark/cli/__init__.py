@@ -114,6 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
     bal.add_argument("--json", action="store_true", help="print JSON instead of a table")
     bal.add_argument("--plot", metavar="PNG", help="draw per-partition loads per strategy")
     bal.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    bal.add_argument(
+        "--remote",
+        metavar="URL",
+        help="use Spark Connect instead: sc://host:15002, or local[N] to start a local "
+        "Connect server (default: $SPARK_REMOTE if set, else classic Spark on --master)",
+    )
     add_config_parser(sub)
     return parser
 
@@ -282,7 +288,8 @@ def _balance(args: argparse.Namespace, out: TextIO) -> int:
         raise InvalidArgumentError("a PATH needs --key COLUMN")
     if args.path and args.scenario:
         raise InvalidArgumentError("give either PATH --key or --scenario, not both")
-    spark = get_session(args.master, shuffle_partitions=max(2, args.partitions))
+    spark = get_session(args.master, shuffle_partitions=max(2, args.partitions),
+                        remote=args.remote)
     results = []
     if args.path:
         df = _read(spark, args.path, args.format)

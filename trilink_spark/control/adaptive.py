@@ -31,6 +31,7 @@ import logging
 import threading
 import time
 import weakref
+from datetime import timedelta
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -82,9 +83,10 @@ class AdaptivePartitioner(Partitioner):
         When to decide (module table).
     threshold : float
         Threshold mode: decide when the current balance degree on the sample is below it.
-    period_s, period_batches : float or int, optional
-        Periodic mode: decide after this many seconds (by ``clock``) or batch boundaries; with
-        neither given, every 20 s.
+    period_s, period_batches : float, str, timedelta or int, optional
+        Periodic mode: decide after this many seconds (by ``clock``; a Spark interval string
+        such as ``"30 seconds"`` or a timedelta too) or batch boundaries; with neither given,
+        every 20 s.
     quantity : int
         Quantity mode: decide after this many observed records (estimated stream records).
     min_gain : float
@@ -152,7 +154,7 @@ class AdaptivePartitioner(Partitioner):
         mode: str = "threshold",
         *,
         threshold: float = 0.8,
-        period_s: float | None = None,
+        period_s: float | str | timedelta | None = None,
         period_batches: int | None = None,
         quantity: int = 1_000_000,
         min_gain: float = 0.05,
@@ -220,6 +222,8 @@ class AdaptivePartitioner(Partitioner):
         self._pending: dict[str, Any] | None = None
         self._applied: dict[str, Any] = {}
         self._config = config if config is not None else ConfigCenter()
+        self._config_given = config is not None
+        self._config_detached = False
         if not isinstance(self._config, ConfigCenter):
             raise InvalidArgumentTypeError("config must be a ConfigCenter or RedisConfigCenter")
         self._unsubscribe: Callable[[], None] | None = self._config.subscribe(_Listener(self))
@@ -245,6 +249,15 @@ class AdaptivePartitioner(Partitioner):
     def config(self) -> ConfigCenter:
         """The configuration center this partitioner listens to."""
         return self._config
+
+    @property
+    def config_detached(self) -> bool:
+        """True for a copy, in another process, of a partitioner given a config center: the
+        copy listens to a private center, so updates published to the original's never reach
+        it. Copies in Spark tasks only place keys, where that does not matter; a copy that
+        decides does (Spark Connect runs ``foreachBatch`` in a Python process of its server).
+        """
+        return bool(getattr(self, "_config_detached", False))
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -786,10 +799,13 @@ class AdaptivePartitioner(Partitioner):
             logger.info("copy of an AdaptivePartitioner: its custom clock is not copied; "
                         "the copy uses time.monotonic")
         state.setdefault("_pending", None)
+        state.setdefault("_config_given", False)
         self.__dict__.update(state)
         self._lock = threading.RLock()
         self._clock = time.monotonic
         center = find_center(config_id)
+        self._config_detached = bool(
+            self._config_given and (center is None or getattr(self, "_config_detached", False)))
         self._config = center if center is not None else ConfigCenter()
         self._unsubscribe = self._config.subscribe(_Listener(self))
 

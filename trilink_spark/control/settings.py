@@ -11,7 +11,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import ConfigError, ConfigTypeError
+from ..errors import ConfigError, ConfigTypeError, InvalidArgumentError
+from ..eventtime import parse_interval
 from ..partitioners.catalogue import configurable_names
 from .config_center import MAX_VERSION
 
@@ -94,6 +95,20 @@ def _mode(value: Any, name: str) -> str:
     return value
 
 
+def _period(value: Any, name: str) -> float:
+    """Seconds: a number, a timedelta or a Spark interval string (``"30 seconds"``)."""
+    from datetime import timedelta
+
+    if isinstance(value, str):
+        try:
+            value = parse_interval(value, name)
+        except InvalidArgumentError as err:
+            raise ConfigError(str(err)) from None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    return _in_range(value, name, 0.0, math.inf, open_low=True, open_high=True)
+
+
 def _optional(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
     def run(value: Any, name: str) -> Any:
         return None if value is None else check(value, name)
@@ -111,8 +126,7 @@ CONFIG_FIELDS: dict[str, Callable[[Any, str], Any]] = {
     "sample_rate": lambda v, n: _in_range(v, n, 0.0, 1.0, open_low=True),
     "mode": _mode,
     "threshold": lambda v, n: _in_range(v, n, 0.0, 1.0),
-    "period_s": _optional(lambda v, n: _in_range(v, n, 0.0, math.inf, open_low=True,
-                                                 open_high=True)),
+    "period_s": _optional(_period),
     "period_batches": _optional(lambda v, n: _integer(v, n, 1)),
     "quantity": lambda v, n: _integer(v, n, 1),
     "min_gain": lambda v, n: _in_range(v, n, 0.0, 1.0),

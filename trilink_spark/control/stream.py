@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .adaptive import AdaptivePartitioner, Decision
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..compat import is_connect
+from ..errors import ConnectUnsupportedError, InvalidArgumentError, InvalidArgumentTypeError
 from ..partitioners import Partitioner
 from ..placement.key_by import FIT_MODES, key_by
 
@@ -62,6 +63,15 @@ class AdaptiveBatchFunction:
         self._last_batch: tuple[int, Partitioner] | None = None
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        if self.adaptive.config_detached and is_connect(batch_df):
+            raise ConnectUnsupportedError(
+                "adaptive_foreach_batch with a config center: Spark Connect runs foreachBatch "
+                "in a Python process of its server, with a copy of this function that the "
+                "config center (in the client) cannot reach, so run-time updates would be "
+                "lost. Use a classic SparkSession for run-time configuration, or give the "
+                "AdaptivePartitioner no config= (the copy then decides on its own, and logs "
+                "each decision on the trilink_spark.control.adaptive logger)"
+            )
         replay = self._last_batch
         background = None
         if replay is not None and replay[0] == batch_id:
@@ -147,6 +157,13 @@ def adaptive_foreach_batch(
     the driver (only when the mode triggers), and the one shuffle of ``key_by`` (plus its
     counting job for a table strategy with ``fit="full"``). A batch replayed with the same id
     right after it ran is placed with the same strategy and table, without observing it again.
+
+    On Spark Connect the server runs ``foreachBatch`` in a Python process of its own, with a
+    copy of the returned function: decisions are taken (and logged) there, and this object's
+    :attr:`~AdaptiveBatchFunction.last_decision` and the partitioner's ``decisions`` stay
+    as they were in the client. A partitioner given a config center is refused there
+    (:class:`~trilink_spark.ConnectUnsupportedError`): the center could not reach the copy.
+    Called by hand (``f(batch_df, batch_id)``) it works the same on both kinds of session.
 
     Examples
     --------

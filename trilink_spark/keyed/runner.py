@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..columns import EVENT_TIME_COL, PARTITION_COL, POS_COL, check_user_columns
 from ..columns import check_atomic_key, require_columns
+from ..compat import num_partitions, streaming_query_id
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..errors import StateOwnershipError
 from ..eventtime import delay_in_units, event_time_micros
@@ -280,7 +281,8 @@ def _prepare(
     if idle_timeout is None:
         idle_units = 4 * delay_units if delay_units > 0 else math.inf
     else:
-        idle_units = delay_in_units(idle_timeout, kind) if idle_timeout != math.inf else math.inf
+        idle_units = (delay_in_units(idle_timeout, kind, "idle_timeout")
+                      if idle_timeout != math.inf else math.inf)
     processor.bind(df.schema, key, event_time, kind)
     if processor.output_schema is None:
         raise InvalidArgumentError(f"{type(processor).__name__} has no output_schema")
@@ -326,14 +328,15 @@ def keyed_process(
         Key and event-time (timestamp or numeric) columns.
     processor : KeyedWatermarkProcessFunction
         E.g. :class:`~trilink_spark.KeyedWindowAggregate`.
-    delay : float or datetime.timedelta
-        Allowed lateness (seconds or a timedelta for timestamps, the column's unit otherwise).
+    delay : str, float or datetime.timedelta
+        Allowed lateness: an interval string (``"10 seconds"``), seconds or a timedelta for
+        timestamps; the column's unit otherwise.
     order_by : str, optional
         Arrival order; default the input order.
     strategy, num_partitions
         Placement, as in :func:`~trilink_spark.key_by`.
-    idle_timeout : float or timedelta, optional
-        When a key counts as idle (module docs of :mod:`~trilink_spark.keyed.process`);
+    idle_timeout : str, float or timedelta, optional
+        When a key counts as idle (an interval string such as ``"2 minutes"`` too) (module docs of :mod:`~trilink_spark.keyed.process`);
         default 4 x ``delay``; ``math.inf`` never.
 
     Returns
@@ -382,11 +385,7 @@ class _Placed:
 
 def _query_id(batch_df: DataFrame) -> str | None:
     """The streaming query running this batch (None outside one, or on Spark Connect)."""
-    try:
-        value = batch_df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
-    except Exception:  # Spark Connect has no SparkContext
-        return None
-    return value if isinstance(value, str) and value else None
+    return streaming_query_id(batch_df)
 
 
 def _normalised(value: dict[str, Any]) -> dict[str, Any]:
@@ -700,7 +699,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
                        prev: int | None) -> tuple[DataFrame, int]:
         """Ahead KeyBy: each input (Kafka) partition keeps its rows and its own state."""
         placed = _in_place(batch_df, self.options["key"], tagged)
-        partitions = batch_df.rdd.getNumPartitions()
+        partitions = num_partitions(batch_df)  # Spark Connect: one Spark job
         if prev is None:
             return placed, partitions
         stored, stored_partitions = self.store.placement_at(prev)

@@ -13,13 +13,14 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
 
 from ..columns import CONST_TIME_COL, check_atomic_key, check_user_columns, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StoreUnavailableError
 from .local import SLOT, arrow_to_pandas, check_merge_names, local_merge, partition_flushes
-from .local import plan_merge, read_partition, to_arrow
+from .local import DEFAULT_MAX_GROUPS, plan_merge, read_partition, to_arrow
 from .redis_store import RedisStore
-from .algebra import AggSpec, finalize_frame, merge_partial_frames, parse_aggs
+from .algebra import AggSpec, finalize_frame, merge_partial_frames, parse_aggs, quoted
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -37,14 +38,15 @@ def global_merge(
     key: str,
     aggs: Any,
     store: str = "driver",
-    mode: str = "quantity",
+    mode: str = "auto",
     batch_id: int | None = None,
     *,
-    quantity: int = 10_000,
+    quantity: int | None = None,
     event_time: str | None = None,
     delay: Any = None,
     punctuation: str | None = None,
     read: bool = True,
+    max_groups: int = DEFAULT_MAX_GROUPS,
 ) -> DataFrame | None:
     """Aggregate per key without a keyed exchange: local partials merged into a global store.
 
@@ -57,9 +59,10 @@ def global_merge(
     store : "driver" or RedisStore
         Where deltas are merged: the driver (embedded default) or Redis, exactly once per
         ``(batch_id, partition, flush)`` (see :class:`~trilink_spark.RedisStore`).
-    mode, quantity, delay, punctuation
-        When a partition flushes its deltas (see :func:`~trilink_spark.local_merge`);
-        ``periodic`` and ``punctuation`` need ``event_time``.
+    mode, quantity, delay, punctuation, max_groups
+        When a partition flushes its deltas (see :func:`~trilink_spark.local_merge`; the
+        default ``"auto"`` flushes each partition once unless it holds more than
+        ``max_groups`` keys); ``periodic`` and ``punctuation`` need ``event_time``.
     batch_id : int, optional
         The micro-batch id when called from ``foreachBatch``: with a RedisStore, replaying the
         same id applies nothing twice. Default: a fresh id per call (retried tasks of the
@@ -106,8 +109,8 @@ def global_merge(
     check_user_columns(df, [c for s in specs for c in s.partial_columns])
     check_merge_names(specs, key, [SLOT] + ([event_time] if event_time is not None else []))
     if event_time is None:
-        if mode == "periodic":
-            raise InvalidArgumentError("periodic mode needs event_time=<column>")
+        if mode == "periodic" or (mode == "auto" and delay is not None):
+            raise InvalidArgumentError("periodic mode (delay=...) needs event_time=<column>")
         source = df.withColumn(CONST_TIME_COL, F.lit(0).cast("long"))
         time_name = CONST_TIME_COL
     else:
@@ -115,9 +118,9 @@ def global_merge(
     slot = 2**62  # one slot: the whole input
     if isinstance(store, RedisStore):
         return _merge_into_redis(df, source, key, time_name, slot, aggs, store, mode, batch_id,
-                                 quantity, delay, punctuation, read)
+                                 quantity, delay, punctuation, read, max_groups)
     partials = local_merge(source, key, time_name, slot, aggs, mode, quantity=quantity,
-                           delay=delay, punctuation=punctuation)
+                           delay=delay, punctuation=punctuation, max_groups=max_groups)
     frame = arrow_to_pandas(partials.toArrow())
     groups = [key]
     schema = _result_schema(df, key, specs)
@@ -126,6 +129,8 @@ def global_merge(
         return spark.createDataFrame([], schema)
     merged = merge_partial_frames(frame.drop(columns=[SLOT]), groups, specs, time_name)
     result = finalize_frame(merged, groups, specs)
+    if pd.api.types.is_float_dtype(result[key].dtype):
+        result[key] = result[key] + 0.0  # -0.0 and 0.0 are one key: Spark shows it as 0.0
     return spark.createDataFrame(_arrow_result(result[[key] + [s.name for s in specs]],
                                                schema, spark))
 
@@ -144,11 +149,11 @@ def _arrow_result(result: Any, ddl: str, spark: Any) -> Any:
 
 
 def _result_schema(df: DataFrame, key: str, specs: list[AggSpec]) -> str:
-    fields = [f"`{key}` {df.schema[key].dataType.simpleString()}"]
+    fields = [f"{quoted(key)} {df.schema[key].dataType.simpleString()}"]
     for spec in specs:
         value_type = (df.schema[spec.column].dataType.simpleString()
                       if spec.column is not None else "bigint")
-        fields.append(f"`{spec.name}` {spec.final_type(value_type)}")
+        fields.append(f"{quoted(spec.name)} {spec.final_type(value_type)}")
     return ", ".join(fields)
 
 
@@ -159,13 +164,13 @@ STATUS_SCHEMA = "partition int, flushes int, applied int, error string"
 
 def _merge_into_redis(
     df: DataFrame, source: DataFrame, key: str, time_name: str, slot: int, aggs: Any,
-    store: RedisStore, mode: str, batch_id: int | None, quantity: int, delay: Any,
-    punctuation: str | None, read: bool,
+    store: RedisStore, mode: str, batch_id: int | None, quantity: int | None, delay: Any,
+    punctuation: str | None, read: bool, max_groups: int,
 ) -> DataFrame | None:
     import pyarrow as pa
 
     src, plan = plan_merge(source, key, time_name, slot, aggs, mode, quantity=quantity,
-                           delay=delay, punctuation=punctuation)
+                           delay=delay, punctuation=punctuation, max_groups=max_groups)
     store.ops(plan.specs)  # refuse what Redis cannot merge before any task runs
     partial = [c for spec in plan.specs for c in spec.partial_columns]
     schema = pa.schema([plan.arrow_schema.field(c) for c in [key, *partial]])

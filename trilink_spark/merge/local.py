@@ -9,13 +9,22 @@ depends on the mode:
 ============== ================================================ =======================
 mode           flush when                                       suits (Table 7)
 ============== ================================================ =======================
+groups         the buffer would hold more than ``max_groups``   batch DataFrames: the
+               (key, slot) groups                               fewest partial rows
 quantity       ``quantity`` rows were merged                    throughput
 periodic       the oldest buffered row is ``delay`` older than  low latency
                the newest one seen
 punctuation    a row matches ``punctuation`` (flushed with it)  window boundaries
 ============== ================================================ =======================
 
-Every mode also flushes at the end of the partition. Merging the output with
+Every mode also flushes at the end of the partition. The default, ``mode="auto"``, takes the
+mode its arguments ask for (``punctuation=``, ``delay=`` or ``quantity=`` given), else
+``"groups"`` for a batch DataFrame (with the default ``max_groups`` of 1,000,000, each key's
+rows of one slot in a partition become one partial row unless the partition has more groups
+than that) and ``"quantity"`` (the paper's) for a streaming one. ``max_groups`` bounds what
+costs memory in a buffer, its groups (one partial row each, whatever the rows merged into
+them); ``quantity`` bounds rows instead, so with many keys it flushes a slot in several
+pieces. Merging the output with
 :func:`~trilink_spark.merge_partials` gives exactly what aggregating the raw rows gives.
 
 Rows whose event time is null, NaN or infinite are kept: they go to a slot of their own,
@@ -27,28 +36,35 @@ flush bound, no slot, no watermark downstream). Null and NaN keys are keys like 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from ..columns import CONST_TIME_COL, ET_COL, ORDER_COL, POS_COL, PUNCT_COL, SLOT_COL
+from ..columns import CONST_TIME_COL, ET_COL, INTERNAL_PREFIX, ORDER_COL, POS_COL, PUNCT_COL
+from ..columns import SLOT_COL
 from ..columns import check_atomic_key, check_user_columns, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..eventtime import SPARK_TIME_TYPES, delay_in_units, event_time_micros, from_units
-from .algebra import AggSpec, parse_aggs, partial_groups
+from .algebra import AggSpec, column_of, parse_aggs, partial_groups, quoted
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["local_merge", "MERGE_MODES", "flush_bounds", "plan_merge", "MergePlan",
+__all__ = ["local_merge", "MERGE_MODES", "AUTO_MODE", "DEFAULT_MAX_GROUPS", "flush_bounds", "plan_merge", "MergePlan",
            "partition_flushes", "partition_partials", "Flushes", "read_partition",
            "arrow_to_pandas", "check_merge_names", "to_arrow"]
 
 #: Flush modes (Trilink paper, §4.3, Table 7).
-MERGE_MODES: tuple[str, ...] = ("quantity", "periodic", "punctuation")
+MERGE_MODES: tuple[str, ...] = ("groups", "quantity", "periodic", "punctuation")
+#: ``mode="auto"``: ``"groups"`` for a batch DataFrame, ``"quantity"`` for a streaming one.
+AUTO_MODE = "auto"
+#: Quantity mode's rows per flush when ``quantity`` is not given.
+DEFAULT_QUANTITY = 10_000
+#: Default bound of the ``"groups"`` mode: buffered (key, slot) groups per partition.
+DEFAULT_MAX_GROUPS = 1_000_000
 #: Output column: the start of each partial row's time slot.
 SLOT = "slot_start"
 #: Inside Local Merge: the internal slot of a row without a (finite) event time, kept in the
@@ -64,7 +80,8 @@ _FIRST_CHUNK = 64
 
 
 def flush_bounds(
-    et: np.ndarray, mode: str, quantity: int, delay: float, punct: np.ndarray | None
+    et: np.ndarray, mode: str, quantity: int, delay: float, punct: np.ndarray | None,
+    groups: np.ndarray | None = None, max_groups: int = DEFAULT_MAX_GROUPS,
 ) -> list[int]:
     """End positions (exclusive) of the flushes of one partition's rows, in arrival order.
 
@@ -80,6 +97,10 @@ def flush_bounds(
         smallest event time of the flush exceed ``delay`` (rows without a time never do).
     punct : numpy.ndarray of bool, optional
         Punctuation mode: a flush ends after each row where it is true.
+    groups : numpy.ndarray of int, optional
+        Groups mode: each row's (key, slot) group code.
+    max_groups : int
+        Groups mode: a flush ends before the row that would make it hold more groups.
 
     Returns
     -------
@@ -100,12 +121,23 @@ def flush_bounds(
     [2, 4, 5]
     >>> flush_bounds(np.array([0.0, 1, 5, 6, 20]), "periodic", 0, 4.0, None)
     [2, 4, 5]
+    >>> flush_bounds(np.zeros(6), "groups", 0, 0.0, None, np.array([0, 1, 0, 2, 1, 0]), 2)
+    [3, 5, 6]
     """
+    for what, bound, used in (("quantity", quantity, mode == "quantity"),
+                              ("max_groups", max_groups, mode == "groups")):
+        integral = isinstance(bound, (int, np.integer)) and not isinstance(bound, bool)
+        if used and (not integral or bound < 1):
+            raise InvalidArgumentError(f"{what} must be an int >= 1, got {bound!r}")
     n = len(et)
     if n == 0:
         return []
     if mode == "quantity":
         bounds = list(range(quantity, n, quantity))
+    elif mode == "groups":
+        if groups is None or len(groups) != n:
+            raise InvalidArgumentError("groups mode needs a group code per row")
+        bounds = _group_bounds(np.asarray(groups, dtype=np.int64), max_groups)
     elif mode == "punctuation":
         ends = np.flatnonzero(punct) + 1 if punct is not None else np.zeros(0, dtype=np.int64)
         bounds = [int(e) for e in ends[ends < n]]
@@ -116,6 +148,35 @@ def flush_bounds(
     else:
         raise InvalidArgumentError(f"mode must be one of {', '.join(MERGE_MODES)}, got {mode!r}")
     return bounds + [n]
+
+
+def _group_bounds(codes: np.ndarray, max_groups: int) -> list[int]:
+    """Groups-mode flush starts after the first row: each flush is as long as it can be with
+    at most ``max_groups`` distinct codes. O(n log n): one stable sort for each row's previous
+    occurrence, then a galloping scan per flush (a window that doubles until it holds the
+    first code beyond the bound), so each row is scanned O(1) times."""
+    n = len(codes)
+    order = np.argsort(codes, kind="stable")
+    prev = np.full(n, -1, dtype=np.int64)
+    same = codes[order[1:]] == codes[order[:-1]]
+    prev[order[1:][same]] = order[:-1][same]
+    bounds: list[int] = []
+    start = 0
+    while start < n:
+        width = max(_FIRST_CHUNK, 2 * max_groups)
+        while True:
+            fresh = np.flatnonzero(prev[start:start + width] < start)
+            if len(fresh) > max_groups:
+                end = start + int(fresh[max_groups])
+                break
+            if start + width >= n:
+                end = n
+                break
+            width *= 2
+        if end < n:
+            bounds.append(end)
+        start = end
+    return bounds
 
 
 def _periodic_bounds(et: np.ndarray, delay: float) -> list[int]:
@@ -199,6 +260,15 @@ class MergePlan:
     names: list[str]
     out_schema: Any
     arrow_schema: Any
+    max_groups: int = DEFAULT_MAX_GROUPS
+    #: Source columns that travel under internal names (dotted or backticked names), mapped
+    #: to the user's names: :func:`partition_partials` gives the names back.
+    aliases: dict[str, str] = field(default_factory=dict)
+
+
+def _user_columns(rows: pd.DataFrame, plan: MergePlan) -> pd.DataFrame:
+    """``rows`` of the merge's source with the user's column names (see ``plan.aliases``)."""
+    return rows.rename(columns=plan.aliases) if plan.aliases else rows
 
 
 class Flushes(NamedTuple):
@@ -242,6 +312,7 @@ def partition_partials(rows: pd.DataFrame, plan: MergePlan, keep_tail: bool = Fa
     """
     if not len(rows):
         return Flushes(pd.DataFrame(columns=plan.names), np.zeros(0, dtype=np.int64), 0)
+    rows = _user_columns(rows, plan)
     ends = _flush_ends(rows, plan, keep_tail)
     consumed = ends[-1] if ends else 0
     part = rows.iloc[:consumed]
@@ -312,7 +383,12 @@ def partition_flushes(
 def _flush_ends(rows: pd.DataFrame, plan: MergePlan, keep_tail: bool) -> list[int]:
     et = rows[ET_COL].to_numpy(dtype=np.float64)
     punct = rows[PUNCT_COL].fillna(False).to_numpy(dtype=bool) if PUNCT_COL in rows else None
-    bounds = flush_bounds(et, plan.mode, plan.quantity, plan.delay, punct)
+    groups: np.ndarray | None = None
+    if plan.mode == "groups":
+        codes = rows.groupby([plan.key, SLOT_COL], sort=False, dropna=False).ngroup()
+        groups = codes.to_numpy(dtype=np.int64)
+    bounds = flush_bounds(et, plan.mode, plan.quantity, plan.delay, punct, groups,
+                          plan.max_groups)
     if keep_tail:
         bounds = bounds[:-1]  # the last bound is the end of the rows: keep that tail
         if plan.mode == "punctuation" and punct is not None and len(punct) and punct[-1]:
@@ -322,7 +398,7 @@ def _flush_ends(rows: pd.DataFrame, plan: MergePlan, keep_tail: bool) -> list[in
 
 def buffered_rows(rows: pd.DataFrame, plan: MergePlan) -> pd.DataFrame:
     """The rows :func:`partition_flushes` with ``keep_tail`` leaves for the next batch."""
-    ends = _flush_ends(rows, plan, True) if len(rows) else []
+    ends = _flush_ends(_user_columns(rows, plan), plan, True) if len(rows) else []
     last = ends[-1] if ends else 0
     return rows.iloc[last:]
 
@@ -402,12 +478,13 @@ def local_merge(
     event_time: str,
     slot: Any,
     aggs: Any,
-    mode: str = "quantity",
+    mode: str = AUTO_MODE,
     *,
-    quantity: int = 10_000,
+    quantity: int | None = None,
     delay: Any = None,
     punctuation: str | None = None,
     order_by: str | None = None,
+    max_groups: int = DEFAULT_MAX_GROUPS,
 ) -> DataFrame:
     """Pre-aggregate rows per key and time slot inside each input partition (no shuffle).
 
@@ -420,13 +497,20 @@ def local_merge(
     slot : str, float or datetime.timedelta
         Slot length: an interval string (``"60 seconds"``), seconds or a timedelta for
         timestamps; the column's unit otherwise.
-    aggs : mapping or sequence
-        ``{name: (func, column)}``; funcs: count, sum, min, max, mean, first, last or a
-        :class:`~trilink_spark.Combine` (module docs of :mod:`~trilink_spark.merge.algebra`).
-    mode : {"quantity", "periodic", "punctuation"}
-        When buffers flush (module docs).
-    quantity : int
-        Quantity mode: rows merged per flush.
+    aggs : Column, sequence or mapping
+        Spark Column aggregates (``[F.sum("v").alias("s"), F.count("*")]``), Spark's dict
+        form (``{"v": "sum"}``) or ``{name: (func, column)}``; funcs: count, sum, min, max,
+        mean (avg), first, last or a :class:`~trilink_spark.Combine` (see
+        :func:`~trilink_spark.merge.algebra.parse_aggs`).
+    mode : {"auto", "groups", "quantity", "periodic", "punctuation"}
+        When buffers flush (module docs). ``"auto"``: the mode the arguments ask for
+        (``punctuation`` given: punctuation; ``delay``: periodic; ``quantity``: quantity),
+        else ``"groups"`` for a batch DataFrame and ``"quantity"`` for a streaming one.
+    quantity : int, optional
+        Quantity mode: rows merged per flush (default 10,000).
+    max_groups : int
+        Groups mode: the most (key, slot) groups a partition's buffer holds before it flushes
+        (default 1,000,000).
     delay : str, float or timedelta
         Periodic mode: how much older than the newest row the oldest buffered row may be
         (``"30 seconds"``, seconds, or a timedelta for timestamps).
@@ -475,7 +559,7 @@ def local_merge(
     >>> tl.merge_partials(partial, "sensor", aggs)  # doctest: +SKIP
     """
     src, plan = plan_merge(df, key, event_time, slot, aggs, mode, quantity=quantity, delay=delay,
-                           punctuation=punctuation, order_by=order_by)
+                           punctuation=punctuation, order_by=order_by, max_groups=max_groups)
     result: DataFrame = src.mapInArrow(_merge_partition(plan), plan.out_schema)
     return result
 
@@ -483,13 +567,16 @@ def local_merge(
 def check_merge_names(specs: list[AggSpec], key: str, others: list[str]) -> None:
     """Refuse aggregates whose output or partial columns are named like the key or one of
     ``others`` (the event time, ``slot_start``): InvalidArgumentError. O(aggregates)."""
-    taken = {key: "the key", **{name: "a column of the output" for name in others}}
+    # Spark resolves names case-insensitively by default: 'K' is the key 'k' too
+    taken = {key.lower(): ("the key", key),
+             **{name.lower(): ("a column of the output", name) for name in others}}
     for spec in specs:
         for column in [spec.name, *spec.partial_columns]:
-            if column in taken:
+            if column.lower() in taken:
+                what, name = taken[column.lower()]
                 raise InvalidArgumentError(
                     f"aggregate {spec.name!r} would write column {column!r}, which is "
-                    f"{taken[column]} ({column!r}); rename the aggregate"
+                    f"{what} ({name!r}); rename the aggregate"
                 )
 
 
@@ -499,12 +586,13 @@ def plan_merge(
     event_time: str,
     slot: Any,
     aggs: Any,
-    mode: str = "quantity",
+    mode: str = AUTO_MODE,
     *,
-    quantity: int = 10_000,
+    quantity: int | None = None,
     delay: Any = None,
     punctuation: str | None = None,
     order_by: str | None = None,
+    max_groups: int = DEFAULT_MAX_GROUPS,
 ) -> tuple[DataFrame, MergePlan]:
     """Validate a merge; returns its narrow source DataFrame and plan (see :func:`local_merge`)."""
     from pyspark.sql import functions as F
@@ -513,8 +601,22 @@ def plan_merge(
 
     require_columns(df, [key], "key column")
     check_atomic_key(df, key)
+    if mode == AUTO_MODE:  # the mode the arguments ask for, else by the kind of frame
+        if punctuation is not None:
+            mode = "punctuation"
+        elif delay is not None:
+            mode = "periodic"
+        elif quantity is not None or df.isStreaming:
+            mode = "quantity"
+        else:
+            mode = "groups"
+    if quantity is None:
+        quantity = DEFAULT_QUANTITY
     if mode not in MERGE_MODES:
-        raise InvalidArgumentError(f"mode must be one of {', '.join(MERGE_MODES)}, got {mode!r}")
+        raise InvalidArgumentError(
+            f"mode must be {AUTO_MODE!r} or one of {', '.join(MERGE_MODES)}, got {mode!r}")
+    if isinstance(max_groups, bool) or not isinstance(max_groups, int) or max_groups < 1:
+        raise InvalidArgumentTypeError(f"max_groups must be an int >= 1, got {max_groups!r}")
     specs = parse_aggs(aggs, df.columns, df)
     # Global Merge adds CONST_TIME_COL itself (and checks the user's columns before)
     check_user_columns(SimpleNamespace(columns=[c for c in df.columns if c != CONST_TIME_COL]),
@@ -544,24 +646,30 @@ def plan_merge(
     finite = F.when(~F.isnan(et_col) & (F.abs(et_col) < F.lit(float("inf"))), et_col)
     slot_start = F.when(finite.isNull(), F.lit(_UNTIMED_SLOT)).otherwise(
         finite - F.pmod(finite, F.lit(float(slot_units))))
-    cols = [F.col(key), *[F.col(c) for c in values], F.monotonically_increasing_id().alias(POS_COL),
+    # PySpark's mapInArrow cannot take input columns whose names hold a dot or a backtick:
+    # such columns travel under internal names, given back inside each partition
+    aliases = {f"{INTERNAL_PREFIX}col{i}": name for i, name in enumerate([key, *values])
+               if "." in name or "`" in name}
+    inside = {name: alias for alias, name in aliases.items()}
+    cols = [column_of(c).alias(inside.get(c, c)) for c in [key, *values]] + [
+            F.monotonically_increasing_id().alias(POS_COL),
             finite.alias(ET_COL), slot_start.alias(SLOT_COL)]
     if mode == "punctuation":
-        cols.append(F.col(str(punctuation)).cast("boolean").alias(PUNCT_COL))
+        cols.append(column_of(str(punctuation)).cast("boolean").alias(PUNCT_COL))
     if order_by is not None:
-        cols.append(F.col(order_by).alias(ORDER_COL))
+        cols.append(column_of(order_by).alias(ORDER_COL))
     src = df.select(*cols)
     if order_by is not None:
         src = src.sortWithinPartitions(ORDER_COL, POS_COL)
     time_type = SPARK_TIME_TYPES[kind]
-    fields = [f"`{key}` {df.schema[key].dataType.simpleString()}", f"{SLOT} {time_type}",
-              f"`{event_time}` {time_type}"]
+    fields = [f"{quoted(key)} {df.schema[key].dataType.simpleString()}",
+              f"{SLOT} {time_type}", f"{quoted(event_time)} {time_type}"]
     names = [key, SLOT, event_time]
     for spec in specs:
         value_type = (df.schema[spec.column].dataType.simpleString()
                       if spec.column is not None else "bigint")
         for col, dtype in zip(spec.partial_columns, spec.partial_types(value_type)):
-            fields.append(f"`{col}` {dtype}")
+            fields.append(f"{quoted(col)} {dtype}")
             names.append(col)
     out_schema = StructType.fromDDL(", ".join(fields))
     if not isinstance(out_schema, StructType):  # pragma: no cover - fromDDL of fields is a struct
@@ -569,5 +677,5 @@ def plan_merge(
     timezone = df.sparkSession.conf.get("spark.sql.session.timeZone")
     arrow_schema = to_arrow_schema(out_schema, timezone=timezone)
     plan = MergePlan(key, specs, mode, quantity, delay_units, kind, event_time, names,
-                     out_schema, arrow_schema)
+                     out_schema, arrow_schema, max_groups, aliases)
     return src, plan

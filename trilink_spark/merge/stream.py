@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from ..arrowio import read_table, write_table
 from ..columns import ET_COL, POS_COL, SLOT_COL
+from ..compat import num_partitions
 from ..errors import InvalidArgumentTypeError, StateCorruptError
 from ..state.store import KeyedStateStore, StatefulBatchFunction
 from .local import MergePlan, partition_partials, plan_merge, read_partition, to_arrow
@@ -184,7 +185,7 @@ class LocalMergeBatchFunction(StatefulBatchFunction):
         self._plan = plan
         out = src.mapInArrow(_buffered_partition(plan, self.store, batch_id), plan.out_schema)
         self.func(out, batch_id)
-        self._complete(out, batch_id, src.rdd.getNumPartitions())
+        self._complete(out, batch_id, num_partitions(src))  # Spark Connect: one more job
 
     def buffered(self) -> int:
         """Rows held in the buffers now (over every partition's newest state).

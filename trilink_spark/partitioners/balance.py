@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..checks import check_num_partitions
+from ..compat import is_connect, num_partitions, partition_counts
 
 if TYPE_CHECKING:
     from pyspark import RDD
@@ -194,9 +195,17 @@ class BalanceReport:
 def partition_balance(data: DataFrame | RDD[Any]) -> BalanceReport:
     """Rows per partition of a DataFrame or RDD, counted by Spark (no rows are collected).
 
-    For a DataFrame this runs one job, ``groupBy(spark_partition_id()).count()``, over the
-    DataFrame's own partitioning; only one count per partition reaches the driver. For an RDD
-    each task counts its partition's records.
+    Works on classic PySpark and on Spark Connect (DataFrames; RDDs exist in classic
+    PySpark only). A DataFrame without any partition counts as one empty partition.
+
+    Notes
+    -----
+    Cost: one Spark job over the DataFrame's own partitioning; one count per partition reaches
+    the driver. Classic: ``groupBy(spark_partition_id()).count()`` in the JVM, plus
+    ``df.rdd.getNumPartitions()`` for the empty partitions. Spark Connect (no RDDs):
+    :func:`trilink_spark.compat.partition_counts`, a ``mapInArrow`` pass in which each
+    partition streams only its row count to a Python worker. For an RDD each task counts its
+    partition's records.
 
     Examples
     --------
@@ -204,26 +213,32 @@ def partition_balance(data: DataFrame | RDD[Any]) -> BalanceReport:
     >>> tl.partition_balance(tl.key_by(df, "user", "least_key")).balance_degree  # doctest: +SKIP
     0.998
     """
-    from pyspark import RDD
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
     if isinstance(data, DataFrame):
-        n = data.rdd.getNumPartitions()
+        if is_connect(data):
+            counted = partition_counts(data)
+            loads = np.zeros(max(1, counted.size), dtype=np.int64)
+            loads[: counted.size] = counted
+            return BalanceReport(loads=loads)
+        n = num_partitions(data)
         rows = (
             data.select(F.spark_partition_id().alias("pid")).groupBy("pid").count().collect()
         )
         pairs = [(int(r["pid"]), int(r["count"])) for r in rows]
-    elif isinstance(data, RDD):
+    else:
+        from pyspark import RDD
+
+        if not isinstance(data, RDD):
+            raise InvalidArgumentTypeError(
+                f"partition_balance needs a DataFrame or RDD, got {type(data).__name__}"
+            )
         n = data.getNumPartitions()
         pairs = data.mapPartitionsWithIndex(
             lambda i, it: [(i, sum(1 for _ in it))]
         ).collect()
-    else:
-        raise InvalidArgumentTypeError(
-            f"partition_balance needs a DataFrame or RDD, got {type(data).__name__}"
-        )
-    size = max([n] + [p + 1 for p, _ in pairs])
+    size = max([1, n] + [p + 1 for p, _ in pairs])
     loads = np.zeros(size, dtype=np.int64)
     for pid, count in pairs:
         loads[pid] += count

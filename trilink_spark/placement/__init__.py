@@ -7,7 +7,7 @@ id for a Kafka producer, and ``keyed_by_source`` declares a source already group
 
 from .key_by import FIT_MODES, KeyedStrategy, key_by, key_kind, resolve_strategy
 from .key_by import with_partition_id
-from .keyed import keyed_agg, keyed_apply
+from .keyed import COMBINE_CHOICES, KeyedAggPlan, explain_keyed_agg, keyed_agg, keyed_apply
 from .source import SOURCE_AGGREGATES, is_keyed_by_source, keyed_by_source
 from .ahead import KafkaPythonPartitioner, ahead_key_by, confluent_partition
 
@@ -20,6 +20,9 @@ __all__ = [
     "with_partition_id",
     "keyed_agg",
     "keyed_apply",
+    "explain_keyed_agg",
+    "KeyedAggPlan",
+    "COMBINE_CHOICES",
     "SOURCE_AGGREGATES",
     "is_keyed_by_source",
     "keyed_by_source",

@@ -10,20 +10,81 @@ partition with no exchange at all.
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..checks import check_num_partitions
 from ..columns import PARTITION_COL
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..keys import check_null_policy
+from ..merge.algebra import combinable
 from ..partitioners import Partitioner
-from .key_by import key_by
+from ..partitioners.base import resolve_strategy_name
+from .key_by import FIT_MODES, key_by
 from .source import is_keyed_by_source, source_agg, source_apply
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
-__all__ = ["keyed_agg", "keyed_apply"]
+__all__ = ["keyed_agg", "keyed_apply", "explain_keyed_agg", "KeyedAggPlan", "COMBINE_CHOICES"]
+
+logger = logging.getLogger(__name__)
+
+#: ``combine=`` of :func:`keyed_agg`.
+COMBINE_CHOICES: tuple[str, ...] = ("auto", "always", "never")
+
+
+@dataclass(frozen=True)
+class KeyedAggPlan:
+    """How :func:`keyed_agg` runs its aggregates (see :func:`explain_keyed_agg`).
+
+    Attributes
+    ----------
+    combine : bool
+        True: Spark's own ``groupBy(key).agg`` with map-side partial aggregation (Spark's hash
+        placement of the partial results; the strategy is not used). False: exact placement by
+        the strategy, every row shuffled, each key aggregated whole on its partition.
+    reason : str
+        Why, in words.
+    """
+
+    combine: bool
+    reason: str
+
+
+def explain_keyed_agg(df: DataFrame, key: str, *exprs: Column, combine: str = "auto"
+                      ) -> KeyedAggPlan:
+    """The plan :func:`keyed_agg` picks for ``exprs``, and why (nothing runs).
+
+    ``"auto"`` combines when every aggregate has a fixed-size partial buffer (count, sum, min,
+    max, avg, first, last, stddev, ...: :data:`~trilink_spark.merge.algebra.SPARK_COMBINABLE`)
+    and places exactly otherwise (collect_list, percentiles, DISTINCT aggregates, UDAFs):
+    there a hot key's rows cannot be shrunk on the map side, and a balanced placement bounds
+    the slowest task instead.
+
+    Notes
+    -----
+    Cost: O(aggregates), plus one query plan (no job) to find DISTINCT aggregates.
+
+    Examples
+    --------
+    >>> tl.explain_keyed_agg(df, "k", F.sum("v"))  # doctest: +SKIP
+    KeyedAggPlan(combine=True, reason='every aggregate has a fixed-size partial buffer: ...')
+    """
+    if combine not in COMBINE_CHOICES:
+        raise InvalidArgumentError(f"combine must be one of {COMBINE_CHOICES}, got {combine!r}")
+    if is_keyed_by_source(df, key):
+        return KeyedAggPlan(False, "the frame is declared keyed_by_source: each input partition "
+                                   "is aggregated where it is, with no exchange")
+    if combine == "always":
+        return KeyedAggPlan(True, "combine='always': Spark's partial aggregation, hash placement")
+    if combine == "never":
+        return KeyedAggPlan(False, "combine='never': exact placement by the strategy")
+    ok, why = combinable(exprs, df)
+    return KeyedAggPlan(ok, why)
 
 
 def keyed_agg(
@@ -32,9 +93,11 @@ def keyed_agg(
     *exprs: Column,
     strategy: str | Partitioner = "auto",
     num_partitions: int | None = None,
+    combine: str = "auto",
     **placement: Any,
 ) -> DataFrame:
-    """``df.groupBy(key).agg(*exprs)``, with the rows placed by ``strategy``.
+    """``df.groupBy(key).agg(*exprs)``, on the cheaper plan: Spark's map-side combine for
+    decomposable aggregates, rows placed by ``strategy`` for the others.
 
     Parameters
     ----------
@@ -42,16 +105,25 @@ def keyed_agg(
         As :func:`key_by`.
     *exprs : Column
         Aggregate expressions, as for ``GroupedData.agg``.
+    combine : {"auto", "always", "never"}
+        ``"auto"``: Spark's own ``groupBy(key).agg`` (partial aggregation on the map side,
+        then a hash shuffle of partial results) when every aggregate has a fixed-size partial
+        buffer, exact placement by ``strategy`` otherwise (collect_list, percentiles, DISTINCT
+        aggregates, UDAFs); :func:`explain_keyed_agg` says which and why, and the choice is
+        logged. ``"always"`` / ``"never"`` force one plan.
 
     Returns
     -------
     pyspark.sql.DataFrame
         One row per key: the key column, then one column per expression, exactly as
-        ``groupBy(key).agg`` returns; partition ``i`` holds the keys the strategy placed on ``i``.
+        ``groupBy(key).agg`` returns. With exact placement, partition ``i`` holds the keys the
+        strategy placed on ``i``; with the combine, Spark's hash placement.
 
     Notes
     -----
-    Cost: the one shuffle of :func:`key_by`; the aggregation groups by ``(partition, key)``, which
+    Cost, combined: Spark's ``groupBy``: one shuffle of at most one partial row per key and
+    input partition. Exact placement: the one shuffle of :func:`key_by` (every row); the
+    aggregation groups by ``(partition, key)``, which
     the placement already satisfies, so Spark adds no second exchange. On a frame declared with
     :func:`~trilink_spark.keyed_by_source` there is no shuffle at all: the strategy is not used
     and each input partition is aggregated where it is (see
@@ -66,10 +138,72 @@ def keyed_agg(
     """
     if not exprs:
         raise InvalidArgumentError("keyed_agg needs at least one aggregate expression")
+    if combine not in COMBINE_CHOICES:
+        raise InvalidArgumentError(f"combine must be one of {COMBINE_CHOICES}, got {combine!r}")
+    _check_placement(strategy, num_partitions, placement)  # the same refusals on every plan
     if is_keyed_by_source(df, key):
-        return source_agg(df, key, exprs)
+        return source_agg(_signed_zeros_as_one(df, key), key, exprs)
+    plan = explain_keyed_agg(df, key, *exprs, combine=combine)
+    logger.info("keyed_agg on %r: %s (%s)", key,
+                "Spark's map-side combine" if plan.combine else "exact placement", plan.reason)
+    if plan.combine:
+        from ..columns import check_user_columns, require_columns
+
+        require_columns(df, [key], "key column")
+        check_user_columns(df)  # the same refusals on both plans
+        return df.groupBy(key).agg(*exprs)
     placed = key_by(df, key, strategy, num_partitions, **placement)
-    return placed.groupBy(PARTITION_COL, key).agg(*exprs).drop(PARTITION_COL)
+    grouped = placed.groupBy(PARTITION_COL, key).agg(*exprs)
+    # drop the partition column by position: an aggregate may be named like it
+    names = grouped.columns
+    spare = PARTITION_COL
+    while spare in names:
+        spare += "_"
+    return grouped.toDF(spare, *names[1:]).drop(spare)
+
+
+def _check_placement(strategy: Any, num_partitions: Any, placement: dict[str, Any]) -> None:
+    """Refuse what :func:`key_by` would refuse of the placement arguments, without a job,
+    so a typo fails whichever plan :func:`keyed_agg` picks."""
+    options = [p.name for p in inspect.signature(key_by).parameters.values()
+               if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    unknown = sorted(set(placement) - set(options))
+    if unknown:
+        raise InvalidArgumentTypeError(
+            f"keyed_agg got unknown placement options {unknown}; key_by takes {options}")
+    if isinstance(strategy, str):
+        if strategy.lower() != "auto":
+            resolve_strategy_name(strategy)
+    elif not isinstance(strategy, Partitioner):
+        raise InvalidArgumentTypeError(
+            f"strategy must be a name or a Partitioner, got {type(strategy).__name__}")
+    if num_partitions is not None:
+        check_num_partitions(num_partitions)
+        if isinstance(strategy, Partitioner) and num_partitions != strategy.num_partitions:
+            raise InvalidArgumentError(
+                f"num_partitions={num_partitions} differs from the strategy's "
+                f"{strategy.num_partitions}; omit num_partitions or make them agree")
+    if placement.get("null_policy") is not None:
+        check_null_policy(placement["null_policy"])
+    if placement.get("fit") is not None and placement["fit"] not in FIT_MODES:
+        raise InvalidArgumentError(
+            f"fit must be one of {', '.join(FIT_MODES)}, got {placement['fit']!r}")
+
+
+def _signed_zeros_as_one(df: DataFrame, key: str) -> DataFrame:
+    """``df`` with a float key's -0.0 written 0.0 (Spark groups them as one key; the per
+    partition aggregation of a keyed_by_source frame would not): a projection, no exchange,
+    the key's metadata (the declaration) kept."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    field = df.schema[key]
+    if not isinstance(field.dataType, (T.FloatType, T.DoubleType)):
+        return df
+    column = F.col("`" + key.replace("`", "``") + "`")
+    zero = F.lit(0.0).cast(field.dataType)
+    fixed = F.when(column == zero, zero).otherwise(column)
+    return df.withColumn(key, fixed).withMetadata(key, field.metadata)
 
 
 def keyed_apply(

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..columns import ARG_COL, require_columns
+from ..compat import is_connect
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, KeysNotGroupedError
 from ..merge.algebra import arrow_aggregates
 from ..plan import shuffle_exchanges
@@ -170,56 +171,118 @@ class _Agg:
         return getattr(pc, name)(**kwargs)
 
 
-def _node_parts(column: Column) -> tuple[str, bool, list[Any]]:
+@dataclass(frozen=True)
+class _Call:
+    """An aggregate call read from a Column: function name, DISTINCT, and per argument
+    whether it is ``*``, whether it is the literal ``true`` (read for the second argument on,
+    as ``first(v, true)`` has it), and the argument as a Column."""
+
+    name: str
+    distinct: bool
+    stars: tuple[bool, ...]
+    trues: tuple[bool, ...]
+    columns: tuple[Callable[[], Column], ...]
+
+
+def _not_plain(column: Column) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"{column} is not a plain aggregate call; per-partition keyed_agg takes calls of "
+        f"{', '.join(sorted(SOURCE_AGGREGATES))} (arguments may be any expression) written "
+        "with pyspark.sql.functions (SQL text from F.expr is not read). Use keyed_apply, or "
+        "place the rows with key_by"
+    )
+
+
+def _classic_call(column: Column, spark: Any) -> _Call:
+    """Read the call from the JVM expression behind a classic Column."""
+    from pyspark.sql.classic.column import Column as ClassicColumn
+
     jc: Any = getattr(column, "_jc")
     node = jc.node()
     if node.getClass().getSimpleName() == "Alias":
         node = node.child()
-    kind = node.getClass().getSimpleName()
-    if kind != "UnresolvedFunction":
-        raise InvalidArgumentError(
-            f"{column} is not a plain aggregate call; per-partition keyed_agg takes calls of "
-            f"{', '.join(sorted(SOURCE_AGGREGATES))} (arguments may be any expression). Use "
-            "keyed_apply, or place the rows with key_by"
-        )
-    args = node.arguments()
-    return str(node.functionName()).lower(), bool(node.isDistinct()), [
-        args.apply(i) for i in range(args.size())
-    ]
+    if node.getClass().getSimpleName() != "UnresolvedFunction":
+        raise _not_plain(column)
+    jargs = node.arguments()
+    args = [jargs.apply(i) for i in range(jargs.size())]
+    jvm = spark._jvm
+    wrap: Any = ClassicColumn
+
+    def as_column(arg: Any) -> Callable[[], Column]:
+        return lambda: wrap(jvm.org.apache.spark.sql.Column(arg))
+
+    return _Call(
+        str(node.functionName()).lower(), bool(node.isDistinct()),
+        tuple(a.getClass().getSimpleName() == "UnresolvedStar" for a in args),
+        tuple(i > 0 and str(a.sql()).lower() == "true" for i, a in enumerate(args)),
+        tuple(as_column(a) for a in args),
+    )
+
+
+def _connect_call(column: Column) -> _Call:
+    """Read the call from the expression tree a Spark Connect Column holds in the client."""
+    from pyspark.sql.connect.column import Column as ConnectColumn
+    from pyspark.sql.connect.expressions import (
+        ColumnAlias,
+        LiteralExpression,
+        UnresolvedFunction,
+        UnresolvedStar,
+    )
+
+    node: Any = getattr(column, "_expr")
+    if isinstance(node, ColumnAlias):
+        node = getattr(node, "_child")
+    if not isinstance(node, UnresolvedFunction):
+        raise _not_plain(column)
+    args = list(getattr(node, "_args"))
+    wrap: Any = ConnectColumn
+
+    def as_column(arg: Any) -> Callable[[], Column]:
+        return lambda: wrap(arg)
+
+    return _Call(
+        str(getattr(node, "_name")).lower(), bool(getattr(node, "_is_distinct")),
+        tuple(isinstance(a, UnresolvedStar) for a in args),
+        tuple(isinstance(a, LiteralExpression) and getattr(a, "_value") is True for a in args),
+        tuple(as_column(a) for a in args),
+    )
 
 
 def _parse(column: Column, spark: Any, index: int) -> tuple[_Agg, list[Column]]:
-    """An aggregate call as an Arrow hash aggregate, plus the argument columns it needs."""
-    from pyspark.sql.classic.column import Column as ClassicColumn
+    """An aggregate call as an Arrow hash aggregate, plus the argument columns it needs.
 
-    if not hasattr(column, "_jc"):
-        raise InvalidArgumentError(
-            "per-partition keyed_agg reads the aggregate expressions through classic PySpark; "
-            "on Spark Connect use keyed_apply or key_by"
-        )
-    name, distinct, args = _node_parts(column)
+    The call is read from the Column itself: through the JVM expression on classic PySpark,
+    from the client-side expression tree on Spark Connect.
+    """
+    if is_connect(column):
+        call = _connect_call(column)
+    elif hasattr(column, "_jc"):
+        call = _classic_call(column, spark)
+    else:
+        raise InvalidArgumentTypeError(
+            f"expected a pyspark.sql.Column aggregate, got {type(column).__name__}")
+    name, distinct = call.name, call.distinct
     if name not in SOURCE_AGGREGATES:
         raise InvalidArgumentError(
             f"{column}: {name} is not computed per partition; supported: "
             f"{', '.join(sorted(SOURCE_AGGREGATES))}. Use keyed_apply, or key_by"
         )
     arrow = SOURCE_AGGREGATES[name]
-    star = len(args) == 1 and args[0].getClass().getSimpleName() == "UnresolvedStar"
+    nargs = len(call.columns)
+    star = nargs == 1 and call.stars[0]
     if distinct and name != "count":
         raise InvalidArgumentError(f"{column}: DISTINCT is supported for count only")
-    if name == "count" and (star or not args):
+    if name == "count" and (star or not nargs):
         return _Agg("count_all", None, None), []
     most = 2 if arrow in ("first", "last") else 1
-    if star or not 1 <= len(args) <= most:
+    if star or not 1 <= nargs <= most:
         raise InvalidArgumentError(f"{column}: expected one argument column")
-    jvm = spark._jvm
-    wrap: Any = ClassicColumn
-    arg_col = wrap(jvm.org.apache.spark.sql.Column(args[0])).alias(f"{ARG_COL}{index}")
+    arg_col = call.columns[0]().alias(f"{ARG_COL}{index}")
     if name == "count":
         counting = ("CountOptions", {"mode": "only_valid"})
         return _Agg("count_distinct" if distinct else "count", counting, index), [arg_col]
     if arrow in ("first", "last"):
-        ignore = len(args) == 2 and str(args[1].sql()).lower() == "true"
+        ignore = nargs == 2 and call.trues[1]
         return _Agg(arrow, ("ScalarAggregateOptions", {"skip_nulls": ignore}), index), [arg_col]
     if arrow in ("stddev", "variance"):
         ddof = 0 if name.endswith("_pop") else 1

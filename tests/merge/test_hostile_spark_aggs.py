@@ -1,0 +1,219 @@
+"""Hostile pass on Spark Column and dict aggregates in Local Merge and Global Merge: odd
+column names and aliases, expressions that print like column names, windows, FILTER, literals,
+``F.expr`` forms, NaN/null/inf values and keys, and name collisions. The oracle is Spark's own
+``groupBy().agg()`` on the same Columns: the same names and the same values, or a typed
+refusal that says what was wrong."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import pytest
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+
+import trilink_spark as tl
+from trilink_spark.merge.algebra import parse_aggs, specs_for_partials
+
+pytestmark = pytest.mark.connect
+
+ODD = ["my col", "a.b", "f(x)", "x as y", "é€ ✓", "a__b", "a`b", "abs(v)", "1", "x"]
+
+
+def _q(name: str) -> Any:
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _canon(value: Any) -> Any:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        return round(value, 9) + 0.0  # -0.0 as 0.0
+    return value
+
+
+def _rows(df: Any) -> list[tuple[Any, ...]]:
+    return sorted((tuple(_canon(x) for x in row) for row in df.collect()), key=repr)
+
+
+@pytest.fixture(scope="module")
+def odd(spark: Any) -> Any:
+    rng = random.Random(3)
+    rows = []
+    for i in range(300):
+        values = [None if rng.random() < 0.15 else float(rng.randint(-50, 50)) for _ in ODD]
+        rows.append((rng.choice("abcde"), float(rng.randint(0, 99)), float(i % 7), *values))
+    ddl = "k string, t double, v double, " + ", ".join(
+        "`" + n.replace("`", "``") + "` double" for n in ODD)
+    return spark.createDataFrame(rows, ddl).repartition(3)
+
+
+def _both_merges_equal_groupby(df: Any, cols: list[Any]) -> None:
+    expected = df.groupBy("k").agg(*cols)
+    merged = tl.merge_partials(tl.local_merge(df, "k", "t", 25.0, cols), "k", cols)
+    assert merged.columns == expected.columns
+    assert _rows(merged) == _rows(expected)
+    glob = tl.global_merge(df, "k", cols)
+    assert glob is not None and glob.columns == expected.columns
+    assert _rows(glob) == _rows(expected)
+
+
+def test_odd_column_names_merge_under_sparks_names(odd: Any) -> None:
+    cols = [F.sum(_q(n)) for n in ODD[:8]] + [F.avg(_q("a.b")), F.max(_q("x as y")),
+                                              F.count(_q("a`b")), F.min(_q("é€ ✓"))]
+    _both_merges_equal_groupby(odd, cols)
+
+
+ALIASES = ["a b", "a as b", "b AS a", "x) AS (y", "a`b", "`q`", "é€", "sum(v)", "a__b", "s.t",
+           "count(1)"]
+
+
+def test_odd_aliases_are_spark_names(odd: Any) -> None:
+    cols = [(F.avg if i % 2 else F.sum)("v").alias(a) for i, a in enumerate(ALIASES)]
+    _both_merges_equal_groupby(odd, [*cols, F.count("*").alias("n")])
+
+
+def test_nested_aliases_take_the_outer_name(odd: Any) -> None:
+    cols = [F.sum("v").alias("inner").alias("outer"), F.avg("v").alias("a as b").alias("m")]
+    _both_merges_equal_groupby(odd, cols)
+
+
+def test_ambiguous_aliases_merge_partials_picks_the_name_that_is_there(odd: Any) -> None:
+    for col in (F.sum("v").alias("a as b"), F.sum("v").alias("a").alias("b")):
+        partial = tl.local_merge(odd, "k", "t", 25.0, [col])
+        assert [s.name for s in specs_for_partials([col], partial.columns)] == \
+            [c for c in odd.groupBy("k").agg(col).columns if c != "k"]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: [F.expr("sum(v)"), F.expr("count(*)"), F.expr("sum(v) as s"),
+             F.expr("avg(`my col`)"), F.expr("max(`a.b`) AS `m m`"), F.mean("v"), F.count("v")],
+    lambda: [F.expr("SUM(v)").alias("S"), F.expr("count(1)"), F.expr("min(`x as y`)")],
+    lambda: [F.count(F.lit(1))], lambda: [F.count("*")], lambda: [F.count(F.col("*"))],
+])
+def test_expr_and_count_forms_equal_groupby(odd: Any, make: Any) -> None:
+    _both_merges_equal_groupby(odd, make())
+
+
+def test_first_and_last_forms_follow_event_time(spark: Any) -> None:
+    rows = [("a", 3.0, 30.0), ("a", 1.0, None), ("a", 2.0, 20.0), ("a", 4.0, None),
+            ("b", 5.0, None)]
+    df = spark.createDataFrame(rows, "k string, t double, v double").orderBy("t").coalesce(1)
+    cols = [F.expr("first(v) ignore nulls"), F.expr("last(v, true)").alias("l"),
+            F.first("v", True).alias("f2"), F.expr("first_value(v, true)").alias("fv")]
+    merged = tl.merge_partials(tl.local_merge(df, "k", "t", 100.0, cols), "k", cols)
+    assert merged.columns == ["k", "first(v)", "l", "f2", "fv"]
+    assert _rows(merged) == [("a", 20.0, 30.0, 20.0, 20.0), ("b", None, None, None, None)]
+    with pytest.raises(tl.InvalidArgumentError, match="ignorenulls=True"):
+        tl.local_merge(df, "k", "t", 10.0, [F.expr("first(v) respect nulls")])
+
+
+def test_count_of_a_literal_beside_a_column_named_like_it(odd: Any) -> None:
+    # a column named '1' and count(lit(1)): rows, not the column's values
+    _both_merges_equal_groupby(odd, [F.count(F.lit(1)).alias("rows"),
+                                     F.count(_q("1")).alias("ones")])
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: F.sum(F.abs("v")), "not the plain sum"),  # a column 'abs(v)' exists
+    (lambda: F.count(F.lit("x")), "(not the plain count|not a column)"),  # so does 'x'
+    (lambda: F.sum(F.lit(1)), "(not the plain sum|not a column)"),  # and '1'
+    (lambda: F.sum("v").over(Window.partitionBy("k")), "window"),
+    (lambda: F.expr("sum(v) FILTER (WHERE v > 0)"), "FILTER"),
+    (lambda: F.sum(F.col("v") * 2), "not a column"),
+    (lambda: F.count(F.lit(None)), "not a column"),
+    (lambda: F.sum_distinct(F.col("v")), "(?i)distinct"),
+    (lambda: F.expr("count(DISTINCT v)"), "(?i)distinct"),
+    (lambda: F.try_sum("v"), "does not know"),
+    (lambda: F.sum("v") + F.count("v"), "not a call"),
+    (lambda: F.sum("nope"), "not a column"),
+])
+def test_what_is_not_a_plain_aggregate_of_a_column_is_refused(odd: Any, make: Any,
+                                                             match: str) -> None:
+    with pytest.raises(tl.InvalidArgumentError, match=match) as err:
+        tl.local_merge(odd, "k", "t", 10.0, [make()])
+    assert isinstance(err.value, ValueError)
+
+
+def test_values_nan_inf_null_and_keys_nan_null_signed_zero(spark: Any) -> None:
+    nan, inf = float("nan"), float("inf")
+    keys = [nan, None, 0.0, -0.0, inf, -inf, 1.0]
+    values = [nan, None, inf, -inf, 1.0, -0.0, 2.5, 1e308, 1e308]
+    rows = [(k, float(i * len(values) + j), v) for i, k in enumerate(keys)
+            for j, v in enumerate(values)]
+    random.Random(0).shuffle(rows)
+    df = spark.createDataFrame(rows, "k double, t double, v double").repartition(3)
+    cols = [F.sum("v"), F.count("v"), F.count("*"), F.min("v"), F.max("v"), F.avg("v")]
+    expected = _rows(df.groupBy("k").agg(*cols))
+    for max_groups in (1, 2, 1_000_000):
+        partial = tl.local_merge(df, "k", "t", 5.0, cols, max_groups=max_groups)
+        assert _rows(tl.merge_partials(partial, "k", cols)) == expected
+    glob = tl.global_merge(df, "k", cols)
+    assert glob is not None and _rows(glob) == expected
+    # the signed zero key comes back as Spark shows it
+    zero = [r["k"] for r in glob.collect() if r["k"] == 0.0]
+    assert len(zero) == 1 and math.copysign(1.0, zero[0]) == 1.0
+
+
+def test_integer_and_decimal_values_with_dict_form(spark: Any) -> None:
+    rows = [("a", float(i), 2**62 if i % 3 else None, i * 0.01) for i in range(30)]
+    df = spark.createDataFrame(rows, "k string, t double, w bigint, d double") \
+        .withColumn("d", F.col("d").cast("decimal(10,2)")).repartition(2)
+    aggs = {"w": "max", "d": "sum"}
+    merged = tl.merge_partials(tl.local_merge(df, "k", "t", 7.0, aggs), "k", aggs)
+    expected = df.groupBy("k").agg(aggs)
+    assert merged.select(*expected.columns).collect() == expected.collect()
+    assert dict(merged.dtypes) == dict(expected.dtypes)
+
+
+@pytest.mark.parametrize("cols, match", [
+    (lambda: [F.sum("v").alias("k")], "key"),
+    (lambda: [F.sum("v").alias("t")], "'t'"),
+    (lambda: [F.sum("v").alias("slot_start")], "slot_start"),
+    (lambda: [F.sum("v"), F.sum("v")], "repeat"),
+    (lambda: [F.count("*"), F.count(F.lit(1))], "repeat"),
+    (lambda: [F.sum("v").alias("s"), F.count("v").alias("s__n")], "s__n"),
+    (lambda: [F.avg("v").alias("m"), F.sum("v").alias("m__sum")], "m__sum"),
+    (lambda: [F.sum("v").alias("__v")], "__"),
+    (lambda: [F.sum("v").alias("K")], "key"),
+    (lambda: [F.sum("v").alias("S"), F.avg("v").alias("s")], "ignoring case"),
+    (lambda: [F.sum("v").alias("")], "name"),
+])
+def test_name_collisions_are_refused_with_the_name(odd: Any, cols: Any, match: str) -> None:
+    with pytest.raises(tl.InvalidArgumentError, match=match):
+        tl.local_merge(odd, "k", "t", 10.0, cols())
+
+
+def test_names_with_double_underscores_inside_are_fine(odd: Any) -> None:
+    _both_merges_equal_groupby(odd, [F.sum("a__b"), F.avg("v").alias("x__y"),
+                                     F.min("v").alias("f__t__p"), F.max("a__b").alias("a__n")])
+
+
+@pytest.mark.parametrize("aggs", [lambda: [1], lambda: ["sum"], lambda: [None], lambda: 5,
+                                  lambda: "sum(v)", lambda: [F.sum("v"), 3]])
+def test_shapes_that_are_no_aggregates_are_refused_typed(spark: Any, aggs: Any) -> None:
+    with pytest.raises(tl.InvalidArgumentTypeError) as err:
+        parse_aggs(aggs(), ["k", "v"])
+    assert isinstance(err.value, TypeError)
+
+
+def test_mixed_forms_in_one_list(odd: Any) -> None:
+    cols = [F.sum("v").alias("s"), ("n", "count", None), ("m", "max", "my col")]
+    merged = tl.merge_partials(tl.local_merge(odd, "k", "t", 30.0, cols), "k", cols)
+    expected = odd.groupBy("k").agg(F.sum("v").alias("s"), F.count("*").alias("n"),
+                                    F.max(_q("my col")).alias("m"))
+    assert _rows(merged) == _rows(expected)
+
+
+def test_streaming_frames_take_column_aggregates(spark: Any) -> None:
+    from trilink_spark.merge.local import plan_merge
+
+    stream = (spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+              .withColumn("k", F.col("value") % 3))
+    _, plan = plan_merge(stream, "k", "timestamp", "10 seconds",
+                         [F.sum("value").alias("s"), F.count("*")])
+    assert [s.name for s in plan.specs] == ["s", "count(1)"]
+    with pytest.raises(tl.InvalidArgumentError, match="(?i)distinct"):
+        plan_merge(stream, "k", "timestamp", "10 seconds", [F.count_distinct("value")])
