@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import socket
@@ -13,10 +14,14 @@ from typing import Any
 from pathlib import Path
 
 import pytest
+from pyspark import cloudpickle
+
+import trilink_spark as tl
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("PYTHONHASHSEED", "0")
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # classes defined here ship to tasks
 
 
 #: ``TRILINK_TEST_SESSION=connect`` runs the suite on a local Spark Connect session: only the
@@ -161,6 +166,19 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProc
 def own_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProcess]:
     """A redis-server of the test's own, which the test may stop and start again."""
     yield from _redis_process(tmp_path_factory)
+
+
+class RunningCount(tl.KeyedWatermarkProcessFunction):
+    """Running count per key in a typed state column (the swap tests' processor); a null key
+    is emitted as a null ``k``."""
+
+    output_schema = "k string, n long"
+    state_schema = "n long"
+
+    def process_on_time(self, key: Any, rows: Any, ctx: Any) -> Any:
+        n = ctx.get_state("n", 0) + len(rows)
+        ctx.set_state("n", n)
+        return [(None if isinstance(key, float) and math.isnan(key) else key, n)]
 
 
 def raw_truth(df: Any) -> Any:

@@ -20,6 +20,7 @@ import pytest
 from pyspark import cloudpickle
 
 import trilink_spark as tl
+from conftest import RunningCount
 from trilink_spark.keyed.runner import _outputs_to_batches
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -27,16 +28,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 KEYS: list[Any] = [f"u{i:03d}" for i in range(28)]
 
 
-class Count(tl.KeyedWatermarkProcessFunction):
-    """Running count per key, typed state; a null key is emitted as a null ``k``."""
-
-    output_schema = "k string, n long"
-    state_schema = "n long"
-
-    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: tl.KeyedContext) -> Any:
-        n = ctx.get_state("n", 0) + len(rows)
-        ctx.set_state("n", n)
-        return [(None if isinstance(key, float) and math.isnan(key) else key, n)]
+Count = RunningCount  # running count per key, typed state; a null key is emitted as null
 
 
 def _key(k: Any) -> Any:

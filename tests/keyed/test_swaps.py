@@ -15,22 +15,14 @@ import pytest
 from pyspark import cloudpickle
 
 import trilink_spark as tl
+from conftest import RunningCount
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 KEYS = [f"k{i:03d}" for i in range(60)]
 
 
-class Count(tl.KeyedWatermarkProcessFunction):
-    """Running count per key, in a typed state column."""
-
-    output_schema = "k string, n long"
-    state_schema = "n long"
-
-    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: tl.KeyedContext) -> Any:
-        n = ctx.get_state("n", 0) + len(rows)
-        ctx.set_state("n", n)
-        return [(key, n)]
+Count = RunningCount  # running count per key, in a typed state column
 
 
 class JsonCount(Count):
@@ -315,7 +307,7 @@ def test_task_failure_during_a_swap_batch_is_retried_with_the_same_result(
         tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parent.parent)!r}]
         import numpy as np, pandas as pd
         from pyspark.sql import SparkSession
         from pyspark import TaskContext
