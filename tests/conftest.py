@@ -181,6 +181,19 @@ class RunningCount(tl.KeyedWatermarkProcessFunction):
         return [(None if isinstance(key, float) and math.isnan(key) else key, n)]
 
 
+def greedy_group_bounds(codes: list[int], max_groups: int) -> list[int]:
+    """Local Merge's groups-mode flush ends by definition, one row at a time: a flush ends
+    before the row whose group would make it hold more than ``max_groups`` groups."""
+    bounds: list[int] = []
+    seen: set[int] = set()
+    for i, code in enumerate(codes):
+        if code not in seen and len(seen) == max_groups:
+            bounds.append(i)
+            seen = set()
+        seen.add(code)
+    return bounds + [len(codes)]
+
+
 def raw_truth(df: Any) -> Any:
     """Spark's per-key count, sum, min, max and mean of column ``v``: the oracle of the merge
     tests (a pandas frame ordered by ``k``)."""

@@ -16,6 +16,7 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from conftest import greedy_group_bounds
 from trilink_spark.merge.algebra import parse_aggs, specs_for_partials
 
 pytestmark = pytest.mark.connect
@@ -224,16 +225,6 @@ def test_streaming_frames_take_column_aggregates(spark: Any) -> None:
 
 
 # ---------------------------------------------------------------------- groups mode
-def _greedy(codes: list[int], max_groups: int) -> list[int]:
-    bounds, seen = [], set()
-    for i, code in enumerate(codes):
-        if code not in seen and len(seen) == max_groups:
-            bounds.append(i)
-            seen = set()
-        seen.add(code)
-    return bounds + [len(codes)]
-
-
 @pytest.mark.parametrize("codes, max_groups", [
     ([7], 1), ([7], 2**62), ([0, 0, 0], 1), ([1, 2, 1, 2, 1, 2], 1),
     ([-(2**63), 2**63 - 1, -(2**63), 0], 2), (list(range(200)) * 3, 199),
@@ -245,7 +236,7 @@ def test_group_bounds_on_extreme_codes_follow_the_greedy_definition(
 
     array = np.array(codes, dtype=np.int64)
     got = flush_bounds(np.zeros(len(codes)), "groups", 0, 0.0, None, array, max_groups)
-    assert got == _greedy(codes, max_groups)
+    assert got == greedy_group_bounds(codes, max_groups)
 
 
 @pytest.mark.parametrize("max_groups", [0, -1, True, 1.5, None])

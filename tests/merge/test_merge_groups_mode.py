@@ -11,18 +11,8 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from conftest import greedy_group_bounds
 from trilink_spark.merge.local import flush_bounds, plan_merge
-
-
-def _reference(codes: list[int], max_groups: int) -> list[int]:
-    """Greedy flushes, one row at a time: the definition groups mode must match."""
-    bounds, seen = [], set()
-    for i, code in enumerate(codes):
-        if code not in seen and len(seen) == max_groups:
-            bounds.append(i)
-            seen = set()
-        seen.add(code)
-    return bounds + [len(codes)]
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -34,7 +24,7 @@ def test_group_bounds_match_the_greedy_definition(seed: int) -> None:
         codes = np.sort(codes)  # sorted input too
     max_groups = int(rng.integers(1, 60))
     got = flush_bounds(np.zeros(n), "groups", 0, 0.0, None, codes, max_groups)
-    assert got == _reference(codes.tolist(), max_groups)
+    assert got == greedy_group_bounds(codes.tolist(), max_groups)
     for start, end in zip([0, *got], got):  # invariant: never more groups than the bound
         assert len(set(codes[start:end].tolist())) <= max_groups
 

@@ -116,10 +116,11 @@ def global_merge(
     else:
         source, time_name = df, event_time
     slot = 2**62  # one slot: the whole input
+    resolved = [(s.name, s.func, s.column) for s in specs]  # parsed once: no second analysis
     if isinstance(store, RedisStore):
-        return _merge_into_redis(df, source, key, time_name, slot, aggs, store, mode, batch_id,
-                                 quantity, delay, punctuation, read, max_groups)
-    partials = local_merge(source, key, time_name, slot, aggs, mode, quantity=quantity,
+        return _merge_into_redis(df, source, key, time_name, slot, resolved, store, mode,
+                                 batch_id, quantity, delay, punctuation, read, max_groups)
+    partials = local_merge(source, key, time_name, slot, resolved, mode, quantity=quantity,
                            delay=delay, punctuation=punctuation, max_groups=max_groups)
     frame = arrow_to_pandas(partials.toArrow())
     groups = [key]
