@@ -33,6 +33,10 @@ __all__ = [
     "TABLE_KEY_COL",
     "TABLE_PID_COL",
     "CONST_TIME_COL",
+    "NUM_PARTITIONS_META",
+    "SLOT_ID_COL",
+    "SLOT_PID_COL",
+    "strategy_partitions",
     "require_columns",
     "check_user_columns",
     "check_atomic_key",
@@ -42,6 +46,8 @@ __all__ = [
 INTERNAL_PREFIX = "_tl_"
 #: Column added by :func:`~trilink_spark.key_by`: the partition id of the row.
 PARTITION_COL = "_tl_partition"
+#: Key of :data:`PARTITION_COL`'s column metadata: the strategy's partition count.
+NUM_PARTITIONS_META = "trilink.num_partitions"
 #: Column holding each row's event time in internal units, in the frames keyed hooks receive.
 EVENT_TIME_COL = "_tl_event_time"
 #: Arrival position of a row within its input (``monotonically_increasing_id``).
@@ -61,6 +67,9 @@ ARG_COL = "_tl_arg"
 #: Key and partition columns of a table strategy's broadcast table.
 TABLE_KEY_COL = "_tl_table_key"
 TABLE_PID_COL = "_tl_table_pid"
+#: A compacting ``key_by``'s dense slot, and the partition id of its slot table.
+SLOT_ID_COL = "_tl_slot_id"
+SLOT_PID_COL = "_tl_slot_partition"
 #: The constant event time of Global Merge without an event-time column.
 CONST_TIME_COL = "_tl_gm_time"
 
@@ -168,3 +177,20 @@ def check_atomic_key(df: Any, key: str) -> None:
             "Python and needs an atomic key (number, string, binary, timestamp): derive one, "
             "e.g. with F.to_json or F.xxhash64"
         )
+
+
+def strategy_partitions(df: Any) -> int | None:
+    """The partition count of the strategy that placed ``df``, as recorded in the metadata
+    of its :data:`PARTITION_COL` by :func:`~trilink_spark.key_by`; ``None`` without that
+    column or record. O(columns), no Spark job.
+
+    Examples
+    --------
+    >>> strategy_partitions(object()) is None
+    True
+    """
+    schema = getattr(df, "schema", None)
+    if schema is None or PARTITION_COL not in getattr(schema, "names", ()):
+        return None
+    value = schema[PARTITION_COL].metadata.get(NUM_PARTITIONS_META)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None

@@ -2,14 +2,15 @@
 
 Job-wide defaults can be set as Spark conf; keyword arguments always win:
 
-========================== ======= =====================================================
-key                        default meaning
-========================== ======= =====================================================
-spark.trilink.sampleRate   0.01    fraction of rows ``strategy="auto"`` samples
-spark.trilink.minSample    10000   fewer sampled rows than this: auto counts every row
-spark.trilink.nullPolicy   error   ``error`` or ``partition0`` for null keys
-spark.trilink.fit          full    how table strategies learn keys in ``key_by``
-========================== ======= =====================================================
+=============================== ======= ====================================================
+key                             default meaning
+=============================== ======= ====================================================
+spark.trilink.sampleRate        0.01    fraction of rows ``strategy="auto"`` samples
+spark.trilink.minSample         10000   fewer sampled rows than this: auto counts every row
+spark.trilink.nullPolicy        error   ``error`` or ``partition0`` for null keys
+spark.trilink.fit               full    how table strategies learn keys in ``key_by``
+spark.trilink.compactPartitions auto    whether ``key_by`` runs no task for empty partitions
+=============================== ======= ====================================================
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import numpy.typing as npt
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..checks import check_num_partitions
 from ..compat import is_connect, num_partitions, partition_counts
+from ..columns import PARTITION_COL, strategy_partitions
 
 if TYPE_CHECKING:
     from pyspark import RDD
@@ -195,6 +196,9 @@ class BalanceReport:
 def partition_balance(data: DataFrame | RDD[Any]) -> BalanceReport:
     """Rows per partition of a DataFrame or RDD, counted by Spark (no rows are collected).
 
+    For a frame :func:`~trilink_spark.key_by` compacted (``compact=``), the loads are those
+    of the strategy's ``num_partitions`` partitions, the empty ones included.
+
     Works on classic PySpark and on Spark Connect (DataFrames; RDDs exist in classic
     PySpark only). A DataFrame without any partition counts as one empty partition.
 
@@ -217,6 +221,14 @@ def partition_balance(data: DataFrame | RDD[Any]) -> BalanceReport:
     from pyspark.sql import functions as F
 
     if isinstance(data, DataFrame):
+        placed_on = strategy_partitions(data)
+        if placed_on is not None and num_partitions(data) != placed_on:
+            # a compacted key_by frame: count per strategy partition, empty ones included
+            rows = data.groupBy(PARTITION_COL).count().collect()
+            loads = np.zeros(placed_on, dtype=np.int64)
+            for r in rows:
+                loads[int(r[PARTITION_COL])] += int(r["count"])
+            return BalanceReport(loads=loads)
         if is_connect(data):
             counted = partition_counts(data)
             loads = np.zeros(max(1, counted.size), dtype=np.int64)

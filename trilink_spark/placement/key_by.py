@@ -25,7 +25,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..checks import check_num_partitions
-from ..columns import PARTITION_COL, TABLE_KEY_COL, TABLE_PID_COL, check_user_columns
+from ..columns import NUM_PARTITIONS_META, PARTITION_COL, TABLE_KEY_COL, TABLE_PID_COL
+from ..columns import SLOT_ID_COL, SLOT_PID_COL, check_user_columns
 from ..columns import require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
 from ..errors import NullKeyError
@@ -51,6 +52,8 @@ __all__ = [
     "key_by",
     "place_rows",
     "with_partition_id",
+    "COMPACT_ABOVE",
+    "COMPACT_MODES",
 ]
 
 logger = logging.getLogger(__name__)
@@ -301,6 +304,7 @@ def key_by(
     min_sample: int | None = None,
     seed: int = 0,
     min_gain: float = 0.01,
+    compact: str | None = None,
 ) -> DataFrame:
     """Place every row on the partition its strategy gives: one shuffle, done by Spark.
 
@@ -325,12 +329,26 @@ def key_by(
         uses the table as it is. Keys the table does not know are placed by Spark's hash.
     sample_rate, min_sample, seed, min_gain
         Sampling for ``"auto"`` and ``fit="sample"`` (see :func:`resolve_strategy`).
+    compact : {"auto", "always", "never"}, optional
+        Whether empty partitions may go without a Spark task (default
+        ``spark.trilink.compactPartitions``, ``"auto"``). Spark runs one task per partition
+        even when it is empty, about 1-3 ms each, so 10,000 partitions over 100 rows cost
+        10,000 tasks per action. ``"auto"``: above :data:`COMPACT_ABOVE` partitions, one job
+        finds the partitions that hold rows and, if at most half of them do, the frame gets
+        one Spark partition per *non-empty* strategy partition. ``"always"``: the same at any
+        partition count, whenever a partition is empty. ``"never"``: always
+        ``num_partitions`` Spark partitions. Bounded inputs only; a streaming ``df`` is never
+        compacted.
 
     Returns
     -------
     pyspark.sql.DataFrame
-        ``df`` plus the int column :data:`PARTITION_COL`, with row ``r`` in partition
-        ``r[PARTITION_COL]`` of ``num_partitions``.
+        ``df`` plus the int column :data:`PARTITION_COL`, the strategy's partition of each row
+        in ``[0, num_partitions)``. Every Spark partition holds the rows of exactly one
+        strategy partition, and a strategy partition's rows are never split. Not compacted
+        (the usual case), row ``r`` is in Spark partition ``r[PARTITION_COL]``; compacted, the
+        non-empty strategy partitions are numbered densely in ascending order.
+        :func:`~trilink_spark.partition_balance` reports strategy partitions either way.
 
     Raises
     ------
@@ -340,7 +358,13 @@ def key_by(
 
     Notes
     -----
-    Cost: exactly one shuffle exchange (``repartitionById``) carrying every row. Table strategies
+    Cost: exactly one shuffle exchange (``repartitionById``) carrying every row, and one task
+    per Spark partition in every later stage. Compaction adds one aggregation job over the
+    placed rows (O(rows), at most one row per strategy partition reaches the driver) and a
+    broadcast of the ``{partition: slot}`` table, and then runs one task per non-empty
+    partition: cost in proportion to the data, not to ``num_partitions``. A compacted frame
+    is partitioned by that slot, so a later ``groupBy(PARTITION_COL, ...)`` adds an exchange
+    (:func:`keyed_agg` places its rows uncompacted for this reason). Table strategies
     add a broadcast of the table (one row per distinct key; driver memory O(distinct keys)) and,
     with ``fit="full"``, one aggregation job over the key column before placement; ``"auto"``
     adds one job over a sample. Row order inside a partition is not preserved across the shuffle.
@@ -357,7 +381,7 @@ def key_by(
     check_user_columns(df)
     return place_rows(df, key, strategy, num_partitions, null_policy=null_policy, fit=fit,
                       sample_rate=sample_rate, min_sample=min_sample, seed=seed,
-                      min_gain=min_gain)
+                      min_gain=min_gain, compact=compact)
 
 
 def place_rows(
@@ -372,10 +396,13 @@ def place_rows(
     min_sample: int | None = None,
     seed: int = 0,
     min_gain: float = 0.01,
+    compact: str | None = "never",
 ) -> DataFrame:
     """:func:`key_by` for frames that carry the library's own internal columns (the keyed
     runners tag rows with their arrival position before placing them). Same arguments, result
-    and cost; user frames go through :func:`key_by`, which refuses reserved column names."""
+    and cost; user frames go through :func:`key_by`, which refuses reserved column names.
+    ``compact`` defaults to ``"never"`` here: the keyed runners keep state per Spark
+    partition, so their partitions must be the strategy's."""
     from pyspark.sql import functions as F
 
     resolved = resolve_strategy(
@@ -392,7 +419,44 @@ def place_rows(
     )
     p = resolved.partitioner
     placed = with_partition_id(df, key, p)
-    return placed.repartitionById(p.num_partitions, F.col(PARTITION_COL))
+    n = p.num_partitions
+    mode = _compact_mode(df, compact)
+    if mode != "never" and not df.isStreaming and (mode == "always" or n > COMPACT_ABOVE):
+        used = sorted(int(r[0]) for r in placed.select(PARTITION_COL).distinct().collect())
+        if len(used) < n and (mode == "always" or 2 * len(used) <= n):
+            logger.info("key_by: %d of %d partitions hold rows; one task each", len(used), n)
+            return _compacted(placed, used, n)
+    return placed.repartitionById(n, F.col(PARTITION_COL))
+
+
+#: ``compact="auto"`` looks for empty partitions only above this many partitions.
+COMPACT_ABOVE = 1024
+#: Values of ``key_by(compact=...)`` and ``spark.trilink.compactPartitions``.
+COMPACT_MODES: tuple[str, ...] = ("auto", "always", "never")
+
+
+def _compact_mode(df: DataFrame, compact: str | None) -> str:
+    mode = compact if compact is not None else conf_get(df.sparkSession, "compactPartitions",
+                                                        "auto")
+    if not isinstance(mode, str):
+        raise InvalidArgumentTypeError(
+            f"compact must be one of {list(COMPACT_MODES)}, got {type(mode).__name__}")
+    if mode not in COMPACT_MODES:
+        raise InvalidArgumentError(f"compact must be one of {list(COMPACT_MODES)}, got {mode!r}")
+    return mode
+
+
+def _compacted(placed: DataFrame, used: list[int], n: int) -> DataFrame:
+    """One Spark partition per non-empty strategy partition, numbered densely."""
+    from pyspark.sql import functions as F
+
+    slots = placed.sparkSession.createDataFrame(
+        pa.table({SLOT_PID_COL: pa.array(used, pa.int32()),
+                  SLOT_ID_COL: pa.array(range(len(used)), pa.int32())}).to_pandas())
+    joined = placed.join(F.broadcast(slots), placed[PARTITION_COL] == slots[SLOT_PID_COL])
+    moved = joined.repartitionById(len(used), F.col(SLOT_ID_COL))
+    result: DataFrame = moved.select(*[placed[c] for c in placed.columns])
+    return result
 
 
 def with_partition_id(df: DataFrame, key: str, p: Partitioner) -> DataFrame:
@@ -439,5 +503,7 @@ def with_partition_id(df: DataFrame, key: str, p: Partitioner) -> DataFrame:
         pid = p.spark_column(key_col)
         base = df
     pid = _null_guard(pid, key_col, p.null_policy, nullable, key)
-    result: DataFrame = base.select(*[df[c] for c in columns], pid.cast("int").alias(PARTITION_COL))
+    meta = {NUM_PARTITIONS_META: p.num_partitions}
+    result: DataFrame = base.select(*[df[c] for c in columns],
+                                    pid.cast("int").alias(PARTITION_COL, metadata=meta))
     return result

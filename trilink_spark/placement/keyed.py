@@ -152,7 +152,8 @@ def keyed_agg(
         require_columns(df, [key], "key column")
         check_user_columns(df)  # the same refusals on both plans
         return df.groupBy(key).agg(*exprs)
-    placed = key_by(df, key, strategy, num_partitions, **placement)
+    # uncompacted: grouping by (PARTITION_COL, key) then reuses the exchange
+    placed = key_by(df, key, strategy, num_partitions, **{"compact": "never", **placement})
     grouped = placed.groupBy(PARTITION_COL, key).agg(*exprs)
     # drop the partition column by position: an aggregate may be named like it
     names = grouped.columns
@@ -240,7 +241,8 @@ def keyed_apply(
     if is_keyed_by_source(df, key):
         return source_apply(df, key, func, schema)
     takes_key = len(inspect.signature(func).parameters) == 2
-    placed = key_by(df, key, strategy, num_partitions, **placement)
+    # uncompacted: grouping by (PARTITION_COL, key) then reuses the exchange
+    placed = key_by(df, key, strategy, num_partitions, **{"compact": "never", **placement})
 
     def grouped(key_tuple: tuple[Any, ...], pdf: Any) -> Any:
         pdf = pdf.drop(columns=[PARTITION_COL])
