@@ -30,6 +30,8 @@ PUBLIC = {
     "RedisConfigCenter", "RedisStore", "ReservedColumnError", "SOURCE_AGGREGATES", "SWITCH_MODES", "StateCorruptError", "StateStoreError",
     "StateTypeError", "StateOwnershipError", "BlockPartitioner", "OverlayPartitioner",
     "rebalance_minimal", "SwapReport",
+    "TASK_METRIC_COLUMNS", "task_metrics", "REBALANCE_STATES", "LoadAwareRebalancer",
+    "RebalanceDecision",
     "StoreUnavailableError", "StrategyScore", "TablePartitioner", "TimerService",
     "TrilinkError", "UnknownStrategyError", "WINDOW_AGGS", "WeightPartitioner", "__version__",
     "adaptive_foreach_batch", "ahead_key_by", "balance_degree", "choose_best",

@@ -88,6 +88,8 @@ from .kafka import SOURCE_NAME as KAFKA_SOURCE, read_kafka, register_kafka_sourc
 from .control import AdaptiveBatchFunction, AdaptivePartitioner, Decision, adaptive_foreach_batch
 from .control import CONFIG_FIELDS, ConfigCenter, RedisConfigCenter, validate_update
 from .control import MODES as SWITCH_MODES
+from .control import TASK_METRIC_COLUMNS, task_metrics
+from .control import REBALANCE_STATES, LoadAwareRebalancer, RebalanceDecision
 
 __version__ = "0.1.0"
 
@@ -163,6 +165,12 @@ __all__ = [
     "RedisConfigCenter",
     "CONFIG_FIELDS",
     "validate_update",
+    # measurements and rebalancing
+    "TASK_METRIC_COLUMNS",
+    "task_metrics",
+    "REBALANCE_STATES",
+    "LoadAwareRebalancer",
+    "RebalanceDecision",
     # watermarks and timers
     "TimerService",
     "keyed_watermark",

@@ -8,6 +8,8 @@ from .config_center import ConfigCenter, RedisConfigCenter, set_default_validato
 from .settings import CONFIG_FIELDS, MODES, validate_update
 from .adaptive import AdaptivePartitioner, Decision
 from .stream import AdaptiveBatchFunction, adaptive_foreach_batch
+from .metrics import TASK_METRIC_COLUMNS, task_metrics
+from .rebalance import REBALANCE_STATES, LoadAwareRebalancer, RebalanceDecision
 
 set_default_validator(validate_update)
 
@@ -21,4 +23,9 @@ __all__ = [
     "Decision",
     "AdaptiveBatchFunction",
     "adaptive_foreach_batch",
+    "TASK_METRIC_COLUMNS",
+    "task_metrics",
+    "REBALANCE_STATES",
+    "LoadAwareRebalancer",
+    "RebalanceDecision",
 ]

@@ -20,13 +20,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ..columns import EVENT_TIME_COL, PARTITION_COL, POS_COL, check_user_columns
 from ..columns import check_atomic_key, require_columns
 from ..compat import num_partitions, streaming_query_id
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
-from ..errors import StateOwnershipError
+from ..errors import StateOwnershipError, TrilinkError
 from ..eventtime import delay_in_units, event_time_micros
-from ..partitioners import Partitioner
+from ..partitioners import BlockPartitioner, Partitioner
 from ..placement.key_by import place_rows, resolve_strategy
 from ..placement.source import check_source_layout, is_keyed_by_source
 from ..state.store import KEY_FIELD, KeyedStateStore, StatefulBatchFunction
@@ -139,6 +141,9 @@ class StateIO:
         in its incoming segments.
     key_type, value_type : pyarrow.DataType or None
         The key column's type and the processor's declared ``state_schema``.
+    blocks : BlockPartitioner or None
+        The placement when it is a block table: each task then counts its rows per block,
+        and stores the counts with its timing (:meth:`KeyedStateStore.save_timing`).
     """
 
     store: KeyedStateStore
@@ -148,6 +153,7 @@ class StateIO:
     swap: bool
     key_type: Any
     value_type: Any
+    blocks: BlockPartitioner | None = None
 
     def load(self, pid: int) -> Any:
         """The state table partition ``pid`` starts this batch from (None: empty)."""
@@ -182,9 +188,30 @@ class StateIO:
             table = encode_state(PartitionState(), self.key_type, self.value_type)
         self.store.save_table(pid, self.batch_id, table)
 
-    def save(self, pid: int, state: PartitionState) -> None:
+    def save(self, pid: int, state: PartitionState, timing: dict[str, Any] | None = None
+             ) -> None:
+        """Write ``pid``'s version, with the task's ``timing`` in the table's metadata."""
         self.store.save_table(pid, self.batch_id, encode_state(state, self.key_type,
                                                                self.value_type))
+        if timing is not None:
+            self.store.save_timing(pid, self.batch_id, timing)
+
+    def block_rows(self, keys: Any) -> dict[str, list[int]] | None:
+        """Rows per block of ``keys`` (sparse: the blocks that got rows), or None without a
+        block placement. O(rows), vectorised."""
+        if self.blocks is None:
+            return None
+        if len(keys) == 0:
+            return {"blocks": [], "rows": []}
+        try:
+            blocks = self.blocks.blocks(keys)
+        except (TrilinkError, ValueError, TypeError, OverflowError) as err:
+            # a measurement never fails the batch: the placement itself ran already
+            logger.warning("rows per block not counted (%s: %s)", type(err).__name__, err)
+            return None
+        counts = np.bincount(blocks[blocks >= 0], minlength=self.blocks.num_blocks)  # no nulls
+        used = np.flatnonzero(counts)
+        return {"blocks": used.tolist(), "rows": counts[used].tolist()}
 
 
 def _holds_exactly(segment: Any, keys: Any) -> bool:
@@ -232,6 +259,7 @@ def _partition_function(
 
         context = TaskContext.get()
         pid = context.partitionId() if context is not None else 0
+        started = time.perf_counter()
         received = list(batches)
         frame = pa.Table.from_batches(received).to_pandas() if received else None
         if frame is not None and not len(frame):
@@ -249,7 +277,15 @@ def _partition_function(
         processor.close()
         batches_out = list(_outputs_to_batches(outs, arrow_schema))
         if io is not None:
-            io.save(pid, runtime.snapshot())
+            state = runtime.snapshot()
+            timing: dict[str, Any] = {
+                "rows": 0 if frame is None else len(frame),
+                "process_ms": round((time.perf_counter() - started) * 1000.0, 3),
+            }
+            per_block = io.block_rows([] if frame is None else frame[key].to_numpy())
+            if per_block is not None:
+                timing["block_rows"] = per_block
+            io.save(pid, state, timing)
         yield from batches_out
 
     return run
@@ -407,6 +443,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
         super().__init__(func, store, options)
         self.token = uuid.uuid4().hex
         self.swaps: list[SwapReport] = []
+        #: ``(batch_id, decision)`` of every batch the rebalancer judged.
+        self.rebalances: list[tuple[int, Any]] = []
         self._request: SwapRequest | None = None
         self._lock = threading.Lock()
         self._checked = False
@@ -566,8 +604,10 @@ class KeyedBatchFunction(StatefulBatchFunction):
                                              int(swap_plan["prev"]), chosen.moves)
                 logger.info("batch %d: swap planned in %.3f s, segments written in %.3f s",
                             batch_id, planned - started, time.perf_counter() - planned)
+        blocks = None if source else chosen.strategy
         io = StateIO(self.store, batch_id, prev, prev_partitions, swap_plan is not None,
-                     key_type, value_type)
+                     key_type, value_type,
+                     blocks if isinstance(blocks, BlockPartitioner) else None)
         arrival = [o["order_by"], POS_COL] if o["order_by"] is not None else [POS_COL]
         placed = placed.sortWithinPartitions(*arrival)
         fn = _partition_function(o["processor"], o["key"], delay_units, idle_units,
@@ -577,6 +617,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
         listed = self._ensure_written(out, batch_id, partitions, fill=io.carry_forward)
         self._commit(batch_id, prev, query, config, new_placement)
         self.store.prune(partitions, batch_id, keep_from=prev, listed=listed)
+        if o.get("rebalancer") is not None and not source:
+            self._rebalance(batch_id, chosen.strategy, partitions)
         if swap_plan is not None:
             self.swaps.append(SwapReport(
                 batch_id=batch_id, mode=str(swap_plan["mode"]),
@@ -716,6 +758,80 @@ class KeyedBatchFunction(StatefulBatchFunction):
             )
         return placed, partitions
 
+    def _rebalance(self, batch_id: int, current: Partitioner, partitions: int) -> None:
+        """Show the rebalancer this batch's figures; a decision with moves becomes a swap
+        at the next batch (only the moved blocks' state travels)."""
+        rebalancer = self.options["rebalancer"]
+        if not isinstance(current, BlockPartitioner):
+            logger.warning("batch %d: the rebalancer needs a BlockPartitioner placement, the "
+                           "state is placed by %s; nothing decided", batch_id,
+                           type(current).__name__)
+            return
+        timings = [self.store.timing(p, batch_id) for p in range(partitions)]
+        if any(t is None for t in timings):
+            logger.warning("batch %d: no timing from partition(s) %s; nothing decided",
+                           batch_id, [p for p, t in enumerate(timings) if t is None])
+            return
+        latency = [float(t["process_ms"]) for t in timings if t is not None]
+        sizes = np.zeros(current.num_blocks, dtype=np.int64)
+        for t in timings:
+            per_block = None if t is None else t.get("block_rows")
+            if per_block is not None:
+                np.add.at(sizes, np.asarray(per_block["blocks"], dtype=np.int64),
+                          np.asarray(per_block["rows"], dtype=np.int64))
+        rebalancer.observe(latency, sizes, current)
+        decision = rebalancer.decide()
+        self.rebalances.append((batch_id, decision))
+        logger.info("batch %d: rebalancer: %s", batch_id, decision.reason)
+        if not decision.moves:
+            return
+        last = self.store.load_plan(batch_id)
+        if self._request is not None or (last is not None and not last["complete"]):
+            logger.info("batch %d: a swap is pending or under way; the moves wait", batch_id)
+            return
+        target = rebalancer.apply(current, decision)
+        self.request_swap(target, refit="none")
+
+    def task_timings(self, version: int | None = None) -> Any:
+        """What each task of a committed batch measured of its own work.
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per partition: ``partition``, ``rows`` (rows it processed),
+            ``process_ms`` (its keyed work: load state, run the hooks, encode state) and
+            ``blocks`` (how many blocks it got rows of, -1 without a block placement). A
+            partition without a record (carried forward: no task ran) has ``-1`` figures.
+
+        Notes
+        -----
+        Reads each partition's state file footer (O(partitions)); no Spark job, no listener.
+
+        Examples
+        --------
+        >>> run.task_timings()  # doctest: +SKIP
+           partition  rows  process_ms  blocks
+        0          0  2000       412.5      31
+        1          1  1990       130.2      33
+        """
+        import pandas as pd
+
+        manifest = self.store.read_manifest() or {}
+        committed = manifest.get("committed") or []
+        if not committed:
+            return pd.DataFrame({"partition": [], "rows": [], "process_ms": [], "blocks": []})
+        at, partitions = self.store.committed_layout(version)
+        rows = []
+        for p in range(partitions):
+            t = self.store.timing(p, at)
+            if t is None:
+                rows.append((p, -1, -1.0, -1))
+                continue
+            per_block = t.get("block_rows")
+            rows.append((p, int(t["rows"]), float(t["process_ms"]),
+                         -1 if per_block is None else len(per_block["blocks"])))
+        return pd.DataFrame(rows, columns=["partition", "rows", "process_ms", "blocks"])
+
     def counters(self) -> dict[str, int]:
         """Rows, late rows (key watermark) and late rows by the partition watermark, summed
         over the partitions' latest committed state."""
@@ -805,6 +921,7 @@ def keyed_foreach_batch(
     filesystem: Any = None,
     keep_versions: int = 10,
     takeover: bool = False,
+    rebalancer: Any = None,
 ) -> KeyedBatchFunction:
     """A ``foreachBatch`` function running ``processor`` with state kept across micro-batches.
 
@@ -830,6 +947,12 @@ def keyed_foreach_batch(
         Take over a state path another runner wrote (it must have stopped for good). Without
         it a second writer is refused with :class:`~trilink_spark.StateOwnershipError`; a
         restarted query (same query id) is the same writer.
+    rebalancer : LoadAwareRebalancer, optional
+        Moves key blocks from slow partitions to fast ones (needs ``strategy`` to be a
+        :class:`~trilink_spark.BlockPartitioner`). After every batch it sees each task's own
+        timing and rows per block (:meth:`KeyedBatchFunction.task_timings`); a decision
+        with moves becomes a swap at the next batch, in which only the moved blocks' state
+        travels. Every decision is logged and kept in ``run.rebalances``.
 
     Returns
     -------
@@ -870,10 +993,21 @@ def keyed_foreach_batch(
         raise InvalidArgumentTypeError(
             f"processor must be a KeyedWatermarkProcessFunction, got {type(processor).__name__}"
         )
+    if rebalancer is not None:
+        missing = [m for m in ("observe", "decide", "apply")
+                   if not callable(getattr(rebalancer, m, None))]
+        if missing:
+            raise InvalidArgumentTypeError(
+                f"rebalancer must have observe, decide and apply (a tl.LoadAwareRebalancer); "
+                f"{type(rebalancer).__name__} lacks {', '.join(missing)}")
+        if not isinstance(strategy, BlockPartitioner):
+            raise InvalidArgumentError(
+                "a rebalancer moves key blocks: pass strategy=tl.BlockPartitioner(n), got "
+                f"{strategy if isinstance(strategy, str) else type(strategy).__name__!r}")
     store = KeyedStateStore(state_path, filesystem=filesystem, keep_versions=keep_versions)
     options = {
         "key": key, "event_time": event_time, "processor": processor, "delay": delay,
         "order_by": order_by, "strategy": strategy, "num_partitions": num_partitions,
-        "idle_timeout": idle_timeout, "takeover": bool(takeover),
+        "idle_timeout": idle_timeout, "takeover": bool(takeover), "rebalancer": rebalancer,
     }
     return KeyedBatchFunction(func, store, options)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -34,12 +35,19 @@ from ..files import resolve_filesystem, write_atomic
 from ..partitioners import Partitioner
 from ..partitioners.persistence import read_strategy, write_strategy
 
-__all__ = ["KeyedStateStore", "StatefulBatchFunction", "KEY_FIELD", "STATE_KIND"]
+__all__ = ["KeyedStateStore", "StatefulBatchFunction", "KEY_FIELD", "STATE_KIND", "TIMING_SUFFIX",
+           "parse_timing"]
 
 logger = logging.getLogger(__name__)
 
 _SUFFIX = ".state"
 _SEGMENT_INDEX = b"trilink.segment_index"  # JSON [[destination, rows], ...], one per batch
+#: Suffix of the file beside a state version holding what the task that wrote it measured of
+#: its own work: JSON ``{"rows": int, "process_ms": float, "block_rows": {"blocks": [...],
+#: "rows": [...]} or absent}``.
+TIMING_SUFFIX = ".timing.json"
+#: Largest timing record read back (a block placement of 2**20 blocks fits).
+MAX_TIMING_BYTES = 32 * 1024 * 1024
 #: Name of the key column of every stored state table.
 KEY_FIELD = "key"
 #: Format tag of keyed state tables (see :mod:`trilink_spark.arrowio`).
@@ -515,6 +523,28 @@ class KeyedStateStore:
                 f"its index says {index[position[destination]][1]}")
         return table.replace_schema_metadata(metadata or None)
 
+    def timing_path(self, partition: int, version: int) -> str:
+        """Where the timing of ``partition``'s ``version`` lives, beside the version."""
+        return f"{self._dir(partition)}/{version:012d}{TIMING_SUFFIX}"
+
+    def save_timing(self, partition: int, version: int, timing: Mapping[str, Any]) -> None:
+        """Write what the task that wrote ``partition``'s ``version`` measured (JSON,
+        atomically). A replayed batch overwrites it."""
+        data = json.dumps(dict(timing), separators=(",", ":"), allow_nan=False).encode()
+        self._write(self.timing_path(partition, version), data)
+
+    def timing(self, partition: int, version: int) -> dict[str, Any] | None:
+        """What the task that wrote ``partition``'s ``version`` measured of its own work, or
+        None: no record (a version carried forward, as no task ran; or written by an older
+        release), or one that is not well-formed (logged, never raised). O(1) reads."""
+        path = self.timing_path(partition, version)
+        try:
+            raw = self._read(path)
+        except StateStoreError as err:
+            logger.warning("no timing for %s (%s)", path, err)
+            return None
+        return None if raw is None else parse_timing(raw, path)
+
     def swap_batches(self) -> list[int]:
         """Batches with a swap directory, ascending."""
         from pyarrow import fs
@@ -540,6 +570,7 @@ class KeyedStateStore:
                 if keep_from is not None and v >= keep_from:
                     continue
                 self._delete(self.version_path(p, v))
+                self._delete(self.timing_path(p, v))
         if keep_from is not None:
             for batch in self.swap_batches():
                 if batch < keep_from:
@@ -618,6 +649,38 @@ class StatefulBatchFunction:
         """:meth:`_ensure_written`, then prune old versions."""
         listed = self._ensure_written(out, batch_id, partitions)
         self.store.prune(partitions, batch_id, listed=listed)
+
+
+def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
+    """A task's timing record (JSON, at most :data:`MAX_TIMING_BYTES`), checked field by
+    field; None (and a warning naming ``where``) for anything else."""
+    if len(raw) > MAX_TIMING_BYTES:
+        logger.warning("%s: timing record of %d bytes ignored (at most %d)", where, len(raw),
+                       MAX_TIMING_BYTES)
+        return None
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        logger.warning("%s: timing record is not JSON; ignored", where)
+        return None
+    ok = (isinstance(value, dict) and _is_count(value.get("rows"), 0)
+          and isinstance(value.get("process_ms"), (int, float))
+          and not isinstance(value.get("process_ms"), bool)
+          and math.isfinite(value["process_ms"]) and value["process_ms"] >= 0)
+    blocks = value.get("block_rows") if isinstance(value, dict) else None
+    if ok and blocks is not None:
+        ok = (isinstance(blocks, dict) and isinstance(blocks.get("blocks"), list)
+              and isinstance(blocks.get("rows"), list)
+              and len(blocks["blocks"]) == len(blocks["rows"])
+              and all(_is_count(b, 0) for b in blocks["blocks"])
+              and all(_is_count(r, 1) for r in blocks["rows"]))
+    if not ok:
+        logger.warning("%s: timing record is not well-formed; ignored", where)
+        return None
+    return {"rows": int(value["rows"]), "process_ms": float(value["process_ms"]),
+            "block_rows": None if blocks is None else
+            {"blocks": [int(b) for b in blocks["blocks"]],
+             "rows": [int(r) for r in blocks["rows"]]}}
 
 
 def _is_count(value: object, least: int) -> bool:
