@@ -156,18 +156,18 @@ def test_bad_arguments_are_refused() -> None:
 
 # ---------------------------------------------------------------------- no thrashing
 def _run_rounds(rng: np.random.Generator, batches: int, noise: float,
-                skew: float = 1.0) -> tuple[int, int]:
-    """A simulated 4-partition stream: latency = rows x cost (+ noise); returns (rounds with
-    moves, blocks moved)."""
-    p = tl.BlockPartitioner(4, num_blocks=64)
+                skew: float = 1.0, m: int = 4) -> tuple[int, int]:
+    """A simulated ``m``-partition stream: latency = rows x cost, times uniform noise of
+    +-``noise``; returns (rounds with moves, blocks moved)."""
+    p = tl.BlockPartitioner(m, num_blocks=64)
     rows = np.full(64, 50.0)
     cost = np.ones(64)
     cost[p.table == 0] *= skew
     rb = tl.LoadAwareRebalancer()
     rounds = moved = 0
     for _ in range(batches):
-        latency = np.bincount(p.table, weights=rows * cost, minlength=4)
-        latency = latency * (1 + rng.uniform(-noise, noise, size=4))
+        latency = np.bincount(p.table, weights=rows * cost, minlength=m)
+        latency = latency * (1 + rng.uniform(-noise, noise, size=m))
         rb.observe(latency.tolist(), rows, p)
         d = rb.decide()
         if d.latencies_ms:  # judged on the window's mean latencies
@@ -187,8 +187,15 @@ def test_twenty_balanced_batches_move_nothing() -> None:
 
 @pytest.mark.parametrize("seed", range(10))
 def test_twenty_percent_noise_moves_at_most_once(seed: int) -> None:
-    rounds, _ = _run_rounds(np.random.default_rng(seed), 20, 0.2)
+    rounds, _ = _run_rounds(np.random.default_rng(seed), 20, 0.2, m=2)
     assert rounds <= 1
+
+
+@pytest.mark.parametrize("m", [2, 4, 8])
+def test_noise_rarely_moves_anything(m: int) -> None:
+    rounds = [_run_rounds(np.random.default_rng(seed), 20, 0.2, m=m)[0] for seed in range(100)]
+    assert sum(r == 0 for r in rounds) >= 80  # mostly nothing at all
+    assert sum(r <= 1 for r in rounds) >= 90
 
 
 def test_real_skew_is_corrected_and_then_left_alone() -> None:

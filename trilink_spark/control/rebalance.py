@@ -21,7 +21,7 @@ skewed      ``max(w) > theta`` and ``cv > e``  move blocks from slow to fast
 Both thresholds are relative, because absolute milliseconds do not carry over between
 machines: ``theta`` is a fraction of the trigger interval when one is given (0.8 by default:
 the slowest task uses more than 80 % of the interval), else a multiple of the median task time
-(1.25 by default; without an interval every task may be slow alike unseen, so "overloaded"
+(1.1 by default; without an interval every task may be slow alike unseen, so "overloaded"
 needs one); ``epsilon`` bounds the coefficient of variation ``std(w) / mean(w)`` (the
 paper's variance, Eq. 4, made scale-free).
 
@@ -37,9 +37,12 @@ What differs from the paper's Algorithm 2, on purpose:
   ``i``-th fastest, ``order[m - 1 - i]``. The paper's 1-based ``W[m - i]`` pairs the slowest
   with the *second* fastest and, for ``i = m/2``, a partition with itself.
 - A partition gives only if it is above the mean latency and receives only if it is below.
-- Each measurement is averaged over the last ``window`` batches; after a round of moves the
-  next ``cooldown_batches`` measurements are skipped (the swap batch itself is slower); and a
-  block that moved stays where it is for ``freeze_rounds`` rounds. These keep noise from
+- Each measurement is averaged over the last ``window`` batches, and a pair exchanges blocks
+  only when its gap stands out of the batches' own noise (``significance`` standard errors,
+  twice that to send load back the way the last round moved it);
+  after a round of moves the next ``cooldown_batches`` measurements are skipped (the swap
+  batch itself is slower); and a block that moved stays where it is for ``freeze_rounds``
+  rounds. These keep noise from
   moving blocks back and forth (the paper's "migration jitter").
 """
 
@@ -64,6 +67,8 @@ __all__ = ["RebalanceDecision", "LoadAwareRebalancer", "REBALANCE_STATES"]
 
 logger = logging.getLogger(__name__)
 
+#: Squared differences kept for the noise estimate of :meth:`LoadAwareRebalancer.noise`.
+NOISE_SAMPLES = 256
 #: The three situations of :meth:`LoadAwareRebalancer.decide`.
 REBALANCE_STATES: tuple[str, ...] = ("balanced", "overloaded", "skewed")
 
@@ -184,7 +189,7 @@ class LoadAwareRebalancer:
     ----------
     theta : float, optional
         Max-latency threshold, relative: a fraction of ``trigger_interval`` when it is given
-        (default 0.8), else a multiple of the median partition latency (default 1.25).
+        (default 0.8), else a multiple of the median partition latency (default 1.1).
     epsilon : float
         Largest coefficient of variation of the latencies still counted as even (default 0.1).
     cooldown_batches : int
@@ -196,7 +201,12 @@ class LoadAwareRebalancer:
         The stream's trigger interval (seconds, or ``"10 seconds"``): makes ``theta`` a
         fraction of it, so a stream whose tasks outgrow the interval is "overloaded".
     window : int
-        Measurements averaged per decision (default 3).
+        Measurements averaged per decision (default 3). Blocks move only once the window is
+        full.
+    significance : float
+        A pair of partitions exchanges blocks only when their latency gap exceeds this many
+        standard errors of the batch-to-batch noise (:meth:`noise`, learnt from consecutive
+        measurements; default 3; ignored for ``window=1``).
     freeze_rounds : int
         Rounds during which a moved block does not move again (default 3).
 
@@ -222,11 +232,12 @@ class LoadAwareRebalancer:
 
     def __init__(self, theta: float | None = None, epsilon: float = 0.1,
                  cooldown_batches: int = 2, max_blocks_per_round: int | None = None, *,
-                 trigger_interval: Any = None, window: int = 3, freeze_rounds: int = 3) -> None:
+                 trigger_interval: Any = None, window: int = 3, freeze_rounds: int = 3,
+                 significance: float = 3.0) -> None:
         self.interval_ms: float | None = (
             None if trigger_interval is None
             else _seconds(trigger_interval) * 1000.0)
-        default_theta = 0.8 if self.interval_ms is not None else 1.25
+        default_theta = 0.8 if self.interval_ms is not None else 1.1
         self.theta = float(_positive(theta, "theta", allow_none=True) or default_theta)
         epsilon_value = _positive(epsilon, "epsilon")
         self.epsilon = float(epsilon_value if epsilon_value is not None else 0.1)
@@ -235,6 +246,7 @@ class LoadAwareRebalancer:
                                            allow_none=True)
         self.window = int(_count(window, "window", 1) or 1)
         self.freeze_rounds = int(_count(freeze_rounds, "freeze_rounds", 0) or 0)
+        self.significance = float(_positive(significance, "significance") or 3.0)
         self._seen: deque[tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = deque(
             maxlen=self.window)
         self._layout: tuple[int, int, bytes] | None = None
@@ -242,6 +254,9 @@ class LoadAwareRebalancer:
         self._cooldown = 0
         self._round = 0
         self._frozen: dict[int, int] = {}  # block -> last round it may not move in
+        self._last_relative: npt.NDArray[np.float64] | None = None
+        self._last_pairs: set[tuple[int, int]] = set()
+        self._diffs: deque[float] = deque(maxlen=NOISE_SAMPLES)
         self.rounds: int = 0
 
     # ------------------------------------------------------------------ measurements
@@ -281,6 +296,7 @@ class LoadAwareRebalancer:
         layout = (n, k, partitioner.table.tobytes())
         if layout != self._layout:
             self._seen.clear()
+            self._last_relative = None
             self._layout = layout
         self._partitioner = partitioner
         if self._cooldown > 0:
@@ -288,6 +304,23 @@ class LoadAwareRebalancer:
             logger.debug("rebalancer: measurement skipped (cooldown, %d left)", self._cooldown)
             return
         self._seen.append((latency, sizes))
+        level = float(latency.mean())
+        if level > 0:
+            relative = latency / level
+            if self._last_relative is not None:
+                self._diffs.extend(((relative - self._last_relative) ** 2).tolist())
+            self._last_relative = relative
+
+    def noise(self) -> float | None:
+        """The batch-to-batch noise of a partition's latency, relative to the mean latency
+        (a standard deviation), estimated from consecutive measurements under the same
+        placement; None before the first pair. O(1) amortised."""
+        if not self._diffs or self._layout is None or self._layout[0] < 2:
+            return None
+        # relative to the mean of m partitions, a partition's own noise shows (1 - 1/m) of
+        # its variance; a difference of two measurements shows twice it
+        m = self._layout[0]
+        return math.sqrt(float(np.mean(self._diffs)) / 2.0 / (1.0 - 1.0 / m))
 
     # ------------------------------------------------------------------ decisions
     def decide(self) -> RebalanceDecision:
@@ -337,7 +370,11 @@ class LoadAwareRebalancer:
                 reason=f"overloaded: {summary}; every partition is slow alike, so moving "
                 f"blocks cannot help: rescale to {wanted} partitions "
                 f"(request_swap(num_partitions={wanted}))")
-        moves, records, notes = self._plan(p, latency, sizes)
+        if len(self._seen) < self.window:
+            return replace(figures, state="skewed", reason=f"skewed: {summary}; waiting for "
+                           f"{self.window - len(self._seen)} more measurement(s) before moving")
+        spread = self.noise() if self.window > 1 else None
+        moves, records, notes = self._plan(p, latency, sizes, spread)
         if not moves:
             return replace(figures, state="skewed", reason=f"skewed: {summary}; no block can "
                            f"move ({'; '.join(notes) or 'nothing to move'})")
@@ -347,7 +384,7 @@ class LoadAwareRebalancer:
             "batch: " + "; ".join(notes))
 
     def _plan(self, p: BlockPartitioner, latency: npt.NDArray[np.float64],
-              sizes: npt.NDArray[np.float64]
+              sizes: npt.NDArray[np.float64], spread: float | None
               ) -> tuple[list[tuple[int, int, int]], float, list[str]]:
         table = p.table
         m = p.num_partitions
@@ -365,6 +402,15 @@ class LoadAwareRebalancer:
             if rows[slow] <= 0:
                 notes.append(f"partition {slow} is slow with no rows measured")
                 continue
+            if spread is not None:  # a gap the batches' own noise could explain is no skew
+                noise = float(spread) * mean * math.sqrt(2.0 / self.window)
+                # hysteresis: undoing the last round's direction needs twice the evidence
+                needed = self.significance * (2.0 if (fast, slow) in self._last_pairs else 1.0)
+                if latency[slow] - latency[fast] <= needed * noise:
+                    notes.append(f"{slow}->{fast}: the gap {latency[slow] - latency[fast]:.1f} "
+                                 f"ms is within {needed:g} standard errors "
+                                 f"({noise:.1f} ms) of the batches' noise")
+                    continue
             cost = latency[slow] / rows[slow]  # ms per record on the slow partition
             target = (latency[slow] - latency[fast]) / (2.0 * cost)
             heap = [(float(sizes[b]), int(b)) for b in np.flatnonzero(table == slow)
@@ -441,6 +487,8 @@ class LoadAwareRebalancer:
             self._frozen[int(block)] = self._round + self.freeze_rounds - 1
         self._cooldown = self.cooldown_batches
         self._seen.clear()
+        self._last_relative = None
+        self._last_pairs = {(src, dst) for _, src, dst in decision.moves}
         new = block_partitioner.with_table(table)
         self._layout = (n, k, new.table.tobytes())
         self._partitioner = new
