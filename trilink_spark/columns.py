@@ -34,6 +34,7 @@ __all__ = [
     "TABLE_PID_COL",
     "CONST_TIME_COL",
     "NUM_PARTITIONS_META",
+    "COMPACTED_META",
     "SLOT_ID_COL",
     "SLOT_PID_COL",
     "strategy_partitions",
@@ -48,6 +49,8 @@ INTERNAL_PREFIX = "_tl_"
 PARTITION_COL = "_tl_partition"
 #: Key of :data:`PARTITION_COL`'s column metadata: the strategy's partition count.
 NUM_PARTITIONS_META = "trilink.num_partitions"
+#: Key of :data:`PARTITION_COL`'s column metadata: ``True`` when ``key_by`` compacted the frame.
+COMPACTED_META = "trilink.compacted"
 #: Column holding each row's event time in internal units, in the frames keyed hooks receive.
 EVENT_TIME_COL = "_tl_event_time"
 #: Arrival position of a row within its input (``monotonically_increasing_id``).
@@ -179,18 +182,30 @@ def check_atomic_key(df: Any, key: str) -> None:
         )
 
 
-def strategy_partitions(df: Any) -> int | None:
+def strategy_partitions(df: Any, *, compacted: bool = False) -> int | None:
     """The partition count of the strategy that placed ``df``, as recorded in the metadata
     of its :data:`PARTITION_COL` by :func:`~trilink_spark.key_by`; ``None`` without that
-    column or record. O(columns), no Spark job.
+    column or record, or with one no ``key_by`` writes (a column that is not an int, a count
+    outside ``1 ..`` :data:`~trilink_spark.checks.MAX_PARTITIONS`). With ``compacted=True``,
+    only for a frame ``key_by`` compacted (:data:`COMPACTED_META`). O(columns), no Spark job.
 
     Examples
     --------
     >>> strategy_partitions(object()) is None
     True
     """
+    from .checks import MAX_PARTITIONS
+
     schema = getattr(df, "schema", None)
     if schema is None or PARTITION_COL not in getattr(schema, "names", ()):
         return None
-    value = schema[PARTITION_COL].metadata.get(NUM_PARTITIONS_META)
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+    column = schema[PARTITION_COL]
+    metadata = getattr(column, "metadata", None) or {}
+    if type(column.dataType).__name__ != "IntegerType":
+        return None
+    if compacted and metadata.get(COMPACTED_META) is not True:
+        return None
+    value = metadata.get(NUM_PARTITIONS_META)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PARTITIONS:
+        return None
+    return int(value)

@@ -141,7 +141,10 @@ def task_metrics(spark: SparkSession, job_group: str | None = None,
     Raises
     ------
     InvalidArgumentTypeError
-        ``job_group`` is not a str, or ``stage_ids`` holds something that is not an int.
+        ``spark`` is not a SparkSession, ``job_group`` is not a str, or ``stage_ids`` is not
+        an iterable of ints.
+    InvalidArgumentError
+        A stage id below 0.
 
     Notes
     -----
@@ -156,6 +159,11 @@ def task_metrics(spark: SparkSession, job_group: str | None = None,
     >>> m = tl.task_metrics(spark, job_group="wordcount")  # doctest: +SKIP
     >>> m.groupby("stage_id").run_ms.max()  # doctest: +SKIP
     """
+    from pyspark.sql import SparkSession
+
+    if not is_connect(spark) and not isinstance(spark, SparkSession):
+        raise InvalidArgumentTypeError(
+            f"spark must be a SparkSession, got {type(spark).__name__}")
     if job_group is not None and not isinstance(job_group, str):
         raise InvalidArgumentTypeError(
             f"job_group must be a str or None, got {type(job_group).__name__}")
@@ -163,8 +171,14 @@ def task_metrics(spark: SparkSession, job_group: str | None = None,
     if stage_ids is not None:
         if isinstance(stage_ids, (str, bytes)):
             raise InvalidArgumentTypeError("stage_ids must be an iterable of int, got a string")
+        try:
+            listed = list(stage_ids)
+        except TypeError:
+            raise InvalidArgumentTypeError(
+                f"stage_ids must be an iterable of int, got {type(stage_ids).__name__}"
+            ) from None
         wanted = []
-        for s in stage_ids:
+        for s in listed:
             if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
                 raise InvalidArgumentTypeError(
                     f"stage_ids must hold ints, got {type(s).__name__}")

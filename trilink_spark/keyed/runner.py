@@ -190,11 +190,18 @@ class StateIO:
 
     def save(self, pid: int, state: PartitionState, timing: dict[str, Any] | None = None
              ) -> None:
-        """Write ``pid``'s version, with the task's ``timing`` in the table's metadata."""
+        """Write ``pid``'s version, and the task's ``timing`` in a file beside it
+        (:meth:`KeyedStateStore.save_timing`). The state is the batch's result; the timing is
+        a measurement, so failing to write it (a junk file in its place, a full disk) is
+        logged and never fails the task."""
         self.store.save_table(pid, self.batch_id, encode_state(state, self.key_type,
                                                                self.value_type))
         if timing is not None:
-            self.store.save_timing(pid, self.batch_id, timing)
+            try:
+                self.store.save_timing(pid, self.batch_id, timing)
+            except (TrilinkError, OSError, ValueError, TypeError) as err:
+                logger.warning("partition %d, batch %d: timing not written (%s: %s)", pid,
+                               self.batch_id, type(err).__name__, err)
 
     def block_rows(self, keys: Any) -> dict[str, list[int]] | None:
         """Rows per block of ``keys`` (sparse: the blocks that got rows), or None without a
@@ -443,8 +450,9 @@ class KeyedBatchFunction(StatefulBatchFunction):
         super().__init__(func, store, options)
         self.token = uuid.uuid4().hex
         self.swaps: list[SwapReport] = []
-        #: ``(batch_id, decision)`` of every batch the rebalancer judged.
+        #: ``(batch_id, decision)`` of every batch the rebalancer judged, each batch once.
         self.rebalances: list[tuple[int, Any]] = []
+        self._rebalanced_through: int | None = None  # the last batch the rebalancer saw
         self._request: SwapRequest | None = None
         self._lock = threading.Lock()
         self._checked = False
@@ -760,7 +768,23 @@ class KeyedBatchFunction(StatefulBatchFunction):
 
     def _rebalance(self, batch_id: int, current: Partitioner, partitions: int) -> None:
         """Show the rebalancer this batch's figures; a decision with moves becomes a swap
-        at the next batch (only the moved blocks' state travels)."""
+        at the next batch (only the moved blocks' state travels).
+
+        Each batch is shown once: a replayed batch (the same ``batch_id`` again) is not
+        measured twice. A measurement never fails the batch, which is committed already:
+        missing or malformed figures, and any error of the rebalancer, are logged and
+        nothing is decided."""
+        if self._rebalanced_through is not None and batch_id <= self._rebalanced_through:
+            logger.info("batch %d: replayed; the rebalancer saw it already", batch_id)
+            return
+        self._rebalanced_through = batch_id
+        try:
+            self._rebalance_batch(batch_id, current, partitions)
+        except Exception as err:  # noqa: BLE001 - a measurement never fails the query
+            logger.warning("batch %d: rebalancer skipped (%s: %s)", batch_id,
+                           type(err).__name__, err)
+
+    def _rebalance_batch(self, batch_id: int, current: Partitioner, partitions: int) -> None:
         rebalancer = self.options["rebalancer"]
         if not isinstance(current, BlockPartitioner):
             logger.warning("batch %d: the rebalancer needs a BlockPartitioner placement, the "
@@ -773,12 +797,19 @@ class KeyedBatchFunction(StatefulBatchFunction):
                            batch_id, [p for p, t in enumerate(timings) if t is None])
             return
         latency = [float(t["process_ms"]) for t in timings if t is not None]
-        sizes = np.zeros(current.num_blocks, dtype=np.int64)
-        for t in timings:
+        sizes = np.zeros(current.num_blocks, dtype=np.float64)
+        for p, t in enumerate(timings):
             per_block = None if t is None else t.get("block_rows")
-            if per_block is not None:
-                np.add.at(sizes, np.asarray(per_block["blocks"], dtype=np.int64),
-                          np.asarray(per_block["rows"], dtype=np.int64))
+            if per_block is None:
+                continue
+            blocks = np.asarray(per_block["blocks"], dtype=np.int64)
+            if blocks.size and int(blocks.max()) >= current.num_blocks:
+                logger.warning("batch %d: partition %d's timing counts rows of block %d, but "
+                               "the placement has %d blocks (not this batch's record); "
+                               "nothing decided", batch_id, p, int(blocks.max()),
+                               current.num_blocks)
+                return
+            np.add.at(sizes, blocks, np.asarray(per_block["rows"], dtype=np.float64))
         rebalancer.observe(latency, sizes, current)
         decision = rebalancer.decide()
         self.rebalances.append((batch_id, decision))
@@ -795,6 +826,11 @@ class KeyedBatchFunction(StatefulBatchFunction):
     def task_timings(self, version: int | None = None) -> Any:
         """What each task of a committed batch measured of its own work.
 
+        Parameters
+        ----------
+        version : int, optional
+            A committed batch (the newest by default; the state keeps the newest two).
+
         Returns
         -------
         pandas.DataFrame
@@ -803,9 +839,17 @@ class KeyedBatchFunction(StatefulBatchFunction):
             ``blocks`` (how many blocks it got rows of, -1 without a block placement). A
             partition without a record (carried forward: no task ran) has ``-1`` figures.
 
+        Raises
+        ------
+        InvalidArgumentTypeError
+            ``version`` is not an int.
+        InvalidArgumentError
+            ``version`` is not a committed batch (the committed ones are named).
+
         Notes
         -----
-        Reads each partition's state file footer (O(partitions)); no Spark job, no listener.
+        Reads each partition's timing file, beside its state version (O(partitions)); no
+        Spark job, no listener.
 
         Examples
         --------
@@ -816,11 +860,20 @@ class KeyedBatchFunction(StatefulBatchFunction):
         """
         import pandas as pd
 
+        if version is not None and (isinstance(version, bool)
+                                    or not isinstance(version, (int, np.integer))):
+            raise InvalidArgumentTypeError(
+                f"version must be an int (a committed batch id) or None, got "
+                f"{type(version).__name__}")
         manifest = self.store.read_manifest() or {}
-        committed = manifest.get("committed") or []
+        committed = [int(c) for c in manifest.get("committed") or []]
+        if version is not None and int(version) not in committed:
+            raise InvalidArgumentError(
+                f"batch {version} is not a committed version of {self.store.path}; the "
+                f"committed ones are {committed}")
         if not committed:
             return pd.DataFrame({"partition": [], "rows": [], "process_ms": [], "blocks": []})
-        at, partitions = self.store.committed_layout(version)
+        at, partitions = self.store.committed_layout(None if version is None else int(version))
         rows = []
         for p in range(partitions):
             t = self.store.timing(p, at)

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,8 @@ from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..checks import check_num_partitions
 from ..compat import is_connect, num_partitions, partition_counts
 from ..columns import PARTITION_COL, strategy_partitions
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark import RDD
@@ -197,7 +200,10 @@ def partition_balance(data: DataFrame | RDD[Any]) -> BalanceReport:
     """Rows per partition of a DataFrame or RDD, counted by Spark (no rows are collected).
 
     For a frame :func:`~trilink_spark.key_by` compacted (``compact=``), the loads are those
-    of the strategy's ``num_partitions`` partitions, the empty ones included.
+    of the strategy's ``num_partitions`` partitions, the empty ones included (counted by
+    :data:`~trilink_spark.PARTITION_COL`). A frame whose partition column holds nulls or ids
+    outside ``[0, num_partitions)`` (its metadata was copied onto another column) is counted
+    per Spark partition instead, with a warning.
 
     Works on classic PySpark and on Spark Connect (DataFrames; RDDs exist in classic
     PySpark only). A DataFrame without any partition counts as one empty partition.
@@ -221,14 +227,20 @@ def partition_balance(data: DataFrame | RDD[Any]) -> BalanceReport:
     from pyspark.sql import functions as F
 
     if isinstance(data, DataFrame):
-        placed_on = strategy_partitions(data)
+        placed_on = strategy_partitions(data, compacted=True)
         if placed_on is not None and num_partitions(data) != placed_on:
             # a compacted key_by frame: count per strategy partition, empty ones included
-            rows = data.groupBy(PARTITION_COL).count().collect()
-            loads = np.zeros(placed_on, dtype=np.int64)
-            for r in rows:
-                loads[int(r[PARTITION_COL])] += int(r["count"])
-            return BalanceReport(loads=loads)
+            grouped = data.groupBy(PARTITION_COL).count().collect()
+            ids = [r[PARTITION_COL] for r in grouped]
+            if all(isinstance(i, int) and 0 <= i < placed_on for i in ids):
+                loads = np.zeros(placed_on, dtype=np.int64)
+                for r in grouped:
+                    loads[int(r[PARTITION_COL])] += int(r["count"])
+                return BalanceReport(loads=loads)
+            logger.warning(
+                "partition_balance: %s records %d strategy partitions, but holds ids outside "
+                "[0, %d) or nulls; counting Spark partitions instead", PARTITION_COL,
+                placed_on, placed_on)
         if is_connect(data):
             counted = partition_counts(data)
             loads = np.zeros(max(1, counted.size), dtype=np.int64)

@@ -25,7 +25,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..checks import check_num_partitions
-from ..columns import NUM_PARTITIONS_META, PARTITION_COL, TABLE_KEY_COL, TABLE_PID_COL
+from ..columns import COMPACTED_META, NUM_PARTITIONS_META, PARTITION_COL, TABLE_KEY_COL
+from ..columns import TABLE_PID_COL
 from ..columns import SLOT_ID_COL, SLOT_PID_COL, check_user_columns
 from ..columns import require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
@@ -338,7 +339,11 @@ def key_by(
         one Spark partition per *non-empty* strategy partition. ``"always"``: the same at any
         partition count, whenever a partition is empty. ``"never"``: always
         ``num_partitions`` Spark partitions. Bounded inputs only; a streaming ``df`` is never
-        compacted.
+        compacted. An empty ``df`` compacts to one empty Spark partition. The partitions that
+        hold rows are found when ``key_by`` is called: should the input gain rows on other
+        partitions before an action (a table appended to meanwhile, a nondeterministic key),
+        those rows are kept, sharing Spark partition ``pid mod slots`` with another
+        partition's rows.
 
     Returns
     -------
@@ -422,7 +427,7 @@ def place_rows(
     n = p.num_partitions
     mode = _compact_mode(df, compact)
     if mode != "never" and not df.isStreaming and (mode == "always" or n > COMPACT_ABOVE):
-        used = sorted(int(r[0]) for r in placed.select(PARTITION_COL).distinct().collect())
+        used = _used_partitions(placed, key)
         if len(used) < n and (mode == "always" or 2 * len(used) <= n):
             logger.info("key_by: %d of %d partitions hold rows; one task each", len(used), n)
             return _compacted(placed, used, n)
@@ -446,16 +451,42 @@ def _compact_mode(df: DataFrame, compact: str | None) -> str:
     return mode
 
 
+def _used_partitions(placed: DataFrame, key: str) -> list[int]:
+    """The strategy partitions that hold rows, ascending (one Spark job). A null key under
+    ``null_policy="error"`` fails that job: raised as :class:`NullKeyError`."""
+    try:
+        rows = placed.select(PARTITION_COL).distinct().collect()
+    except Exception as err:
+        if "trilink_spark.NullKeyError" in str(err):
+            raise NullKeyError(
+                f"column {key!r} has null keys; drop them or pass null_policy='partition0'"
+            ) from None
+        raise
+    return sorted(int(r[0]) for r in rows if r[0] is not None)
+
+
 def _compacted(placed: DataFrame, used: list[int], n: int) -> DataFrame:
-    """One Spark partition per non-empty strategy partition, numbered densely."""
+    """One Spark partition per non-empty strategy partition, numbered densely.
+
+    A row whose partition is not in ``used`` (the input changed since ``used`` was found)
+    is kept, in slot ``pid mod len(used)``: the slot table is joined on the left, never
+    inner. No row is ever dropped. An empty ``used`` gives one empty Spark partition.
+    """
     from pyspark.sql import functions as F
 
+    slots_n = max(1, len(used))
     slots = placed.sparkSession.createDataFrame(
         pa.table({SLOT_PID_COL: pa.array(used, pa.int32()),
-                  SLOT_ID_COL: pa.array(range(len(used)), pa.int32())}).to_pandas())
-    joined = placed.join(F.broadcast(slots), placed[PARTITION_COL] == slots[SLOT_PID_COL])
-    moved = joined.repartitionById(len(used), F.col(SLOT_ID_COL))
-    result: DataFrame = moved.select(*[placed[c] for c in placed.columns])
+                  SLOT_ID_COL: pa.array(range(len(used)), pa.int32())}).to_pandas(),
+        schema=f"{SLOT_PID_COL} int, {SLOT_ID_COL} int")
+    joined = placed.join(F.broadcast(slots), placed[PARTITION_COL] == slots[SLOT_PID_COL],
+                         "left")
+    slot = F.coalesce(slots[SLOT_ID_COL], F.pmod(placed[PARTITION_COL], F.lit(slots_n)))
+    moved = joined.repartitionById(slots_n, slot)
+    meta = {NUM_PARTITIONS_META: n, COMPACTED_META: True}
+    result: DataFrame = moved.select(
+        *[placed[c] if c != PARTITION_COL else placed[c].alias(c, metadata=meta)
+          for c in placed.columns])
     return result
 
 

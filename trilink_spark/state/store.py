@@ -539,11 +539,15 @@ class KeyedStateStore:
         release), or one that is not well-formed (logged, never raised). O(1) reads."""
         path = self.timing_path(partition, version)
         try:
-            raw = self._read(path)
-        except StateStoreError as err:
-            logger.warning("no timing for %s (%s)", path, err)
+            with self.fs.open_input_stream(path) as f:
+                # at most one byte past the limit: a huge file is refused, never read whole
+                raw: bytes = f.read(MAX_TIMING_BYTES + 1)
+        except FileNotFoundError:
             return None
-        return None if raw is None else parse_timing(raw, path)
+        except OSError as err:
+            logger.warning("no timing for %s (%s: %s)", path, type(err).__name__, err)
+            return None
+        return parse_timing(raw, path)
 
     def swap_batches(self) -> list[int]:
         """Batches with a swap directory, ascending."""
@@ -663,17 +667,15 @@ def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
     except (UnicodeDecodeError, ValueError, RecursionError):
         logger.warning("%s: timing record is not JSON; ignored", where)
         return None
-    ok = (isinstance(value, dict) and _is_count(value.get("rows"), 0)
-          and isinstance(value.get("process_ms"), (int, float))
-          and not isinstance(value.get("process_ms"), bool)
-          and math.isfinite(value["process_ms"]) and value["process_ms"] >= 0)
+    ok = (isinstance(value, dict) and _is_timed_count(value.get("rows"), 0)
+          and _is_milliseconds(value.get("process_ms")))
     blocks = value.get("block_rows") if isinstance(value, dict) else None
     if ok and blocks is not None:
         ok = (isinstance(blocks, dict) and isinstance(blocks.get("blocks"), list)
               and isinstance(blocks.get("rows"), list)
               and len(blocks["blocks"]) == len(blocks["rows"])
-              and all(_is_count(b, 0) for b in blocks["blocks"])
-              and all(_is_count(r, 1) for r in blocks["rows"]))
+              and all(_is_timed_count(b, 0) for b in blocks["blocks"])
+              and all(_is_timed_count(r, 1) for r in blocks["rows"]))
     if not ok:
         logger.warning("%s: timing record is not well-formed; ignored", where)
         return None
@@ -686,6 +688,26 @@ def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
 def _is_count(value: object, least: int) -> bool:
     """Whether ``value`` is an int (not a bool) of at least ``least``."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _is_timed_count(value: object, least: int) -> bool:
+    """:func:`_is_count`, and below 2**63 (a timing record's figures fit an int64)."""
+    return (isinstance(value, int) and not isinstance(value, bool)
+            and least <= value < _COUNT_LIMIT)
+
+
+#: Counts and milliseconds a timing record may hold: below 2**63 (an int64), so a forged
+#: 400-digit number is refused, never overflows a conversion.
+_COUNT_LIMIT = 2**63
+
+
+def _is_milliseconds(value: object) -> bool:
+    """Whether ``value`` is a finite, non-negative number of milliseconds below 2**63."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if isinstance(value, int):
+        return 0 <= value < _COUNT_LIMIT
+    return math.isfinite(value) and 0 <= value < _COUNT_LIMIT
 
 
 #: What each field of a stored swap plan must be (checked by ``load_plan``).
