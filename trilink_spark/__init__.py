@@ -90,6 +90,10 @@ from .control import CONFIG_FIELDS, ConfigCenter, RedisConfigCenter, validate_up
 from .control import MODES as SWITCH_MODES
 from .control import TASK_METRIC_COLUMNS, task_metrics
 from .control import REBALANCE_STATES, LoadAwareRebalancer, RebalanceDecision
+from .control import FlowNetwork, FlowResult, find_bottlenecks, learn_capacity, max_flow
+from .control import BottleneckAdvisor, BottleneckListener, BottleneckReport, ds2_parallelism
+from .control import TrueRate, ds2_plan, operator_min_cut
+from .control import Advice, ElasticityAdvisor, apply_advice
 
 __version__ = "0.1.0"
 
@@ -171,6 +175,23 @@ __all__ = [
     "REBALANCE_STATES",
     "LoadAwareRebalancer",
     "RebalanceDecision",
+    # bottlenecks and rescale advice
+    "FlowNetwork",
+    "FlowResult",
+    "find_bottlenecks",
+    "learn_capacity",
+    "max_flow",
+    "ds2_parallelism",
+    "BottleneckAdvisor",
+    "BottleneckListener",
+    "BottleneckReport",
+    "TrueRate",
+    "ds2_plan",
+    "operator_min_cut",
+    # elasticity
+    "Advice",
+    "ElasticityAdvisor",
+    "apply_advice",
     # watermarks and timers
     "TimerService",
     "keyed_watermark",

@@ -3,7 +3,9 @@
 ``trilink-spark balance`` tells how badly Spark's hash placement fits a key column and what every
 strategy would do. With no arguments it runs the Trilink paper's four scenarios on local Spark.
 ``trilink-spark config get|set`` reads or publishes the dynamic configuration
-(:mod:`trilink_spark.cli.config`).
+(:mod:`trilink_spark.cli.config`). ``trilink-spark advise --progress progress.jsonl`` reads
+saved ``StreamingQueryProgress`` events (one JSON object per line) and prints the bottleneck
+report of :class:`~trilink_spark.BottleneckAdvisor`.
 
 Examples
 --------
@@ -13,25 +15,27 @@ Examples
     trilink-spark balance events.parquet --key user_id --partitions 32
     trilink-spark balance --scenario zipf --zipf 1.1 --json
     trilink-spark balance --plot loads.png
+    trilink-spark advise --progress progress.jsonl --json
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from .config import add_config_parser, run_config
 from ..errors import InvalidArgumentError, TrilinkError
 from ..partitioners.evaluation import StrategyScore, choose_best, evaluate_strategies
 from ..partitioners.scenarios import PAPER_SCENARIOS, SCENARIOS, make_scenario, scenario_frame
 
-__all__ = ["main", "build_parser", "BalanceResult", "run_balance"]
+__all__ = ["main", "build_parser", "BalanceResult", "run_balance", "run_advise", "add_advise_parser"]
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Connect server (default: $SPARK_REMOTE if set, else classic Spark on --master)",
     )
     add_config_parser(sub)
+    add_advise_parser(sub)
     return parser
 
 
@@ -329,6 +334,111 @@ def _balance(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def add_advise_parser(sub: Any) -> None:
+    """The ``advise`` subcommand's arguments."""
+    adv = sub.add_parser(
+        "advise",
+        help="bottleneck and rescale advice from saved StreamingQueryProgress events",
+        description=(
+            "Read StreamingQueryProgress events (JSON, one per line, as query.lastProgress or "
+            "a listener's event.progress.json gives them) and report the query's flow "
+            "network: each node's true rate, capacity and utilisation, the bottleneck cut, "
+            "DS2's parallelism and what to change."),
+    )
+    adv.add_argument("--progress", required=True, type=Path,
+                     help="JSON-lines file of progress events ('-' for standard input)")
+    adv.add_argument("--lambda", dest="lambda_", type=float, default=0.85,
+                     help="Eq. 10 threshold of FAR-Flink, 0.85 to 1 (default 0.85)")
+    adv.add_argument("--window", type=int, default=5, help="batches summed (default 5)")
+    adv.add_argument("--warmup", type=int, default=2, help="first batches ignored (default 2)")
+    adv.add_argument("--slots", type=int, default=None, help="tasks that run at once")
+    adv.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run_advise(args: argparse.Namespace, out: TextIO) -> int:
+    """``trilink-spark advise``: the report of the saved progress events.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        From :func:`add_advise_parser`'s arguments.
+    out : TextIO
+        Where the report goes.
+
+    Returns
+    -------
+    int
+        0.
+
+    Raises
+    ------
+    InvalidArgumentError
+        A file that cannot be read (missing, a directory), holds no event, a line that is
+        not UTF-8, longer than :data:`~trilink_spark.control.progress.MAX_PROGRESS_BYTES`
+        or not a progress event (the message names the line). ``main`` prints it and exits 2.
+
+    Notes
+    -----
+    O(size of the input); one line is held at a time. Standard input (``-``) is read, never
+    closed.
+    """
+    from ..control.bottleneck import BottleneckAdvisor
+
+    from ..control.progress import MAX_PROGRESS_BYTES
+
+    advisor = BottleneckAdvisor(args.lambda_, args.window, args.warmup, slots=args.slots)
+    stdin = str(args.progress) == "-"
+    try:
+        # bytes, line by line: a line is decoded (and refused) on its own, a file without
+        # newlines is never read whole, and standard input is never closed
+        handle: BinaryIO = (getattr(sys.stdin, "buffer", None) or io.BytesIO(
+            sys.stdin.read().encode("utf-8"))) if stdin else args.progress.open("rb")
+    except OSError as err:
+        raise InvalidArgumentError(f"cannot read {args.progress} ({err.strerror or err})") \
+            from None
+    events = 0
+    try:
+        number = 0
+        while True:
+            try:
+                raw = handle.readline(MAX_PROGRESS_BYTES + 2)
+            except OSError as err:
+                raise InvalidArgumentError(
+                    f"cannot read {args.progress} ({err.strerror or err})") from None
+            if not raw:
+                break
+            number += 1
+            if len(raw) > MAX_PROGRESS_BYTES + 1:
+                raise InvalidArgumentError(
+                    f"{args.progress}, line {number}: longer than {MAX_PROGRESS_BYTES} bytes; "
+                    "a progress event is one JSON object per line")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise InvalidArgumentError(
+                    f"{args.progress}, line {number}: not UTF-8 text (byte {err.start}); "
+                    "expected one JSON progress event per line") from None
+            if not line.strip():
+                continue
+            try:
+                advisor.observe_progress(line)
+            except TrilinkError as err:
+                raise InvalidArgumentError(f"{args.progress}, line {number}: {err}") from None
+            events += 1
+    finally:
+        if not stdin:
+            handle.close()
+    if not events:
+        raise InvalidArgumentError(f"{args.progress} holds no progress event")
+    report = advisor.report()
+    if args.json:
+        json.dump({"events": events, **report.to_dict()}, out, indent=2)
+        out.write("\n")
+    else:
+        out.write(f"{events} progress events\n{report}\n")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Entry point of the ``trilink-spark`` command; returns the exit status."""
     parser = build_parser()
@@ -339,6 +449,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return _balance(args, stream)
         if args.command == "config":
             return run_config(args, stream)
+        if args.command == "advise":
+            return run_advise(args, stream)
     except TrilinkError as exc:
         sys.stderr.write(f"trilink-spark: error: {exc}\n")
         return 2

@@ -10,6 +10,11 @@ from .adaptive import AdaptivePartitioner, Decision
 from .stream import AdaptiveBatchFunction, adaptive_foreach_batch
 from .metrics import TASK_METRIC_COLUMNS, task_metrics
 from .rebalance import REBALANCE_STATES, LoadAwareRebalancer, RebalanceDecision
+from .flow import FlowNetwork, FlowResult, find_bottlenecks, learn_capacity, max_flow
+from .flow import operator_min_cut
+from .ds2 import TrueRate, ds2_parallelism, ds2_plan
+from .elasticity import Advice, ElasticityAdvisor, apply_advice
+from .bottleneck import BottleneckAdvisor, BottleneckListener, BottleneckReport
 
 set_default_validator(validate_update)
 
@@ -28,4 +33,19 @@ __all__ = [
     "REBALANCE_STATES",
     "LoadAwareRebalancer",
     "RebalanceDecision",
+    "FlowNetwork",
+    "FlowResult",
+    "find_bottlenecks",
+    "learn_capacity",
+    "max_flow",
+    "ds2_parallelism",
+    "ds2_plan",
+    "TrueRate",
+    "operator_min_cut",
+    "Advice",
+    "ElasticityAdvisor",
+    "apply_advice",
+    "BottleneckAdvisor",
+    "BottleneckListener",
+    "BottleneckReport",
 ]

@@ -1,0 +1,65 @@
+"""Burst-aware elastic resource allocation: a simulator of CRAA against TA and KPA.
+
+Li, Wei, Li and Wang, *Burstiness-aware elastic resource allocation in stream data processing*
+(Chinese Journal of Computers, 2018) scale each operator of a stream job ahead of its load:
+downstream operators predict their input from their upstream's state (a load-correlation
+model), upstream operators slow down to spare a downstream one an adjustment (feedback), and an
+adjustment against the input trend is refused (a cooperative judgement). This package
+reproduces the paper's simulated setting:
+
+- :class:`Operator`, :func:`paper_operators` (Table 2);
+- :class:`Workload` (``step``, ``jitter``, ``sine``, ``random``) and :func:`paper_workload`;
+- the policies :class:`TA`, :class:`KPA` and :class:`CRAA`, and their :class:`KalmanFilter`;
+- :func:`simulate`, which returns a :class:`SimResult`;
+- the equations themselves (:mod:`trilink_spark.elastic.model`), which
+  :class:`~trilink_spark.ElasticityAdvisor` applies to a real Spark query.
+
+The package needs only NumPy and pandas; it never imports pyspark.
+
+Examples
+--------
+>>> from trilink_spark import elastic as el
+>>> ops = el.paper_operators()
+>>> ta = el.simulate(ops, el.paper_workload("step"), el.TA(), duration_s=300)
+>>> craa = el.simulate(ops, el.paper_workload("step"), el.CRAA(), duration_s=300)
+>>> bool(craa.per_operator["data_loss"].sum() < ta.per_operator["data_loss"].sum())
+True
+"""
+
+from .kalman import KalmanFilter
+from .model import (Feedback, Operator, Upstream, admission_limit, buffer_state,
+                    cooperative_judgement, feedback_adjustment, feedback_capacity, output_rate,
+                    rate_change, trend_relation, unit_change)
+from .policies import CRAA, KPA, TA, ChainState, Controller, Plan, Policy
+from .simulator import PAPER_OPERATORS, SimResult, paper_operators, simulate
+from .workloads import PAPER_WORKLOADS, Workload, paper_workload
+
+__all__ = [
+    "Operator",
+    "Workload",
+    "TA",
+    "KPA",
+    "CRAA",
+    "Policy",
+    "KalmanFilter",
+    "simulate",
+    "SimResult",
+    "paper_operators",
+    "paper_workload",
+    "PAPER_OPERATORS",
+    "PAPER_WORKLOADS",
+    "ChainState",
+    "Plan",
+    "Controller",
+    "Upstream",
+    "Feedback",
+    "output_rate",
+    "buffer_state",
+    "rate_change",
+    "unit_change",
+    "trend_relation",
+    "cooperative_judgement",
+    "admission_limit",
+    "feedback_capacity",
+    "feedback_adjustment",
+]
