@@ -48,6 +48,7 @@ from typing import TypeAlias
 
 import numpy as np
 
+from ..checks import check_real
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = [
@@ -72,24 +73,6 @@ Graph: TypeAlias = Mapping[Hashable, Iterable[Hashable]] | Iterable[tuple[Hashab
 
 _CEIL_SLACK = 1e-9  # 3.0000000001 instances' worth of work is 3 instances
 _EXACT = 2 ** 53  # below it, q and q - 1 differ as floats
-
-
-def _real(value: object, what: str, *, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InvalidArgumentTypeError(
-            f"{what} must be a real number (int or float), got {type(value).__name__}")
-    try:
-        out = float(value)
-    except OverflowError:  # an int beyond the float range
-        raise InvalidArgumentError(
-            f"{what} must be finite, got an integer of {value.bit_length() if isinstance(value, int) else '?'} bits (floats "
-            "end near 1.8e308)") from None
-    if math.isnan(out) or math.isinf(out):
-        raise InvalidArgumentError(f"{what} must be finite, got {out!r}")
-    if out < 0 or (positive and out == 0):
-        raise InvalidArgumentError(f"{what} must be {'> 0' if positive else '>= 0'}, got "
-                                   f"{out!r}")
-    return out
 
 
 def _count(value: object, what: str, minimum: int = 1) -> int:
@@ -219,9 +202,9 @@ class TrueRate:
     output: float | None = None
 
     def __post_init__(self) -> None:
-        _real(self.processing, "TrueRate.processing", positive=True)
+        check_real(self.processing, "TrueRate.processing", positive=True)
         if self.output is not None:
-            _real(self.output, "TrueRate.output")
+            check_real(self.output, "TrueRate.output")
 
     @property
     def selectivity(self) -> float:
@@ -236,9 +219,9 @@ class TrueRate:
         ``useful_seconds`` is the time the instances spent processing, summed over the
         instances (so the rate is the per-instance mean, weighted by work). Cost O(1).
         """
-        n_in = _real(records_in, "records_in", positive=True)
-        useful = _real(useful_seconds, "useful_seconds", positive=True)
-        out = None if records_out is None else _real(records_out, "records_out") / useful
+        n_in = check_real(records_in, "records_in", positive=True)
+        useful = check_real(useful_seconds, "useful_seconds", positive=True)
+        out = None if records_out is None else check_real(records_out, "records_out") / useful
         return cls(processing=n_in / useful, output=out)
 
 
@@ -256,7 +239,7 @@ class Ds2Plan:
 def _as_rate(value: object, what: str) -> TrueRate:
     if isinstance(value, TrueRate):
         return value
-    return TrueRate(processing=_real(value, what, positive=True))
+    return TrueRate(processing=check_real(value, what, positive=True))
 
 
 def ds2_plan(graph: Graph, true_rates: Mapping[Hashable, TrueRate | float],
@@ -334,7 +317,7 @@ def ds2_plan(graph: Graph, true_rates: Mapping[Hashable, TrueRate | float],
     for n in topo.order:
         rate = rates.get(n)
         if n in sources:
-            out = _real(source_rates[n], f"source_rates[{n!r}]")
+            out = check_real(source_rates[n], f"source_rates[{n!r}]")
             sel = rate.selectivity if rate is not None else 1.0
             target_out[n] = out
             target_in[n] = out / sel if sel > 0 else out
@@ -410,7 +393,7 @@ def fit_exponent(samples: Iterable[tuple[int, float]]) -> float:
     rs: list[float] = []
     for p, r in samples:
         ps.append(float(_count(p, "parallelism")))
-        rs.append(_real(r, "rate", positive=True))
+        rs.append(check_real(r, "rate", positive=True))
     if len(set(ps)) < 2:
         return 1.0
     x, y = np.log(np.asarray(ps)), np.log(np.asarray(rs))
@@ -460,10 +443,10 @@ def scaled_parallelism(required: float, parallelism: int, instance_rate: float,
     >>> scaled_parallelism(4000.0, 2, 1000.0), scaled_parallelism(4000.0, 2, 1000.0, 0.8)
     (4, 5)
     """
-    need = _real(required, "required")
+    need = check_real(required, "required")
     p0 = _count(parallelism, "parallelism")
-    rate = _real(instance_rate, "instance_rate", positive=True)
-    a = _real(exponent, "exponent", positive=True)
+    rate = check_real(instance_rate, "instance_rate", positive=True)
+    a = check_real(exponent, "exponent", positive=True)
     if a > 1:
         raise InvalidArgumentError(f"exponent must be in (0, 1], got {a!r}")
     hi = None if max_parallelism is None else _count(max_parallelism, "max_parallelism")
@@ -477,17 +460,20 @@ def scaled_parallelism(required: float, parallelism: int, instance_rate: float,
             estimate = math.inf
         if math.isfinite(estimate):
             q = max(1, _ceil(estimate))
+            if q < _EXACT:  # refine: a step or two off; beyond 2**53 q - 1 == q in floats
+                for _ in range(64):
+                    if q > 1 and cap0 * ((q - 1) / p0) ** a >= need * (1 - _CEIL_SLACK):
+                        q -= 1
+                    elif cap0 * (q / p0) ** a < need * (1 - _CEIL_SLACK):
+                        q += 1
+                    else:
+                        break
         elif hi is not None:
             q = hi
         else:
             raise InvalidArgumentError(
                 f"{need:.3g} records/s at {rate:.3g} per instance (exponent {a:g}) needs more "
                 "instances than a float counts; pass max_parallelism=, or rates in other units")
-        if q < _EXACT:  # refine: at most a step or two off; beyond 2**53 q - 1 == q in floats
-            while q > 1 and cap0 * ((q - 1) / p0) ** a >= need * (1 - _CEIL_SLACK):
-                q -= 1
-            while cap0 * (q / p0) ** a < need * (1 - _CEIL_SLACK):
-                q += 1
     if hi is not None:
         q = min(q, hi)
     return q
@@ -520,9 +506,9 @@ class SimulatedOperator:
     exponent: float = 1.0
 
     def __post_init__(self) -> None:
-        _real(self.rate, "rate", positive=True)
-        _real(self.selectivity, "selectivity")
-        a = _real(self.exponent, "exponent", positive=True)
+        check_real(self.rate, "rate", positive=True)
+        check_real(self.selectivity, "selectivity")
+        a = check_real(self.exponent, "exponent", positive=True)
         if a > 1:
             raise InvalidArgumentError(f"exponent must be in (0, 1], got {a!r}")
 
@@ -658,7 +644,7 @@ class SimulatedPipeline:
                 raise InvalidArgumentTypeError(
                     f"operators[{n!r}] must be a SimulatedOperator, got {type(op).__name__}")
         self._ops = dict(operators)
-        self._noise = _real(noise, "noise")
+        self._noise = check_real(noise, "noise")
         if self._noise > 0.5:
             raise InvalidArgumentError(f"noise must be in [0, 0.5], got {self._noise!r}")
         self._rng = np.random.default_rng(_count(seed, "seed", 0))
@@ -696,7 +682,7 @@ class SimulatedPipeline:
             raise InvalidArgumentError(
                 f"source_rates must give every source a rate and name only sources; missing "
                 f"{lack!r}, not sources {bad!r}")
-        return {s: _real(source_rates[s], f"source_rates[{s!r}]") for s in self._topo.sources}
+        return {s: check_real(source_rates[s], f"source_rates[{s!r}]") for s in self._topo.sources}
 
     def required_input(self, source_rates: Mapping[Hashable, float]) -> dict[Hashable, float]:
         """Records/s each operator must process to sustain ``source_rates``. Cost O(V+E)."""
@@ -742,7 +728,7 @@ class SimulatedPipeline:
         if lack:
             raise InvalidArgumentError(f"parallelism lacks the operators {lack!r}")
         par = {n: _count(parallelism[n], f"parallelism[{n!r}]") for n in self._topo.order}
-        window = _real(window_s, "window_s", positive=True)
+        window = check_real(window_s, "window_s", positive=True)
         targets = self._targets(source_rates)
         need = self.required_input(targets)
         cap = {n: self._ops[n].capacity(par[n]) for n in self._topo.order}

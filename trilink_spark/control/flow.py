@@ -52,6 +52,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
+from ..checks import check_real
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = [
@@ -96,21 +97,7 @@ MAX_TOTAL_CAPACITY = 1e300
 def _number(value: object, what: str, *, positive: bool = False,
             allow_zero: bool = True) -> float:
     """A finite real >= 0 (or > 0), else an error that says what is allowed."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InvalidArgumentTypeError(
-            f"{what} must be a real number (int or float), got {type(value).__name__}")
-    try:
-        out = float(value)
-    except OverflowError:  # an int beyond the float range
-        raise InvalidArgumentError(
-            f"{what} must be finite, got an integer of {value.bit_length() if isinstance(value, int) else '?'} bits (floats "
-            "end near 1.8e308)") from None
-    if math.isnan(out) or math.isinf(out):
-        raise InvalidArgumentError(f"{what} must be finite, got {out!r}")
-    if out < 0 or (positive and out == 0) or (not allow_zero and out == 0):
-        allowed = "> 0" if positive or not allow_zero else ">= 0"
-        raise InvalidArgumentError(f"{what} must be {allowed}, got {out!r}")
-    return out
+    return check_real(value, what, positive=positive or not allow_zero)
 
 
 def _edge(key: object, what: str) -> Edge:
