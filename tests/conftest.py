@@ -181,6 +181,21 @@ class RunningCount(tl.KeyedWatermarkProcessFunction):
         return [(None if isinstance(key, float) and math.isnan(key) else key, n)]
 
 
+def partition_layout(placed: Any, key: str = "k") -> tuple[list[Any], dict[int, set[int]]]:
+    """The rows of a placed frame (``key``, ``v``, the strategy partition and the Spark
+    partition ``sp``) and, per Spark partition, the strategy partitions it holds."""
+    from pyspark.sql import functions as F
+
+    import trilink_spark as tl
+
+    rows = placed.select(key, "v", tl.PARTITION_COL,
+                         F.spark_partition_id().alias("sp")).collect()
+    by_task: dict[int, set[int]] = {}
+    for r in rows:
+        by_task.setdefault(r["sp"], set()).add(r[tl.PARTITION_COL])
+    return rows, by_task
+
+
 def greedy_group_bounds(codes: list[int], max_groups: int) -> list[int]:
     """Local Merge's groups-mode flush ends by definition, one row at a time: a flush ends
     before the row whose group would make it hold more than ``max_groups`` groups."""

@@ -12,6 +12,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from conftest import partition_layout
 from trilink_spark.placement.key_by import COMPACT_ABOVE, with_partition_id
 
 
@@ -20,13 +21,6 @@ def small(spark):
     return spark.range(100).selectExpr("cast(id as string) k", "id v")
 
 
-def _layout(placed, key="k"):
-    rows = placed.select(key, "v", tl.PARTITION_COL,
-                         F.spark_partition_id().alias("sp")).collect()
-    by_task: dict[int, set[int]] = {}
-    for r in rows:
-        by_task.setdefault(r["sp"], set()).add(r[tl.PARTITION_COL])
-    return rows, by_task
 
 
 @pytest.mark.parametrize("strategy", ["hash", "least_count", "modulo_int"])
@@ -35,7 +29,7 @@ def test_empty_partitions_get_no_task_above_the_threshold(spark, small, strategy
     name = "modulo" if strategy == "modulo_int" else strategy
     n = 10_000
     placed = tl.key_by(df, "k", name, n)
-    rows, by_task = _layout(placed)
+    rows, by_task = partition_layout(placed)
     # nothing lost, nothing doubled
     assert sorted(r["v"] for r in rows) == list(range(100))
     used = {r[tl.PARTITION_COL] for r in rows}
@@ -64,7 +58,7 @@ def test_empty_partitions_get_no_task_above_the_threshold(spark, small, strategy
 def test_compact_never_keeps_spark_partition_equal_to_strategy_partition(spark, small):
     placed = tl.key_by(small, "k", "hash", 40, compact="never")
     assert placed.rdd.getNumPartitions() == 40
-    rows, by_task = _layout(placed)
+    rows, by_task = partition_layout(placed)
     assert all(pids == {sp} for sp, pids in by_task.items())
 
 
@@ -73,14 +67,14 @@ def test_below_the_threshold_auto_is_exact_placement(spark, small):
     assert n <= COMPACT_ABOVE
     placed = tl.key_by(small, "k", "hash", n)
     assert placed.rdd.getNumPartitions() == n
-    _, by_task = _layout(placed)
+    _, by_task = partition_layout(placed)
     assert all(pids == {sp} for sp, pids in by_task.items())
 
 
 def test_compact_always_at_small_counts(spark, small):
     three = small.where("v < 3")
     placed = tl.key_by(three, "k", "hash", 16, compact="always")
-    rows, by_task = _layout(placed)
+    rows, by_task = partition_layout(placed)
     used = {r[tl.PARTITION_COL] for r in rows}
     assert placed.rdd.getNumPartitions() == len(used) < 16
     assert sorted(r["v"] for r in rows) == [0, 1, 2]

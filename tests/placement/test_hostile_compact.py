@@ -15,16 +15,10 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from conftest import partition_layout
 from trilink_spark.columns import COMPACTED_META, NUM_PARTITIONS_META
 
 
-def _layout(placed: Any, key: str = "k") -> tuple[list[Any], dict[int, set[int]]]:
-    rows = placed.select(key, "v", tl.PARTITION_COL,
-                         F.spark_partition_id().alias("sp")).collect()
-    by_task: dict[int, set[int]] = {}
-    for r in rows:
-        by_task.setdefault(r["sp"], set()).add(r[tl.PARTITION_COL])
-    return rows, by_task
 
 
 # ---------------------------------------------------------------------- empty input
@@ -50,7 +44,7 @@ def test_null_keys_on_partition0_are_compacted_with_every_row(spark: Any) -> Non
     nulls = spark.createDataFrame([(None, 1), ("a", 2), (None, 3)], "k string, v long")
     placed = tl.key_by(nulls, "k", "least_count", 64, null_policy="partition0",
                        fit="none", compact="always")
-    rows, by_task = _layout(placed)
+    rows, by_task = partition_layout(placed)
     assert sorted(r["v"] for r in rows) == [1, 2, 3]
     assert {r[tl.PARTITION_COL] for r in rows if r["k"] is None} == {0}
     assert placed.rdd.getNumPartitions() == len(by_task) <= 2
@@ -75,7 +69,7 @@ def test_odd_keys_are_compacted_without_losing_or_moving_a_row(
     if strategy in ("least_count", "least_key"):
         kw["fit"] = "none"
     placed = tl.key_by(df, "k", strategy, 64, compact="always", **kw)
-    rows, by_task = _layout(placed)
+    rows, by_task = partition_layout(placed)
     assert sorted(r["v"] for r in rows) == list(range(len(keys)))
     assert all(len(p) == 1 for p in by_task.values())
     assert placed.rdd.getNumPartitions() == len(by_task)
@@ -91,7 +85,7 @@ def test_block_and_overlay_placements_compact_exactly(spark: Any, make: str) -> 
                                 tl.OverlayPartitioner(tl.HashPartitioner(64),
                                                       {"1": 5, "2": 63}))
     placed = tl.key_by(df, "k", strategy, compact="always")
-    rows, by_task = _layout(placed)
+    rows, by_task = partition_layout(placed)
     assert sorted(r["v"] for r in rows) == list(range(30))
     assert all(len(p) == 1 for p in by_task.values())
     assert placed.rdd.getNumPartitions() == len(by_task) < 64
