@@ -89,6 +89,8 @@ from .control import AdaptiveBatchFunction, AdaptivePartitioner, Decision, adapt
 from .control import CONFIG_FIELDS, ConfigCenter, RedisConfigCenter, validate_update
 from .control import MODES as SWITCH_MODES
 from .control import TASK_METRIC_COLUMNS, task_metrics
+from .optiming import OPERATOR_TIMING_COLUMNS, OPERATOR_TIMING_CONF, OperatorTimer
+from .optiming import OperatorTimingReader, read_operator_timings
 from .control import REBALANCE_STATES, LoadAwareRebalancer, RebalanceDecision
 from .control import FlowNetwork, FlowResult, find_bottlenecks, learn_capacity, max_flow
 from .control import BottleneckAdvisor, BottleneckListener, BottleneckReport, ds2_parallelism
@@ -172,6 +174,11 @@ __all__ = [
     # measurements and rebalancing
     "TASK_METRIC_COLUMNS",
     "task_metrics",
+    "OPERATOR_TIMING_COLUMNS",
+    "OPERATOR_TIMING_CONF",
+    "OperatorTimer",
+    "OperatorTimingReader",
+    "read_operator_timings",
     "REBALANCE_STATES",
     "LoadAwareRebalancer",
     "RebalanceDecision",

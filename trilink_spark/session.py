@@ -10,6 +10,8 @@ spark.trilink.minSample         10000   fewer sampled rows than this: auto count
 spark.trilink.nullPolicy        error   ``error`` or ``partition0`` for null keys
 spark.trilink.fit               full    how table strategies learn keys in ``key_by``
 spark.trilink.compactPartitions auto    whether ``key_by`` runs no task for empty partitions
+spark.trilink.operatorTiming    unset   directory where trilink operators' tasks time
+                                        themselves (:mod:`trilink_spark.optiming`)
 =============================== ======= ====================================================
 """
 

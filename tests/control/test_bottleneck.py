@@ -177,8 +177,12 @@ def test_a_real_query_names_its_slowed_stage(spark: Any) -> None:
     assert sum(b == ["stage 1"] for b in named) >= 4, named
     moved = advise_once(spark, 2, "b")
     assert moved.bottleneck == ["stage 2"], moved.reason
-    kinds = [n.kind for n in moved.nodes]
-    assert kinds == ["source read", "shuffle read", "shuffle read"]
+    assert [(n.name, n.kind) for n in moved.nodes] == [
+        ("stage 0", "source read"), ("exchange after stage 0", "exchange"),
+        ("stage 1", "shuffle read"), ("exchange after stage 1", "exchange"),
+        ("stage 2", "shuffle read")]
+    # each exchange carries what its writer stage wrote: 1200 rows, every time
+    assert [n.rows_per_batch for n in moved.nodes if n.kind == "exchange"] == [1200, 1200]
     assert any(a["node"] == "stage 2" for a in moved.actions)
 
 

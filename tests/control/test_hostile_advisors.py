@@ -152,7 +152,8 @@ def test_progress_with_only_trigger_execution_is_one_phase_node() -> None:
 
 
 def frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=list(TASK_METRIC_COLUMNS))
+    # the ten columns observe_stages needs; the shuffle-write ones are optional
+    return pd.DataFrame(rows, columns=list(TASK_METRIC_COLUMNS)[:10])
 
 
 def test_observe_stages_ignores_failed_killed_and_unrecorded_figures() -> None:

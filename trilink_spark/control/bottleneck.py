@@ -46,6 +46,7 @@ import pandas as pd
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from .ds2 import TrueRate, ds2_parallelism
 from .flow import LAMBDA_RANGE, FlowNetwork, find_bottlenecks, max_flow
+from ..optiming import OPERATOR_TIMING_COLUMNS, OPERATOR_TIMING_CONF, OperatorTimingReader
 from .metrics import TASK_METRIC_COLUMNS, task_metrics
 from .progress import BatchProgress, parse_progress
 from ..eventtime import parse_interval
@@ -203,8 +204,17 @@ class _Batch:
     nodes: dict[str, dict[str, float]] = field(default_factory=dict)
     kinds: dict[str, str] = field(default_factory=dict)
     seconds: float | None = None
+    #: stage id -> its node ("stage i"), and the exchange each stage's shuffle write feeds
+    stages: dict[int, str] = field(default_factory=dict)
+    exchanges: dict[int, str] = field(default_factory=dict)
+    #: operator node -> {stage id: busy ms} (from operator timings)
+    in_stage: dict[str, dict[int, float]] = field(default_factory=dict)
 
 
+#: The columns of a task-metrics frame :meth:`BottleneckAdvisor.observe_stages` needs.
+STAGE_COLUMNS = tuple(TASK_METRIC_COLUMNS[:10])
+#: Optional columns: with them, each shuffle becomes an ``"exchange"`` node.
+EXCHANGE_COLUMNS = ("shuffle_write_records", "shuffle_write_ms", "fetch_wait_ms")
 _FIGURES = ("stage_id", "rows", "duration_ms", "run_ms", "shuffle_read_records",
             "input_records")
 
@@ -213,7 +223,8 @@ def _successful_tasks(metrics: pd.DataFrame) -> pd.DataFrame:
     """The successful tasks of a task-metrics frame, figures as floats (NaN -> -1)."""
     done = metrics[metrics["status"] == "SUCCESS"]
     out: dict[str, Any] = {}
-    for column in _FIGURES:
+    extra = tuple(c for c in EXCHANGE_COLUMNS if c in metrics.columns)
+    for column in _FIGURES + extra:
         raw = done[column]
         if raw.dtype == bool or not (pd.api.types.is_numeric_dtype(raw)
                                      or raw.dtype == object):
@@ -384,24 +395,42 @@ class BottleneckAdvisor:
             A successful task without a stage id. Missing figures (NaN) count as ``-1``
             (not recorded), as :func:`~trilink_spark.task_metrics` writes them.
         """
-        if not isinstance(metrics, pd.DataFrame) or not set(TASK_METRIC_COLUMNS) <= set(
+        if not isinstance(metrics, pd.DataFrame) or not set(STAGE_COLUMNS) <= set(
                 metrics.columns):
             raise InvalidArgumentTypeError(
                 "metrics must be a tl.task_metrics frame (columns "
-                f"{', '.join(TASK_METRIC_COLUMNS)})")
+                f"{', '.join(STAGE_COLUMNS)})")
         done = _successful_tasks(metrics)
         if seconds is not None:
             seconds = _positive(seconds, "seconds", 1e-9, _MAX)
         with self._lock:
             wall = 0.0
             stages = sorted(int(v) for v in done["stage_id"].unique())
+            exchange = "shuffle_write_records" in done.columns
+            writer: str | None = None  # the exchange the latest shuffle write fed
             for i, stage in enumerate(stages):
                 tasks = done[done["stage_id"] == stage]
                 kind = ("source read" if int(tasks["input_records"].sum()) > 0 else
                         "shuffle read" if int(tasks["shuffle_read_records"].sum()) > 0
                         else "operator")
-                self._add(f"stage {i}", kind, float(tasks["rows"].clip(lower=0).sum()),
-                          float(tasks["run_ms"].clip(lower=0).sum()), int(len(tasks)))
+                busy = float(tasks["run_ms"].clip(lower=0).sum())
+                if exchange:  # the shuffle's own time belongs to the exchange node
+                    write_ms = float(tasks["shuffle_write_ms"].clip(lower=0).sum())
+                    fetch_ms = float(tasks["fetch_wait_ms"].clip(lower=0).sum())
+                    busy = max(busy - write_ms - fetch_ms, 0.0)
+                    if writer is not None and fetch_ms > 0:
+                        self._add(writer, "exchange", 0.0, fetch_ms, int(len(tasks)))
+                name = f"stage {i}"
+                self._add(name, kind, float(tasks["rows"].clip(lower=0).sum()), busy,
+                          int(len(tasks)))
+                self._current.stages[stage] = name
+                if exchange and float(tasks["shuffle_write_records"].clip(lower=0).sum()) > 0:
+                    writer = f"exchange after stage {i}"
+                    self._add(writer, "exchange",
+                              float(tasks["shuffle_write_records"].clip(lower=0).sum()),
+                              float(tasks["shuffle_write_ms"].clip(lower=0).sum()),
+                              int(len(tasks)))
+                    self._current.exchanges[stage] = writer
                 wall += float(tasks["duration_ms"].clip(lower=0).max()) / 1000.0
             if seconds is not None or wall > 0:
                 self._current.seconds = seconds if seconds is not None else wall
@@ -438,6 +467,56 @@ class BottleneckAdvisor:
         with self._lock:
             self._add(name, kind, rows_f, busy, count)
 
+    def observe_timings(self, timings: pd.DataFrame) -> None:
+        """Take the records trilink operators wrote of their own work
+        (:func:`~trilink_spark.read_operator_timings`, or an
+        :class:`~trilink_spark.OperatorTimingReader`'s ``new()``) for the current batch.
+
+        Each operator (``local_merge``, ``global_merge``, ``keyed``) becomes a node: rows in,
+        its own busy milliseconds, tasks. When the stage it ran in was observed
+        (:meth:`observe_stages`), its time is taken out of that stage's node and it is
+        placed right after it in the chain, so no time counts twice.
+
+        Raises
+        ------
+        InvalidArgumentTypeError
+            ``timings`` is not a frame with
+            :data:`~trilink_spark.optiming.OPERATOR_TIMING_COLUMNS`.
+        InvalidArgumentError
+            An operator name that is empty or reserved, or negative figures.
+        """
+        if not isinstance(timings, pd.DataFrame) or not set(OPERATOR_TIMING_COLUMNS) <= set(
+                timings.columns):
+            raise InvalidArgumentTypeError(
+                "timings must be a tl.read_operator_timings frame (columns "
+                f"{', '.join(OPERATOR_TIMING_COLUMNS)})")
+        if not len(timings):
+            return
+        checked = timings[["operator", "stage_id", "partition", "rows_in", "busy_ms"]].copy()
+        for column in ("stage_id", "partition", "rows_in", "busy_ms"):
+            values = pd.to_numeric(checked[column], errors="coerce")
+            if (bool(values.isna().any()) or bool((values < 0).any())
+                    or not bool(np.isfinite(values.astype("float64")).all())):
+                raise InvalidArgumentError(
+                    f"timings column {column!r} must hold finite numbers >= 0")
+            checked[column] = values.astype("int64" if column == "stage_id" else "float64")
+        groups: list[tuple[str, float, float, int, dict[int, float]]] = []
+        for name, rows in checked.groupby("operator", sort=False):
+            if not isinstance(name, str) or not name or name in (SOURCE, SINK):
+                raise InvalidArgumentError(
+                    f"operator name must be a non-empty str other than {SOURCE!r} and "
+                    f"{SINK!r}, got {name!r:.80}")
+            sums = rows.groupby("stage_id")["busy_ms"].sum()
+            groups.append((name, float(rows["rows_in"].sum()), float(rows["busy_ms"].sum()),
+                           int(rows.groupby("stage_id")["partition"].nunique().max()),
+                           {int(str(k)): float(v) for k, v in sums.items()}))
+        with self._lock:
+            for name, rows_in, busy, tasks, per_stage in groups:
+                self._add(name, "trilink operator", rows_in, busy, tasks)
+                held = self._current.in_stage.setdefault(name, {})
+                for stage, ms in per_stage.items():
+                    held[stage] = held.get(stage, 0.0) + ms
+
     def _add(self, name: str, kind: str, rows: float, busy_ms: float, tasks: int) -> None:
         entry = self._current.nodes.setdefault(name, {"rows": 0.0, "busy_ms": 0.0, "tasks": 0})
         entry["rows"] += rows
@@ -445,7 +524,40 @@ class BottleneckAdvisor:
         entry["tasks"] = max(entry["tasks"], tasks)
         self._current.kinds[name] = kind
 
+    @staticmethod
+    def _place_operators(batch: _Batch) -> None:
+        """Take each timed operator's time out of the stage it ran in, and order the chain:
+        a stage, the operators inside it, then the exchange its shuffle write feeds."""
+        if not batch.in_stage or not batch.stages:
+            return
+        after: dict[str, list[str]] = {}
+        for op, per_stage in batch.in_stage.items():
+            placed = False
+            for stage, ms in per_stage.items():
+                name = batch.stages.get(stage)
+                if name is None:
+                    continue
+                entry = batch.nodes[name]
+                entry["busy_ms"] = max(entry["busy_ms"] - ms, 0.0)
+                if not placed:
+                    after.setdefault(name, []).append(op)
+                    placed = True
+        order: list[str] = []
+        moved = {op for ops in after.values() for op in ops}
+        exchange_of = {batch.stages[s]: x for s, x in batch.exchanges.items() if s in batch.stages}
+        exchanges = set(exchange_of.values())
+        for name in batch.nodes:
+            if name in moved or name in exchanges:
+                continue
+            order.append(name)
+            order.extend(after.get(name, []))
+            if name in exchange_of:
+                order.append(exchange_of[name])
+        order.extend(x for x in batch.nodes if x not in order)
+        batch.nodes = {n: batch.nodes[n] for n in order}
+
     def _close(self, batch: _Batch) -> None:
+        self._place_operators(batch)
         self._seen += 1
         if self._seen <= self.warmup_batches:
             return
@@ -605,6 +717,20 @@ class BottleneckAdvisor:
                                    "(tl.ahead_key_by + tl.keyed_by_source: no exchange)",
                         "expected": f"{n.rows_per_batch:.0f} rows per batch cross the "
                                     "shuffle; pre-aggregation sends one row per key and slot"})
+            elif n.kind == "exchange":
+                actions.append({
+                    "action": "shrink what crosses the exchange", "node": name,
+                    "setting": "tl.local_merge before the keyed stage, or Ahead KeyBy "
+                               "(tl.ahead_key_by + tl.keyed_by_source: no exchange)",
+                    "expected": f"{n.rows_per_batch:.0f} rows per batch are written to and "
+                                "fetched from the shuffle; pre-aggregation sends one row per "
+                                "key and slot, Ahead KeyBy none"})
+            elif n.kind == "trilink operator" and name == "keyed":
+                actions.append({
+                    "action": "more partitions for keyed state", "node": name,
+                    "setting": f"run.request_swap(num_partitions={n.ds2_parallelism})",
+                    "expected": f"{n.tasks} -> {n.ds2_parallelism} tasks at the next batch "
+                                f"barrier, state moved by the swap, {gain}"})
             elif n.kind == "source read":
                 actions.append({
                     "action": "more input partitions", "node": name,
@@ -646,6 +772,12 @@ class BottleneckListener:
         Classic session: each batch's stages are read with :func:`~trilink_spark.task_metrics`
         (the query's run id is the job group of its batches). Without it only progress is
         used.
+    timings : str, optional
+        The operator timing directory (default: ``spark.trilink.operatorTiming`` of
+        ``spark``, when set): each batch's new records go to
+        :meth:`BottleneckAdvisor.observe_timings`, so ``local_merge``, ``global_merge`` and
+        the keyed runtime are nodes of their own. The names of the records read are kept
+        (O(tasks run) memory); records are not deleted.
 
     Notes
     -----
@@ -659,18 +791,26 @@ class BottleneckListener:
     >>> print(advisor.report())  # doctest: +SKIP
     """
 
-    def __new__(cls, advisor: BottleneckAdvisor, spark: Any = None) -> Any:
+    def __new__(cls, advisor: BottleneckAdvisor, spark: Any = None,
+                timings: str | None = None) -> Any:
         from pyspark.sql.streaming.listener import StreamingQueryListener
 
         if not isinstance(advisor, BottleneckAdvisor):
             raise InvalidArgumentTypeError(
                 f"advisor must be a BottleneckAdvisor, got {type(advisor).__name__}")
+        if timings is None and spark is not None:
+            try:
+                timings = spark.conf.get(OPERATOR_TIMING_CONF, None) or None
+            except Exception as err:  # noqa: BLE001 - no conf, no operator timings
+                logger.debug("BottleneckListener: conf not read (%s)", err)
+        reader = None if timings is None else OperatorTimingReader(timings)
 
         class _Listener(StreamingQueryListener):  # type: ignore[misc]
             def __init__(self) -> None:
                 self.advisor = advisor
                 self.spark = spark
                 self.last_stage = -1
+                self.timings = reader
                 self.reports: list[BottleneckReport] = []
 
             def onQueryStarted(self, event: Any) -> None:
@@ -691,6 +831,8 @@ class BottleneckListener:
                         if len(fresh):
                             self.last_stage = int(fresh["stage_id"].max())
                             self.advisor.observe_stages(fresh)
+                    if self.timings is not None:
+                        self.advisor.observe_timings(self.timings.new())
                     self.advisor.observe_progress(progress.json)
                     report = self.advisor.report()
                     self.reports.append(report)

@@ -39,10 +39,12 @@ logger = logging.getLogger(__name__)
 #: Columns of :func:`task_metrics`' result, in order.
 TASK_METRIC_COLUMNS: tuple[str, ...] = (
     "stage_id", "stage_attempt", "partition", "attempt", "status", "rows", "duration_ms",
-    "run_ms", "shuffle_read_records", "input_records",
+    "run_ms", "shuffle_read_records", "input_records", "shuffle_write_records",
+    "shuffle_write_ms", "fetch_wait_ms",
 )
 _INT_COLUMNS = ("stage_id", "stage_attempt", "partition", "attempt", "rows", "duration_ms",
-                "run_ms", "shuffle_read_records", "input_records")
+                "run_ms", "shuffle_read_records", "input_records", "shuffle_write_records",
+                "shuffle_write_ms", "fetch_wait_ms")
 #: At most this many tasks are read per stage attempt.
 MAX_TASKS_PER_STAGE = 1_000_000
 
@@ -99,15 +101,18 @@ def _stage_rows(store: Any, stage: int) -> list[tuple[Any, ...]]:
         metrics = _option(task.taskMetrics())
         duration = _option(task.duration())
         if metrics is None:
-            run = shuffled = read = -1
+            run = shuffled = read = written = write_ms = fetch_ms = -1
         else:
             run = int(metrics.executorRunTime())
             shuffled = int(metrics.shuffleReadMetrics().recordsRead())
             read = int(metrics.inputMetrics().recordsRead())
+            written = int(metrics.shuffleWriteMetrics().recordsWritten())
+            write_ms = int(metrics.shuffleWriteMetrics().writeTime()) // 1_000_000  # ns
+            fetch_ms = int(metrics.shuffleReadMetrics().fetchWaitTime())
         total = -1 if metrics is None else shuffled + read
         rows.append((stage, attempt, int(task.partitionId()), int(task.attempt()),
                      str(task.status()), total, -1 if duration is None else int(duration),
-                     run, shuffled, read))
+                     run, shuffled, read, written, write_ms, fetch_ms))
     return rows
 
 
@@ -132,7 +137,9 @@ def task_metrics(spark: SparkSession, job_group: str | None = None,
         Columns :data:`TASK_METRIC_COLUMNS`: ``stage_id``, ``stage_attempt``, ``partition``,
         ``attempt``, ``status`` (``"SUCCESS"``, ``"FAILED"``, ``"KILLED"``, ``"RUNNING"``),
         ``rows`` (input plus shuffle records read), ``duration_ms``, ``run_ms``,
-        ``shuffle_read_records``, ``input_records``; sorted by stage, partition and attempt.
+        ``shuffle_read_records``, ``input_records``, ``shuffle_write_records``,
+        ``shuffle_write_ms`` (writing the shuffle files), ``fetch_wait_ms`` (blocked fetching
+        shuffle blocks); sorted by stage, partition and attempt.
         Each stage's latest attempt only; skipped stages have no rows. A figure Spark has not
         recorded (a task still running) is ``-1``. When nothing can be read,
         ``result.attrs["unavailable"]`` holds the reason and the frame is empty; otherwise it

@@ -28,6 +28,7 @@ from ..compat import num_partitions, streaming_query_id
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..errors import StateOwnershipError, TrilinkError
 from ..eventtime import delay_in_units, event_time_micros
+from ..optiming import OperatorTimer, Stopwatch, operator_timer
 from ..partitioners import BlockPartitioner, Partitioner
 from ..placement.key_by import place_rows, resolve_strategy
 from ..placement.source import check_source_layout, is_keyed_by_source
@@ -256,6 +257,7 @@ def _partition_function(
     idle_timeout: float,
     arrow_schema: Any,
     io: StateIO | None,
+    timer: OperatorTimer | None = None,
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     value_type = None if io is None else io.value_type
     fields = _value_fields(value_type)
@@ -267,7 +269,8 @@ def _partition_function(
         context = TaskContext.get()
         pid = context.partitionId() if context is not None else 0
         started = time.perf_counter()
-        received = list(batches)
+        watch = Stopwatch()
+        received = list(watch.pull(batches))
         frame = pa.Table.from_batches(received).to_pandas() if received else None
         if frame is not None and not len(frame):
             frame = None
@@ -293,7 +296,11 @@ def _partition_function(
             if per_block is not None:
                 timing["block_rows"] = per_block
             io.save(pid, state, timing)
-        yield from batches_out
+        yield from watch.emit(batches_out)
+        if timer is not None:
+            timer.write(rows_in=0 if frame is None else len(frame),
+                        rows_out=sum(b.num_rows for b in batches_out),
+                        busy_ms=watch.busy_ms(), wait_ms=watch.wait_ms)
 
     return run
 
@@ -411,7 +418,8 @@ def keyed_process(
         placed = place_rows(tagged, key, strategy, num_partitions)
     arrival = [order_by, POS_COL] if order_by is not None else [POS_COL]
     placed = placed.sortWithinPartitions(*arrival)
-    fn = _partition_function(processor, key, delay_units, idle_units, arrow_schema, None)
+    fn = _partition_function(processor, key, delay_units, idle_units, arrow_schema, None,
+                             operator_timer(df.sparkSession, "keyed"))
     return placed.mapInArrow(fn, out_schema)
 
 
@@ -619,7 +627,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
         arrival = [o["order_by"], POS_COL] if o["order_by"] is not None else [POS_COL]
         placed = placed.sortWithinPartitions(*arrival)
         fn = _partition_function(o["processor"], o["key"], delay_units, idle_units,
-                                 arrow_schema, io)
+                                 arrow_schema, io,
+                                 operator_timer(batch_df.sparkSession, "keyed"))
         out = placed.mapInArrow(fn, out_schema)
         self.func(out, batch_id)
         listed = self._ensure_written(out, batch_id, partitions, fill=io.carry_forward)

@@ -19,6 +19,7 @@ from ..columns import CONST_TIME_COL, check_atomic_key, check_user_columns, requ
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StoreUnavailableError
 from .local import SLOT, arrow_to_pandas, check_merge_names, local_merge, partition_flushes
 from .local import DEFAULT_MAX_GROUPS, plan_merge, read_partition, to_arrow
+from ..optiming import OperatorTimer, Stopwatch, operator_timer
 from .redis_store import RedisStore
 from .algebra import AggSpec, finalize_frame, merge_partial_frames, parse_aggs, quoted
 
@@ -90,7 +91,10 @@ def global_merge(
     Cost: one Spark job with no shuffle (each partition aggregates in Python, Arrow in and out),
     the partials collected to the driver (memory O(keys x partitions x flushes)), merged with
     pandas, and the result turned back into a DataFrame. Suited where the result is small
-    compared with the input (few keys); for many keys use ``keyed_agg``.
+    compared with the input (few keys); for many keys use ``keyed_agg``. With
+    ``spark.trilink.operatorTiming`` set, the flushes time themselves
+    (:mod:`~trilink_spark.optiming`, operator ``"global_merge"``: each Redis task, or the
+    merge on the driver, with the partials' ``"local_merge"`` tasks).
 
     Examples
     --------
@@ -123,6 +127,8 @@ def global_merge(
     partials = local_merge(source, key, time_name, slot, resolved, mode, quantity=quantity,
                            delay=delay, punctuation=punctuation, max_groups=max_groups)
     frame = arrow_to_pandas(partials.toArrow())
+    timer = operator_timer(df.sparkSession, "global_merge")
+    watch = Stopwatch()
     groups = [key]
     schema = _result_schema(df, key, specs)
     spark = df.sparkSession
@@ -130,6 +136,9 @@ def global_merge(
         return spark.createDataFrame([], schema)
     merged = merge_partial_frames(frame.drop(columns=[SLOT]), groups, specs, time_name)
     result = finalize_frame(merged, groups, specs)
+    if timer is not None:  # the merge on the driver: one "task"
+        timer.write(rows_in=len(frame), rows_out=len(result), busy_ms=watch.busy_ms(),
+                    partition=0)
     if pd.api.types.is_float_dtype(result[key].dtype):
         result[key] = result[key] + 0.0  # -0.0 and 0.0 are one key: Spark shows it as 0.0
     return spark.createDataFrame(_arrow_result(result[[key] + [s.name for s in specs]],
@@ -178,7 +187,9 @@ def _merge_into_redis(
     store.bind_schema(schema, _result_schema(df, key, plan.specs))
     store.set_meta(key, df.schema[key].dataType.simpleString(), plan.specs)
     run_id = str(batch_id) if batch_id is not None else f"run-{uuid.uuid4().hex}"
-    status = src.mapInArrow(_apply_partition(plan, store, run_id), STATUS_SCHEMA).collect()
+    timer = operator_timer(df.sparkSession, "global_merge")
+    status = src.mapInArrow(_apply_partition(plan, store, run_id, timer),
+                            STATUS_SCHEMA).collect()
     failed = [row for row in status if row["error"] is not None]
     if failed:
         partitions = ", ".join(str(row["partition"]) for row in failed)
@@ -190,7 +201,8 @@ def _merge_into_redis(
     return store.read(df.sparkSession, aggs, key) if read else None
 
 
-def _apply_partition(plan: Any, store: RedisStore, run_id: str) -> Any:
+def _apply_partition(plan: Any, store: RedisStore, run_id: str,
+                     timer: OperatorTimer | None = None) -> Any:
     """The task of a Redis global merge: one ``store.apply`` per flush, then a status row.
 
     A :class:`~trilink_spark.StoreUnavailableError` stops the partition's flushes and is
@@ -204,7 +216,9 @@ def _apply_partition(plan: Any, store: RedisStore, run_id: str) -> Any:
         pid = context.partitionId() if context is not None else 0
         flushes = applied = 0
         error: str | None = None
-        for i, deltas in enumerate(partition_flushes(read_partition(batches), plan)):
+        watch = Stopwatch()
+        rows = read_partition(watch.pull(batches))
+        for i, deltas in enumerate(partition_flushes(rows, plan)):
             flushes += 1
             try:
                 applied += int(store.apply(deltas, plan.key, plan.specs, f"{run_id}:{pid}:{i}"))
@@ -213,6 +227,9 @@ def _apply_partition(plan: Any, store: RedisStore, run_id: str) -> Any:
                              i, err)
                 error = str(err)
                 break
+        if timer is not None:  # rows out: the flushes applied to the store
+            timer.write(rows_in=len(rows), rows_out=applied, busy_ms=watch.busy_ms(),
+                        wait_ms=watch.wait_ms)
         yield pa.RecordBatch.from_pydict(
             {"partition": [pid], "flushes": [flushes], "applied": [applied], "error": [error]},
             schema=pa.schema([("partition", pa.int32()), ("flushes", pa.int32()),

@@ -47,6 +47,7 @@ from ..columns import CONST_TIME_COL, ET_COL, INTERNAL_PREFIX, ORDER_COL, POS_CO
 from ..columns import SLOT_COL
 from ..columns import check_atomic_key, check_user_columns, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..optiming import OperatorTimer, Stopwatch, operator_timer
 from ..eventtime import SPARK_TIME_TYPES, delay_in_units, event_time_micros, from_units
 from .algebra import AggSpec, column_of, parse_aggs, partial_groups, quoted
 
@@ -462,12 +463,19 @@ def read_partition(batches: Iterator[Any]) -> pd.DataFrame:
     return arrow_to_pandas(pa.Table.from_batches(received)) if received else pd.DataFrame()
 
 
-def _merge_partition(plan: MergePlan) -> Any:
+def _merge_partition(plan: MergePlan, timer: OperatorTimer | None = None) -> Any:
     def run(batches: Iterator[Any]) -> Iterator[Any]:
-        flushed = partition_partials(read_partition(batches), plan)
+        watch = Stopwatch()
+        rows = read_partition(watch.pull(batches))
+        flushed = partition_partials(rows, plan)
+        out = 0
         if len(flushed.frame):
             table = to_arrow(flushed.frame, plan.arrow_schema)
-            yield from table.to_batches()
+            out = table.num_rows
+            yield from watch.emit(table.to_batches())
+        if timer is not None:
+            timer.write(rows_in=len(rows), rows_out=out, busy_ms=watch.busy_ms(),
+                        wait_ms=watch.wait_ms)
 
     return run
 
@@ -550,7 +558,8 @@ def local_merge(
     only the key, event time and aggregated columns travel; a partition's rows are held until
     its last flush), no shuffle. The output has at most one row per key, slot and flush: with
     few keys per slot it is a small fraction of the input, which is what the keyed exchange
-    after it then carries.
+    after it then carries. With ``spark.trilink.operatorTiming`` set, each task also writes
+    one timing record (:mod:`~trilink_spark.optiming`: rows in and out, its own milliseconds).
 
     Examples
     --------
@@ -560,7 +569,8 @@ def local_merge(
     """
     src, plan = plan_merge(df, key, event_time, slot, aggs, mode, quantity=quantity, delay=delay,
                            punctuation=punctuation, order_by=order_by, max_groups=max_groups)
-    result: DataFrame = src.mapInArrow(_merge_partition(plan), plan.out_schema)
+    timer = operator_timer(df.sparkSession, "local_merge")
+    result: DataFrame = src.mapInArrow(_merge_partition(plan, timer), plan.out_schema)
     return result
 
 

@@ -26,6 +26,7 @@ from ..arrowio import read_table, write_table
 from ..columns import ET_COL, POS_COL, SLOT_COL
 from ..compat import num_partitions
 from ..errors import InvalidArgumentTypeError, StateCorruptError
+from ..optiming import OperatorTimer, Stopwatch, operator_timer
 from ..state.store import KeyedStateStore, StatefulBatchFunction
 from .local import MergePlan, partition_partials, plan_merge, read_partition, to_arrow
 
@@ -140,13 +141,16 @@ def _tail_where(store: KeyedStateStore, partition: int, batch_id: int | None = N
     return f"merge tail of partition {partition} ({which}) in state path {store.path}"
 
 
-def _buffered_partition(plan: MergePlan, store: KeyedStateStore, batch_id: int) -> Any:
+def _buffered_partition(plan: MergePlan, store: KeyedStateStore, batch_id: int,
+                        timer: OperatorTimer | None = None) -> Any:
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         from pyspark import TaskContext
 
         context = TaskContext.get()
         pid = context.partitionId() if context is not None else 0
-        rows = read_partition(batches)
+        watch = Stopwatch()
+        rows = read_partition(watch.pull(batches))
+        received = len(rows)
         if len(rows):  # arrival positions that order this batch after the buffered rows
             rows[POS_COL] = batch_id * _ROWS_PER_BATCH + np.arange(len(rows), dtype=np.int64)
         previous = store.load_before(pid, batch_id)
@@ -162,9 +166,14 @@ def _buffered_partition(plan: MergePlan, store: KeyedStateStore, batch_id: int) 
         flushed = partition_partials(rows, plan, keep_tail=True)
         tail = rows.iloc[flushed.consumed:]
         store.save(pid, batch_id, encode_tail(tail))
+        out = 0
         if len(flushed.frame):
             table = to_arrow(flushed.frame, plan.arrow_schema)
-            yield from table.to_batches()
+            out = table.num_rows
+            yield from watch.emit(table.to_batches())
+        if timer is not None:
+            timer.write(rows_in=received, rows_out=out, busy_ms=watch.busy_ms(),
+                        wait_ms=watch.wait_ms)
 
     return run
 
@@ -183,7 +192,9 @@ class LocalMergeBatchFunction(StatefulBatchFunction):
                                o["mode"], quantity=o["quantity"], delay=o["delay"],
                                punctuation=o["punctuation"], order_by=o["order_by"])
         self._plan = plan
-        out = src.mapInArrow(_buffered_partition(plan, self.store, batch_id), plan.out_schema)
+        timer = operator_timer(batch_df.sparkSession, "local_merge")
+        out = src.mapInArrow(_buffered_partition(plan, self.store, batch_id, timer),
+                             plan.out_schema)
         self.func(out, batch_id)
         self._complete(out, batch_id, num_partitions(src))  # Spark Connect: one more job
 
