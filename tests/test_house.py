@@ -35,6 +35,7 @@ PUBLIC = {
     "RebalanceDecision", "FlowNetwork", "FlowResult", "find_bottlenecks", "learn_capacity",
     "max_flow", "ds2_parallelism", "BottleneckAdvisor", "BottleneckListener", "BottleneckReport",
     "TrueRate", "ds2_plan", "operator_min_cut", "Advice", "ElasticityAdvisor", "apply_advice",
+    "follow_trigger_cap", "read_trigger_cap", "write_trigger_cap",
     "StoreUnavailableError", "StrategyScore", "TablePartitioner", "TimerService",
     "TrilinkError", "UnknownStrategyError", "WINDOW_AGGS", "WeightPartitioner", "__version__",
     "adaptive_foreach_batch", "ahead_key_by", "balance_degree", "choose_best",

@@ -85,6 +85,7 @@ from .state import KeyedStateStore
 from .merge import AGGREGATES, Combine, GLOBAL_STORES, MERGE_MODES, RedisStore, global_merge
 from .merge import LocalMergeBatchFunction, local_merge, local_merge_foreach_batch, merge_partials
 from .kafka import SOURCE_NAME as KAFKA_SOURCE, read_kafka, register_kafka_source, write_kafka
+from .kafka import read_trigger_cap, write_trigger_cap
 from .control import AdaptiveBatchFunction, AdaptivePartitioner, Decision, adaptive_foreach_batch
 from .control import CONFIG_FIELDS, ConfigCenter, RedisConfigCenter, validate_update
 from .control import MODES as SWITCH_MODES
@@ -95,7 +96,7 @@ from .control import REBALANCE_STATES, LoadAwareRebalancer, RebalanceDecision
 from .control import FlowNetwork, FlowResult, find_bottlenecks, learn_capacity, max_flow
 from .control import BottleneckAdvisor, BottleneckListener, BottleneckReport, ds2_parallelism
 from .control import TrueRate, ds2_plan, operator_min_cut
-from .control import Advice, ElasticityAdvisor, apply_advice
+from .control import Advice, ElasticityAdvisor, apply_advice, follow_trigger_cap
 
 __version__ = "0.1.0"
 
@@ -199,6 +200,7 @@ __all__ = [
     "Advice",
     "ElasticityAdvisor",
     "apply_advice",
+    "follow_trigger_cap",
     # watermarks and timers
     "TimerService",
     "keyed_watermark",
@@ -231,6 +233,8 @@ __all__ = [
     "is_keyed_by_source",
     "SOURCE_AGGREGATES",
     "read_kafka",
+    "read_trigger_cap",
+    "write_trigger_cap",
     "write_kafka",
     "register_kafka_source",
     "KAFKA_SOURCE",

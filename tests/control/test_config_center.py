@@ -48,6 +48,7 @@ def test_validate_update_accepts_every_field() -> None:
         "version": 3, "strategy": "least_count", "candidates": ["hash", "least_key"],
         "sample_rate": 0.05, "mode": "periodic", "threshold": 0.6, "period_s": 5,
         "period_batches": None, "quantity": 10, "min_gain": 0.02, "decay": 0.0, "min_sample": 1,
+        "max_offsets_per_trigger": 5000,
     }
     assert tl.validate_update(update) == {**update, "period_s": 5.0}
     assert set(update) == set(tl.CONFIG_FIELDS)

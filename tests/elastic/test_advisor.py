@@ -105,10 +105,15 @@ def test_apply_advice_publishes_the_cap_through_a_center(caplog):
     lift = Advice(1, None, "test", current_executors=1)
     assert apply_advice(None, lift, dry_run=False, config_center=center)
     assert center.current()["max_offsets_per_trigger"] is None
-    # the default validator does not know the field: refused, logged, False
+    # the default validator knows the field and checks it
+    default = ConfigCenter()
+    assert apply_advice(None, advice, dry_run=False, config_center=default)
+    assert default.current()["max_offsets_per_trigger"] == 250
     with caplog.at_level(logging.WARNING):
-        assert not apply_advice(None, advice, dry_run=False, config_center=ConfigCenter())
+        bad = Advice(1, 0, "a cap of 0 rows", current_executors=1)
+        assert not apply_advice(None, bad, dry_run=False, config_center=default)
     assert "refused" in caplog.text
+    assert default.current()["max_offsets_per_trigger"] == 250
     assert not apply_advice(None, advice)  # no center: nothing can carry the cap
 
 

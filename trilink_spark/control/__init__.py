@@ -13,7 +13,7 @@ from .rebalance import REBALANCE_STATES, LoadAwareRebalancer, RebalanceDecision
 from .flow import FlowNetwork, FlowResult, find_bottlenecks, learn_capacity, max_flow
 from .flow import operator_min_cut
 from .ds2 import TrueRate, ds2_parallelism, ds2_plan
-from .elasticity import Advice, ElasticityAdvisor, apply_advice
+from .elasticity import Advice, ElasticityAdvisor, apply_advice, follow_trigger_cap
 from .bottleneck import BottleneckAdvisor, BottleneckListener, BottleneckReport
 
 set_default_validator(validate_update)
@@ -45,6 +45,7 @@ __all__ = [
     "Advice",
     "ElasticityAdvisor",
     "apply_advice",
+    "follow_trigger_cap",
     "BottleneckAdvisor",
     "BottleneckListener",
     "BottleneckReport",

@@ -58,18 +58,22 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
+from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from ..elastic import CRAA, KPA, TA, KalmanFilter, Policy
 from ..elastic.args import count, positive, seconds
 from ..elastic.model import MAX_UNITS, admission_limit, cooperative_judgement, unit_change
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..kafka.admission import write_trigger_cap
 from .progress import parse_progress
 
-__all__ = ["Advice", "ElasticityAdvisor", "apply_advice", "ADVISOR_POLICIES"]
+__all__ = ["Advice", "ElasticityAdvisor", "apply_advice", "follow_trigger_cap",
+           "ADVISOR_POLICIES"]
 
 logger = logging.getLogger(__name__)
 
@@ -448,7 +452,8 @@ def apply_advice(spark: Any, advice: Advice, dry_run: bool = True, *,
         could be done: local mode and Spark Connect give False.
     config_center : ConfigCenter, optional
         Where the rows-per-trigger cap is published (``{field: cap}``, or ``{field: None}``
-        to lift a cap); a source that subscribes to the center applies it at the next batch.
+        to lift a cap). :func:`follow_trigger_cap` carries it to a ``trilink-kafka`` stream
+        read with ``max_records_per_trigger_path``, which applies it at its next batch.
     field : str
         The configuration field of the cap.
 
@@ -481,3 +486,76 @@ def apply_advice(spark: Any, advice: Advice, dry_run: bool = True, *,
     except Exception as err:  # noqa: BLE001 - the contract: log, return False, never raise
         logger.warning("advice not applied: %s: %s", type(err).__name__, err)
         return False
+
+
+def follow_trigger_cap(center: Any, path: str,
+                       field: str = "max_offsets_per_trigger") -> Callable[[], None]:
+    """Carry a config center's rows-per-trigger cap to a running ``trilink-kafka`` stream.
+
+    Subscribes to ``center``: every accepted snapshot writes its ``field`` to the cap file
+    ``path`` (:func:`~trilink_spark.kafka.admission.write_trigger_cap`), which a stream read
+    with ``read_kafka(..., max_records_per_trigger_path=path)`` applies from its next
+    micro-batch. With :func:`apply_advice` publishing the advice's cap to the same center, the
+    elasticity advisor's admission control reaches the running query.
+
+    Parameters
+    ----------
+    center : ConfigCenter
+        An in-process or Redis config center (its validator must accept ``field``; the default
+        one does, as :data:`~trilink_spark.CONFIG_FIELDS` holds ``max_offsets_per_trigger``).
+    path : str
+        The cap file (local path, or a ``pyarrow.fs`` URI the driver reaches).
+    field : str
+        The configuration field holding the cap.
+
+    Returns
+    -------
+    callable
+        Stops following (the file is left as it is).
+
+    Notes
+    -----
+    Snapshots are written in version order: one arriving late (two publishers at once) never
+    overwrites a newer cap. A snapshot whose ``field`` is not a valid cap is logged and
+    skipped. Cost: one small atomic file write per accepted snapshot.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from trilink_spark.control.config_center import ConfigCenter
+    >>> from trilink_spark.kafka.admission import read_trigger_cap
+    >>> center, path = ConfigCenter(), os.path.join(tempfile.mkdtemp(), "cap.json")
+    >>> stop = follow_trigger_cap(center, path)
+    >>> center.publish({"max_offsets_per_trigger": 2000})["version"]
+    1
+    >>> read_trigger_cap(path)
+    (True, 2000)
+    >>> stop()
+    """
+    if not callable(getattr(center, "subscribe", None)):
+        raise InvalidArgumentTypeError(
+            f"center must be a ConfigCenter, got {type(center).__name__}")
+    if not isinstance(path, str) or not path:
+        raise InvalidArgumentTypeError(f"path must be a non-empty str, got {path!r:.80}")
+    if not isinstance(field, str) or not field:
+        raise InvalidArgumentTypeError(f"field must be a non-empty str, got {field!r:.80}")
+    lock = threading.Lock()
+    written = [0]  # the version last written
+
+    def on_snapshot(snapshot: Mapping[str, Any]) -> None:
+        version = snapshot.get("version", 0)
+        version = version if isinstance(version, int) and not isinstance(version, bool) else 0
+        with lock:
+            if version and version <= written[0]:
+                return  # an older snapshot arriving late
+            try:
+                write_trigger_cap(path, snapshot.get(field))
+            except (InvalidArgumentError, InvalidArgumentTypeError) as err:
+                logger.warning("config version %s: %s is not a cap (%s); the file keeps its "
+                               "cap", version, field, err)
+                return
+            written[0] = max(written[0], version)
+        logger.info("config version %s: rows per trigger cap %s written to %s", version,
+                    snapshot.get(field), path)
+
+    return cast(Callable[[], None], center.subscribe(on_snapshot))

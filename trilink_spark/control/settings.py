@@ -132,6 +132,8 @@ CONFIG_FIELDS: dict[str, Callable[[Any, str], Any]] = {
     "min_gain": lambda v, n: _in_range(v, n, 0.0, 1.0),
     "decay": lambda v, n: _in_range(v, n, 0.0, 1.0, open_high=True),
     "min_sample": lambda v, n: _integer(v, n, 1),
+    # rows per trigger a trilink-kafka stream admits (None: no cap); see follow_trigger_cap
+    "max_offsets_per_trigger": _optional(lambda v, n: _integer(v, n, 1)),
 }
 
 

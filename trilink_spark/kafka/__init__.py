@@ -4,7 +4,9 @@ One Spark partition per Kafka partition on reads; the ``partition`` column honou
 The data source classes need PySpark and are imported when the source is registered.
 """
 
+from .admission import TRIGGER_CAP_OPTION, read_trigger_cap, write_trigger_cap
 from .client import SOURCE_NAME
 from .source import read_kafka, register_kafka_source, write_kafka
 
-__all__ = ["SOURCE_NAME", "read_kafka", "register_kafka_source", "write_kafka"]
+__all__ = ["SOURCE_NAME", "TRIGGER_CAP_OPTION", "read_kafka", "read_trigger_cap",
+           "register_kafka_source", "write_kafka", "write_trigger_cap"]

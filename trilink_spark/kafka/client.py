@@ -95,6 +95,9 @@ class KafkaOptions:
     max_per_trigger : int or None
         ``maxOffsetsPerTrigger``: most records per micro-batch, spread over the partitions in
         proportion to what each has waiting.
+    cap_path : str or None
+        ``maxOffsetsPerTriggerPath``: a cap file read before every micro-batch; its cap, when
+        set, replaces ``maxOffsetsPerTrigger`` (:mod:`~trilink_spark.kafka.admission`).
     num_partitions : int or None
         ``numPartitions``: the partition count the keys were placed for; a topic with another
         count is refused with :class:`~trilink_spark.errors.PartitionCountError`.
@@ -115,6 +118,7 @@ class KafkaOptions:
     ending: str
     max_per_trigger: int | None
     num_partitions: int | None
+    cap_path: str | None
     timeout_ms: int
     fail_on_data_loss: bool
 
@@ -146,6 +150,10 @@ class KafkaOptions:
             raise InvalidArgumentError("endingOffsets must be 'latest' or JSON offsets")
         for name, spec in (("startingOffsets", starting), ("endingOffsets", ending)):
             _parse_spec(spec, topic, name)
+        cap_path = options.get("maxOffsetsPerTriggerPath") or None
+        if cap_path is not None and not streaming:
+            raise InvalidArgumentError(
+                "maxOffsetsPerTriggerPath is for streams: a batch read has no triggers")
         loss = str(options.get("failOnDataLoss", "true")).lower()
         if loss not in ("true", "false"):
             raise InvalidArgumentError(f"failOnDataLoss must be true or false, got {loss!r}")
@@ -156,6 +164,7 @@ class KafkaOptions:
             ending=ending,
             max_per_trigger=_positive(options, "maxOffsetsPerTrigger", None),
             num_partitions=_positive(options, "numPartitions", None),
+            cap_path=cap_path,
             timeout_ms=_positive(options, "timeoutMs", 10_000) or 10_000,
             fail_on_data_loss=loss == "true",
         )

@@ -13,7 +13,8 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSource
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, DataSourceStreamReader
 from pyspark.sql.datasource import InputPartition
 
-from ..errors import DataLossError, InvalidArgumentError, PartitionCountError
+from ..errors import DataLossError, InvalidArgumentError, PartitionCountError, StateCorruptError
+from .admission import read_trigger_cap
 from .client import EARLIEST, KAFKA_SCHEMA, LATEST, SOURCE_NAME, KafkaOptions, check_rewind
 from .client import fetch_range, latest_offsets, open_consumer, resolve_offsets, rewind_error
 from .client import split_limit, topic_partitions
@@ -107,10 +108,32 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._planned: dict[int, int] | None = None  # the last end latestOffset settled
         # the broker's latest offsets at the last check, and the partitions it was unsure of
         self._latest: tuple[dict[int, int], frozenset[int]] | None = None
+        self._file_cap: int | None = None  # the cap file's last good cap
 
     def __getstate__(self) -> dict[str, Any]:
         return {"opts": self.opts, "_consumer": None, "_partitions": None, "_planned": None,
-                "_latest": None}
+                "_latest": None, "_file_cap": None}
+
+    def _cap(self, limit: Any) -> int | None:
+        """This batch's cap: the cap file's when it holds one, else ``limit``'s (Spark's
+        ``maxOffsetsPerTrigger``). A cap file that cannot be read or is not one keeps the
+        last cap read from it (logged): configuration never stops the stream."""
+        cap = getattr(limit, "max_rows", None) if limit is not None else None
+        path = self.opts.cap_path
+        if path is None:
+            return cap
+        try:
+            found, value = read_trigger_cap(path)
+        except (StateCorruptError, OSError) as err:
+            logger.warning("trigger cap not read (%s: %s); keeping %s", type(err).__name__,
+                           err, "no cap from the file" if self._file_cap is None
+                           else f"the last one, {self._file_cap}")
+        else:
+            if value != self._file_cap:
+                logger.info("%s: rows per trigger capped at %s from the next micro-batch", path,
+                            value if value is not None else cap)
+            self._file_cap = value if found else None
+        return self._file_cap if self._file_cap is not None else cap
 
     def _client(self) -> tuple[Any, list[int]]:
         if self._consumer is None:
@@ -151,16 +174,16 @@ class KafkaStreamReader(DataSourceStreamReader):
         latest, unsure = latest_offsets(consumer, self.opts, ids)
         self._latest, self._planned = (latest, unsure), None
         if start is None:  # Spark 4.1 calls latestOffset() with no start and no limit
-            if self.opts.max_per_trigger is not None:
-                raise InvalidArgumentError("maxOffsetsPerTrigger needs pyspark >= 4.2")
+            if self.opts.max_per_trigger is not None or self.opts.cap_path is not None:
+                raise InvalidArgumentError(
+                    "maxOffsetsPerTrigger and maxOffsetsPerTriggerPath need pyspark >= 4.2")
             return _as_json(self.opts.topic, latest)  # partitions() checks for rewinds
         begin = _from_json(self.opts.topic, start)
         self._check_ids(begin, ids)
         if any(latest[p] < begin[p] for p in ids if p not in unsure):
             earliest = resolve_offsets(consumer, self.opts, ids, "earliest")
             begin = check_rewind(self.opts, begin, latest, earliest, unsure)
-        cap = getattr(limit, "max_rows", None) if limit is not None else None
-        end = split_limit(begin, latest, cap)
+        end = split_limit(begin, latest, self._cap(limit))
         self._planned = end
         return _as_json(self.opts.topic, end)
 

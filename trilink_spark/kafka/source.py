@@ -16,7 +16,8 @@ the query with :class:`~trilink_spark.errors.PartitionCountError`; the same coun
 that went backwards (the broker's latest offset below the committed one) is data loss, below.
 
 Options (Spark's Kafka names where they exist): ``kafka.bootstrap.servers``, ``subscribe`` (or
-``topic``), ``startingOffsets``, ``endingOffsets``, ``maxOffsetsPerTrigger`` (Spark >= 4.2),
+``topic``), ``startingOffsets``, ``endingOffsets``, ``maxOffsetsPerTrigger`` and
+``maxOffsetsPerTriggerPath`` (Spark >= 4.2),
 ``numPartitions`` (refuse a topic with another partition count), ``timeoutMs``,
 ``failOnDataLoss`` (default true). ``failOnDataLoss`` covers, as in Spark's Kafka source,
 (a) offsets the broker no longer holds (deleted by retention) and (b) a stream's offsets that
@@ -59,6 +60,7 @@ def read_kafka(
     ending_offsets: str | None = None,
     num_partitions: int | None = None,
     max_records_per_trigger: int | None = None,
+    max_records_per_trigger_path: str | None = None,
     timeout_ms: int = 10_000,
     fail_on_data_loss: bool = True,
 ) -> DataFrame:
@@ -68,6 +70,17 @@ def read_kafka(
     a partition count other than ``num_partitions`` fails here with a typed error
     (:class:`~trilink_spark.errors.BrokerUnavailableError`,
     :class:`~trilink_spark.errors.PartitionCountError`).
+
+    Parameters
+    ----------
+    max_records_per_trigger : int, optional
+        ``maxOffsetsPerTrigger``: at most this many records per micro-batch (Spark reads it
+        once, when the query starts).
+    max_records_per_trigger_path : str, optional
+        ``maxOffsetsPerTriggerPath``: a cap file read before every micro-batch; its cap, when
+        set, replaces ``max_records_per_trigger`` while the query runs
+        (:func:`~trilink_spark.kafka.admission.write_trigger_cap`,
+        :func:`~trilink_spark.follow_trigger_cap`). Streams only.
 
     Returns
     -------
@@ -95,7 +108,8 @@ def read_kafka(
     }
     for name, value in (("startingOffsets", starting_offsets), ("endingOffsets", ending_offsets),
                         ("numPartitions", num_partitions),
-                        ("maxOffsetsPerTrigger", max_records_per_trigger)):
+                        ("maxOffsetsPerTrigger", max_records_per_trigger),
+                        ("maxOffsetsPerTriggerPath", max_records_per_trigger_path)):
         if value is not None:
             options[name] = str(value)
     opts = KafkaOptions.from_options(options, streaming=streaming)
