@@ -33,7 +33,7 @@ PACKAGE = "trilink_spark"
 DATA_PLANE = ("partitioners", "placement", "keyed", "state", "merge", "kafka")
 #: Rank of each subpackage: imports go to a strictly lower rank (or the bottom layer, rank 0).
 RANKS = {"partitioners": 1, "kafka": 1, "elastic": 1, "state": 2, "merge": 3, "placement": 4,
-         "keyed": 5, "control": 6, "cli": 7}
+         "keyed": 5, "control": 6, "ysb": 6, "cli": 7}
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:

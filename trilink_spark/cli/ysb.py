@@ -1,0 +1,124 @@
+"""``trilink-spark ysb``: the Yahoo Streaming Benchmark end to end, plain Spark against trilink.
+
+Starts tansu and redis-server on free loopback ports (or uses ``--bootstrap`` and
+``--redis``), runs the chosen variants one after another, prints a table and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..errors import InvalidArgumentError
+
+__all__ = ["add_ysb_parser", "run_ysb_command", "format_table", "COLUMNS"]
+
+#: The figures of each variant, in the table's and the JSON's order.
+COLUMNS: tuple[str, ...] = ("events", "mismatches", "exchanges", "throughput", "p50_latency_ms",
+                            "p99_latency_ms", "redis_round_trips_per_1000")
+
+
+def add_ysb_parser(sub: Any) -> None:
+    """The ``ysb`` subcommand's arguments."""
+    ysb = sub.add_parser(
+        "ysb",
+        help="Yahoo Streaming Benchmark: Kafka -> PySpark -> Redis, baseline vs trilink",
+        description=(
+            "Produce YSB ad events to Kafka at --rate events/s, count views per campaign and "
+            "10-second window with each variant (plain Spark and the trilink variants), write "
+            "the windows to Redis, check them against the events sent, and report throughput, "
+            "latency, shuffle exchanges and Redis round trips."),
+    )
+    ysb.add_argument("--events", type=int, default=100_000,
+                     help="events per variant (default 100000)")
+    ysb.add_argument("--rate", type=float, default=10_000.0,
+                     help="events per second (default 10000)")
+    ysb.add_argument("--variants", default="baseline,key_by,local_merge,global_merge,ahead",
+                     help="comma-separated variants (default: all five)")
+    ysb.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
+    ysb.add_argument("--bootstrap", help="Kafka bootstrap servers (default: start tansu)")
+    ysb.add_argument("--redis", help="redis:// URL (default: start redis-server)")
+    ysb.add_argument("--partitions", type=int, default=4,
+                     help="Kafka partitions of each run's topic (default 4)")
+    ysb.add_argument("--strategy", default="least_key",
+                     help="placement of campaigns (default least_key)")
+    ysb.add_argument("--trigger", default="1 second",
+                     help="micro-batch trigger interval (default '1 second')")
+    ysb.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    ysb.add_argument("--seed", type=int, default=0)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.1f}" if abs(value) < 100 else f"{value:,.0f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """The results as a fixed-width text table (one row per variant). O(variants)."""
+    header = ["variant", *COLUMNS]
+    cells = [[str(r["variant"]), *[_cell(r.get(c)) for c in COLUMNS]] for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h)
+              for i, h in enumerate(header)]
+    lines = ["  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in
+                       enumerate(zip(header, widths)))]
+    for row in cells:
+        lines.append("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
+                               enumerate(zip(row, widths))))
+    return "\n".join(lines) + "\n"
+
+
+def run_ysb_command(args: argparse.Namespace, out: TextIO) -> int:
+    """``trilink-spark ysb``: run the variants, print the table, write ``--json``.
+
+    Returns
+    -------
+    int
+        0 when every variant ended with 0 mismatches, 1 otherwise.
+
+    Raises
+    ------
+    InvalidArgumentError
+        A bad ``--events``, ``--rate``, ``--partitions`` or variant name (``main`` prints it
+        and exits 2).
+
+    Notes
+    -----
+    Cost: per variant ``events / rate`` seconds of production plus the query's start and
+    drain.
+    """
+    from ..session import get_session
+    from ..ysb import parse_variants, run_ysb
+
+    if args.events < 1 or args.rate <= 0 or args.partitions < 1:
+        raise InvalidArgumentError(
+            f"--events, --rate and --partitions must be positive, got {args.events}, "
+            f"{args.rate} and {args.partitions}")
+    variants = parse_variants(args.variants)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    spark = get_session(args.master, app_name="trilink-ysb", shuffle_partitions=args.partitions)
+    spark.sparkContext.setLogLevel("ERROR")
+    rows: list[dict[str, Any]] = []
+
+    def shown(result: Any) -> None:
+        rows.append(result.to_dict())
+        out.write(f"{result.variant}: {result.events} events, {result.mismatches} mismatches, "
+                  f"{result.throughput:,.0f} events/s\n")
+        out.flush()
+
+    run_ysb(variants, events=args.events, rate=args.rate, bootstrap=args.bootstrap,
+            redis_url=args.redis, spark=spark, partitions=args.partitions,
+            strategy=args.strategy, trigger=args.trigger, seed=args.seed, on_result=shown)
+    out.write(format_table(rows))
+    if args.json is not None:
+        payload = {"events": args.events, "rate": args.rate, "partitions": args.partitions,
+                   "strategy": args.strategy, "trigger": args.trigger,
+                   "variants": {r["variant"]: r for r in rows}}
+        args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        out.write(f"JSON written to {args.json}\n")
+    return 0 if all(r["mismatches"] == 0 for r in rows) else 1
