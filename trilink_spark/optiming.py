@@ -37,10 +37,11 @@ import json
 import logging
 import math
 import re
+import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import pandas as pd
 
@@ -50,8 +51,8 @@ from .session import CONF_PREFIX
 
 __all__ = [
     "OPERATOR_TIMING_CONF", "OPERATOR_TIMING_COLUMNS", "OPERATOR_TIMING_FORMAT",
-    "OperatorTimer", "OperatorTimingReader", "Stopwatch", "operator_timer",
-    "read_operator_timings", "task_identity",
+    "OperatorTimer", "OperatorTimingReader", "Stopwatch", "is_operator_name", "operator_timer",
+    "read_operator_timings", "task_identity", "timing_root",
 ]
 
 logger = logging.getLogger(__name__)
@@ -74,10 +75,16 @@ _FLOATS = ("busy_ms", "wait_ms", "written_ms")
 _MAX_COUNT = 2**63 - 1
 
 
+def is_operator_name(value: Any) -> TypeGuard[str]:
+    """Whether ``value`` is a valid operator (or run) name: 1-64 letters, digits, ``_``,
+    ``.`` or ``-`` (no spaces, so never the name of a stage or exchange node)."""
+    return isinstance(value, str) and _NAME.fullmatch(value) is not None
+
+
 def _check_name(value: Any, what: str) -> str:
     if not isinstance(value, str):
         raise InvalidArgumentTypeError(f"{what} must be a str, got {type(value).__name__}")
-    if not _NAME.match(value):
+    if not is_operator_name(value):
         raise InvalidArgumentError(
             f"{what} must be 1-64 characters of letters, digits, '_', '.' or '-', got "
             f"{value!r:.80}")
@@ -131,19 +138,19 @@ class OperatorTimer:
         """Record one task's work: its rows, the milliseconds of its own work and of waiting
         for input. The task's stage, partition and attempt come from Spark's ``TaskContext``
         (``partition`` overrides the partition, for callers outside a task)."""
-        stage, pid, attempt = task_identity()
-        if partition is not None:
-            pid = int(partition)
-        record = {
-            "format": OPERATOR_TIMING_FORMAT, "operator": self.operator, "run": self.run,
-            "stage_id": stage, "partition": pid, "attempt": attempt,
-            "rows_in": int(rows_in), "rows_out": int(rows_out),
-            "busy_ms": round(max(float(busy_ms), 0.0), 3),
-            "wait_ms": round(max(float(wait_ms), 0.0), 3),
-            "written_ms": round(time.time() * 1000.0, 3),
-        }
-        name = f"stage-{stage}-part-{pid}-attempt-{attempt}.json"
-        try:
+        try:  # everything inside: a metric never fails the task, whatever it is given
+            stage, pid, attempt = task_identity()
+            if partition is not None:
+                pid = int(partition)
+            record = {
+                "format": OPERATOR_TIMING_FORMAT, "operator": self.operator, "run": self.run,
+                "stage_id": stage, "partition": pid, "attempt": attempt,
+                "rows_in": int(rows_in), "rows_out": int(rows_out),
+                "busy_ms": round(max(float(busy_ms), 0.0), 3),
+                "wait_ms": round(max(float(wait_ms), 0.0), 3),
+                "written_ms": round(time.time() * 1000.0, 3),
+            }
+            name = f"stage-{stage}-part-{pid}-attempt-{attempt}.json"
             fs, root = resolve_filesystem(self.root)
             directory = f"{root}/{self.operator}/{self.run}"
             fs.create_dir(directory, recursive=True)
@@ -202,10 +209,10 @@ class Stopwatch:
         return max(total - self.wait_ms - self.paused_ms, 0.0)
 
 
-def operator_timer(spark: Any, operator: str) -> OperatorTimer | None:
-    """The timer for a new planning of ``operator``, or None when
-    :data:`OPERATOR_TIMING_CONF` is unset (or empty). Reads the session conf on the driver
-    (classic or Spark Connect); O(1)."""
+def timing_root(spark: Any) -> str | None:
+    """The timing directory :data:`OPERATOR_TIMING_CONF` names (surrounding whitespace
+    stripped), or None when it is unset, empty or cannot be read. The operators and
+    :class:`~trilink_spark.BottleneckListener` both read it here, so they agree on it."""
     try:
         root = spark.conf.get(OPERATOR_TIMING_CONF, None)
     except Exception as err:  # noqa: BLE001 - a conf Spark cannot read means no timing
@@ -213,7 +220,17 @@ def operator_timer(spark: Any, operator: str) -> OperatorTimer | None:
         return None
     if root is None or not str(root).strip():
         return None
-    return OperatorTimer(str(root).strip(), operator, uuid.uuid4().hex[:16])
+    return str(root).strip()
+
+
+def operator_timer(spark: Any, operator: str) -> OperatorTimer | None:
+    """The timer for a new planning of ``operator``, or None when
+    :data:`OPERATOR_TIMING_CONF` is unset (or empty). Reads the session conf on the driver
+    (classic or Spark Connect); O(1)."""
+    root = timing_root(spark)
+    if root is None:
+        return None
+    return OperatorTimer(root, operator, uuid.uuid4().hex[:16])
 
 
 def _parse(raw: bytes, where: str) -> dict[str, Any] | None:
@@ -231,7 +248,7 @@ def _parse(raw: bytes, where: str) -> dict[str, Any] | None:
     out: dict[str, Any] = {}
     for name in ("operator", "run"):
         v = value.get(name)
-        if not isinstance(v, str) or not _NAME.match(v):
+        if not is_operator_name(v):
             logger.warning("%s: field %r is not a name; skipped", where, name)
             return None
         out[name] = v
@@ -287,9 +304,13 @@ class OperatorTimingReader:
 
     Notes
     -----
-    Thread-safe for one caller at a time. Cost of :meth:`new`: one listing of the directory
-    tree, one read per new record; memory O(records seen) for the names read (none kept when
-    ``delete``).
+    Thread-safe: calls of :meth:`new` from several threads run one at a time, so each record
+    is handed out once. Each task is handed out once: a later attempt of a task whose record
+    was already handed out (a retry that wrote after the first attempt was read, a
+    speculative copy finishing late) is not handed out again, as it would count the task
+    twice (with ``delete``, the tasks are not remembered and such a late attempt is handed
+    out). Cost of :meth:`new`: one listing of the directory tree, one read per new record;
+    memory O(records seen) for the names and tasks read (none kept when ``delete``).
 
     Examples
     --------
@@ -310,16 +331,48 @@ class OperatorTimingReader:
         self.root = root
         self.delete = delete
         self._seen: set[str] = set()
+        self._tasks: set[tuple[str, str, int, int]] = set()  # tasks handed out (no delete)
+        self._lock = threading.Lock()
 
     def new(self) -> pd.DataFrame:
         """The records written since the last call (all of them on the first), as
-        :func:`read_operator_timings` frames them."""
-        return self._read(only_new=True)
+        :func:`read_operator_timings` frames them.
+
+        Raises
+        ------
+        InvalidArgumentError
+            The root is neither a path nor a URI of a filesystem pyarrow knows. A directory
+            that cannot be listed gives an empty frame (logged).
+        """
+        with self._lock:
+            frame = self._read(only_new=True)
+            if self.delete or not len(frame):
+                return frame
+            keys = list(zip(frame["operator"], frame["run"], frame["stage_id"].astype(int),
+                            frame["partition"].astype(int)))
+            fresh = [k not in self._tasks for k in keys]
+            self._tasks.update(keys)
+            if all(fresh):
+                return frame
+            logger.debug("%d later attempt(s) of tasks already handed out left out",
+                         len(fresh) - sum(fresh))
+            out = frame[fresh].reset_index(drop=True)
+            out.attrs["skipped"] = frame.attrs["skipped"]
+            return out
 
     def _read(self, only_new: bool) -> pd.DataFrame:
         from pyarrow import fs as pafs
 
-        filesystem, root = resolve_filesystem(self.root)
+        try:
+            filesystem, root = resolve_filesystem(self.root)
+        except ValueError as err:  # pyarrow's ArrowInvalid: not a URI it knows
+            raise InvalidArgumentError(
+                f"operator timing root {self.root!r:.200} is not a path or a filesystem URI "
+                f"pyarrow knows ({err})") from None
+        except Exception as err:  # noqa: BLE001 - e.g. a filesystem not reachable right now
+            logger.warning("operator timings under %s not listed (%s: %s)", self.root,
+                           type(err).__name__, err)
+            return _frame([], [])
         records: list[dict[str, Any]] = []
         skipped: list[str] = []
         try:
@@ -373,7 +426,14 @@ def read_operator_timings(root: str) -> pd.DataFrame:
         work), ``wait_ms`` (waiting for its input: the operators upstream in its stage),
         ``written_ms`` (epoch milliseconds). One row per task: a retried task's last attempt.
         ``attrs["skipped"]`` lists files that are not timing records (each also logged). A
-        missing directory gives an empty frame.
+        missing directory, or one that cannot be listed (logged), gives an empty frame.
+
+    Raises
+    ------
+    InvalidArgumentTypeError
+        ``root`` is not a non-empty str.
+    InvalidArgumentError
+        ``root`` is neither a path nor a URI of a filesystem pyarrow knows.
 
     Notes
     -----

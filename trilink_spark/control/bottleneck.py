@@ -46,7 +46,8 @@ import pandas as pd
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from .ds2 import TrueRate, ds2_parallelism
 from .flow import LAMBDA_RANGE, FlowNetwork, find_bottlenecks, max_flow
-from ..optiming import OPERATOR_TIMING_COLUMNS, OPERATOR_TIMING_CONF, OperatorTimingReader
+from ..optiming import OPERATOR_TIMING_COLUMNS, OperatorTimingReader, is_operator_name
+from ..optiming import timing_root
 from .metrics import TASK_METRIC_COLUMNS, task_metrics
 from .progress import BatchProgress, parse_progress
 from ..eventtime import parse_interval
@@ -244,6 +245,13 @@ def _successful_tasks(metrics: pd.DataFrame) -> pd.DataFrame:
     return frame.fillna(-1.0)
 
 
+def _unique_columns(frame: pd.DataFrame, what: str) -> None:
+    duplicated = sorted({str(c) for c in frame.columns[frame.columns.duplicated()]})
+    if duplicated:
+        raise InvalidArgumentTypeError(
+            f"{what} has duplicate columns: {', '.join(duplicated)}"[:200])
+
+
 def _positive(value: Any, name: str, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise InvalidArgumentTypeError(f"{name} must be a number, got {type(value).__name__}")
@@ -379,7 +387,11 @@ class BottleneckAdvisor:
         metrics : pandas.DataFrame
             :func:`~trilink_spark.task_metrics` rows of the batch's stages; each stage becomes
             node ``"stage i"`` by its position (lowest stage id first). Failed attempts are
-            ignored; an empty frame records nothing.
+            ignored; an empty frame records nothing. With :data:`EXCHANGE_COLUMNS`, each
+            shuffle becomes an ``"exchange"`` node: ``"exchange after stage i"`` for what
+            stage ``i`` wrote (and the fetch wait of the stages reading it),
+            ``"exchange before stage i"`` for the fetch wait of a stage whose writer is not in
+            ``metrics``; that time is taken out of the stage's own.
         seconds : float, optional
             The batch's wall time, for a bounded job without a progress event (default: the
             sum of each stage's longest task, as the stages of a chain run one after another).
@@ -390,7 +402,8 @@ class BottleneckAdvisor:
         ------
         InvalidArgumentTypeError
             ``metrics`` is not a frame with :data:`~trilink_spark.TASK_METRIC_COLUMNS`, or a
-            figure column holds something other than numbers.
+            figure column holds something other than numbers, duplicate column names, or
+            only some of :data:`EXCHANGE_COLUMNS` (give all three or none).
         InvalidArgumentError
             A successful task without a stage id. Missing figures (NaN) count as ``-1``
             (not recorded), as :func:`~trilink_spark.task_metrics` writes them.
@@ -400,6 +413,13 @@ class BottleneckAdvisor:
             raise InvalidArgumentTypeError(
                 "metrics must be a tl.task_metrics frame (columns "
                 f"{', '.join(STAGE_COLUMNS)})")
+        _unique_columns(metrics, "metrics")
+        present = [c for c in EXCHANGE_COLUMNS if c in metrics.columns]
+        if present and len(present) < len(EXCHANGE_COLUMNS):
+            missing = [c for c in EXCHANGE_COLUMNS if c not in metrics.columns]
+            raise InvalidArgumentTypeError(
+                f"metrics has {', '.join(present)} but not {', '.join(missing)}: give all of "
+                f"{', '.join(EXCHANGE_COLUMNS)} (exchange nodes) or none of them")
         done = _successful_tasks(metrics)
         if seconds is not None:
             seconds = _positive(seconds, "seconds", 1e-9, _MAX)
@@ -420,6 +440,10 @@ class BottleneckAdvisor:
                     busy = max(busy - write_ms - fetch_ms, 0.0)
                     if writer is not None and fetch_ms > 0:
                         self._add(writer, "exchange", 0.0, fetch_ms, int(len(tasks)))
+                    elif fetch_ms > 0:  # its writer was not observed: the wait is not lost
+                        self._add(f"exchange before stage {i}", "exchange",
+                                  float(tasks["shuffle_read_records"].clip(lower=0).sum()),
+                                  fetch_ms, int(len(tasks)))
                 name = f"stage {i}"
                 self._add(name, kind, float(tasks["rows"].clip(lower=0).sum()), busy,
                           int(len(tasks)))
@@ -481,31 +505,48 @@ class BottleneckAdvisor:
         ------
         InvalidArgumentTypeError
             ``timings`` is not a frame with
-            :data:`~trilink_spark.optiming.OPERATOR_TIMING_COLUMNS`.
+            :data:`~trilink_spark.optiming.OPERATOR_TIMING_COLUMNS`, duplicate column
+            names, or a figure column of booleans or other non-numbers.
         InvalidArgumentError
-            An operator name that is empty or reserved, or negative figures.
+            An operator name that is missing, reserved or not 1-64 letters, digits, ``_``,
+            ``.`` or ``-`` (so never a stage or exchange node's name); figures that are
+            negative or not finite; stage ids or partitions that are not integers below 2**63.
         """
         if not isinstance(timings, pd.DataFrame) or not set(OPERATOR_TIMING_COLUMNS) <= set(
                 timings.columns):
             raise InvalidArgumentTypeError(
                 "timings must be a tl.read_operator_timings frame (columns "
                 f"{', '.join(OPERATOR_TIMING_COLUMNS)})")
+        _unique_columns(timings, "timings")
         if not len(timings):
             return
         checked = timings[["operator", "stage_id", "partition", "rows_in", "busy_ms"]].copy()
         for column in ("stage_id", "partition", "rows_in", "busy_ms"):
-            values = pd.to_numeric(checked[column], errors="coerce")
+            raw = checked[column]
+            if raw.dtype == bool or not (pd.api.types.is_numeric_dtype(raw)
+                                         or raw.dtype == object):
+                raise InvalidArgumentTypeError(
+                    f"timings column {column!r} must hold numbers, got dtype {raw.dtype}")
+            if raw.dtype == object and any(isinstance(v, (bool, np.bool_)) for v in raw):
+                raise InvalidArgumentTypeError(
+                    f"timings column {column!r} must hold numbers, not booleans")
+            values = pd.to_numeric(raw, errors="coerce").astype("float64")
             if (bool(values.isna().any()) or bool((values < 0).any())
-                    or not bool(np.isfinite(values.astype("float64")).all())):
+                    or not bool(np.isfinite(values).all())):
                 raise InvalidArgumentError(
                     f"timings column {column!r} must hold finite numbers >= 0")
+            if column in ("stage_id", "partition") and (
+                    bool((values >= 2.0 ** 63).any()) or bool((values % 1 != 0).any())):
+                raise InvalidArgumentError(
+                    f"timings column {column!r} must hold integers in [0, 2**63)")
             checked[column] = values.astype("int64" if column == "stage_id" else "float64")
         groups: list[tuple[str, float, float, int, dict[int, float]]] = []
-        for name, rows in checked.groupby("operator", sort=False):
-            if not isinstance(name, str) or not name or name in (SOURCE, SINK):
+        for name, rows in checked.groupby("operator", sort=False, dropna=False):
+            if not is_operator_name(name) or name in (SOURCE, SINK):
                 raise InvalidArgumentError(
-                    f"operator name must be a non-empty str other than {SOURCE!r} and "
-                    f"{SINK!r}, got {name!r:.80}")
+                    "operator name must be 1-64 letters, digits, '_', '.' or '-', other than "
+                    f"{SOURCE!r} and {SINK!r} (node names such as 'stage 0' are taken), got "
+                    f"{name!r:.80}")
             sums = rows.groupby("stage_id")["busy_ms"].sum()
             groups.append((name, float(rows["rows_in"].sum()), float(rows["busy_ms"].sum()),
                            int(rows.groupby("stage_id")["partition"].nunique().max()),
@@ -799,10 +840,7 @@ class BottleneckListener:
             raise InvalidArgumentTypeError(
                 f"advisor must be a BottleneckAdvisor, got {type(advisor).__name__}")
         if timings is None and spark is not None:
-            try:
-                timings = spark.conf.get(OPERATOR_TIMING_CONF, None) or None
-            except Exception as err:  # noqa: BLE001 - no conf, no operator timings
-                logger.debug("BottleneckListener: conf not read (%s)", err)
+            timings = timing_root(spark)  # as the operators read it (stripped)
         reader = None if timings is None else OperatorTimingReader(timings)
 
         class _Listener(StreamingQueryListener):  # type: ignore[misc]
@@ -832,7 +870,11 @@ class BottleneckListener:
                             self.last_stage = int(fresh["stage_id"].max())
                             self.advisor.observe_stages(fresh)
                     if self.timings is not None:
-                        self.advisor.observe_timings(self.timings.new())
+                        try:  # a timing directory that fails never stops the batch closing
+                            self.advisor.observe_timings(self.timings.new())
+                        except Exception as err:  # noqa: BLE001
+                            logger.warning("BottleneckListener: operator timings not read "
+                                           "(%s: %s)", type(err).__name__, err)
                     self.advisor.observe_progress(progress.json)
                     report = self.advisor.report()
                     self.reports.append(report)

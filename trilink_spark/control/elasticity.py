@@ -515,9 +515,13 @@ def follow_trigger_cap(center: Any, path: str,
 
     Notes
     -----
-    Snapshots are written in version order: one arriving late (two publishers at once) never
-    overwrites a newer cap. A snapshot whose ``field`` is not a valid cap is logged and
-    skipped. Cost: one small atomic file write per accepted snapshot.
+    Each accepted snapshot writes the cap of the center's *current* snapshot (``current()``),
+    so one arriving late (two publishers at once) never overwrites a newer cap, and a Redis
+    center that lost its data and resynchronised (versions starting again at 1) is still
+    followed. A center without ``current()`` is followed in version order. A snapshot whose
+    ``field`` is not a valid cap is logged and skipped; a write that fails is logged by the
+    center (the next snapshot writes again). Cost: one small atomic file write per accepted
+    snapshot.
 
     Examples
     --------
@@ -540,19 +544,25 @@ def follow_trigger_cap(center: Any, path: str,
     if not isinstance(field, str) or not field:
         raise InvalidArgumentTypeError(f"field must be a non-empty str, got {field!r:.80}")
     lock = threading.Lock()
-    written = [0]  # the version last written
+    written = [0]  # the version last written (a center without current() only)
+    current = getattr(center, "current", None)
 
     def on_snapshot(snapshot: Mapping[str, Any]) -> None:
-        version = snapshot.get("version", 0)
-        version = version if isinstance(version, int) and not isinstance(version, bool) else 0
         with lock:
-            if version and version <= written[0]:
+            if callable(current):  # what the center holds now: late or resynced alike
+                held = current()
+                if isinstance(held, Mapping) and held:
+                    snapshot = held
+            version = snapshot.get("version", 0)
+            version = version if isinstance(version, int) and not isinstance(version, bool) \
+                else 0
+            if not callable(current) and version and version <= written[0]:
                 return  # an older snapshot arriving late
             try:
                 write_trigger_cap(path, snapshot.get(field))
             except (InvalidArgumentError, InvalidArgumentTypeError) as err:
-                logger.warning("config version %s: %s is not a cap (%s); the file keeps its "
-                               "cap", version, field, err)
+                logger.warning("config version %s: %s not written to the cap file (%s); "
+                               "the file keeps its cap", version, field, err)
                 return
             written[0] = max(written[0], version)
         logger.info("config version %s: rows per trigger cap %s written to %s", version,

@@ -58,6 +58,17 @@ def _check_cap(cap: Any) -> int | None:
     return int(cap)
 
 
+def _resolve(path: Any) -> tuple[Any, str]:
+    if not isinstance(path, str) or not path:
+        raise InvalidArgumentTypeError(f"path must be a non-empty str, got {path!r:.80}")
+    try:
+        return resolve_filesystem(path)
+    except ValueError as err:  # pyarrow's ArrowInvalid: not a URI it knows
+        raise InvalidArgumentError(
+            f"trigger cap path {path!r:.200} is not a path or a filesystem URI pyarrow knows "
+            f"({err})") from None
+
+
 def write_trigger_cap(path: str, cap: int | None) -> None:
     """Write the cap a running stream applies from its next micro-batch (``None``: the
     stream's ``maxOffsetsPerTrigger``, or no cap). Atomic: the stream reads the old file or the
@@ -66,12 +77,13 @@ def write_trigger_cap(path: str, cap: int | None) -> None:
     Raises
     ------
     InvalidArgumentTypeError, InvalidArgumentError
-        ``cap`` is not an int in ``[1, 2**63 - 1]`` or None; ``path`` is not a non-empty str.
+        ``cap`` is not an int in ``[1, 2**63 - 1]`` or None; ``path`` is not a non-empty str,
+        or neither a path nor a filesystem URI pyarrow knows.
+    OSError
+        The file could not be written.
     """
     value = _check_cap(cap)
-    if not isinstance(path, str) or not path:
-        raise InvalidArgumentTypeError(f"path must be a non-empty str, got {path!r:.80}")
-    fs, where = resolve_filesystem(path)
+    fs, where = _resolve(path)
     parent = where.rsplit("/", 1)[0]
     if parent and parent != where:
         fs.create_dir(parent, recursive=True)
@@ -86,16 +98,28 @@ def read_trigger_cap(path: str) -> tuple[bool, int | None]:
 
     Raises
     ------
+    InvalidArgumentTypeError, InvalidArgumentError
+        ``path`` is not a non-empty str, or neither a path nor a filesystem URI pyarrow knows.
     StateCorruptError
-        The file is not a cap record (foreign, truncated, a bad cap); the message names it.
+        The file is not a cap record (foreign, truncated, a bad cap, a directory or anything
+        else that is not a regular file); the message names it.
     OSError
         The filesystem could not be read.
     """
-    fs, where = resolve_filesystem(path)
+    from pyarrow import fs as pafs
+
+    fs, where = _resolve(path)
+    # what is there first: opening a named pipe would block the stream's planning forever
+    info = fs.get_file_info(where)
+    if info.type == pafs.FileType.NotFound:
+        return False, None
+    if info.type != pafs.FileType.File:
+        raise StateCorruptError(f"{path}: not a file ({info.type.name}); a trigger cap file "
+                                "is a regular file")
     try:
         with fs.open_input_stream(where) as f:
             raw: bytes = f.read(_MAX_BYTES + 1)
-    except FileNotFoundError:
+    except FileNotFoundError:  # removed between the two calls
         return False, None
     if len(raw) > _MAX_BYTES:
         raise StateCorruptError(f"{path}: more than {_MAX_BYTES} bytes is not a trigger cap file")
