@@ -31,8 +31,18 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 import trilink_spark as tl  # noqa: E402
 from trilink_spark.ysb import (VARIANTS, Producer, RedisServer, TansuBroker,  # noqa: E402
                                create_topic, run_variant, setup)
+from trilink_spark.ysb.runner import SUSTAINED_RULE  # noqa: E402
 
 LADDER = (2_000, 5_000, 10_000, 20_000, 40_000)
+
+
+def producer_alone(bootstrap: str, cat: Any, work: Path, events: int,
+                   partitions: int) -> dict[str, Any]:
+    """Events/s of the YSB producer alone (as fast as it goes: no pacing)."""
+    create_topic(bootstrap, "producer-alone", partitions)
+    report = Producer(bootstrap, cat, work / "producer.parquet", rate=1e9, events=events,
+                      topic="producer-alone").run()
+    return {"events": report.events, "seconds": report.seconds, "events_per_s": report.rate}
 
 
 def source_alone(spark: Any, bootstrap: str, cat: Any, work: Path, events: int,
@@ -69,6 +79,8 @@ def main() -> None:
     ladder: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     with TansuBroker() as broker, RedisServer() as redis:
         cat = setup(redis.url)
+        produced = producer_alone(broker.bootstrap, cat, work, 100_000, args.partitions)
+        print("producer alone:", produced, flush=True)
         alone = source_alone(spark, broker.bootstrap, cat, work, 200_000, args.partitions)
         print("source alone:", alone, flush=True)
         for variant in variants:
@@ -80,6 +92,9 @@ def main() -> None:
                 row["rate"] = rate
                 # the producer is part of the machine: a rung it could not drive is not a rung
                 row["producer_kept_rate"] = r.input_rate >= 0.9 * rate
+                row["round_trips_per_batch"] = (
+                    None if r.redis_round_trips_per_1000 is None or not r.batches
+                    else r.redis_round_trips_per_1000 * r.events / 1000 / r.batches)
                 ladder[variant].append(row)
                 print(variant, rate, {k: row[k] for k in (
                     "events", "mismatches", "exchanges", "throughput", "input_rate",
@@ -92,7 +107,10 @@ def main() -> None:
     for variant, rows in ladder.items():
         ok = [r["rate"] for r in rows if r["sustained"] and r["producer_kept_rate"]
               and r["mismatches"] == 0]
+        cut = [r["rate"] for r in rows if not r["producer_kept_rate"]]
         summary[variant] = {"sustainable_rate": max(ok) if ok else 0,
+                            "cut_by_producer": cut,
+                            "rungs_run": [r["rate"] for r in rows],
                             "exchanges": rows[0]["exchanges"] if rows else None,
                             "mismatches": sum(r["mismatches"] for r in rows)}
     rates = [s["sustainable_rate"] for s in summary.values()]
@@ -102,9 +120,15 @@ def main() -> None:
         if at:
             summary[variant].update({k: at[0][k] for k in (
                 "p50_latency_ms", "p99_latency_ms", "p50_event_latency_ms",
-                "p99_event_latency_ms", "redis_round_trips_per_1000", "capacity",
+                "p99_event_latency_ms", "redis_round_trips_per_1000",
+                "round_trips_per_batch", "capacity",
                 "stage_seconds")})
     path = write_json("ysb", {"rungs": rungs, "seconds_per_rung": args.seconds,
+                              "sustained_rule": SUSTAINED_RULE,
+                              "rung_cut_rule": "a rung the producer could not drive (below 90% "
+                                               "of the rate) is cut, not failed; the ladder "
+                                               "stops at the first rung not sustained or cut",
+                              "producer_alone": produced,
                               "partitions": args.partitions, "common_rate": common_rate,
                               "source_alone": alone, "summary": summary, "ladder": ladder})
     print("summary:", summary, flush=True)

@@ -125,9 +125,10 @@ def test_variant_is_exact(spark: Any, kafka_broker: Any, redis_kept: RedisServer
     assert result.throughput > 0 and result.batches >= 1
     assert result.redis_round_trips_per_1000 is not None
     trips_per_batch = result.redis_round_trips_per_1000 * EVENTS / 1000 / (result.batches + 1)
-    # a handful per batch, not per event: one script per batch, or (global_merge) a new
-    # connection, a read and a script per task and batch
-    assert trips_per_batch <= (12 * 4 if variant == "global_merge" else 5)
+    # a handful per batch, not per event: one script per batch, or (global_merge) one script
+    # per task, the metadata and the copy, plus the first connection of each Python worker
+    # (more workers start when the machine is busy)
+    assert trips_per_batch <= (16 if variant == "global_merge" else 5)
     lat = latencies(redis_kept.url, f"ysb:{variant}:" + _run_id(tmp_path, variant),
                     sorted(tmp_path.glob(f"{variant}-*/events.parquet"))[0], catalogue)
     assert len(lat) and (lat["seen_count"] > 0).all()

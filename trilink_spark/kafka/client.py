@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -30,6 +32,8 @@ __all__ = [
     "check_rewind",
     "rewind_error",
     "fetch_range",
+    "close_cached_consumers",
+    "FETCH_CONFIG",
     "open_producer",
     "split_limit",
     "check_retention",
@@ -110,6 +114,10 @@ class KafkaOptions:
         offsets are past the broker's latest ones (offsets went backwards: the topic was
         deleted and re-created, or the broker lost data), instead of restarting those
         partitions from their earliest offset (see :func:`check_rewind`).
+    check_crcs : bool
+        ``kafka.check.crcs`` (default true, as Kafka's consumer): check each record batch's
+        CRC32C. kafka-python computes it in pure Python unless the ``crc32c`` package is
+        installed, and that is then most of a read's cost; false skips the check.
     """
 
     bootstrap: str
@@ -121,6 +129,7 @@ class KafkaOptions:
     cap_path: str | None
     timeout_ms: int
     fail_on_data_loss: bool
+    check_crcs: bool = True
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], streaming: bool) -> KafkaOptions:
@@ -157,6 +166,9 @@ class KafkaOptions:
         loss = str(options.get("failOnDataLoss", "true")).lower()
         if loss not in ("true", "false"):
             raise InvalidArgumentError(f"failOnDataLoss must be true or false, got {loss!r}")
+        crcs = str(options.get("kafka.check.crcs", "true")).lower()
+        if crcs not in ("true", "false"):
+            raise InvalidArgumentError(f"kafka.check.crcs must be true or false, got {crcs!r}")
         return cls(
             bootstrap=bootstrap,
             topic=topic,
@@ -167,6 +179,7 @@ class KafkaOptions:
             cap_path=cap_path,
             timeout_ms=_positive(options, "timeoutMs", 10_000) or 10_000,
             fail_on_data_loss=loss == "true",
+            check_crcs=crcs == "true",
         )
 
 
@@ -219,16 +232,24 @@ def _unreachable(opts: KafkaOptions) -> BrokerUnavailableError:
     )
 
 
-def open_consumer(opts: KafkaOptions) -> Any:
-    """A ``KafkaConsumer`` with no group and no auto commit (offsets are Spark's to keep)."""
+def open_consumer(opts: KafkaOptions, source: bool = False) -> Any:
+    """A ``KafkaConsumer`` with no group and no auto commit (offsets are Spark's to keep).
+
+    ``source=True`` gives the readers' consumer (:func:`fetch_range`): the fetch sizes of
+    :data:`FETCH_CONFIG`, and no automatic offset reset (an offset out of range is raised, so
+    that ``failOnDataLoss`` decides). Cost: a connection and a metadata request.
+    """
     kafka = _kafka()
+    config: dict[str, Any] = (
+        {**FETCH_CONFIG, "auto_offset_reset": "none"} if source
+        else {"auto_offset_reset": "earliest", "max_poll_records": 10_000})
     try:
         return kafka.KafkaConsumer(
             bootstrap_servers=opts.bootstrap.split(","),
             enable_auto_commit=False,
             group_id=None,
-            auto_offset_reset="earliest",
-            max_poll_records=10_000,
+            check_crcs=opts.check_crcs,
+            **config,
             **_timeouts(kafka, kafka.KafkaConsumer, opts),
         )
     except (kafka.errors.KafkaError, OSError):
@@ -446,6 +467,84 @@ def check_retention(opts: KafkaOptions, partition: int, offset: int, earliest: i
     return earliest
 
 
+#: Fetch settings of the source's consumers: bigger fetches than kafka-python's defaults (fewer
+#: requests per range), and a short broker-side wait so that a cached consumer's last,
+#: pipelined fetch past a range's end returns quickly before the next range is assigned.
+FETCH_CONFIG: dict[str, int] = {
+    "max_partition_fetch_bytes": 8 * 1024 * 1024,
+    "fetch_max_bytes": 64 * 1024 * 1024,
+    "fetch_max_wait_ms": 100,
+    "max_poll_records": 50_000,
+}
+#: Idle consumers kept per Python process (Spark reuses its Python workers across tasks).
+_POOL_SIZE = 4
+_pool: OrderedDict[tuple[str, int, bool], list[Any]] = OrderedDict()
+_pool_lock = threading.Lock()
+#: Consumers opened by :func:`fetch_range` in this process (read by tests and benchmarks).
+consumers_opened = 0
+
+
+def _pool_key(opts: KafkaOptions) -> tuple[str, int, bool]:
+    """What a consumer depends on: the brokers and the client settings, not the topic or the
+    offsets (every range assigns and seeks its own partition)."""
+    return (opts.bootstrap, opts.timeout_ms, opts.check_crcs)
+
+
+def _take_consumer(opts: KafkaOptions) -> Any:
+    """An idle cached consumer for ``opts`` (taken out of the pool: one user at a time), or a
+    new one. Cost: O(1), or a connection and a metadata request for a new consumer."""
+    global consumers_opened
+    key = _pool_key(opts)
+    with _pool_lock:
+        idle = _pool.get(key)
+        if idle:
+            return idle.pop()
+    consumer = open_consumer(opts, source=True)
+    with _pool_lock:
+        consumers_opened += 1
+    return consumer
+
+
+def _give_back(opts: KafkaOptions, consumer: Any) -> None:
+    """Return a consumer that read its range completely to the pool (unassigned: nothing of
+    the range stays buffered); the least recently used idle ones past the pool's size are
+    closed. Cost: O(pool size) plus the closes."""
+    try:
+        consumer.unsubscribe()
+    except Exception:  # noqa: BLE001 - a consumer in doubt is closed, never reused
+        _close(consumer)
+        return
+    evicted: list[Any] = []
+    key = _pool_key(opts)
+    with _pool_lock:
+        _pool.setdefault(key, []).append(consumer)
+        _pool.move_to_end(key)
+        while sum(len(v) for v in _pool.values()) > _POOL_SIZE:
+            oldest = next(iter(_pool))
+            evicted.append(_pool[oldest].pop(0))
+            if not _pool[oldest]:
+                del _pool[oldest]
+    for old in evicted:
+        _close(old)
+
+
+def _close(consumer: Any) -> None:
+    try:
+        consumer.close()
+    except Exception as err:  # noqa: BLE001 - closing is best effort
+        logger.debug("closing a Kafka consumer failed: %s", err)
+
+
+def close_cached_consumers() -> int:
+    """Close every idle cached consumer of this process; returns how many. O(pool size)."""
+    with _pool_lock:
+        idle = [c for v in _pool.values() for c in v]
+        _pool.clear()
+    for consumer in idle:
+        _close(consumer)
+    return len(idle)
+
+
 def fetch_range(
     opts: KafkaOptions, partition: int, start: int, end: int, batch_rows: int = 10_000
 ) -> Iterator[pa.RecordBatch]:
@@ -454,28 +553,48 @@ def fetch_range(
     ``start`` may be ``-2`` (:data:`EARLIEST`): the oldest offset the broker holds when the
     task runs (a stream partition restarted after its offsets went backwards).
 
-    Cost: one consumer per call; kafka-python decodes records in Python, so a record costs a
-    few microseconds of Python before Arrow takes over. Raises :class:`BrokerUnavailableError`
-    when the broker makes no progress for ``timeout_ms``.
+    The consumer comes from a per-process pool keyed by the brokers and client settings
+    (Spark reuses its Python workers, so a worker opens one consumer, not one per range); the
+    range assigns and seeks its partition, keeps only records of ``[start, end)`` and gives the
+    consumer back, unassigned, only when it read the whole range: a range that fails (a task
+    that will be retried) or is abandoned closes its consumer.
+
+    A ``start`` the broker no longer holds (retention) is noticed by the fetch itself (the
+    broker answers "offset out of range"), so the common case costs no offset request: then
+    ``failOnDataLoss`` decides, as in :func:`check_retention`.
+
+    Cost: fetches of up to 8 MiB; kafka-python decodes records in Python (and checks CRC32C
+    checksums, in Python unless the ``crc32c`` package is installed: most of the time per
+    record; ``kafka.check.crcs=false`` skips it), then one C-level transpose and one Arrow
+    array per column per poll. Raises :class:`BrokerUnavailableError` when the broker makes no
+    progress for ``timeout_ms``.
     """
     if end <= start:
         return
     kafka = _kafka()
-    consumer = open_consumer(opts)
+    consumer = _take_consumer(opts)
+    finished = False
     try:
         tp = kafka.TopicPartition(opts.topic, partition)
-        earliest = int(consumer.beginning_offsets([tp])[tp])
-        # e.g. a restarted stream whose oldest records retention deleted
-        start = earliest if start == EARLIEST else check_retention(opts, partition, start,
-                                                                   earliest)
-        if end <= start:
-            return
+        if start == EARLIEST:
+            start = int(consumer.beginning_offsets([tp])[tp])
+            if end <= start:
+                finished = True
+                return
         consumer.assign([tp])
         consumer.seek(tp, start)
-        columns = _empty_columns()
+        pending: list[pa.RecordBatch] = []
+        rows = 0
         stalled_since = time.monotonic()
         while consumer.position(tp) < end:
-            records = consumer.poll(timeout_ms=200, max_records=batch_rows).get(tp, [])
+            try:
+                records = consumer.poll(timeout_ms=200, max_records=batch_rows).get(tp, [])
+            except kafka.errors.OffsetOutOfRangeError:
+                start = _out_of_range(consumer, opts, tp, consumer.position(tp), end)
+                if start >= end:
+                    break
+                consumer.seek(tp, start)
+                continue
             if not records:
                 if time.monotonic() - stalled_since > opts.timeout_ms / 1000:
                     raise BrokerUnavailableError(
@@ -484,42 +603,86 @@ def fetch_range(
                     )
                 continue
             stalled_since = time.monotonic()
-            for r in records:
-                if r.offset >= end:
-                    break
-                columns["key"].append(r.key)
-                columns["value"].append(r.value)
-                columns["offset"].append(r.offset)
-                columns["timestamp"].append(r.timestamp * 1000)
-                columns["timestampType"].append(r.timestamp_type)
+            batch = _records_batch(records, opts.topic, partition, start, end)
+            if batch.num_rows:
+                pending.append(batch)
+                rows += batch.num_rows
             if records[-1].offset >= end - 1:
-                consumer.seek(tp, end)
-            if len(columns["offset"]) >= batch_rows:
-                yield _batch(columns, opts.topic, partition)
-                columns = _empty_columns()
-        if columns["offset"]:
-            yield _batch(columns, opts.topic, partition)
+                break
+            if rows >= batch_rows:
+                yield _combine(pending)
+                pending, rows = [], 0
+        if pending:
+            yield _combine(pending)
+        finished = True
     finally:
-        consumer.close()
+        if finished:
+            _give_back(opts, consumer)
+        else:  # failed or abandoned: its state is in doubt
+            _close(consumer)
 
 
-def _empty_columns() -> dict[str, list[Any]]:
-    """The per-record columns (topic and partition are the same for the whole range)."""
-    return {"key": [], "value": [], "offset": [], "timestamp": [], "timestampType": []}
+def _out_of_range(consumer: Any, opts: KafkaOptions, tp: Any, offset: int, end: int) -> int:
+    """Where to go on when the broker says ``offset`` is out of range: the earliest offset
+    it holds (retention deleted the records; refused when ``failOnDataLoss``), or ``end``
+    (nothing to read) when the records are past the broker's latest offset. One or two
+    ListOffsets requests."""
+    earliest = int(consumer.beginning_offsets([tp])[tp])
+    if offset < earliest:
+        return check_retention(opts, tp.partition, offset, earliest)
+    latest = int(consumer.end_offsets([tp])[tp])
+    if opts.fail_on_data_loss:
+        raise DataLossError(
+            f"{opts.topic}-{tp.partition}: offsets {offset}..{end - 1} are past the broker's "
+            f"latest offset {latest} (the topic was re-created or the broker lost data); set "
+            "failOnDataLoss=false to skip them"
+        )
+    logger.warning("%s-%d: offsets %d..%d are past the broker's latest offset %d; skipping them",
+                   opts.topic, tp.partition, offset, end - 1, latest)
+    return end
 
 
-def _batch(columns: dict[str, list[Any]], topic: str, partition: int) -> pa.RecordBatch:
-    n = len(columns["offset"])
+#: Field positions in kafka-python's ``ConsumerRecord`` named tuple.
+_OFFSET, _TIMESTAMP, _TS_TYPE, _KEY, _VALUE = 3, 4, 5, 6, 7
+
+
+def _records_batch(records: list[Any], topic: str, partition: int, start: int,
+                   end: int) -> pa.RecordBatch:
+    """One Arrow batch of the records of ``[start, end)`` (records come in offset order).
+
+    Cost: one C-level transpose of the record tuples (``zip``), one Arrow array per column;
+    no per-record Python statement.
+    """
+    import numpy as np
+
+    columns = list(zip(*records))
+    offsets = np.asarray(columns[_OFFSET], dtype=np.int64)
+    lo, hi = (int(i) for i in np.searchsorted(offsets, [start, end]))
+    n = hi - lo
+    whole = lo == 0 and hi == len(records)
+
+    def cut(values: tuple[Any, ...]) -> Any:
+        return values if whole else values[lo:hi]
+
     arrays = [
-        pa.array(columns["key"], pa.binary()),
-        pa.array(columns["value"], pa.binary()),
-        pa.array([topic] * n, pa.string()),
-        pa.array([partition] * n, pa.int32()),
-        pa.array(columns["offset"], pa.int64()),
-        pa.array(columns["timestamp"], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-        pa.array(columns["timestampType"], pa.int32()),
+        pa.array(cut(columns[_KEY]), pa.binary()),
+        pa.array(cut(columns[_VALUE]), pa.binary()),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.array(np.full(n, partition, dtype=np.int32)),
+        pa.array(offsets[lo:hi]),
+        pa.array(np.asarray(cut(columns[_TIMESTAMP]), dtype=np.int64) * 1000).cast(
+            pa.timestamp("us", tz="UTC")),
+        pa.array(np.asarray(cut(columns[_TS_TYPE]), dtype=np.int32)),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=_ARROW_SCHEMA)
+
+
+def _combine(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """One batch of several (one copy per column when there are several)."""
+    if len(batches) == 1:
+        return batches[0]
+    table = pa.Table.from_batches(batches).combine_chunks()
+    return table.to_batches()[0]
 
 
 def open_producer(opts: KafkaOptions) -> tuple[Any, int]:

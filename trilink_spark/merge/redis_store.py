@@ -12,7 +12,14 @@ round-trip form, ``nan`` and ``inf`` included, strings as UTF-8, binary as the b
 ``true``/``false``, timestamps as microseconds, dates as days); ``-0.0`` is stored as ``0.0``,
 as Spark's ``groupBy`` groups them. Nothing stored is ever unpickled or evaluated.
 
-Each flush of a partition is applied in two phases: one pipelined read of the flush's key
+A flush whose aggregates all merge by exact 64-bit addition (``count``, and the value counts
+of ``sum``/``mean``: every partial column a bigint, no null in the flush) is applied in one
+round trip: one script checks the marker and that no addition can leave 64 bits, then adds
+with ``HINCRBY`` (exact in Redis), bumps the versions and writes the marker; when a stored
+value is near the 64-bit limit (or not an integer) it writes nothing and the flush takes the
+general path below, where the exact merge in Python decides.
+
+Every other flush of a partition is applied in two phases: one pipelined read of the flush's key
 hashes (and of its marker ``batch:partition:flush``), the merge of the stored partials with the
 flush's deltas in Python by the aggregate algebra (exactly what the driver store does: Spark's
 types, exact 64-bit sums, NaN and infinities as Spark treats them), then one ``EVALSHA`` that
@@ -27,8 +34,10 @@ computes).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import random
+import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -78,10 +87,77 @@ redis.call('SADD', KEYS[1], ARGV[1])
 return n
 """
 
+#: One-trip commit of a flush whose partials all add as 64-bit integers (KEYS: applied, keys;
+#: ARGV: marker, prefix, n keys, nf fields, the fields, then per key its token and one integer
+#: delta per field). Returns -2, writing nothing, when a sum could leave 64 bits or a stored
+#: value is not an integer (the caller then merges in Python); 0 when the marker is known.
+_ADD_LUA = """
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 0 end
+local prefix = ARGV[2]
+local n = tonumber(ARGV[3])
+local nf = tonumber(ARGV[4])
+local stride = nf + 1
+local at = 4 + nf
+local limit = 4611686018427387904
+for i = 0, n - 1 do
+  local base = at + i * stride
+  local h = prefix .. ':k:' .. ARGV[base + 1]
+  for j = 1, nf do
+    local cur = redis.call('HGET', h, ARGV[4 + j])
+    if cur then
+      if not string.match(cur, '^%-?%d+$') then return -2 end
+      if math.abs(tonumber(cur)) + math.abs(tonumber(ARGV[base + 1 + j])) >= limit then
+        return -2
+      end
+    end
+  end
+end
+for i = 0, n - 1 do
+  local base = at + i * stride
+  local token = ARGV[base + 1]
+  local h = prefix .. ':k:' .. token
+  for j = 1, nf do
+    redis.call('HINCRBY', h, ARGV[4 + j], ARGV[base + 1 + j])
+  end
+  redis.call('HINCRBY', h, '__v', 1)
+  redis.call('SADD', KEYS[2], token)
+end
+redis.call('SADD', KEYS[1], ARGV[1])
+return n
+"""
+
 #: Commit attempts of one flush before contention is reported (each re-reads and re-merges).
 _MAX_TRIES = 200
 _TOKEN = "__token"
 _VERSION = b"__v"
+#: Deltas at or beyond this magnitude take the general path (the Python merge checks them).
+_ADD_LIMIT = 2**62
+
+#: Redis clients of this process, by URL and socket timeout (Spark reuses its Python workers,
+#: so a task reuses the connection of the previous task instead of opening one per batch).
+_clients: dict[tuple[str, float], Any] = {}
+#: Scripts this process has run on each server (by client key and SHA1): EVALSHA for them,
+#: EVAL with the body otherwise (one round trip either way; NOSCRIPT costs one more).
+_loaded: set[tuple[tuple[str, float], str]] = set()
+_clients_lock = threading.Lock()
+
+
+def _sha(body: str) -> str:
+    return hashlib.sha1(body.encode()).hexdigest()
+
+
+_COMMIT_SHA, _ADD_SHA = _sha(_COMMIT_LUA), _sha(_ADD_LUA)
+
+
+def drop_cached_clients() -> int:
+    """Close and forget every cached Redis client of this process; returns how many."""
+    with _clients_lock:
+        clients = list(_clients.values())
+        _clients.clear()
+        _loaded.clear()
+    for client in clients:
+        client.close()
+    return len(clients)
 
 
 def _encode(array: pa.Array) -> list[bytes | None]:
@@ -163,9 +239,14 @@ class RedisStore:
     :class:`~trilink_spark.ArithmeticOverflowError`) leaves nothing of it and no
     marker, so a rerun of the batch applies it.
 
-    Cost: two round trips per flush of a partition (a pipelined read of its keys, then one
-    script writing them), plus one more of each when another flush changed one of its keys in
-    between; the merge runs in the task (pandas, vectorised, O(keys of the flush)). :meth:`read`
+    Cost: one round trip per flush of a partition when its aggregates all add as 64-bit
+    integers (``count``: the script adds in Redis); else two (a pipelined read of its keys,
+    then one script writing them), plus one more of each when another flush changed one of
+    its keys in between; the merge runs in the task (pandas, vectorised, O(keys of the
+    flush)). The client is cached per process (by URL and timeout), so a task reuses the
+    connection of the task before it; a client whose call failed is dropped. Scripts run by
+    EVALSHA once this process ran them on that server, by EVAL with their body before (no
+    NOSCRIPT round trip). :meth:`read`
     costs one round trip per 1,000 keys. Memory in Redis: one hash per key plus one marker per
     flush.
     """
@@ -182,23 +263,65 @@ class RedisStore:
         self.schema: pa.Schema | None = None
         self.result: str | None = None
         self._client: Any = None
-        self._script: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_client"] = None
-        state["_script"] = None
         return state
 
+    @property
+    def _client_key(self) -> tuple[str, float]:
+        return (self.url, float(self.socket_timeout))
+
     def _redis(self) -> Any:
+        """This process's client for the URL and timeout (created on first use; no
+        ``CLIENT SETINFO`` on connect: one round trip fewer per connection)."""
         import redis
 
         if self._client is None:
-            self._client = redis.Redis.from_url(
-                self.url, socket_timeout=self.socket_timeout,
-                socket_connect_timeout=self.socket_timeout,
-            )
+            key = self._client_key
+            with _clients_lock:
+                client = _clients.get(key)
+                if client is None:
+                    client = redis.Redis.from_url(
+                        self.url, socket_timeout=self.socket_timeout,
+                        socket_connect_timeout=self.socket_timeout, driver_info=None,
+                    )
+                    _clients[key] = client
+            self._client = client
         return self._client
+
+    def _forget_client(self) -> None:
+        """Drop the failed client (this instance's and the process cache's)."""
+        key = self._client_key
+        with _clients_lock:
+            client = _clients.get(key)
+            if client is not None and client is self._client:
+                del _clients[key]
+            for entry in [e for e in _loaded if e[0] == key]:
+                _loaded.discard(entry)
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception:  # noqa: BLE001 - closing a broken client is best effort
+                pass
+        self._client = None
+
+    def _script(self, client: Any, body: str, sha: str, keys: list[str], args: list[Any]) -> Any:
+        """Run a script in one round trip: EVALSHA when this process ran it on this server
+        before, else EVAL with its body (which caches it there); NOSCRIPT (the server was
+        restarted or flushed its scripts) costs one more round trip."""
+        import redis
+
+        mark = (self._client_key, sha)
+        if mark in _loaded:
+            try:
+                return client.evalsha(sha, len(keys), *keys, *args)
+            except redis.exceptions.NoScriptError:
+                _loaded.discard(mark)
+        result = client.eval(body, len(keys), *keys, *args)
+        _loaded.add(mark)
+        return result
 
     def _call(self, fn: Any) -> Any:
         import redis
@@ -206,6 +329,7 @@ class RedisStore:
         try:
             return fn(self._redis())
         except (redis.ConnectionError, redis.TimeoutError, OSError) as err:
+            self._forget_client()
             raise StoreUnavailableError(
                 f"Redis at {redact(self.url)} is unreachable "
                 f"({type(err).__name__}: {scrub(str(err), self.url)}); "
@@ -263,10 +387,15 @@ class RedisStore:
                                                                                pa.binary()))
         unique = list(dict.fromkeys(tokens))
         base = self.prefix.encode() + b":k:"
+        keys = [f"{self.prefix}:applied", f"{self.prefix}:keys"]
+        adding = (self._add_args(delta_table, schema, specs, partial, tokens, marker)
+                  if len(unique) == len(tokens) else None)
 
         def run(client: Any) -> int:
-            if self._script is None:  # one Script per process: EVALSHA, loaded once
-                self._script = client.register_script(_COMMIT_LUA)
+            if adding is not None:
+                done = int(self._script(client, _ADD_LUA, _ADD_SHA, keys, adding))
+                if done >= 0:
+                    return done
             for attempt in range(_MAX_TRIES):
                 pipe = client.pipeline(transaction=False)
                 pipe.sismember(f"{self.prefix}:applied", marker)
@@ -278,8 +407,7 @@ class RedisStore:
                 args = self._commit_args(read[1:], unique, delta_table, schema, specs,
                                          partial, marker)
                 args[1] = self.prefix
-                done = int(self._script(keys=[f"{self.prefix}:applied", f"{self.prefix}:keys"],
-                                        args=args))
+                done = int(self._script(client, _COMMIT_LUA, _COMMIT_SHA, keys, args))
                 if done >= 0:
                     return done
                 time.sleep(random.uniform(0, 0.001 * min(attempt + 1, 50)))
@@ -290,6 +418,42 @@ class RedisStore:
             )
 
         return bool(self._call(run))
+
+    def _add_args(self, delta_table: pa.Table, schema: pa.Schema, specs: list[AggSpec],
+                  partial: list[str], tokens: list[bytes], marker: str) -> list[Any] | None:
+        """The one-trip script's args when every partial adds as a 64-bit integer, else None.
+
+        Needs: every op of kind ``int``, every partial column a bigint without nulls and with
+        values of magnitude below 2**62, one row per key. Cost: one Arrow cast and min/max
+        per column, one C-level interleave of the columns.
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if not partial or any(op.kind != "int" for op in self.ops(specs)):
+            return None
+        ops_columns = {op.column for op in self.ops(specs)}
+        if set(partial) != ops_columns:
+            return None
+        columns: list[list[bytes]] = []
+        for c in partial:
+            if not pa.types.is_int64(schema.field(c).type):
+                return None
+            col = delta_table.column(c)
+            if col.null_count:
+                return None
+            bounds = pc.min_max(col).as_py()
+            if bounds["min"] is not None and (bounds["min"] <= -_ADD_LIMIT
+                                              or bounds["max"] >= _ADD_LIMIT):
+                return None
+            columns.append(pc.cast(col.combine_chunks(), pa.string()).cast(
+                pa.binary()).to_pylist())
+        stride = len(partial) + 1
+        flat: list[Any] = [b""] * (len(tokens) * stride)
+        flat[0::stride] = tokens
+        for j, values in enumerate(columns, start=1):
+            flat[j::stride] = values
+        return [marker, self.prefix, len(tokens), len(partial), *partial, *flat]
 
     @staticmethod
     def _commit_args(hashes: list[dict[bytes, bytes]], unique: list[bytes],

@@ -443,8 +443,9 @@ def start_query(
     Cost per micro-batch: the read and parse of its records, the variant's operator (see the
     module docs: one exchange for ``baseline``, ``key_by`` and ``local_merge``, none for
     ``global_merge`` and ``ahead``), one collect of the per-window counts to the driver (at
-    most campaigns x open windows rows), and one Redis round trip (``global_merge``: two per
-    input partition for the store, one more for its metadata and one for the copy).
+    most campaigns x open windows rows), and one Redis round trip (``global_merge``: one per
+    input partition for the store, its counts being added by one script, one more for its
+    metadata and one for the copy; a Python worker's first batch also connects).
 
     Examples
     --------
