@@ -133,7 +133,10 @@ def test_local_merge_global_merge_and_keyed_time_themselves(spark: Any,
     df = sensor_frame(spark)
     partial = tl.local_merge(df, "k", "t", 100.0, {"n": ("count", None)})
     out_rows = partial.count()
-    merged = tl.global_merge(df, "k", {"n": ("count", None)}).toPandas()
+    # "first" needs the algebra: the Python path (Spark's own aggregates run in the JVM)
+    merged = tl.global_merge(df, "k", {"n": ("count", None), "f": ("first", "v")}).toPandas()
+    native = tl.global_merge(df, "k", {"n": ("count", None)}).toPandas()
+    assert native.sort_values("k").n.tolist() == merged.sort_values("k").n.tolist()
     t = read_operator_timings(timing_dir)
     lm = t[t.operator == "local_merge"]
     # the count job and global_merge's own partials: one planning each, 2 tasks each

@@ -85,7 +85,7 @@ def test_result_types_and_long_sums_follow_spark(spark: Any) -> None:
 def test_long_sum_overflow_is_a_typed_error(spark: Any) -> None:
     df = spark.createDataFrame([(1, 2**62), (1, 2**62)], "k long, i long").coalesce(1)
     aggs = {"si": ("sum", "i")}
-    with pytest.raises(Exception, match="ArithmeticOverflowError"):
+    with pytest.raises(tl.ArithmeticOverflowError, match="overflows bigint"):
         tl.global_merge(df, "k", aggs)
     split = spark.createDataFrame(  # one row per partition: the driver's merge overflows
         spark.sparkContext.parallelize([(1, 2**62), (1, 2**62)], 2), "k long, i long")

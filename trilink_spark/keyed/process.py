@@ -300,6 +300,14 @@ class KeyedWatermarkProcessFunction(ABC):
     #: Spark DDL of the per-key values (``ctx.set_state``); None: JSON values.
     state_schema: str | None = None
 
+    def input_columns(self) -> Sequence[str] | None:
+        """The input columns the hooks read besides the key (``None``, the default: all).
+
+        A processor that names them lets only those cross the keyed exchange and into Python
+        (with the key and the event time); the rows its hooks get then hold just those.
+        """
+        return None
+
     def open(self, partition_id: int) -> None:
         """Called once per partition and batch before any row."""
 

@@ -28,6 +28,7 @@ from ..compat import num_partitions, streaming_query_id
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..errors import StateOwnershipError, TrilinkError
 from ..eventtime import delay_in_units, event_time_micros
+from ..merge.algebra import column_of
 from ..optiming import OperatorTimer, Stopwatch, operator_timer
 from ..partitioners import BlockPartitioner, Partitioner
 from ..placement.key_by import place_rows, resolve_strategy
@@ -281,7 +282,7 @@ def _partition_function(
             previous = None if table is None else decode_state(table, where)
         runtime = KeyedRuntime(processor, key, delay, idle_timeout, previous, fields)
         processor.open(pid)
-        outs = [] if frame is None else runtime.process(frame.drop(columns=[PARTITION_COL, POS_COL]))
+        outs = [] if frame is None else runtime.process(frame)
         if io is None:
             outs += runtime.finish()
         processor.close()
@@ -343,9 +344,29 @@ def _prepare(
     out_schema = parsed
     timezone = df.sparkSession.conf.get("spark.sql.session.timeZone")
     arrow_schema = to_arrow_schema(out_schema, timezone=timezone)
-    tagged = df.select("*", F.monotonically_increasing_id().alias(POS_COL),
+    wanted = processor.input_columns()
+    if wanted is None:  # the hooks may read any column
+        carried = [F.col("*")]
+    else:  # only what the processor reads crosses the exchange and into Python
+        if isinstance(wanted, str) or not all(isinstance(c, str) for c in wanted):
+            raise InvalidArgumentTypeError(
+                f"{type(processor).__name__}.input_columns() must return a list of column "
+                f"names or None, got {wanted!r:.80}")
+        require_columns(df, list(wanted), "input column")
+        names = list(dict.fromkeys([key, *wanted, *([order_by] if order_by else [])]))
+        carried = [column_of(c) for c in names]
+    tagged = df.select(*carried, F.monotonically_increasing_id().alias(POS_COL),
                        et_col.alias(EVENT_TIME_COL))
     return tagged, delay_units, idle_units, out_schema, arrow_schema
+
+
+def _arrival_order(placed: DataFrame, order_by: str | None) -> DataFrame:
+    """``placed`` sorted into arrival order within each partition, without the columns only
+    the placement and the sort needed (they never cross into Python)."""
+    arrival = [order_by, POS_COL] if order_by is not None else [POS_COL]
+    ordered = placed.sortWithinPartitions(*arrival)
+    keep = [column_of(c) for c in placed.columns if c not in (PARTITION_COL, POS_COL)]
+    return ordered.select(*keep)
 
 
 def _in_place(declared: DataFrame, key: str, tagged: DataFrame) -> DataFrame:
@@ -416,8 +437,7 @@ def keyed_process(
         placed = _in_place(df, key, tagged)
     else:
         placed = place_rows(tagged, key, strategy, num_partitions)
-    arrival = [order_by, POS_COL] if order_by is not None else [POS_COL]
-    placed = placed.sortWithinPartitions(*arrival)
+    placed = _arrival_order(placed, order_by)
     fn = _partition_function(processor, key, delay_units, idle_units, arrow_schema, None,
                              operator_timer(df.sparkSession, "keyed"))
     return placed.mapInArrow(fn, out_schema)
@@ -624,8 +644,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
         io = StateIO(self.store, batch_id, prev, prev_partitions, swap_plan is not None,
                      key_type, value_type,
                      blocks if isinstance(blocks, BlockPartitioner) else None)
-        arrival = [o["order_by"], POS_COL] if o["order_by"] is not None else [POS_COL]
-        placed = placed.sortWithinPartitions(*arrival)
+        placed = _arrival_order(placed, o["order_by"])
         fn = _partition_function(o["processor"], o["key"], delay_units, idle_units,
                                  arrow_schema, io,
                                  operator_timer(batch_df.sparkSession, "keyed"))

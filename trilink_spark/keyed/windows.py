@@ -107,6 +107,10 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         fields += [f"`{a}` {'bigint' if a == 'count' else 'double'}" for a in self.aggs]
         self.output_schema = ", ".join(fields)
 
+    def input_columns(self) -> list[str]:
+        """Only ``value`` (if any): the other columns never cross the exchange."""
+        return [] if self.value is None else [self.value]
+
     def process_on_time(self, key: Hashable, rows: pd.DataFrame, ctx: KeyedContext) -> Output:
         raise NotImplementedError("KeyedWindowAggregate runs vectorised (process_rows)")
 

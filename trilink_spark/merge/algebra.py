@@ -1220,8 +1220,15 @@ def _distinct_in_plan(df: DataFrame, cols: list[Any]) -> list[Any]:
     return [c for c in cols if distinct([c])]
 
 
-def _plain_call(func: str, column: str | None) -> Column:
-    """The Spark aggregate the algebra computes for ``(func, column)``."""
+def spark_aggregate(func: str, column: str | None) -> Column:
+    """The Spark aggregate the algebra computes for ``(func, column)`` (``column`` None:
+    ``count(1)``, the rows). O(1), no job.
+
+    Examples
+    --------
+    >>> spark_aggregate("mean", "v")  # doctest: +SKIP
+    Column<'avg(v)'>
+    """
     from pyspark.sql import functions as F
 
     arg = F.lit(1) if column is None else column_of(column)
@@ -1257,14 +1264,14 @@ def _confirm_with_spark(df: DataFrame, entries: list[tuple[tuple[Any, ...], Any]
     def tagged(calls: list[Any]) -> DataFrame:
         return df.agg(*[c.alias(f"_tl_agg{i}") for i, c in enumerate(calls)])
 
-    plains = [_plain_call(items[i][1], items[i][2]) for i, _ in cols]
+    plains = [spark_aggregate(items[i][1], items[i][2]) for i, _ in cols]
     if not tagged([c for _, c in cols]).sameSemantics(tagged(plains)):
         for (i, col), plain in zip(cols, plains):
             if tagged([col]).sameSemantics(tagged([plain])):
                 continue
             text, (_, func, column) = _column_text(col), items[i]
             if func == "count" and column is not None and \
-                    tagged([col]).sameSemantics(tagged([_plain_call("count", None)])):
+                    tagged([col]).sameSemantics(tagged([spark_aggregate("count", None)])):
                 items[i] = (items[i][0], "count", None)  # count(1) beside a column named 1
                 continue
             if _distinct_in_plan(df, [col]):

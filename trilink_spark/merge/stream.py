@@ -28,7 +28,8 @@ from ..compat import num_partitions
 from ..errors import InvalidArgumentTypeError, StateCorruptError
 from ..optiming import OperatorTimer, Stopwatch, operator_timer
 from ..state.store import KeyedStateStore, StatefulBatchFunction
-from .local import MergePlan, partition_partials, plan_merge, read_partition, to_arrow
+from .local import MergePlan, partition_partials, plan_merge, read_partition, source_rows
+from .local import to_arrow
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -153,6 +154,7 @@ def _buffered_partition(plan: MergePlan, store: KeyedStateStore, batch_id: int,
         received = len(rows)
         if len(rows):  # arrival positions that order this batch after the buffered rows
             rows[POS_COL] = batch_id * _ROWS_PER_BATCH + np.arange(len(rows), dtype=np.int64)
+            rows = source_rows(rows, plan)
         previous = store.load_before(pid, batch_id)
         if previous is not None:
             where = _tail_where(store, pid, batch_id)
