@@ -16,7 +16,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -348,11 +348,14 @@ def _prepare(
     if wanted is None:  # the hooks may read any column
         carried = [F.col("*")]
     else:  # only what the processor reads crosses the exchange and into Python
-        if isinstance(wanted, str) or not all(isinstance(c, str) for c in wanted):
+        listed = (None if isinstance(wanted, (str, bytes)) or not isinstance(wanted, Iterable)
+                  else list(wanted))  # read once: a generator would be empty the 2nd time
+        if listed is None or not all(isinstance(c, str) for c in listed):
             raise InvalidArgumentTypeError(
                 f"{type(processor).__name__}.input_columns() must return a list of column "
                 f"names or None, got {wanted!r:.80}")
-        require_columns(df, list(wanted), "input column")
+        wanted = listed
+        require_columns(df, wanted, "input column")
         names = list(dict.fromkeys([key, *wanted, *([order_by] if order_by else [])]))
         carried = [column_of(c) for c in names]
     tagged = df.select(*carried, F.monotonically_increasing_id().alias(POS_COL),

@@ -178,8 +178,7 @@ def _native_driver_merge(df: DataFrame, key: str, specs: list[AggSpec]) -> DataF
                 return None
     schema = _result_schema(df, key, specs)
     types = [f.dataType for f in _struct(schema)]
-    grouped = df.groupBy(column_of(key)).agg(
-        *[spark_aggregate(str(s.func), s.column).alias(s.name) for s in specs])
+    grouped = df.groupBy(column_of(key)).agg(*[_native_call(df, s).alias(s.name) for s in specs])
     typed = grouped.select(*[column_of(name).cast(t) for name, t in
                              zip([key, *[s.name for s in specs]], types)])
     try:
@@ -198,6 +197,18 @@ def _native_driver_merge(df: DataFrame, key: str, specs: list[AggSpec]) -> DataF
     if pd.api.types.is_float_dtype(frame[key].dtype):
         frame[key] = frame[key] + 0.0  # -0.0 and 0.0 are one key: Spark shows it as 0.0
     return spark.createDataFrame(_arrow_result(frame, schema, spark))
+
+
+def _native_call(df: DataFrame, spec: AggSpec) -> Any:
+    """Spark's aggregate for ``spec``; a mean of decimals averages their doubles, as the
+    algebra does (Spark's ``avg`` of a decimal rounds to its scale plus 4 digits first:
+    ``avg`` of 1.10, 2.25, 3.00 is 2.116667, not 2.1166666666666667)."""
+    from pyspark.sql import functions as F
+
+    if spec.func == "mean" and spec.column is not None and \
+            df.schema[spec.column].dataType.simpleString().startswith("decimal"):
+        return F.avg(column_of(spec.column).cast("double"))
+    return spark_aggregate(str(spec.func), spec.column)
 
 
 def _struct(ddl: str) -> Any:

@@ -290,8 +290,12 @@ def source_rows(rows: pd.DataFrame, plan: MergePlan) -> pd.DataFrame:
         et = _floats(rows[ET_COL])
         size = float(plan.slot_units)
         with np.errstate(invalid="ignore"):
-            # Java's pmod for doubles: ((a % n) + n) % n, with % the IEEE remainder of fmod
-            start = et - np.fmod(np.fmod(et, size) + size, size)
+            # Spark's Pmod for doubles: r = a % n (Java's %, C's fmod); r < 0 ? (r + n) % n : r.
+            # Adding n to a positive remainder would round (0.1 % 3 -> 0.10000000000000009)
+            # and -0.0 would keep its sign: both differ from Spark's slot
+            rem = np.fmod(et, size)
+            rem = np.where(rem < 0, np.fmod(rem + size, size), rem)
+            start = et - rem
         rows[SLOT_COL] = np.where(np.isnan(et), _UNTIMED_SLOT, start)
     return rows
 

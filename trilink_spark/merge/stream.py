@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..arrowio import read_table, write_table
-from ..columns import ET_COL, POS_COL, SLOT_COL
+from ..columns import ET_COL, ORDER_COL, POS_COL, SLOT_COL
 from ..compat import num_partitions
 from ..errors import InvalidArgumentTypeError, StateCorruptError
 from ..optiming import OperatorTimer, Stopwatch, operator_timer
@@ -159,6 +159,10 @@ def _buffered_partition(plan: MergePlan, store: KeyedStateStore, batch_id: int,
         if previous is not None:
             where = _tail_where(store, pid, batch_id)
             held = decode_tail(previous, where)
+            if ORDER_COL in held.columns and ORDER_COL not in rows.columns:
+                # a tail written before order_by was sorted in the JVM carried its column:
+                # its rows are already in arrival order, the column is no longer needed
+                held = held.drop(columns=[ORDER_COL])
             if len(held.columns) and len(rows.columns) and set(held.columns) != set(rows.columns):
                 raise StateCorruptError(
                     f"{where} has the columns {sorted(held.columns)}, but this query's rows "
