@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ import pytest
 from pyspark import cloudpickle
 
 import trilink_spark as tl
-from trilink_spark.ysb.servers import TansuBroker
+from trilink_spark.ysb.servers import TansuBroker, free_port, wait_for_port
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -74,7 +73,7 @@ class RedisProcess:
         self.workdir = workdir
         self.password = password
         self.tls = tls
-        self.port = _free_port()
+        self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         if tls:
             self.cert, self.key = workdir / "redis.crt", workdir / "redis.key"
@@ -104,7 +103,7 @@ class RedisProcess:
         if self.password:
             args += ["--requirepass", self.password]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _wait_for_port(self.proc, self.port, "redis-server", 10)
+        wait_for_port(self.proc, self.port, "redis-server", 10)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -121,26 +120,6 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
             return
         time.sleep(0.02)
     raise AssertionError("condition not reached within the timeout")
-
-
-def _wait_for_port(proc: subprocess.Popen[bytes], port: int, name: str, seconds: float) -> None:
-    """Return once ``proc`` accepts connections on 127.0.0.1:``port``; fail if it exits."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited with {proc.returncode}")
-            time.sleep(0.05)
-    raise RuntimeError(f"{name} did not start within {seconds:g} s")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 REDIS_SERVER = shutil.which("redis-server") or "redis-server"

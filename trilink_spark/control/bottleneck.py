@@ -550,7 +550,8 @@ class BottleneckAdvisor:
             sums = rows.groupby("stage_id")["busy_ms"].sum()
             groups.append((name, float(rows["rows_in"].sum()), float(rows["busy_ms"].sum()),
                            int(rows.groupby("stage_id")["partition"].nunique().max()),
-                           {int(str(k)): float(v) for k, v in sums.items()}))
+                           {int(k): float(v)
+                            for k, v in zip(sums.index.to_numpy(), sums.to_numpy())}))
         with self._lock:
             for name, rows_in, busy, tasks, per_stage in groups:
                 self._add(name, "trilink operator", rows_in, busy, tasks)

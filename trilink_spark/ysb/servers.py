@@ -20,7 +20,7 @@ from types import TracebackType
 
 from ..errors import MissingDependencyError, TrilinkError
 
-__all__ = ["RedisServer", "TansuBroker", "free_port", "ServerStartError"]
+__all__ = ["RedisServer", "TansuBroker", "free_port", "wait_for_port", "ServerStartError"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_for_port(proc: subprocess.Popen[bytes], port: int, name: str, seconds: float) -> None:
+def wait_for_port(proc: subprocess.Popen[bytes], port: int, name: str, seconds: float) -> None:
+    """Return once ``proc`` accepts connections on 127.0.0.1:``port``; raise
+    :class:`ServerStartError` if it exits first or ``seconds`` pass. Polls every 50 ms."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
@@ -108,7 +110,7 @@ class RedisServer:
                 "--protected-mode", "yes", "--save", "", "--appendonly", "yes",
                 "--appendfsync", "always", "--dir", str(self.workdir)]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _wait_for_port(self.proc, self.port, "redis-server", 15)
+        wait_for_port(self.proc, self.port, "redis-server", 15)
 
     def stop(self) -> None:
         """Stop the server (SIGTERM: Redis flushes its append-only file first)."""
@@ -174,7 +176,7 @@ class TansuBroker:
              "--storage-engine", "memory://tansu/", "--cluster-id", "trilink-ysb"],
             cwd=self.workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        _wait_for_port(self.proc, self.port, "tansu", 15)
+        wait_for_port(self.proc, self.port, "tansu", 15)
 
     def stop(self) -> None:
         """Stop the broker (its topics are gone)."""
