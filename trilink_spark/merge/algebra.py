@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 import numpy as np
 import pandas as pd
 
+from ..columns import INTERNAL_PREFIX
 from ..errors import ArithmeticOverflowError, InvalidArgumentError, InvalidArgumentTypeError
 
 if TYPE_CHECKING:
@@ -97,6 +98,8 @@ __all__ = [
     "quoted",
     "partial_frame",
     "partial_groups",
+    "arrow_partials",
+    "ArrowStep",
     "specs_for_partials",
 ]
 
@@ -166,17 +169,26 @@ def _exact_int_sums(values: pd.Series, codes: np.ndarray, groups: int, what: str
         v = v[order]
         starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
         low = np.add.reduceat(v & 0xFFFFFFFF, starts)
-        high = np.add.reduceat(v >> 32, starts) + (low >> 32)
-        over = (high < -(2**31)) | (high >= 2**31)
-        if over.any():
-            raise ArithmeticOverflowError(
-                f"{what} overflows bigint (the int64 range [-2**63, 2**63 - 1]); Spark's "
-                "sum fails the same way in ANSI mode: cast the column to decimal(38,0) or "
-                "double first"
-            )
-        out[ordered[starts]] = (high << 32) | (low & 0xFFFFFFFF)
+        high = np.add.reduceat(v >> 32, starts)
+        out[ordered[starts]] = _join_halves(low, high, what)
     counts = np.bincount(codes[present], minlength=groups)
     return pd.Series(pd.arrays.IntegerArray(out, counts == 0))
+
+
+def _join_halves(low: np.ndarray, high: np.ndarray, what: str) -> np.ndarray:
+    """Sums of the low 32 bits and of the high 32 bits (arithmetic shift) of int64 values
+    recombined into their exact int64 sums; ArithmeticOverflowError naming ``what`` when one
+    is outside the int64 range. Vectorised, O(len(low))."""
+    high = high + (low >> 32)
+    over = (high < -(2**31)) | (high >= 2**31)
+    if over.any():
+        raise ArithmeticOverflowError(
+            f"{what} overflows bigint (the int64 range [-2**63, 2**63 - 1]); Spark's "
+            "sum fails the same way in ANSI mode: cast the column to decimal(38,0) or "
+            "double first"
+        )
+    joined: np.ndarray = (high << 32) | (low & 0xFFFFFFFF)
+    return joined
 
 
 @dataclass(frozen=True)
@@ -206,6 +218,15 @@ class RedisOp(NamedTuple):
     column: str
     kind: str
     field: str
+
+
+class ArrowStep(NamedTuple):
+    """One Arrow hash aggregation an aggregate asks for: ``values`` (an array as long as the
+    table), the Arrow function (``"sum"``, ``"count"``, ``"min"``, ...) and its options."""
+
+    values: Any
+    func: str
+    options: Any = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -393,6 +414,32 @@ class Aggregate:
             raise self._unmergeable()
         return merged[self.name]
 
+    # ---------------------------------------------------------------- Arrow
+    def arrow_steps(self, table: Any, merging: bool) -> list[ArrowStep] | None:
+        """The Arrow hash aggregations that compute this aggregate's partials of ``table``
+        (a ``pyarrow.Table`` of raw rows, or of partial rows when ``merging``), read back in
+        order by :meth:`arrow_finish`; None when the aggregate or its input's type has no
+        Arrow form (the caller then uses the pandas form)."""
+        return None
+
+    def arrow_finish(self, results: list[Any], merging: bool) -> dict[str, Any]:
+        """The partial columns (Arrow arrays, one value per group) from the results of
+        :meth:`arrow_steps`, in the same order."""
+        raise self._unmergeable()
+
+    def _arrow_source(self, table: Any, merging: bool, column: str | None = None) -> Any:
+        """The column a step reads: the value column of raw rows, else the partial
+        ``column`` (default: ``name``)."""
+        return table[column or self.name] if merging else table[str(self.column)]
+
+    def _arrow_count(self, table: Any, merging: bool) -> ArrowStep:
+        """The ``name__n`` step: non-null values of raw rows, or the sum of partial counts."""
+        import pyarrow.compute as pc
+
+        if merging:
+            return ArrowStep(table[f"{self.name}__n"], "sum")
+        return ArrowStep(table[str(self.column)], "count", pc.CountOptions(mode="only_valid"))
+
     # ---------------------------------------------------------------- Spark
     def spark_merge(self) -> Column | None:
         """The Spark aggregate expression merging partial rows (None: merge in pandas)."""
@@ -457,6 +504,18 @@ class Count(Aggregate):
     def merge(self, groups: Groups) -> dict[str, pd.Series]:
         return {self.name: groups.grouped[self.name].sum()}
 
+    def arrow_steps(self, table: Any, merging: bool) -> list[ArrowStep] | None:
+        import pyarrow.compute as pc
+
+        if merging:
+            return [ArrowStep(table[self.name], "sum")]
+        if self.column is None:  # count(*): every row, nulls included
+            return [ArrowStep(table.column(0), "count", pc.CountOptions(mode="all"))]
+        return [ArrowStep(table[self.column], "count", pc.CountOptions(mode="only_valid"))]
+
+    def arrow_finish(self, results: list[Any], merging: bool) -> dict[str, Any]:
+        return {self.name: results[0].fill_null(0)}
+
     def spark_merge(self) -> Column:
         from pyspark.sql import functions as F
 
@@ -511,6 +570,34 @@ class Sum(Aggregate):
     def finalize(self, merged: pd.DataFrame) -> pd.Series:
         return merged[self.name].where(merged[f"{self.name}__n"] > 0)
 
+    def arrow_steps(self, table: Any, merging: bool) -> list[ArrowStep] | None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        source = self._arrow_source(table, merging)
+        if pa.types.is_integer(source.type):  # exact: the two 32-bit halves summed apart
+            wide = source.cast(pa.int64())
+            return [ArrowStep(pc.bit_wise_and(wide, 0xFFFFFFFF), "sum"),
+                    ArrowStep(pc.shift_right(wide, 32), "sum"),
+                    self._arrow_count(table, merging)]
+        if pa.types.is_floating(source.type):  # Spark sums floats as doubles
+            return [ArrowStep(source.cast(pa.float64()), "sum",
+                              pc.ScalarAggregateOptions(min_count=1)),
+                    self._arrow_count(table, merging)]
+        return None  # decimals: the pandas form keeps their precision
+
+    def arrow_finish(self, results: list[Any], merging: bool) -> dict[str, Any]:
+        import pyarrow as pa
+
+        counts = results[-1].fill_null(0)
+        if len(results) == 2:
+            return {self.name: results[0], f"{self.name}__n": counts}
+        low, high = (r.fill_null(0).to_numpy() for r in results[:2])
+        joined = _join_halves(low, high, f"sum {self.name!r} of column {self.column!r}")
+        empty = counts.to_numpy(zero_copy_only=False) == 0
+        return {self.name: pa.array(joined, pa.int64(), mask=empty),
+                f"{self.name}__n": counts}
+
     def spark_merge(self) -> Column:
         from pyspark.sql import functions as F
 
@@ -559,6 +646,20 @@ class Mean(Aggregate):
     def merge(self, groups: Groups) -> dict[str, pd.Series]:
         g, n = groups.grouped, self.name
         return {f"{n}__sum": g[f"{n}__sum"].sum(min_count=1), f"{n}__n": g[f"{n}__n"].sum()}
+
+    def arrow_steps(self, table: Any, merging: bool) -> list[ArrowStep] | None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        source = self._arrow_source(table, merging, f"{self.name}__sum")
+        if not (pa.types.is_integer(source.type) or pa.types.is_floating(source.type)):
+            return None  # decimals: the pandas form
+        return [ArrowStep(source.cast(pa.float64()), "sum",
+                          pc.ScalarAggregateOptions(min_count=1)),
+                self._arrow_count(table, merging)]
+
+    def arrow_finish(self, results: list[Any], merging: bool) -> dict[str, Any]:
+        return {f"{self.name}__sum": results[0], f"{self.name}__n": results[1].fill_null(0)}
 
     def finalize(self, merged: pd.DataFrame) -> pd.Series:
         n = merged[f"{self.name}__n"]
@@ -615,6 +716,33 @@ class _Extreme(Aggregate):
 
     def init(self, groups: Groups, time_col: str, pos_col: str) -> dict[str, pd.Series]:
         return {self.name: self._extreme(str(self.column), groups)}
+
+    def arrow_steps(self, table: Any, merging: bool) -> list[ArrowStep] | None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        source = self._arrow_source(table, merging)
+        kind = source.type
+        if not any(test(kind) for test in (pa.types.is_integer, pa.types.is_floating,
+                                           pa.types.is_string, pa.types.is_large_string,
+                                           pa.types.is_boolean, pa.types.is_date32,
+                                           pa.types.is_timestamp)):
+            return None  # binary, decimals, ...: the pandas form
+        steps = [ArrowStep(source, self.func)]
+        if self.func == "max" and pa.types.is_floating(kind):
+            # Arrow skips NaN unless a group has nothing else (what Spark's min does);
+            # Spark's max is NaN when a group has one
+            steps.append(ArrowStep(pc.is_nan(source), "any"))
+        return steps
+
+    def arrow_finish(self, results: list[Any], merging: bool) -> dict[str, Any]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if len(results) == 1:
+            return {self.name: results[0]}
+        nan = pa.scalar(float("nan"), results[0].type)
+        return {self.name: pc.if_else(results[1].fill_null(False), nan, results[0])}
 
     def merge(self, groups: Groups) -> dict[str, pd.Series]:
         return {self.name: self._extreme(self.name, groups)}
@@ -1453,6 +1581,61 @@ def finalize_frame(merged: pd.DataFrame, groups: list[str], specs: list[AggSpec]
     for spec in specs:
         out[spec.name] = spec.aggregate.finalize(merged)
     return out
+
+
+# ---------------------------------------------------------------------- Arrow side
+def arrow_partials(
+    table: Any, by: Sequence[str], specs: list[AggSpec], time_col: str, merging: bool = False
+) -> Any:
+    """Partials of ``table`` (raw rows, or partial rows when ``merging``) grouped by the
+    columns ``by``, with Arrow's hash aggregation; None when an aggregate has no Arrow form
+    for its input (first, last, a Combine, decimal sums: use :func:`partial_groups`).
+
+    The result has the ``by`` columns, ``time_col`` (the largest per group) and each
+    aggregate's partial columns; groups come in order of first appearance, nulls are a group
+    of their own. Sums and means are over doubles (integral sums exactly, in int64).
+
+    Notes
+    -----
+    Cost: one single-threaded Arrow hash aggregation, O(rows), plus O(groups) to finish;
+    nothing per row in Python.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> rows = pa.table({"k": [1, 1, 2], "t": [0.0, 5.0, 1.0], "v": [2, 3, None]})
+    >>> specs = parse_aggs({"s": ("sum", "v")}, ["k", "v"])
+    >>> arrow_partials(rows, ["k"], specs, "t").to_pydict()
+    {'k': [1, 2], 't': [5.0, 1.0], 's': [5, None], 's__n': [2, 0]}
+    """
+    import pyarrow as pa
+
+    plans = []
+    for spec in specs:
+        steps = spec.aggregate.arrow_steps(table, merging)
+        if steps is None:
+            return None
+        plans.append(steps)
+    names = [*by, time_col]
+    arrays = [table[c] for c in names]
+    aggs: list[tuple[Any, ...]] = [(time_col, "max")]
+    outputs: list[list[str]] = []
+    for i, steps in enumerate(plans):
+        outputs.append([])
+        for j, step in enumerate(steps):
+            name = f"{INTERNAL_PREFIX}a{i}_{j}"
+            names.append(name)
+            arrays.append(step.values)
+            aggs.append((name, step.func) if step.options is None
+                        else (name, step.func, step.options))
+            outputs[-1].append(f"{name}_{step.func}")
+    grouped = pa.Table.from_arrays(arrays, names=names).group_by(
+        list(by), use_threads=False).aggregate(aggs)
+    out = {c: grouped[c] for c in by}
+    out[time_col] = grouped[f"{time_col}_max"]
+    for spec, results in zip(specs, outputs):
+        out.update(spec.aggregate.arrow_finish([grouped[r] for r in results], merging))
+    return pa.table(out)
 
 
 # ---------------------------------------------------------------------- Spark side

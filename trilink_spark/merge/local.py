@@ -35,6 +35,7 @@ flush bound, no slot, no watermark downstream). Null and NaN keys are keys like 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -49,14 +50,14 @@ from ..columns import check_atomic_key, check_user_columns, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..optiming import OperatorTimer, Stopwatch, operator_timer, task_identity
 from ..eventtime import SPARK_TIME_TYPES, delay_in_units, event_time_micros, from_units
-from .algebra import AggSpec, column_of, parse_aggs, partial_groups, quoted
+from .algebra import AggSpec, arrow_partials, column_of, parse_aggs, partial_groups, quoted
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["local_merge", "MERGE_MODES", "AUTO_MODE", "DEFAULT_MAX_GROUPS", "flush_bounds", "plan_merge", "MergePlan",
            "partition_flushes", "partition_partials", "Flushes", "read_partition", "source_rows",
-           "arrow_to_pandas", "check_merge_names", "to_arrow"]
+           "arrow_to_pandas", "check_merge_names", "to_arrow", "ArrowMerge"]
 
 #: Flush modes (Trilink paper, §4.3, Table 7).
 MERGE_MODES: tuple[str, ...] = ("groups", "quantity", "periodic", "punctuation")
@@ -287,17 +288,22 @@ def source_rows(rows: pd.DataFrame, plan: MergePlan) -> pd.DataFrame:
         rows[POS_COL] = (np.int64(partition) << np.int64(33)) + np.arange(len(rows),
                                                                           dtype=np.int64)
     if SLOT_COL not in rows.columns and ET_COL in rows.columns:
-        et = _floats(rows[ET_COL])
-        size = float(plan.slot_units)
-        with np.errstate(invalid="ignore"):
-            # Spark's Pmod for doubles: r = a % n (Java's %, C's fmod); r < 0 ? (r + n) % n : r.
-            # Adding n to a positive remainder would round (0.1 % 3 -> 0.10000000000000009)
-            # and -0.0 would keep its sign: both differ from Spark's slot
-            rem = np.fmod(et, size)
-            rem = np.where(rem < 0, np.fmod(rem + size, size), rem)
-            start = et - rem
-        rows[SLOT_COL] = np.where(np.isnan(et), _UNTIMED_SLOT, start)
+        rows[SLOT_COL] = _slot_starts(_floats(rows[ET_COL]), float(plan.slot_units))
     return rows
+
+
+def _slot_starts(et: np.ndarray, size: float) -> np.ndarray:
+    """Each event time's slot start, as Spark's ``et - pmod(et, size)`` in doubles;
+    :data:`_UNTIMED_SLOT` where ``et`` is NaN. Vectorised, O(len(et))."""
+    with np.errstate(invalid="ignore"):
+        # Spark's Pmod for doubles: r = a % n (Java's %, C's fmod); r < 0 ? (r + n) % n : r.
+        # Adding n to a positive remainder would round (0.1 % 3 -> 0.10000000000000009)
+        # and -0.0 would keep its sign: both differ from Spark's slot
+        rem = np.fmod(et, size)
+        rem = np.where(rem < 0, np.fmod(rem + size, size), rem)
+        start = et - rem
+    slots: np.ndarray = np.where(np.isnan(et), _UNTIMED_SLOT, start)
+    return slots
 
 
 def _user_columns(rows: pd.DataFrame, plan: MergePlan) -> pd.DataFrame:
@@ -498,6 +504,225 @@ def read_partition(batches: Iterator[Any]) -> pd.DataFrame:
     return arrow_to_pandas(pa.Table.from_batches(received)) if received else pd.DataFrame()
 
 
+#: Groups mode of the Arrow merge: once a check finds the buffer this close to
+#: ``max_groups`` (a fraction of it), the buffer is flushed rather than checked again at every
+#: batch, so the checks cost O(rows) in all.
+_NEAR_FULL = 0.75
+
+
+def _arrow_key_ok(kind: Any) -> bool:
+    """Whether Arrow's hash grouping keys ``kind`` as Spark's ``groupBy`` does (floats are
+    not: Spark makes -0.0 and 0.0 one key and every NaN one key)."""
+    import pyarrow as pa
+
+    return any(test(kind) for test in (pa.types.is_integer, pa.types.is_string,
+                                       pa.types.is_large_string, pa.types.is_binary,
+                                       pa.types.is_boolean, pa.types.is_date32,
+                                       pa.types.is_timestamp))
+
+
+class ArrowMerge:
+    """Local Merge of one partition on its Arrow batches as they arrive (groups and quantity
+    modes; see :func:`local_merge`).
+
+    Each batch is partially aggregated by Arrow's hash aggregation as it comes
+    (:func:`~trilink_spark.merge.algebra.arrow_partials`), then held as partial rows; a flush
+    merges the held partials and emits them in slot order. ``add`` returns the flushes a
+    batch completes; ``finish`` the last one. Memory holds the partial rows buffered (at most
+    ``max_groups`` groups, or ``quantity`` rows' worth), not the partition's rows.
+
+    Notes
+    -----
+    Cost: O(rows) Arrow work per batch plus O(groups) per flush, nothing per row in Python.
+    The groups bound is exact: a buffer is only merged to count its groups when the sum of
+    its pieces' rows could pass ``max_groups``; a check that finds it within a quarter of the
+    bound flushes it, so the checks cost O(rows) in all. A batch alone holding more than
+    ``max_groups`` groups is cut at the exact rows (one pandas group-by of that batch's key
+    and slot).
+
+    Examples
+    --------
+    >>> merge = ArrowMerge.start(plan, first_batch)  # doctest: +SKIP
+    >>> tables = [*merge.add(first_batch), *merge.finish()]  # doctest: +SKIP
+    """
+
+    def __init__(self, plan: MergePlan) -> None:
+        self.plan = plan
+        self.pieces: list[Any] = []
+        self.held = 0  # groups mode: an upper bound of the buffered groups; quantity: rows
+        self.rows_in = 0
+
+    @classmethod
+    def start(cls, plan: MergePlan, batch: Any) -> ArrowMerge | None:
+        """An ArrowMerge for a partition whose first batch is ``batch``, or None when the
+        plan needs the pandas path (periodic or punctuation mode, arrival positions, a float
+        or other key Arrow does not group as Spark does, an aggregate without Arrow form)."""
+        if plan.mode not in ("groups", "quantity"):
+            return None
+        names = set(batch.schema.names)
+        if PUNCT_COL in names or POS_COL in names or SLOT_COL in names or ET_COL not in names:
+            return None
+        merge = cls(plan)
+        table = merge._prepare(batch.slice(0, 0))
+        if not _arrow_key_ok(table.schema.field(plan.key).type):
+            return None
+        if arrow_partials(table, [plan.key, SLOT_COL], plan.specs, ET_COL) is None:
+            return None
+        return merge
+
+    def _prepare(self, batch: Any) -> Any:
+        """A batch as a table with the user's names and each row's slot."""
+        import pyarrow as pa
+
+        table = pa.Table.from_batches([batch])
+        if self.plan.aliases:
+            table = table.rename_columns([self.plan.aliases.get(n, n) for n in table.column_names])
+        et = table[ET_COL].to_numpy()  # nulls (no finite event time) become NaN
+        return table.append_column(SLOT_COL, pa.array(_slot_starts(et, self.plan.slot_units)))
+
+    def _partials(self, table: Any, merging: bool = False) -> Any:
+        return arrow_partials(table, [self.plan.key, SLOT_COL], self.plan.specs, ET_COL, merging)
+
+    def _merged(self) -> Any:
+        import pyarrow as pa
+
+        if len(self.pieces) == 1:
+            return self.pieces[0]
+        return self._partials(pa.concat_tables(self.pieces), merging=True)
+
+    def _flush(self) -> list[Any]:
+        """The buffer as one output table (none when empty); the buffer is emptied."""
+        if not self.pieces:
+            return []
+        merged = self._merged()
+        self.pieces, self.held = [], 0
+        return [self._output(merged)] if merged.num_rows else []
+
+    def add(self, batch: Any) -> list[Any]:
+        """Take one Arrow batch; returns the output tables of the flushes it completes."""
+        if not batch.num_rows:
+            return []
+        self.rows_in += batch.num_rows
+        table = self._prepare(batch)
+        if self.plan.mode == "quantity":
+            return self._add_quantity(table)
+        return self._add_groups(table)
+
+    def _add_quantity(self, table: Any) -> list[Any]:
+        out: list[Any] = []
+        start, n, quantity = 0, table.num_rows, self.plan.quantity
+        while start < n:
+            take = min(n - start, quantity - self.held)
+            self.pieces.append(self._partials(table.slice(start, take)))
+            self.held += take
+            start += take
+            if self.held == quantity:
+                out += self._flush()
+        return out
+
+    def _add_groups(self, table: Any) -> list[Any]:
+        limit = self.plan.max_groups
+        piece = self._partials(table)
+        if piece.num_rows > limit:  # this batch alone passes the bound: cut it at its rows
+            out = self._flush()
+            ends = _flush_ends(self._codes_frame(table), self.plan, False)
+            for begin, end in zip([0, *ends[:-1]], ends[:-1]):
+                out.append(self._output(self._partials(table.slice(begin, end - begin))))
+            last = ends[-2] if len(ends) > 1 else 0
+            self.pieces = [self._partials(table.slice(last))]
+            self.held = self.pieces[0].num_rows
+            return out
+        if self.held + piece.num_rows <= limit:
+            self.pieces.append(piece)
+            self.held += piece.num_rows
+            return []
+        before = self.pieces
+        self.pieces = [*before, piece]
+        merged = self._merged()
+        if merged.num_rows <= limit:
+            if merged.num_rows > _NEAR_FULL * limit:
+                self.pieces, self.held = [], 0
+                return [self._output(merged)]
+            self.pieces, self.held = [merged], merged.num_rows
+            return []
+        self.pieces = before  # with this batch the buffer would pass the bound: flush first
+        out = self._flush()
+        self.pieces, self.held = [piece], piece.num_rows
+        return out
+
+    def _codes_frame(self, table: Any) -> pd.DataFrame:
+        """The key, slot and event time of ``table`` as pandas (for exact groups cuts)."""
+        return arrow_to_pandas(table.select([self.plan.key, SLOT_COL, ET_COL]))
+
+    def finish(self) -> list[Any]:
+        """The last flush (the end of the partition flushes every mode)."""
+        return self._flush()
+
+    def _output(self, merged: Any) -> Any:
+        """Merged partials as the output table: slot order (rows without a time last, then
+        order of first appearance), slots and event times in the column's type."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        plan = self.plan
+        merged = merged.take(pc.sort_indices(merged[SLOT_COL]))  # stable; the null slot is inf
+        slot = merged[SLOT_COL].to_numpy()
+        slot = np.where(slot == _UNTIMED_SLOT, np.nan, slot)
+        columns = {plan.key: merged[plan.key], SLOT: _arrow_times(slot, plan.time_kind),
+                   plan.time_name: _arrow_times(merged[ET_COL].to_numpy(), plan.time_kind)}
+        for spec in plan.specs:
+            for col in spec.partial_columns:
+                columns[col] = merged[col]
+        arrays = [columns[f.name].cast(f.type) for f in plan.arrow_schema]
+        return pa.Table.from_arrays(arrays, schema=plan.arrow_schema)
+
+
+def _arrow_times(units: np.ndarray, kind: str) -> Any:
+    """Event-time units (NaN for none) as an Arrow array of the column's kind (timestamps in
+    microseconds, integers, doubles); cast to the output type by the caller."""
+    import pyarrow as pa
+
+    missing = np.isnan(units)
+    if kind == "fractional":
+        return pa.array(units, pa.float64(), mask=missing)
+    ints = np.rint(np.where(missing, 0.0, units)).astype(np.int64)
+    values = pa.array(ints, pa.int64(), mask=missing)
+    return values.cast(pa.timestamp("us", tz="UTC")) if kind == "timestamp" else values
+
+
+def _arrow_merge_partition(plan: MergePlan, timer: OperatorTimer | None = None) -> Any:
+    """The partition function of :func:`local_merge`: Arrow batches merged as they arrive
+    (:class:`ArrowMerge`); the pandas path when the plan needs it."""
+    pandas_run = _merge_partition(plan, timer)
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        watch = Stopwatch()
+        pulled = watch.pull(batches)
+        first = next(pulled, None)
+        if first is None:
+            if timer is not None:
+                timer.write(rows_in=0, rows_out=0, busy_ms=watch.busy_ms(),
+                            wait_ms=watch.wait_ms)
+            return
+        merge = ArrowMerge.start(plan, first)
+        if merge is None:
+            yield from pandas_run(itertools.chain([first], pulled))
+            return
+        out = 0
+        for batch in itertools.chain([first], pulled):
+            for table in merge.add(batch):
+                out += table.num_rows
+                yield from watch.emit(table.to_batches())
+        for table in merge.finish():
+            out += table.num_rows
+            yield from watch.emit(table.to_batches())
+        if timer is not None:
+            timer.write(rows_in=merge.rows_in, rows_out=out, busy_ms=watch.busy_ms(),
+                        wait_ms=watch.wait_ms)
+
+    return run
+
+
 def _merge_partition(plan: MergePlan, timer: OperatorTimer | None = None) -> Any:
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         watch = Stopwatch()
@@ -605,7 +830,7 @@ def local_merge(
     src, plan = plan_merge(df, key, event_time, slot, aggs, mode, quantity=quantity, delay=delay,
                            punctuation=punctuation, order_by=order_by, max_groups=max_groups)
     timer = operator_timer(df.sparkSession, "local_merge")
-    result: DataFrame = src.mapInArrow(_merge_partition(plan, timer), plan.out_schema)
+    result: DataFrame = src.mapInArrow(_arrow_merge_partition(plan, timer), plan.out_schema)
     return result
 
 
