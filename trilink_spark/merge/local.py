@@ -17,7 +17,10 @@ periodic       the oldest buffered row is ``delay`` older than  low latency
 punctuation    a row matches ``punctuation`` (flushed with it)  window boundaries
 ============== ================================================ =======================
 
-Every mode also flushes at the end of the partition. The default, ``mode="auto"``, takes the
+In the groups and quantity modes with count, sum, min, max and mean, each Arrow batch is
+aggregated by Arrow's hash aggregation as it arrives (:class:`ArrowMerge`) and only partial
+rows are held; a groups-mode buffer within a quarter of ``max_groups`` is flushed when the next
+batch could pass the bound. Every mode also flushes at the end of the partition. The default, ``mode="auto"``, takes the
 mode its arguments ask for (``punctuation=``, ``delay=`` or ``quantity=`` given), else
 ``"groups"`` for a batch DataFrame (with the default ``max_groups`` of 1,000,000, each key's
 rows of one slot in a partition become one partial row unless the partition has more groups
@@ -814,9 +817,12 @@ def local_merge(
     Notes
     -----
     Cost: one vectorised pass per input partition in Python, O(n log n) in every mode and
-    whatever the arrival order (the flush bounds in O(n), then one group-by for all flushes;
-    only the key, event time and aggregated columns travel; a partition's rows are held until
-    its last flush), no shuffle. The output has at most one row per key, slot and flush: with
+    whatever the arrival order, no shuffle; only the key, event time and aggregated columns
+    travel. Groups and quantity modes with count, sum, min, max and mean: Arrow's hash
+    aggregation per arriving batch, O(n), holding only the buffered partial rows. Otherwise
+    (periodic, punctuation, float keys, first, last, Combine, decimal sums): the flush bounds
+    in O(n), then one pandas group-by for all flushes, a partition's rows held until its last
+    flush. The output has at most one row per key, slot and flush: with
     few keys per slot it is a small fraction of the input, which is what the keyed exchange
     after it then carries. With ``spark.trilink.operatorTiming`` set, each task also writes
     one timing record (:mod:`~trilink_spark.optiming`: rows in and out, its own milliseconds).
