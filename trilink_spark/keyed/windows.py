@@ -25,6 +25,7 @@ from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..eventtime import SPARK_TIME_TYPES, delay_in_units, from_units
 from .process import KeyedBatch, KeyedContext, KeyedRuntime
 from .process import KeyedWatermarkProcessFunction, Output
+from .snapshot import object_array
 
 __all__ = ["KeyedWindowAggregate", "WINDOW_AGGS"]
 
@@ -123,7 +124,8 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         """
         keep = batch.on_time & ~np.isnan(batch.event_time)
         values = batch.rows[self.value].to_numpy()[keep] if self.value else None
-        self._accumulate(runtime, batch.row_keys[keep], batch.event_time[keep], values)
+        keys = batch.key_array if batch.key_array is not None else object_array(batch.keys)
+        self._accumulate(runtime, keys, batch.codes[keep], batch.event_time[keep], values)
         return None
 
     def on_watermark(self, runtime: KeyedRuntime) -> Output:
@@ -140,17 +142,31 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         runtime.shared["windows"] = table[~due]
         return self._rows(table[due])
 
-    def _accumulate(self, runtime: KeyedRuntime, keys: Any, et: Any, values: Any) -> None:
-        if len(keys) == 0:
+    def _accumulate(self, runtime: KeyedRuntime, keys: Any, codes: Any, et: Any,
+                    values: Any) -> None:
+        """Add rows (``codes`` index the distinct ``keys``) to their open windows: Arrow's
+        hash aggregation over (key code, window start), then one merge per window with the
+        open ones (pandas, O(groups))."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if len(codes) == 0:
             return
         starts = np.floor(et / self.size_units) * self.size_units
         vals = (np.asarray(values, dtype=np.float64) if values is not None
-                else np.zeros(len(keys)))
-        part = pd.DataFrame({"k": keys, "s": starts, "v": vals})
-        grouped = part.groupby(["k", "s"], sort=False, dropna=False)["v"]  # null, NaN keys too
-        batch = pd.DataFrame({"count": grouped.size(), "nn": grouped.count(),
-                              "sum": grouped.sum(min_count=1), "min": grouped.min(),
-                              "max": grouped.max()})
+                else np.zeros(len(codes)))
+        v = pa.array(vals, from_pandas=True)  # NaN: no value
+        rows = pa.table({"c": pa.array(np.asarray(codes, dtype=np.int64)), "s": starts,
+                         "r": v, "v": v})
+        grouped = rows.group_by(["c", "s"], use_threads=False).aggregate(
+            [("r", "count", pc.CountOptions(mode="all")), ("v", "count"), ("v", "sum"),
+             ("v", "min"), ("v", "max")])
+        index = pd.MultiIndex.from_arrays(
+            [keys[grouped["c"].to_numpy()], grouped["s"].to_numpy()], names=["k", "s"])
+        batch = pd.DataFrame({
+            "count": grouped["r_count"].to_numpy(), "nn": grouped["v_count"].to_numpy(),
+            **{agg: grouped[f"v_{agg}"].to_numpy(zero_copy_only=False)  # null: NaN
+               for agg in ("sum", "min", "max")}}, index=index)
         table = runtime.shared.get("windows")
         if table is not None and len(table):
             both = pd.concat([table, batch])
