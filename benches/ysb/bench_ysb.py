@@ -8,13 +8,18 @@ latency (``time_updated - window end`` over complete windows), shuffle exchanges
 plan and Redis round trips per 1,000 events. Separately: records/s per partition of the
 Python ``trilink-kafka`` source alone (a batch read of a filled topic).
 
-Run: ``python benches/ysb/bench_ysb.py [--rungs 2000,5000,10000,20000,40000] [--seconds 20]``
-(writes benches/results/ysb.json).
+Run: ``python benches/ysb/bench_ysb.py [--rungs 2000,5000,10000,20000,40000] [--seconds 20]
+[--producer-processes auto|N] [--skip-alone] [--out NAME]`` (writes
+benches/results/ysb.json, or NAME.json). The producer
+spreads a rung over ``ceil(rate / 15,000)`` processes (at most the machine's cores) with
+``auto``, the default; ``--skip-alone`` leaves out the producer-alone and source-alone
+measurements (a quick smoke of the ladder).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -36,13 +41,24 @@ from trilink_spark.ysb.runner import SUSTAINED_RULE  # noqa: E402
 LADDER = (2_000, 5_000, 10_000, 20_000, 40_000)
 
 
-def producer_alone(bootstrap: str, cat: Any, work: Path, events: int,
-                   partitions: int) -> dict[str, Any]:
-    """Events/s of the YSB producer alone (as fast as it goes: no pacing)."""
-    create_topic(bootstrap, "producer-alone", partitions)
-    report = Producer(bootstrap, cat, work / "producer.parquet", rate=1e9, events=events,
-                      topic="producer-alone").run()
-    return {"events": report.events, "seconds": report.seconds, "events_per_s": report.rate}
+def producer_alone(bootstrap: str, cat: Any, work: Path, events: int, partitions: int,
+                   processes: int = 1) -> dict[str, Any]:
+    """Events/s of the YSB producer alone (as fast as it goes: no pacing), with ``processes``
+    producing processes (their start-up is not counted: they start sending together)."""
+    topic = f"producer-alone-{processes}"
+    create_topic(bootstrap, topic, partitions)
+    report = Producer(bootstrap, cat, work / f"producer-{processes}.parquet", rate=1e9,
+                      events=events, topic=topic, processes=processes).run()
+    return {"events": report.events, "seconds": report.seconds, "events_per_s": report.rate,
+            "processes": processes}
+
+
+def producer_processes(choice: str, rate: float) -> int:
+    """``auto``: one process per 15,000 events/s of ``rate``, at most the machine's cores;
+    else the number given."""
+    if choice != "auto":
+        return max(1, int(choice))
+    return max(1, min(os.cpu_count() or 1, math.ceil(rate / 15_000)))
 
 
 def source_alone(spark: Any, bootstrap: str, cat: Any, work: Path, events: int,
@@ -70,6 +86,14 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--producer-processes", default="auto",
+                    help="producing processes per rung: auto (one per 15k events/s, at most "
+                         "the cores) or a number")
+    ap.add_argument("--skip-alone", action="store_true",
+                    help="skip the producer-alone and source-alone measurements")
+    ap.add_argument("--out", default="ysb",
+                    help="results name: benches/results/NAME.json (default ysb; give another "
+                         "for a smoke run, so the recorded figures are kept)")
     args = ap.parse_args()
     rungs = [int(r) for r in args.rungs.split(",")]
     variants = args.variants.split(",")
@@ -79,15 +103,22 @@ def main() -> None:
     ladder: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     with TansuBroker() as broker, RedisServer() as redis:
         cat = setup(redis.url)
-        produced = producer_alone(broker.bootstrap, cat, work, 100_000, args.partitions)
-        print("producer alone:", produced, flush=True)
-        alone = source_alone(spark, broker.bootstrap, cat, work, 200_000, args.partitions)
-        print("source alone:", alone, flush=True)
+        produced: list[dict[str, Any]] = []
+        alone: dict[str, Any] | None = None
+        if not args.skip_alone:
+            for n in sorted({1, min(os.cpu_count() or 1, 4)}):
+                produced.append(producer_alone(broker.bootstrap, cat, work, 100_000,
+                                               args.partitions, processes=n))
+                print("producer alone:", produced[-1], flush=True)
+            alone = source_alone(spark, broker.bootstrap, cat, work, 200_000, args.partitions)
+            print("source alone:", alone, flush=True)
         for variant in variants:
             for rate in rungs:
                 r = run_variant(spark, variant, bootstrap=broker.bootstrap, redis_url=redis.url,
                                 catalogue=cat, workdir=work, rate=rate, duration=args.seconds,
-                                partitions=args.partitions)
+                                partitions=args.partitions,
+                                producer_processes=producer_processes(
+                                    args.producer_processes, rate))
                 row = r.to_dict()
                 row["rate"] = rate
                 # the producer is part of the machine: a rung it could not drive is not a rung
@@ -99,7 +130,8 @@ def main() -> None:
                 print(variant, rate, {k: row[k] for k in (
                     "events", "mismatches", "exchanges", "throughput", "input_rate",
                     "capacity", "sustained", "p50_latency_ms", "p99_latency_ms",
-                    "redis_round_trips_per_1000", "stage_seconds")}, flush=True)
+                    "redis_round_trips_per_1000", "redis_round_trips", "batches",
+                    "producer_processes", "stage_seconds")}, flush=True)
                 if not (r.sustained and row["producer_kept_rate"]):
                     break
     summary: dict[str, Any] = {}
@@ -121,9 +153,9 @@ def main() -> None:
             summary[variant].update({k: at[0][k] for k in (
                 "p50_latency_ms", "p99_latency_ms", "p50_event_latency_ms",
                 "p99_event_latency_ms", "redis_round_trips_per_1000",
-                "round_trips_per_batch", "capacity",
+                "redis_round_trips", "round_trips_per_batch", "capacity",
                 "stage_seconds")})
-    path = write_json("ysb", {"rungs": rungs, "seconds_per_rung": args.seconds,
+    path = write_json(args.out, {"rungs": rungs, "seconds_per_rung": args.seconds,
                               "sustained_rule": SUSTAINED_RULE,
                               "rung_cut_rule": "a rung the producer could not drive (below 90% "
                                                "of the rate) is cut, not failed; the ladder "

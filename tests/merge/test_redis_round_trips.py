@@ -103,3 +103,77 @@ def test_a_client_that_failed_is_dropped_and_a_flushed_script_is_run_again(
         assert store.read_frame(specs, "k")["n"].tolist() == [2]
     finally:
         store.clear()
+
+
+# ---------------------------------------------------------------------- apply_on="driver"
+def _frame(spark: Any, n: int, with_nulls: bool = False) -> Any:
+    """``n`` rows over 50 string keys in 4 partitions, a bigint and a double column."""
+    rows = [(f"k{i % 50}", i, None if with_nulls and i % 7 == 0 else i / 4) for i in range(n)]
+    return spark.createDataFrame(rows, "k string, v long, d double").repartition(4)
+
+
+def test_driver_apply_is_one_round_trip_per_batch_exactly_once_in_either_mode(
+        spark: Any, redis_server: Any, monitor: Any) -> None:
+    from pyspark.sql import functions as F
+
+    df = _frame(spark, 2_000)
+    aggs = {"n": ("count", None)}
+    want = sorted(tuple(r) for r in df.groupBy("k").agg(F.count(F.lit(1)).alias("n")).collect())
+    store = tl.RedisStore(redis_server.url, "t:driver", updated_field="t")
+    store.clear()
+    try:
+        tl.global_merge(df, "k", aggs, store=store, batch_id=0, read=False,
+                        apply_on="driver")  # connects and loads the script
+        before = counters(monitor)
+        tl.global_merge(df, "k", aggs, store=store, batch_id=1, read=False, apply_on="driver")
+        # 4 partitions, every flush and the metadata: one script, one round trip
+        assert delta(before, counters(monitor)) == {"scripts": 1, "reads": 1,
+                                                    "connections": 0}
+        for mode in ("driver", "tasks"):  # a replayed batch adds nothing, in either mode
+            tl.global_merge(df, "k", aggs, store=store, batch_id=1, read=False, apply_on=mode)
+        tl.global_merge(df, "k", aggs, store=store, batch_id=2, read=False, apply_on="tasks")
+        tl.global_merge(df, "k", aggs, store=store, batch_id=2, read=False, apply_on="driver")
+        got = store.read(spark)  # key and aggregates from the metadata the script wrote
+        assert sorted(tuple(r) for r in got.collect()) == [(k, 3 * n) for k, n in want]
+        client = redis.Redis.from_url(redis_server.url)
+        stamps = [int(client.hget(f"t:driver:k:v{k}", "t")) for k, _ in want]
+        client.close()
+        assert all(s > 1_600_000_000_000 for s in stamps)  # commit times, in ms
+        assert store.applied_flushes() == 12  # 3 batches x 4 partitions, each once
+    finally:
+        store.clear()
+
+
+def test_driver_apply_merges_other_aggregates_in_two_round_trips(
+        spark: Any, redis_server: Any, monitor: Any) -> None:
+    df = _frame(spark, 1_000, with_nulls=True)
+    aggs = {"n": ("count", None), "lo": ("min", "d"), "hi": ("max", "v"), "m": ("mean", "d"),
+            "s": ("sum", "v")}
+    store = tl.RedisStore(redis_server.url, "t:driver-general")
+    store.clear()
+    try:
+        want = tl.global_merge(df, "k", aggs)  # the driver store
+        assert want is not None
+        tl.global_merge(df, "k", aggs, store=store, batch_id=0, read=False, apply_on="driver")
+        before = counters(monitor)
+        tl.global_merge(df, "k", aggs, store=store, batch_id=0, read=False, apply_on="driver")
+        assert delta(before, counters(monitor))["reads"] == 1  # the read finds it applied
+        got = store.read(spark)
+        assert sorted(map(tuple, got.collect())) == sorted(map(tuple, want.collect()))
+        before = counters(monitor)
+        tl.global_merge(df, "k", aggs, store=store, batch_id=1, read=False, apply_on="driver")
+        spent = delta(before, counters(monitor))
+        assert spent["reads"] == 2 and spent["scripts"] == 1  # one read, one commit
+    finally:
+        store.clear()
+
+
+def test_driver_apply_refuses_bad_arguments(spark: Any, redis_server: Any) -> None:
+    df = _frame(spark, 10)
+    with pytest.raises(tl.InvalidArgumentError, match="apply_on must be one of"):
+        tl.global_merge(df, "k", {"n": ("count", None)}, apply_on="executors")
+    with pytest.raises(tl.InvalidArgumentError, match="updated_field"):
+        tl.RedisStore(redis_server.url, "t:x", updated_field="__v")
+    store = tl.RedisStore(redis_server.url, "t:x", updated_field="n")
+    with pytest.raises(tl.InvalidArgumentError, match="also a partial column"):
+        tl.global_merge(df, "k", {"n": ("count", None)}, store=store, apply_on="driver")

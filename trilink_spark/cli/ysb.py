@@ -49,6 +49,9 @@ def add_ysb_parser(sub: Any) -> None:
                      help="micro-batch trigger interval (default '1 second')")
     ysb.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     ysb.add_argument("--seed", type=int, default=0)
+    ysb.add_argument("--producer-processes", type=int, default=1, metavar="N",
+                     help="processes that produce the events, each with its own Kafka client "
+                          "and share of the rate (default 1; more to drive higher rates)")
 
 
 def _cell(value: Any) -> str:
@@ -84,8 +87,8 @@ def run_ysb_command(args: argparse.Namespace, out: TextIO) -> int:
     Raises
     ------
     InvalidArgumentError
-        A bad ``--events``, ``--rate``, ``--partitions`` or variant name (``main`` prints it
-        and exits 2).
+        A bad ``--events``, ``--rate``, ``--partitions``, ``--producer-processes`` or variant
+        name (``main`` prints it and exits 2).
 
     Notes
     -----
@@ -95,10 +98,10 @@ def run_ysb_command(args: argparse.Namespace, out: TextIO) -> int:
     from ..session import get_session
     from ..ysb import parse_variants, run_ysb
 
-    if args.events < 1 or args.rate <= 0 or args.partitions < 1:
+    if args.events < 1 or args.rate <= 0 or args.partitions < 1 or args.producer_processes < 1:
         raise InvalidArgumentError(
-            f"--events, --rate and --partitions must be positive, got {args.events}, "
-            f"{args.rate} and {args.partitions}")
+            "--events, --rate, --partitions and --producer-processes must be positive, got "
+            f"{args.events}, {args.rate}, {args.partitions} and {args.producer_processes}")
     variants = parse_variants(args.variants)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     spark = get_session(args.master, app_name="trilink-ysb", shuffle_partitions=args.partitions)
@@ -113,11 +116,13 @@ def run_ysb_command(args: argparse.Namespace, out: TextIO) -> int:
 
     run_ysb(variants, events=args.events, rate=args.rate, bootstrap=args.bootstrap,
             redis_url=args.redis, spark=spark, partitions=args.partitions,
-            strategy=args.strategy, trigger=args.trigger, seed=args.seed, on_result=shown)
+            strategy=args.strategy, trigger=args.trigger, seed=args.seed, on_result=shown,
+            producer_processes=args.producer_processes)
     out.write(format_table(rows))
     if args.json is not None:
         payload = {"events": args.events, "rate": args.rate, "partitions": args.partitions,
                    "strategy": args.strategy, "trigger": args.trigger,
+                   "producer_processes": args.producer_processes,
                    "variants": {r["variant"]: r for r in rows}}
         args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         out.write(f"JSON written to {args.json}\n")

@@ -13,14 +13,17 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
-from ..columns import CONST_TIME_COL, check_atomic_key, check_user_columns, require_columns
+from ..columns import CONST_TIME_COL, GROUP_COL, PARTITION_COL, check_atomic_key
+from ..columns import check_user_columns, require_columns
 from ..errors import ArithmeticOverflowError, InvalidArgumentError, InvalidArgumentTypeError
 from ..errors import StoreUnavailableError
 from .local import SLOT, arrow_to_pandas, check_merge_names, local_merge, partition_flushes
+from .local import partition_partials
 from .local import DEFAULT_MAX_GROUPS, plan_merge, read_partition, source_rows, to_arrow
-from ..optiming import OperatorTimer, Stopwatch, operator_timer
+from ..optiming import OperatorTimer, Stopwatch, operator_timer, task_identity
 from .redis_store import RedisStore
 from .algebra import AggSpec, column_of, finalize_frame, merge_partial_frames, parse_aggs
 from .algebra import quoted, spark_aggregate
@@ -28,19 +31,24 @@ from .algebra import quoted, spark_aggregate
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["global_merge", "GLOBAL_STORES"]
+__all__ = ["global_merge", "GLOBAL_STORES", "APPLY_ON"]
 
 _log = logging.getLogger(__name__)
 
 #: Global stores built in.
 GLOBAL_STORES: tuple[str, ...] = ("driver",)
+#: Who applies the deltas to a RedisStore (``global_merge(..., apply_on=...)``).
+APPLY_ON: tuple[str, ...] = ("tasks", "driver")
+#: Columns the tasks of ``apply_on="driver"`` add to their partial rows: the partition id,
+#: and the flush number (the flush is the group of rows a partial row comes from).
+_PID_COL, _FLUSH_COL = PARTITION_COL, GROUP_COL
 
 
 def global_merge(
     df: DataFrame,
     key: str,
     aggs: Any,
-    store: str = "driver",
+    store: str | RedisStore = "driver",
     mode: str = "auto",
     batch_id: int | None = None,
     *,
@@ -50,6 +58,7 @@ def global_merge(
     punctuation: str | None = None,
     read: bool = True,
     max_groups: int = DEFAULT_MAX_GROUPS,
+    apply_on: str = "tasks",
 ) -> DataFrame | None:
     """Aggregate per key without a keyed exchange: local partials merged into a global store.
 
@@ -75,6 +84,18 @@ def global_merge(
     read : bool
         With a RedisStore: return the store's whole result (``store.read``); False returns
         None (streaming jobs that read the store elsewhere).
+    apply_on : "tasks" or "driver"
+        With a RedisStore, who writes the deltas. ``"tasks"`` (default): each task applies its
+        own flushes (one round trip per flush that adds as integers), the driver records the
+        metadata (one more). ``"driver"``: the tasks return their partials (one row per key,
+        partition and flush, as the driver store collects them) and the driver applies every
+        flush of the call, each still exactly once by its own ``(batch_id, partition, flush)``
+        marker, with the metadata, in ONE round trip when the aggregates add as 64-bit
+        integers (``count``: every partial a bigint), else two
+        (:meth:`~trilink_spark.RedisStore.apply_flushes`). Suits micro-batches whose partials
+        are small (few keys): Redis round trips per batch no longer grow with partitions.
+        The markers are those of ``"tasks"``, so a batch replayed in the other mode is still
+        applied once. Ignored with ``store="driver"``.
 
     Returns
     -------
@@ -86,7 +107,8 @@ def global_merge(
     StoreUnavailableError
         With a RedisStore: Redis cannot be reached, before the tasks or from one of them (each
         task stops its own partition's flushes at the first failure and reports it in its
-        status row; the message names the batch id). Other task errors fail the job as usual.
+        status row), or from the driver with ``apply_on="driver"``; the message names the
+        batch id. Other task errors fail the job as usual.
 
     Notes
     -----
@@ -113,6 +135,8 @@ def global_merge(
             f"store must be one of {GLOBAL_STORES} or a RedisStore, got {store!r}")
     if batch_id is not None and (isinstance(batch_id, bool) or not isinstance(batch_id, int)):
         raise InvalidArgumentTypeError(f"batch_id must be an int, got {type(batch_id).__name__}")
+    if apply_on not in APPLY_ON:
+        raise InvalidArgumentError(f"apply_on must be one of {APPLY_ON}, got {apply_on!r}")
     require_columns(df, [key], "key column")
     check_atomic_key(df, key)
     specs = parse_aggs(aggs, df.columns, df)
@@ -129,7 +153,8 @@ def global_merge(
     resolved = [(s.name, s.func, s.column) for s in specs]  # parsed once: no second analysis
     if isinstance(store, RedisStore):
         return _merge_into_redis(df, source, key, time_name, slot, resolved, store, mode,
-                                 batch_id, quantity, delay, punctuation, read, max_groups)
+                                 batch_id, quantity, delay, punctuation, read, max_groups,
+                                 apply_on)
     native = _native_driver_merge(df, key, specs)
     if native is not None:
         return native
@@ -248,7 +273,7 @@ STATUS_SCHEMA = "partition int, flushes int, applied int, error string"
 def _merge_into_redis(
     df: DataFrame, source: DataFrame, key: str, time_name: str, slot: int, aggs: Any,
     store: RedisStore, mode: str, batch_id: int | None, quantity: int | None, delay: Any,
-    punctuation: str | None, read: bool, max_groups: int,
+    punctuation: str | None, read: bool, max_groups: int, apply_on: str = "tasks",
 ) -> DataFrame | None:
     import pyarrow as pa
 
@@ -256,11 +281,19 @@ def _merge_into_redis(
                            delay=delay, punctuation=punctuation, max_groups=max_groups)
     store.ops(plan.specs)  # refuse what Redis cannot merge before any task runs
     partial = [c for spec in plan.specs for c in spec.partial_columns]
+    if store.updated_field is not None and store.updated_field in partial:
+        raise InvalidArgumentError(
+            f"the store's updated_field {store.updated_field!r} is also a partial column of "
+            f"the aggregates ({partial}); choose another name")
     schema = pa.schema([plan.arrow_schema.field(c) for c in [key, *partial]])
     store.bind_schema(schema, _result_schema(df, key, plan.specs))
-    store.set_meta(key, df.schema[key].dataType.simpleString(), plan.specs)
     run_id = str(batch_id) if batch_id is not None else f"run-{uuid.uuid4().hex}"
     timer = operator_timer(df.sparkSession, "global_merge")
+    key_type = df.schema[key].dataType.simpleString()
+    if apply_on == "driver":
+        _apply_on_driver(src, plan, store, schema, run_id, key_type, timer, read)
+        return store.read(df.sparkSession, aggs, key) if read else None
+    store.set_meta(key, key_type, plan.specs)
     status = src.mapInArrow(_apply_partition(plan, store, run_id, timer),
                             STATUS_SCHEMA).collect()
     failed = [row for row in status if row["error"] is not None]
@@ -272,6 +305,77 @@ def _merge_into_redis(
             "once, and rerunning the same batch_id applies the rest"
         )
     return store.read(df.sparkSession, aggs, key) if read else None
+
+
+def _apply_on_driver(src: DataFrame, plan: Any, store: RedisStore, schema: Any, run_id: str,
+                     key_type: str, timer: OperatorTimer | None, read: bool) -> int:
+    """``apply_on="driver"``: one Spark job returns every partition's flushes (partial rows
+    tagged with their partition and flush), then the store applies them all, each by its own
+    ``run_id:partition:flush`` marker, with the metadata (one round trip when they add as
+    integers). An input without rows costs no round trip, unless the result is ``read``
+    (the metadata is written first then). Returns the flushes applied now."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    names = schema.names
+    fields = [f for f in plan.out_schema.fields if f.name in names]
+    out = StructType([*sorted(fields, key=lambda f: names.index(f.name)),
+                      StructField(_PID_COL, IntegerType(), False),
+                      StructField(_FLUSH_COL, IntegerType(), False)])
+    table = src.mapInArrow(_partials_partition(plan, schema, timer), out).toArrow()
+    meta = store.meta_fields(plan.key, key_type, plan.specs)
+    flushes: list[tuple[str, Any]] = []
+    if table.num_rows:
+        table = table.sort_by([(_PID_COL, "ascending"), (_FLUSH_COL, "ascending")])
+        pid = table.column(_PID_COL).to_numpy()
+        flush = table.column(_FLUSH_COL).to_numpy()
+        cuts = np.flatnonzero((pid[1:] != pid[:-1]) | (flush[1:] != flush[:-1])) + 1
+        body = pa.Table.from_arrays([pc.cast(table.column(n), schema.field(n).type)
+                                     for n in names], schema=schema)
+        for start, end in zip([0, *cuts.tolist()], [*cuts.tolist(), table.num_rows]):
+            flushes.append((f"{run_id}:{int(pid[start])}:{int(flush[start])}",
+                            body.slice(start, end - start)))
+    try:
+        if not flushes:  # nothing to apply (an empty micro-batch): no round trip
+            if read:  # but the store must describe its result to be read
+                store.set_meta(plan.key, key_type, plan.specs)
+            return 0
+        applied = store.apply_flushes(flushes, plan.key, plan.specs, meta=meta)
+    except StoreUnavailableError as err:
+        raise StoreUnavailableError(
+            f"Redis at {store!r} became unreachable during batch {run_id} ({err}); the "
+            "flushes applied so far stay applied once, and rerunning the same batch_id "
+            "applies the rest") from err
+    _log.debug("global_merge batch %s: %d of %d flushes applied from the driver", run_id,
+               applied, len(flushes))
+    return applied
+
+
+def _partials_partition(plan: Any, schema: Any, timer: OperatorTimer | None = None) -> Any:
+    """The task of ``apply_on="driver"``: the partition's flushes as partial rows (the key and
+    partial columns of ``schema``), each tagged with its partition id and flush number (the
+    numbers :func:`_apply_partition` gives them)."""
+    def run(batches: Any) -> Any:
+        import pyarrow as pa
+
+        watch = Stopwatch()
+        rows = source_rows(read_partition(watch.pull(batches)), plan)
+        flushed = partition_partials(rows, plan)
+        out = 0
+        if len(flushed.frame):
+            table = to_arrow(flushed.frame, plan.arrow_schema).select(schema.names)
+            out = table.num_rows
+            pid = task_identity()[1]
+            table = table.append_column(
+                _PID_COL, pa.array(np.full(out, pid, dtype=np.int32))).append_column(
+                _FLUSH_COL, pa.array(np.asarray(flushed.flush, dtype=np.int32)))
+            yield from watch.emit(table.to_batches())
+        if timer is not None:  # rows out: the partial rows sent to the driver
+            timer.write(rows_in=len(rows), rows_out=out, busy_ms=watch.busy_ms(),
+                        wait_ms=watch.wait_ms)
+
+    return run
 
 
 def _apply_partition(plan: Any, store: RedisStore, run_id: str,

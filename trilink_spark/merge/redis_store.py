@@ -12,12 +12,16 @@ round-trip form, ``nan`` and ``inf`` included, strings as UTF-8, binary as the b
 ``true``/``false``, timestamps as microseconds, dates as days); ``-0.0`` is stored as ``0.0``,
 as Spark's ``groupBy`` groups them. Nothing stored is ever unpickled or evaluated.
 
-A flush whose aggregates all merge by exact 64-bit addition (``count``, and the value counts
-of ``sum``/``mean``: every partial column a bigint, no null in the flush) is applied in one
-round trip: one script checks the marker and that no addition can leave 64 bits, then adds
-with ``HINCRBY`` (exact in Redis), bumps the versions and writes the marker; when a stored
-value is near the 64-bit limit (or not an integer) it writes nothing and the flush takes the
-general path below, where the exact merge in Python decides.
+A flush whose aggregates all merge by exact 64-bit addition (``count``: every partial column a
+bigint, no null in the flush) is applied in one round trip: one script checks the marker and
+that no addition can leave 64 bits, then adds with ``HINCRBY`` (exact in Redis), bumps the
+versions and writes the marker; when a stored value is near the 64-bit limit (or not an
+integer) it writes nothing and the flush takes the general path below, where the exact merge
+in Python decides. :meth:`RedisStore.apply_flushes` sends many flushes (a micro-batch's, from
+the driver) in that one script, their deltas added up per key on the client, with every
+flush's marker and the metadata: the script applies them all when none of the markers is
+known, skips them when all are, and otherwise writes nothing and the client sends them one by
+one, so each flush is still applied exactly once.
 
 Every other flush of a partition is applied in two phases: one pipelined read of the flush's key
 hashes (and of its marker ``batch:partition:flush``), the merge of the stored partials with the
@@ -27,7 +31,8 @@ writes every new value, the marker included, only if the marker is still new and
 version changed since the read; else it writes nothing (a changed version means another flush
 got there first: the flush is read and merged again). A flush therefore applies wholly or not
 at all, and a retried task or a replayed batch id never counts twice. A merge that fails (an
-integral sum beyond 64 bits) writes nothing. Standalone Redis (the script touches keys it
+integral sum beyond 64 bits) writes nothing. With ``updated_field``, every key a flush touches
+also gets the commit time (ms) in that field. Standalone Redis (the script touches keys it
 computes).
 """
 
@@ -55,75 +60,134 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisStore"]
 
-#: Commit of one flush: nothing unless the marker is new and every version is as read.
-_COMMIT_LUA = """
-if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 0 end
-local prefix = ARGV[2]
-local n = tonumber(ARGV[3])
+#: Shared head of both scripts: ARGV[1] prefix, ARGV[2] the field that receives the commit
+#: time ('' for none), ARGV[3] that time, ARGV[4] nf, the nf field names, then nm and nm
+#: (field, value) pairs written to the meta hash (KEYS[3]). ``at`` is the next ARGV index.
+_HEAD_LUA = """
+local prefix = ARGV[1]
+local updated = ARGV[2]
+local now = ARGV[3]
 local nf = tonumber(ARGV[4])
+local fields = {}
+for j = 1, nf do fields[j] = ARGV[4 + j] end
+local nm = tonumber(ARGV[5 + nf])
+local meta_at = 5 + nf
+local at = 6 + nf + 2 * nm
+local function write_meta()
+  for m = 1, nm do
+    redis.call('HSET', KEYS[3], ARGV[meta_at + 2 * m - 1], ARGV[meta_at + 2 * m])
+  end
+end
+"""
+
+#: Commit of flushes merged in Python (KEYS: applied, keys, meta; ARGV: the head, then the
+#: count of markers and the markers, the count of keys and per key its token, the version
+#: read and nf values, each ``v`` + text or ``n`` for null). Writes nothing and returns -1
+#: unless every marker is new and every version is as read; else writes every value, bumps
+#: the versions, adds the markers and returns their count.
+_COMMIT_LUA = _HEAD_LUA + """
+local nk = tonumber(ARGV[at])
+for i = 1, nk do
+  if redis.call('SISMEMBER', KEYS[1], ARGV[at + i]) == 1 then return -1 end
+end
+local kat = at + nk + 1
+local n = tonumber(ARGV[kat])
 local stride = nf + 2
-local at = 4 + nf
 for i = 0, n - 1 do
-  local base = at + i * stride
+  local base = kat + i * stride
   local cur = redis.call('HGET', prefix .. ':k:' .. ARGV[base + 1], '__v') or ''
   if cur ~= ARGV[base + 2] then return -1 end
 end
 for i = 0, n - 1 do
-  local base = at + i * stride
+  local base = kat + i * stride
   local token = ARGV[base + 1]
   local h = prefix .. ':k:' .. token
   for j = 1, nf do
     local v = ARGV[base + 2 + j]
     if string.sub(v, 1, 1) == 'v' then
-      redis.call('HSET', h, ARGV[4 + j], string.sub(v, 2))
+      redis.call('HSET', h, fields[j], string.sub(v, 2))
     else
-      redis.call('HDEL', h, ARGV[4 + j])
+      redis.call('HDEL', h, fields[j])
     end
   end
   redis.call('HSET', h, '__v', tostring((tonumber(ARGV[base + 2]) or 0) + 1))
+  if updated ~= '' then redis.call('HSET', h, updated, now) end
   redis.call('SADD', KEYS[2], token)
 end
-redis.call('SADD', KEYS[1], ARGV[1])
-return n
+for i = 1, nk do redis.call('SADD', KEYS[1], ARGV[at + i]) end
+write_meta()
+return nk
 """
 
-#: One-trip commit of a flush whose partials all add as 64-bit integers (KEYS: applied, keys;
-#: ARGV: marker, prefix, n keys, nf fields, the fields, then per key its token and one integer
-#: delta per field). Returns -2, writing nothing, when a sum could leave 64 bits or a stored
-#: value is not an integer (the caller then merges in Python); 0 when the marker is known.
-_ADD_LUA = """
-if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 0 end
-local prefix = ARGV[2]
-local n = tonumber(ARGV[3])
-local nf = tonumber(ARGV[4])
-local stride = nf + 1
-local at = 4 + nf
+#: One-trip commit of flushes whose partials all add as 64-bit integers (KEYS: applied, keys,
+#: meta; ARGV: the head, then the count of groups and per group its count of markers, the
+#: markers, its count of keys and per key its token and nf integer deltas). A group is one
+#: flush, or several flushes whose deltas the client added up (one row per key): it applies
+#: wholly when none of its markers is known and is skipped when all are; when only some are,
+#: the script writes nothing and returns -3 (the client sends those flushes one by one). It
+#: returns -2, writing nothing, when a sum could leave 64 bits or a stored value is not an
+#: integer (the client then merges in Python); else the count of markers applied.
+_ADD_LUA = _HEAD_LUA + """
+local ngroups = tonumber(ARGV[at])
 local limit = 4611686018427387904
-for i = 0, n - 1 do
-  local base = at + i * stride
-  local h = prefix .. ':k:' .. ARGV[base + 1]
-  for j = 1, nf do
-    local cur = redis.call('HGET', h, ARGV[4 + j])
-    if cur then
-      if not string.match(cur, '^%-?%d+$') then return -2 end
-      if math.abs(tonumber(cur)) + math.abs(tonumber(ARGV[base + 1 + j])) >= limit then
-        return -2
+local groups = {}
+local totals = {}
+local pos = at + 1
+for g = 1, ngroups do
+  local nm = tonumber(ARGV[pos])
+  local known = 0
+  for i = 1, nm do
+    if redis.call('SISMEMBER', KEYS[1], ARGV[pos + i]) == 1 then known = known + 1 end
+  end
+  if known > 0 and known < nm then return -3 end
+  local rows = pos + nm + 1
+  local n = tonumber(ARGV[rows])
+  groups[g] = {pos, nm, rows, n, known == 0}
+  if known == 0 then
+    for i = 0, n - 1 do
+      local base = rows + 1 + i * (nf + 1)
+      local h = prefix .. ':k:' .. ARGV[base]
+      local seen = totals[h]
+      if seen == nil then seen = {}; totals[h] = seen end
+      for j = 1, nf do
+        local total = seen[j]
+        if total == nil then
+          local cur = redis.call('HGET', h, fields[j])
+          total = 0
+          if cur then
+            if not string.match(cur, '^%-?%d+$') then return -2 end
+            total = math.abs(tonumber(cur))
+          end
+        end
+        total = total + math.abs(tonumber(ARGV[base + j]))
+        if total >= limit then return -2 end
+        seen[j] = total
       end
     end
   end
+  pos = rows + 1 + n * (nf + 1)
 end
-for i = 0, n - 1 do
-  local base = at + i * stride
-  local token = ARGV[base + 1]
-  local h = prefix .. ':k:' .. token
-  for j = 1, nf do
-    redis.call('HINCRBY', h, ARGV[4 + j], ARGV[base + 1 + j])
+local applied = 0
+for g = 1, ngroups do
+  local p, nm, rows, n, fresh = unpack(groups[g])
+  if fresh then
+    for i = 0, n - 1 do
+      local base = rows + 1 + i * (nf + 1)
+      local token = ARGV[base]
+      local h = prefix .. ':k:' .. token
+      for j = 1, nf do
+        redis.call('HINCRBY', h, fields[j], ARGV[base + j])
+      end
+      redis.call('HINCRBY', h, '__v', 1)
+      if updated ~= '' then redis.call('HSET', h, updated, now) end
+      redis.call('SADD', KEYS[2], token)
+    end
+    for i = 1, nm do redis.call('SADD', KEYS[1], ARGV[p + i]) end
+    applied = applied + nm
   end
-  redis.call('HINCRBY', h, '__v', 1)
-  redis.call('SADD', KEYS[2], token)
 end
-redis.call('SADD', KEYS[1], ARGV[1])
-return n
+write_meta()
+return applied
 """
 
 #: Commit attempts of one flush before contention is reported (each re-reads and re-merges).
@@ -132,6 +196,9 @@ _TOKEN = "__token"
 _VERSION = b"__v"
 #: Deltas at or beyond this magnitude take the general path (the Python merge checks them).
 _ADD_LIMIT = 2**62
+#: Values (keys x (fields + 1)) of the flushes one script of :meth:`RedisStore.apply_flushes`
+#: carries at most; more flushes take more scripts (a flush is never split).
+_CHUNK_VALUES = 250_000
 
 #: Redis clients of this process, by URL and socket timeout (Spark reuses its Python workers,
 #: so a task reuses the connection of the previous task instead of opening one per batch).
@@ -147,6 +214,34 @@ def _sha(body: str) -> str:
 
 
 _COMMIT_SHA, _ADD_SHA = _sha(_COMMIT_LUA), _sha(_ADD_LUA)
+
+
+_one_write: list[Any] = []
+
+
+def _one_write_connection() -> Any:
+    """redis-py's TCP connection, sending each command (and each pipeline) in ONE write.
+
+    redis-py cuts a request larger than 6,000 bytes into several writes, and Redis then
+    reads (and counts) each piece as it arrives; a script carrying a batch's flushes is
+    sent whole instead. Only public methods of the connection are used (``pack_command``,
+    ``pack_commands``, ``send_packed_command``). Cost: one copy of the request."""
+    if not _one_write:
+        from redis.connection import Connection
+
+        class OneWriteConnection(Connection):  # type: ignore[misc]
+            def send_command(self, *args: Any, **kwargs: Any) -> None:
+                packed: list[bytes] = self.pack_command(*args)  # type: ignore[no-untyped-call]
+                self.send_packed_command(  # type: ignore[no-untyped-call]
+                    [b"".join(packed)], check_health=kwargs.get("check_health", True))
+
+            def pack_commands(self, commands: Any) -> list[bytes]:
+                packed: list[bytes] = super().pack_commands(  # type: ignore[no-untyped-call]
+                    commands)
+                return [b"".join(packed)]
+
+        _one_write.append(OneWriteConnection)
+    return _one_write[0]
 
 
 def drop_cached_clients() -> int:
@@ -226,6 +321,10 @@ class RedisStore:
         Key prefix of this result (one prefix per aggregation).
     socket_timeout : float
         Seconds before a Redis call is abandoned.
+    updated_field : str, optional
+        When given, every key a flush touches also gets this hash field set to the time of
+        the commit (milliseconds since the epoch, the writing client's clock): when the key
+        last changed. :meth:`read` ignores it. It must not be a partial column's name.
 
     Notes
     -----
@@ -246,20 +345,29 @@ class RedisStore:
     flush)). The client is cached per process (by URL and timeout), so a task reuses the
     connection of the task before it; a client whose call failed is dropped. Scripts run by
     EVALSHA once this process ran them on that server, by EVAL with their body before (no
-    NOSCRIPT round trip). :meth:`read`
+    NOSCRIPT round trip). :meth:`apply_flushes` applies many flushes (each still exactly
+    once, by its own marker) in one round trip when they all add as 64-bit integers, the
+    metadata included: what ``global_merge(..., apply_on="driver")`` uses. :meth:`read`
     costs one round trip per 1,000 keys. Memory in Redis: one hash per key plus one marker per
     flush.
     """
 
-    def __init__(self, url: str, prefix: str = "trilink:merge", *, socket_timeout: float = 2.0) -> None:
+    def __init__(self, url: str, prefix: str = "trilink:merge", *, socket_timeout: float = 2.0,
+                 updated_field: str | None = None) -> None:
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
             raise InvalidArgumentError(
                 f"url must be a redis://, rediss:// or unix:// URL, got {redact(str(url))!r}")
         if not isinstance(prefix, str) or not prefix:
             raise InvalidArgumentError("prefix must be a non-empty str")
+        if updated_field is not None and (not isinstance(updated_field, str) or not updated_field
+                                          or updated_field.startswith("__")):
+            raise InvalidArgumentError(
+                "updated_field must be None or a non-empty str not starting with '__' (the "
+                f"store's own fields), got {updated_field!r}")
         self.url = url
         self.prefix = prefix
         self.socket_timeout = socket_timeout
+        self.updated_field = updated_field
         self.schema: pa.Schema | None = None
         self.result: str | None = None
         self._client: Any = None
@@ -275,7 +383,9 @@ class RedisStore:
 
     def _redis(self) -> Any:
         """This process's client for the URL and timeout (created on first use; no
-        ``CLIENT SETINFO`` on connect: one round trip fewer per connection)."""
+        ``CLIENT SETINFO`` and no ``HELLO`` on connect (RESP2): nothing but the commands
+        themselves; over TCP each request goes in one write, see
+        :func:`_one_write_connection`)."""
         import redis
 
         if self._client is None:
@@ -283,9 +393,12 @@ class RedisStore:
             with _clients_lock:
                 client = _clients.get(key)
                 if client is None:
+                    extra = ({"connection_class": _one_write_connection()}
+                             if self.url.startswith("redis://") else {})
                     client = redis.Redis.from_url(
                         self.url, socket_timeout=self.socket_timeout,
                         socket_connect_timeout=self.socket_timeout, driver_info=None,
+                        protocol=2, **extra,
                     )
                     _clients[key] = client
             self._client = client
@@ -368,60 +481,188 @@ class RedisStore:
             return self.schema
         return pa.Table.from_pandas(deltas[columns], preserve_index=False).schema
 
+    def _check_updated(self, partial: list[str]) -> None:
+        if self.updated_field is not None and self.updated_field in partial:
+            raise InvalidArgumentError(
+                f"updated_field {self.updated_field!r} is also a partial column of the "
+                f"aggregates ({partial}); choose another name")
+
+    def _head(self, partial: list[str], meta: dict[str, str] | None) -> list[Any]:
+        """The scripts' common arguments: prefix, updated field and the time now (ms), the
+        fields, and the meta pairs to write with the commit."""
+        pairs = [v for item in (meta or {}).items() for v in item]
+        return [self.prefix, self.updated_field or "", str(int(time.time() * 1000)),
+                len(partial), *partial, len(pairs) // 2, *pairs]
+
     def apply(self, deltas: pd.DataFrame, key: str, specs: list[AggSpec], marker: str) -> bool:
         """Apply one flush's partial rows wholly, unless ``marker`` was applied before.
 
         Returns True when applied, False when the marker was already known. Raises
         :class:`~trilink_spark.StoreUnavailableError` when Redis cannot be reached (or stays
         contended), and ArithmeticOverflowError for an integral sum beyond 64 bits; in every
-        failure nothing of the flush is written.
+        failure nothing of the flush is written. Cost: one round trip when the aggregates all
+        add as 64-bit integers, else two (class notes).
+        """
+        partial = [c for spec in specs for c in spec.partial_columns]
+        schema = self._flush_schema(deltas, [key, *partial])
+        return self.apply_flushes([(marker, to_arrow(deltas, schema))], key, specs) > 0
+
+    def apply_flushes(self, flushes: Sequence[tuple[str, pa.Table]], key: str,
+                      specs: list[AggSpec], *, meta: dict[str, str] | None = None) -> int:
+        """Apply several flushes, each wholly and exactly once (by its own marker), in as few
+        round trips as the aggregates allow.
+
+        Parameters
+        ----------
+        flushes : sequence of (marker, pyarrow.Table)
+            Each flush's partial rows: the key column, then the partial columns of
+            ``specs`` (the types given to :meth:`bind_schema`; one row per key and flush).
+        key : str
+        specs : list of AggSpec
+        meta : dict, optional
+            Fields written to the store's meta hash with the commit (:meth:`meta_fields`).
+
+        Returns
+        -------
+        int
+            Flushes applied now (those whose marker was known are skipped).
+
+        Raises
+        ------
+        StoreUnavailableError
+            Redis cannot be reached (or stays contended). Flushes of a script that failed
+            leave nothing behind; those of scripts before it stay applied, once.
+        ArithmeticOverflowError
+            An integral sum beyond 64 bits (nothing of that script is written).
+
+        Notes
+        -----
+        Cost: flushes are grouped into scripts of up to 250,000 values (a flush is never
+        split; YSB's batches take one). A script whose flushes all add as 64-bit integers
+        (every partial a bigint: ``count``) is one round trip for all its
+        flushes and the metadata; others take two (one pipelined read of every marker and
+        key, the merge of all fresh flushes with the stored partials in Python by the
+        aggregate algebra, then one script that commits them if nothing changed in between).
         """
         import pyarrow as pa
 
         self.ops(specs)
         partial = [c for spec in specs for c in spec.partial_columns]
-        schema = self._flush_schema(deltas, [key, *partial])
-        table = to_arrow(deltas, schema)
-        tokens = _tokens(table.column(0).combine_chunks())
-        delta_table = table.drop_columns([key]).append_column(_TOKEN, pa.array(tokens,
+        self._check_updated(partial)
+        prepared = []
+        for marker, table in flushes:
+            if table.column_names != [key, *partial]:
+                raise InvalidArgumentError(
+                    f"flush {marker} has columns {table.column_names}, expected "
+                    f"{[key, *partial]}")
+            tokens = _tokens(table.column(0).combine_chunks())
+            delta = table.drop_columns([key]).append_column(_TOKEN, pa.array(tokens,
                                                                                pa.binary()))
-        unique = list(dict.fromkeys(tokens))
+            prepared.append((str(marker), table.schema, tokens, delta))
+        applied = 0
+        chunk: list[Any] = []
+        size = 0
+        for item in prepared:
+            values = len(item[2]) * (len(partial) + 1)
+            if chunk and size + values > _CHUNK_VALUES:
+                applied += self._apply_chunk(chunk, specs, partial, meta)
+                chunk, size = [], 0
+            chunk.append(item)
+            size += values
+        if chunk:
+            applied += self._apply_chunk(chunk, specs, partial, meta)
+        return applied
+
+    def _apply_chunk(self, chunk: list[Any], specs: list[AggSpec], partial: list[str],
+                     meta: dict[str, str] | None) -> int:
+        """One script's flushes: the adding script when it can, else read, merge, commit."""
+        import pyarrow as pa
+
+        keys = [f"{self.prefix}:applied", f"{self.prefix}:keys", f"{self.prefix}:meta"]
+        # the adding script's groups: every flush summed into one group (one row per key)
+        # when that cannot leave 62 bits, and one group per flush for a partly applied chunk
+        singles: list[Any] | None = [len(chunk)]
+        for marker, schema, tokens, delta in chunk:
+            flat = (self._add_flat(delta, schema, specs, partial, tokens)
+                    if len(set(tokens)) == len(tokens) else None)
+            if flat is None or singles is None:
+                singles = None
+                break
+            singles += [1, marker, len(tokens), *flat]
+        merged = (self._merged_group(chunk, specs, partial)
+                  if singles is not None and len(chunk) > 1 else None)
+        adding = merged if merged is not None else singles
+        schema = chunk[0][1]
+        markers = [c[0] for c in chunk]
         base = self.prefix.encode() + b":k:"
-        keys = [f"{self.prefix}:applied", f"{self.prefix}:keys"]
-        adding = (self._add_args(delta_table, schema, specs, partial, tokens, marker)
-                  if len(unique) == len(tokens) else None)
+        unique = list(dict.fromkeys(t for c in chunk for t in c[2]))
 
         def run(client: Any) -> int:
             if adding is not None:
-                done = int(self._script(client, _ADD_LUA, _ADD_SHA, keys, adding))
+                done = int(self._script(client, _ADD_LUA, _ADD_SHA, keys,
+                                        self._head(partial, meta) + adding))
+                if done == -3 and singles is not None:  # some flushes were applied before
+                    done = int(self._script(client, _ADD_LUA, _ADD_SHA, keys,
+                                            self._head(partial, meta) + singles))
                 if done >= 0:
                     return done
             for attempt in range(_MAX_TRIES):
                 pipe = client.pipeline(transaction=False)
-                pipe.sismember(f"{self.prefix}:applied", marker)
+                for marker in markers:
+                    pipe.sismember(keys[0], marker)
                 for token in unique:
                     pipe.hgetall(base + token)
                 read = pipe.execute()
-                if read[0]:
+                fresh = [c for c, known in zip(chunk, read[:len(markers)]) if not known]
+                if not fresh:
                     return 0
-                args = self._commit_args(read[1:], unique, delta_table, schema, specs,
-                                         partial, marker)
-                args[1] = self.prefix
+                hashes = dict(zip(unique, read[len(markers):]))
+                mine = list(dict.fromkeys(t for c in fresh for t in c[2]))
+                delta = pa.concat_tables([c[3] for c in fresh])
+                body = self._commit_args([hashes[t] for t in mine], mine, delta, schema,
+                                         specs, partial)
+                args = [*self._head(partial, meta), len(fresh), *[c[0] for c in fresh], *body]
                 done = int(self._script(client, _COMMIT_LUA, _COMMIT_SHA, keys, args))
                 if done >= 0:
                     return done
                 time.sleep(random.uniform(0, 0.001 * min(attempt + 1, 50)))
             raise StoreUnavailableError(
-                f"Redis at {redact(self.url)}: flush {marker} found its keys changed by other "
-                f"flushes {_MAX_TRIES} times in a row; nothing of it was applied, a retry "
-                "applies it"
+                f"Redis at {redact(self.url)}: flush(es) {markers[0]}.. found their keys "
+                f"changed by other flushes {_MAX_TRIES} times in a row; nothing of them was "
+                "applied, a retry applies them"
             )
 
-        return bool(self._call(run))
+        return int(self._call(run))
 
-    def _add_args(self, delta_table: pa.Table, schema: pa.Schema, specs: list[AggSpec],
-                  partial: list[str], tokens: list[bytes], marker: str) -> list[Any] | None:
-        """The one-trip script's args when every partial adds as a 64-bit integer, else None.
+    def _merged_group(self, chunk: list[Any], specs: list[AggSpec],
+                      partial: list[str]) -> list[Any] | None:
+        """The adding script's args for ONE group holding every flush of ``chunk``, their
+        deltas added up per key (exact int64 sums; None when the sums could reach 2**62).
+        Cost: one Arrow concat and hash group-by over the chunk's rows."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        both = pa.concat_tables([c[3] for c in chunk])
+        for c in partial:
+            bounds = pc.min_max(both.column(c)).as_py()
+            if bounds["min"] is None:
+                return None
+            if max(abs(bounds["min"]), abs(bounds["max"])) * both.num_rows >= _ADD_LIMIT:
+                return None
+        summed = both.group_by(_TOKEN, use_threads=False).aggregate(
+            [(c, "sum") for c in partial])
+        delta = pa.table({**{c: summed.column(f"{c}_sum") for c in partial},
+                          _TOKEN: summed.column(_TOKEN)})
+        tokens = delta.column(_TOKEN).to_pylist()
+        flat = self._add_flat(delta, chunk[0][1], specs, partial, tokens)
+        if flat is None:
+            return None
+        return [1, len(chunk), *[c[0] for c in chunk], len(tokens), *flat]
+
+    def _add_flat(self, delta_table: pa.Table, schema: pa.Schema, specs: list[AggSpec],
+                  partial: list[str], tokens: list[bytes]) -> list[Any] | None:
+        """One flush's part of the adding script's args (per key its token and one integer
+        delta per field) when every partial adds as a 64-bit integer, else None.
 
         Needs: every op of kind ``int``, every partial column a bigint without nulls and with
         values of magnitude below 2**62, one row per key. Cost: one Arrow cast and min/max
@@ -453,13 +694,15 @@ class RedisStore:
         flat[0::stride] = tokens
         for j, values in enumerate(columns, start=1):
             flat[j::stride] = values
-        return [marker, self.prefix, len(tokens), len(partial), *partial, *flat]
+        return flat
 
     @staticmethod
     def _commit_args(hashes: list[dict[bytes, bytes]], unique: list[bytes],
                      delta_table: pa.Table, schema: pa.Schema, specs: list[AggSpec],
-                     partial: list[str], marker: str) -> list[Any]:
-        """Merge the stored partials of ``unique`` keys with the deltas; the script's args.
+                     partial: list[str]) -> list[Any]:
+        """Merge the stored partials of ``unique`` keys with the deltas (of one flush or
+        several); the commit script's per-key args (count, then token, version read and
+        values per key).
 
         Cost: one decode per stored column (Arrow), one pandas merge of stored plus delta rows
         (:func:`~trilink_spark.merge.algebra.merge_partial_frames`), one encode per column.
@@ -479,20 +722,26 @@ class RedisStore:
         versions = {unique[i]: hashes[i].get(_VERSION, b"") for i in stored}
         columns = [[b"n" if v is None else b"v" + v
                     for v in _encode(table.column(c).combine_chunks())] for c in partial]
-        args: list[Any] = [marker, "", len(table), len(partial), *partial]
+        args: list[Any] = [len(table)]
         for row, token in enumerate(table.column(_TOKEN).to_pylist()):
             args += [token, versions.get(token, b""), *[col[row] for col in columns]]
         return args
 
-    def set_meta(self, key: str, spark_type: str, specs: list[AggSpec]) -> None:
-        """Record the key column, its Spark type and the aggregates (for :meth:`read`), and
-        the types given to :meth:`bind_schema`."""
+    def meta_fields(self, key: str, spark_type: str, specs: list[AggSpec]) -> dict[str, str]:
+        """What :meth:`set_meta` records: the key column, its Spark type, the aggregates, and
+        the types given to :meth:`bind_schema`. O(aggregates), no Redis call."""
         described = json.dumps([[s.name, s.func, s.column] for s in specs])
         mapping = {"key_type": spark_type, "key": key, "aggs": described}
         if self.schema is not None:
             mapping["schema"] = _schema_text(self.schema)
         if self.result is not None:
             mapping["result"] = self.result
+        return mapping
+
+    def set_meta(self, key: str, spark_type: str, specs: list[AggSpec]) -> None:
+        """Record the key column, its Spark type and the aggregates (for :meth:`read`), and
+        the types given to :meth:`bind_schema` (:meth:`meta_fields`). One round trip."""
+        mapping = self.meta_fields(key, spark_type, specs)
         self._call(lambda c: c.hset(f"{self.prefix}:meta", mapping=mapping))
 
     def _meta(self) -> dict[str, str]:

@@ -69,20 +69,39 @@ def expected_counts(log_path: str | Path | list[str | Path], catalogue: Catalogu
         ["campaign_id", "window_start", "expected", "last_event"]]
 
 
+#: The hash field the global_merge variant's store counts in (its key hashes are the windows).
+_STORE_COUNT = "seen_count"
+
+
 def read_windows(redis_url: str, prefix: str) -> pd.DataFrame:
     """The windows a query wrote under ``prefix``: ``campaign_id``, ``window_start``,
     ``seen_count``, ``time_updated`` (ints; ms).
 
+    Both layouts (see :mod:`~trilink_spark.ysb.queries`): the hashes
+    ``{prefix}:w:{campaign}:{start}`` named in ``{prefix}:windows``, and the ``global_merge``
+    variant's store keys ``{prefix}:gm:k:v{campaign}:{start}`` named in ``{prefix}:gm:keys``.
+
     Raises :class:`~trilink_spark.InvalidArgumentError` for a window hash whose fields are not
-    integers (not written by these queries). Cost: two round trips (the window set, then one
-    pipelined ``HMGET`` per window).
+    integers, or a store key that is not a window (not written by these queries). Cost: two
+    round trips (both name sets, then one pipelined ``HMGET`` per window).
     """
     client = redis_client(redis_url)
     try:
-        members = sorted(m.decode() for m in client.smembers(f"{prefix}:windows"))
+        pipe = client.pipeline(transaction=False)
+        pipe.smembers(f"{prefix}:windows")
+        pipe.smembers(f"{prefix}:gm:keys")
+        plain, stored = pipe.execute()
+        hashes = {m.decode(): f"{prefix}:w:{m.decode()}" for m in plain}
+        for token in stored:
+            text = token.decode()
+            if not text.startswith("v"):
+                raise InvalidArgumentError(
+                    f"store key {prefix}:gm:k:{text} is not a YSB window (null key)")
+            hashes.setdefault(text[1:], f"{prefix}:gm:k:{text}")
+        members = sorted(hashes)
         pipe = client.pipeline(transaction=False)
         for m in members:
-            pipe.hmget(f"{prefix}:w:{m}", "seen_count", "time_updated")
+            pipe.hmget(hashes[m], _STORE_COUNT, "time_updated")
         values = pipe.execute() if members else []
     finally:
         client.close()
@@ -93,7 +112,7 @@ def read_windows(redis_url: str, prefix: str) -> pd.DataFrame:
             rows.append((campaign, int(start), int(count), int(updated)))
         except (TypeError, ValueError):
             raise InvalidArgumentError(
-                f"window {prefix}:w:{m} holds seen_count={count!r}, time_updated={updated!r}; "
+                f"window {hashes[m]} holds seen_count={count!r}, time_updated={updated!r}; "
                 "expected integers") from None
     return pd.DataFrame(rows, columns=["campaign_id", "window_start", "seen_count",
                                        "time_updated"]).astype(

@@ -2,10 +2,12 @@
 
 Every query reads the topic with the ``trilink-kafka`` source, parses the JSON events, keeps
 the views, projects ``(ad_id, event_time)``, joins the campaign table (a broadcast join) and
-counts views per campaign and 10-second window. Per window, Redis holds the hash
-``{prefix}:w:{campaign_id}:{window_start_ms}`` with ``seen_count`` and ``time_updated`` (ms,
-when the count last changed), as YSB's ``CampaignProcessorCommon`` keeps them; the set
-``{prefix}:windows`` names every window written.
+counts views per campaign and 10-second window. Per window, Redis holds a hash with
+``seen_count`` and ``time_updated`` (ms, when the count last changed), as YSB's
+``CampaignProcessorCommon`` keeps them: ``{prefix}:w:{campaign_id}:{window_start_ms}``, named
+in the set ``{prefix}:windows``; for ``global_merge`` the store's own key hash
+``{prefix}:gm:k:v{campaign_id}:{window_start_ms}``, named in the store's key set
+``{prefix}:gm:keys`` (:func:`~trilink_spark.ysb.read_windows` reads both layouts).
 
 Variants (:data:`VARIANTS`):
 
@@ -22,8 +24,11 @@ Variants (:data:`VARIANTS`):
     input partition first, so the keyed exchange carries partial counts, not events.
 ``global_merge``
     :func:`~trilink_spark.global_merge` into a :class:`~trilink_spark.RedisStore`: no keyed
-    exchange at all; the store applies each partition's partials exactly once, then one
-    script copies the changed counts into the YSB windows.
+    exchange at all. Each partition's partial counts come back to the driver (at most
+    campaigns x open windows rows per partition) and the store adds every partition's flush,
+    each exactly once by its marker, with ``time_updated`` (the store's ``updated_field``) and
+    its metadata, in one script: one Redis round trip per batch
+    (``apply_on="driver"``).
 ``ahead``
     Ahead KeyBy: the producer placed events by campaign
     (:class:`~trilink_spark.ysb.Producer` with ``placement=``), the query declares it with
@@ -45,7 +50,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..columns import PARTITION_COL
 from ..errors import InvalidArgumentError, StoreUnavailableError
@@ -96,28 +101,6 @@ redis.call('SADD', KEYS[1], ARGV[1])
 return n
 """
 
-#: Copy the counts a RedisStore holds into the YSB windows where they changed
-#: (KEYS: the store's key set, the windows set).
-_COPY_LUA = """
-local store = ARGV[1]
-local prefix = ARGV[2]
-local now = ARGV[3]
-local field = ARGV[4]
-local n = 0
-for _, token in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  local count = redis.call('HGET', store .. ':k:' .. token, field)
-  local w = string.sub(token, 2)
-  local h = prefix .. ':w:' .. w
-  if count and redis.call('HGET', h, 'seen_count') ~= count then
-    redis.call('HSET', h, 'seen_count', count, 'time_updated', now)
-    redis.call('SADD', KEYS[2], w)
-    n = n + 1
-  end
-end
-return n
-"""
-
-
 def window_key(prefix: str, campaign_id: str, window_start_ms: int) -> str:
     """The Redis hash of one window: ``{prefix}:w:{campaign_id}:{window_start_ms}``."""
     return f"{prefix}:w:{campaign_id}:{int(window_start_ms)}"
@@ -159,7 +142,9 @@ def views_frame(spark: SparkSession, bootstrap: str, topic: str, catalogue: Cata
 
 @dataclass
 class BatchStats:
-    """What the query's writer saw: per batch, the windows written and the Redis time."""
+    """What the query's writer saw: per batch, the windows written and the Redis time
+    (``global_merge`` writes inside its merge: its Redis time is part of ``compute_seconds``
+    and its windows are not counted)."""
 
     batches: int = 0
     windows_written: int = 0
@@ -180,9 +165,8 @@ class _Writer:
         self.stats = BatchStats()
         self._client: Any = None
         self._delta: Any = None
-        self._copy: Any = None
         self._lock = threading.Lock()
-        self.store = RedisStore(redis_url, prefix=f"{prefix}:gm")
+        self.store = RedisStore(redis_url, prefix=f"{prefix}:gm", updated_field="time_updated")
 
     # ------------------------------------------------------------------ Redis
     def _redis(self, fn: Callable[[Any], Any]) -> Any:
@@ -196,7 +180,6 @@ class _Writer:
                     if self._client is None:
                         self._client = redis_client(self.redis_url)
                         self._delta = self._client.register_script(_DELTA_LUA)
-                        self._copy = self._client.register_script(_COPY_LUA)
                     return fn(self._client)
                 except (redis.ConnectionError, redis.TimeoutError, OSError) as err:
                     if time.monotonic() >= deadline:
@@ -227,6 +210,8 @@ class _Writer:
         return int(self._redis(run)) if rows else 0
 
     def _write_deltas(self, rows: Any, batch_id: int) -> int:
+        if not rows:  # an empty micro-batch: nothing to add, no round trip (a replay of it
+            return 0  # reads the same empty offsets)
         args: list[Any] = [str(batch_id), self.prefix, str(int(time.time() * 1000)), len(rows)]
         for c, w, n in rows:
             args += [f"{c}:{w}", int(n)]
@@ -242,14 +227,6 @@ class _Writer:
                         self.variant, batch_id)
             return 0
         return done
-
-    def _copy_store(self) -> int:
-        def run(client: Any) -> int:
-            return int(self._copy(keys=[f"{self.store.prefix}:keys", f"{self.prefix}:windows"],
-                                  args=[self.store.prefix, self.prefix,
-                                        str(int(time.time() * 1000)), "seen_count"]))
-
-        return int(self._redis(run))
 
     # ------------------------------------------------------------------ batches
     def counts(self, batch: DataFrame) -> DataFrame:
@@ -304,8 +281,8 @@ class _Writer:
                 while True:
                     try:
                         global_merge(frame, "cw", {"seen_count": ("count", None)},
-                                     store=cast(Any, self.store),  # typed str in merge/
-                                     batch_id=batch_id, read=False)
+                                     store=self.store,
+                                     batch_id=batch_id, read=False, apply_on="driver")
                         break
                     except StoreUnavailableError:
                         if time.monotonic() >= deadline:
@@ -315,7 +292,7 @@ class _Writer:
                                        "rerunning it (markers keep it exactly once)", batch_id)
                         time.sleep(0.5)
                 compute = time.perf_counter() - started
-                written = self._copy_store()
+                written = 0  # not counted: the store writes them inside global_merge
             else:
                 counts = self.counts(batch)
                 if self.stats.exchanges is None:
@@ -443,9 +420,9 @@ def start_query(
     Cost per micro-batch: the read and parse of its records, the variant's operator (see the
     module docs: one exchange for ``baseline``, ``key_by`` and ``local_merge``, none for
     ``global_merge`` and ``ahead``), one collect of the per-window counts to the driver (at
-    most campaigns x open windows rows), and one Redis round trip (``global_merge``: one per
-    input partition for the store, its counts being added by one script, one more for its
-    metadata and one for the copy; a Python worker's first batch also connects).
+    most campaigns x open windows rows), and one Redis round trip (``global_merge`` too:
+    every partition's partial counts, the markers and the store's metadata go in one script
+    run from the driver).
 
     Examples
     --------

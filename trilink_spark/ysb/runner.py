@@ -73,7 +73,10 @@ class VariantResult:
     p50_event_latency_ms, p99_event_latency_ms : float or None
         ``time_updated - the window's last event time`` over every window.
     redis_round_trips_per_1000 : float or None
-        Read events Redis processed per 1,000 events (None when Redis restarted mid-run).
+        Read events Redis processed per 1,000 events (None when Redis restarted mid-run): one
+        per request of a client that fits one read (16 KB), more for a larger one.
+    redis_round_trips : int or None
+        The same read events in all (not per 1,000).
     sustained : bool
         The one rule of the benchmark (:data:`SUSTAINED_RULE`): processed >= input (every
         event produced was processed within the drain limit, ``max(5 s, 3 triggers)`` after
@@ -88,6 +91,8 @@ class VariantResult:
     restarts : int
         Query restarts from the checkpoint during the run.
     redis_restarts : int
+    producer_processes : int
+        Processes that produced the events.
     stage_seconds : dict
         Driver time per stage: ``compute`` (Spark jobs of the batch function) and ``redis``.
     """
@@ -112,6 +117,8 @@ class VariantResult:
     restarts: int = 0
     redis_restarts: int = 0
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    redis_round_trips: int | None = None
+    producer_processes: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values."""
@@ -197,6 +204,7 @@ def run_variant(
     mid_run_at: float = 0.5,
     drain_limit_s: float = 120.0,
     topic: str | None = None,
+    producer_processes: int = 1,
 ) -> VariantResult:
     """Run one YSB variant end to end and measure it.
 
@@ -229,6 +237,9 @@ def run_variant(
         How long to wait, after the producer's end, for the query to read everything.
     topic : str, optional
         Default ``ad-events-{variant}-{run id}`` (a fresh topic per run).
+    producer_processes : int
+        Processes the producer spreads the events over (:class:`~trilink_spark.ysb.Producer`
+        ``processes=``; its log is then a directory of parts).
 
     Returns
     -------
@@ -269,7 +280,8 @@ def run_variant(
     restarts = redis_restarts = 0
     producer = Producer(bootstrap, catalogue, log_path, rate=rate, events=events,
                         duration=duration, topic=topic, seed=seed,
-                        placement=strategy if variant == "ahead" else None)
+                        placement=strategy if variant == "ahead" else None,
+                        processes=producer_processes)
 
     def collect() -> None:
         for p in query.query.recentProgress:
@@ -308,6 +320,7 @@ def run_variant(
                 raise query.query.exception()  # type: ignore[misc]
             time.sleep(0.05)
         report = producer.join()
+        t0 = producer.started or t0  # spawned producers start sending after their start-up
         t_sent = time.time()
         samples.append((t_sent, report.events))
         drain_end = time.monotonic() + drain_limit_s
@@ -350,6 +363,8 @@ def run_variant(
         p99_event_latency_ms=lat.get("p99_event_latency_ms"),
         redis_round_trips_per_1000=(None if redis_restarts else
                                     (reads1 - reads0 - 1) * 1000 / max(report.events, 1)),
+        redis_round_trips=None if redis_restarts else reads1 - reads0 - 1,
+        producer_processes=report.processes,
         sustained=(read >= report.events
                    and _is_sustained(lags, drain_s, max(5.0, 3 * step), rate * step)),
         lag=lags, batches=len(rows), drain_s=drain_s, restarts=restarts,
@@ -387,12 +402,14 @@ def run_ysb(
     seed: int = 0,
     workdir: str | Path | None = None,
     on_result: Callable[[VariantResult], None] | None = None,
+    producer_processes: int = 1,
 ) -> list[VariantResult]:
     """Run YSB variants one after another (``trilink-spark ysb``).
 
     Starts tansu and redis-server on free loopback ports when ``bootstrap`` / ``redis_url``
     are not given (both stopped at the end), sets up the catalogue (100 x 10) and runs each
-    variant on a fresh topic with ``events`` events at ``rate`` per second.
+    variant on a fresh topic with ``events`` events at ``rate`` per second, produced by
+    ``producer_processes`` processes.
 
     Returns
     -------
@@ -421,7 +438,8 @@ def run_ysb(
             logger.info("YSB: running %s (%d events at %g/s)", name, events, rate)
             result = run_variant(session, name, bootstrap=b, redis_url=r, catalogue=catalogue,
                                  workdir=work, rate=rate, events=events, partitions=partitions,
-                                 strategy=strategy, trigger=trigger, seed=seed)
+                                 strategy=strategy, trigger=trigger, seed=seed,
+                                 producer_processes=producer_processes)
             results.append(result)
             if on_result is not None:
                 on_result(result)
