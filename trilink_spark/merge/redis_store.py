@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-__all__ = ["RedisStore"]
+__all__ = ["RedisStore", "lean_client"]
 
 #: Shared head of both scripts: ARGV[1] prefix, ARGV[2] the field that receives the commit
 #: time ('' for none), ARGV[3] that time, ARGV[4] nf, the nf field names, then nm and nm
@@ -244,6 +244,22 @@ def _one_write_connection() -> Any:
     return _one_write[0]
 
 
+def lean_client(url: str, timeout: float = 5.0) -> Any:
+    """A new ``redis.Redis`` for ``url`` as :class:`RedisStore` makes its own: RESP2, no
+    ``CLIENT SETINFO`` or ``HELLO`` on connect, and over TCP each request (a pipeline too) in
+    one write, so one request is one read on the server (:func:`_one_write_connection`).
+
+    Examples
+    --------
+    >>> client = lean_client("redis://127.0.0.1:6379/0")  # doctest: +SKIP
+    """
+    import redis
+
+    extra = {"connection_class": _one_write_connection()} if url.startswith("redis://") else {}
+    return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                                driver_info=None, protocol=2, **extra)
+
+
 def drop_cached_clients() -> int:
     """Close and forget every cached Redis client of this process; returns how many."""
     with _clients_lock:
@@ -393,13 +409,7 @@ class RedisStore:
             with _clients_lock:
                 client = _clients.get(key)
                 if client is None:
-                    extra = ({"connection_class": _one_write_connection()}
-                             if self.url.startswith("redis://") else {})
-                    client = redis.Redis.from_url(
-                        self.url, socket_timeout=self.socket_timeout,
-                        socket_connect_timeout=self.socket_timeout, driver_info=None,
-                        protocol=2, **extra,
-                    )
+                    client = lean_client(self.url, self.socket_timeout)
                     _clients[key] = client
             self._client = client
         return self._client

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StoreUnavailableError
+from ..merge.redis_store import lean_client
 from ..urls import redact
 
 if TYPE_CHECKING:
@@ -30,13 +31,19 @@ logger = logging.getLogger(__name__)
 CATALOGUE_KEY = "ysb:catalogue"
 
 
-def redis_client(url: str, timeout: float = 5.0) -> Any:
-    """A ``redis.Redis`` for ``url``; refuses a URL that is not ``redis://``/``rediss://``."""
+def redis_client(url: str, timeout: float = 5.0, lean: bool = False) -> Any:
+    """A ``redis.Redis`` for ``url``; refuses a URL that is not ``redis://``/``rediss://``.
+
+    ``lean``: the client :class:`~trilink_spark.RedisStore` uses (no handshake commands, each
+    request in one write; :func:`~trilink_spark.merge.redis_store.lean_client`), else
+    redis-py's defaults, as a user's own code gets them."""
     import redis
 
     if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
         raise InvalidArgumentError(
             f"redis_url must be a redis://, rediss:// or unix:// URL, got {redact(str(url))!r}")
+    if lean:
+        return lean_client(url, timeout)
     return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
 
 

@@ -178,7 +178,10 @@ class _Writer:
             while True:
                 try:
                     if self._client is None:
-                        self._client = redis_client(self.redis_url)
+                        # the baseline writes as a user's code would; the trilink
+                        # variants with the client their store uses
+                        self._client = redis_client(self.redis_url,
+                                                    lean=self.variant != "baseline")
                         self._delta = self._client.register_script(_DELTA_LUA)
                     return fn(self._client)
                 except (redis.ConnectionError, redis.TimeoutError, OSError) as err:
