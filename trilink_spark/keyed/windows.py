@@ -152,7 +152,9 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
 
         if len(codes) == 0:
             return
-        starts = np.floor(et / self.size_units) * self.size_units
+        # + 0.0: a -0.0 start (event time -0.0) is the window 0.0, as Spark's floor makes it;
+        # Arrow's hash grouping, unlike pandas', would keep the two apart
+        starts = np.floor(et / self.size_units) * self.size_units + 0.0
         vals = (np.asarray(values, dtype=np.float64) if values is not None
                 else np.zeros(len(codes)))
         v = pa.array(vals, from_pandas=True)  # NaN: no value
@@ -170,10 +172,14 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         table = runtime.shared.get("windows")
         if table is not None and len(table):
             both = pd.concat([table, batch])
+            # a NaN sum of a window with values is inf - inf, not "no value": it stays NaN
+            # (pandas' sum would skip it, so the result would depend on the batches)
+            both["inf_inf"] = both["sum"].isna().to_numpy() & (both["nn"].to_numpy() > 0)
             merged = both.groupby(level=[0, 1], sort=False, dropna=False)
             batch = pd.DataFrame({"count": merged["count"].sum(), "nn": merged["nn"].sum(),
                                   "sum": merged["sum"].sum(min_count=1),
                                   "min": merged["min"].min(), "max": merged["max"].max()})
+            batch["sum"] = batch["sum"].mask(merged["inf_inf"].any())
         runtime.shared["windows"] = batch
 
     def _rows(self, done: pd.DataFrame) -> pd.DataFrame:

@@ -654,7 +654,9 @@ class Mean(Aggregate):
         source = self._arrow_source(table, merging, f"{self.name}__sum")
         if not (pa.types.is_integer(source.type) or pa.types.is_floating(source.type)):
             return None  # decimals: the pandas form
-        return [ArrowStep(source.cast(pa.float64()), "sum",
+        # safe=False: a long beyond 2**53 rounds to the nearest double, as Spark's avg casts
+        # it (Arrow's safe cast refuses it)
+        return [ArrowStep(source.cast(pa.float64(), safe=False), "sum",
                           pc.ScalarAggregateOptions(min_count=1)),
                 self._arrow_count(table, merging)]
 
@@ -1592,8 +1594,9 @@ def arrow_partials(
     for its input (first, last, a Combine, decimal sums: use :func:`partial_groups`).
 
     The result has the ``by`` columns, ``time_col`` (the largest per group) and each
-    aggregate's partial columns; groups come in order of first appearance, nulls are a group
-    of their own. Sums and means are over doubles (integral sums exactly, in int64).
+    aggregate's partial columns; nulls are a group of their own. Groups come in no set order
+    (Arrow keeps first appearance for one key column, not for several). Sums and means are
+    over doubles (integral sums exactly, in int64).
 
     Notes
     -----
