@@ -846,6 +846,38 @@ def _arrow_times(units: np.ndarray, kind: str) -> Any:
     return values.cast(pa.timestamp("us", tz="UTC")) if kind == "timestamp" else values
 
 
+#: Input rows the Arrow merge aggregates at once: Spark's Arrow batches (10,000 rows by
+#: default) are gathered up to this many, so a key whose rows are spread over many batches
+#: becomes one partial row per chunk rather than per batch (a tuning constant; it costs this
+#: many rows of memory beyond the buffered groups).
+_CHUNK_ROWS = 1 << 18
+
+
+def _chunks(batches: Iterator[Any], rows: int = _CHUNK_ROWS) -> Iterator[Any]:
+    """``batches`` gathered into record batches of at least ``rows`` rows (the last may be
+    shorter; empty batches dropped). One copy of the rows, O(rows)."""
+    import pyarrow as pa
+
+    held: list[Any] = []
+    count = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        held.append(batch)
+        count += batch.num_rows
+        if count >= rows:
+            yield _joined(held, pa)
+            held, count = [], 0
+    if held:
+        yield _joined(held, pa)
+
+
+def _joined(batches: list[Any], pa: Any) -> Any:
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+
 def _arrow_merge_partition(plan: MergePlan, timer: OperatorTimer | None = None) -> Any:
     """The partition function of :func:`local_merge`: Arrow batches merged as they arrive
     (:class:`ArrowMerge`); the pandas path when the plan needs it."""
@@ -865,7 +897,7 @@ def _arrow_merge_partition(plan: MergePlan, timer: OperatorTimer | None = None) 
             yield from pandas_run(itertools.chain([first], pulled))
             return
         out = 0
-        for batch in itertools.chain([first], pulled):
+        for batch in _chunks(itertools.chain([first], pulled)):
             for flushed in merge._add(batch):  # one table for the flushes of a batch
                 out += flushed.table.num_rows
                 yield from watch.emit(flushed.table.to_batches())
