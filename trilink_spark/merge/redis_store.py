@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ..errors import InvalidArgumentError, StoreUnavailableError
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StoreUnavailableError
 from ..urls import redact, scrub
 from .algebra import AggSpec, RedisOp, finalize_frame, merge_partial_frames, specs_for_partials
 from .local import arrow_to_pandas, to_arrow
@@ -244,6 +244,14 @@ def _one_write_connection() -> Any:
     return _one_write[0]
 
 
+def _scheme_of(url: object) -> str:
+    """What an error may say of a refused URL: its scheme only (text without ``://`` may be
+    a password pasted in the wrong place, so none of it is quoted)."""
+    if isinstance(url, str) and "://" in url:
+        return f"a {url.split('://', 1)[0][:20]!r}:// URL"
+    return f"a {type(url).__name__} without a scheme"
+
+
 def lean_client(url: str, timeout: float = 5.0) -> Any:
     """A new ``redis.Redis`` for ``url`` as :class:`RedisStore` makes its own: RESP2, no
     ``CLIENT SETINFO`` or ``HELLO`` on connect, and over TCP each request (a pipeline too) in
@@ -252,9 +260,23 @@ def lean_client(url: str, timeout: float = 5.0) -> Any:
     Examples
     --------
     >>> client = lean_client("redis://127.0.0.1:6379/0")  # doctest: +SKIP
+
+    Raises :class:`~trilink_spark.InvalidArgumentTypeError` for a ``url`` that is not a str
+    or a ``timeout`` that is not a number, and :class:`~trilink_spark.InvalidArgumentError`
+    for another scheme than ``redis://``, ``rediss://`` or ``unix://`` or a timeout not
+    above 0 (the message quotes the URL with its credentials redacted).
     """
     import redis
 
+    if not isinstance(url, str):
+        raise InvalidArgumentTypeError(f"url must be a str, got {type(url).__name__}")
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise InvalidArgumentError(
+            f"url must be a redis://, rediss:// or unix:// URL, got {_scheme_of(url)}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or \
+            not 0 < timeout < float("inf"):
+        raise InvalidArgumentError(f"timeout must be a positive number of seconds, got "
+                                   f"{timeout!r}")
     extra = {"connection_class": _one_write_connection()} if url.startswith("redis://") else {}
     return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
                                 driver_info=None, protocol=2, **extra)
@@ -372,9 +394,13 @@ class RedisStore:
                  updated_field: str | None = None) -> None:
         if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
             raise InvalidArgumentError(
-                f"url must be a redis://, rediss:// or unix:// URL, got {redact(str(url))!r}")
+                f"url must be a redis://, rediss:// or unix:// URL, got {_scheme_of(url)}")
         if not isinstance(prefix, str) or not prefix:
             raise InvalidArgumentError("prefix must be a non-empty str")
+        if isinstance(socket_timeout, bool) or not isinstance(socket_timeout, (int, float)) \
+                or not 0 < socket_timeout < float("inf"):
+            raise InvalidArgumentError(
+                f"socket_timeout must be a positive number of seconds, got {socket_timeout!r}")
         if updated_field is not None and (not isinstance(updated_field, str) or not updated_field
                                           or updated_field.startswith("__")):
             raise InvalidArgumentError(

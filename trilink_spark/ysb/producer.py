@@ -334,6 +334,9 @@ def _worker(share: _Share, sent: Any, stop: Any, go: Any, messages: Any) -> None
     messages.put(("done", share.index, figures))
 
 
+#: Most producing processes one :class:`Producer` spawns (each is a Python interpreter with its
+#: own Kafka client: far more than the cores only costs memory and start time).
+MAX_PROCESSES = 256
 #: How long a spawned producing process may take to start (imports, broker metadata).
 _START_TIMEOUT_S = 120.0
 #: Errors a producing process reports that the parent raises as the same type.
@@ -403,19 +406,25 @@ class Producer:
                  rate: float, events: int | None = None, duration: float | None = None,
                  topic: str = DEFAULT_TOPIC, placement: str | Partitioner | None = None,
                  seed: int = 0, chunk_ms: int = 50, processes: int = 1) -> None:
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
-            raise InvalidArgumentError(f"rate must be a positive number of events/s, got {rate!r}")
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or \
+                not 0 < rate < float("inf"):
+            raise InvalidArgumentError(
+                f"rate must be a positive finite number of events/s, got {rate!r}")
         if events is None and duration is None:
             raise InvalidArgumentError("give events=N or duration=SECONDS (or both)")
         if events is not None and (isinstance(events, bool) or not isinstance(events, int)
                                    or events < 1):
             raise InvalidArgumentError(f"events must be a positive int, got {events!r}")
-        if duration is not None and not duration > 0:
+        if duration is not None and (isinstance(duration, bool)
+                                     or not isinstance(duration, (int, float))
+                                     or not duration > 0):
             raise InvalidArgumentError(f"duration must be > 0 seconds, got {duration!r}")
         if isinstance(chunk_ms, bool) or not isinstance(chunk_ms, int) or chunk_ms < 1:
             raise InvalidArgumentError(f"chunk_ms must be a positive int, got {chunk_ms!r}")
-        if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
-            raise InvalidArgumentError(f"processes must be an int >= 1, got {processes!r}")
+        if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1 \
+                or processes > MAX_PROCESSES:
+            raise InvalidArgumentError(
+                f"processes must be an int >= 1 and <= {MAX_PROCESSES}, got {processes!r}")
         self.bootstrap, self.catalogue, self.log_path = bootstrap, catalogue, Path(log_path)
         self.rate, self.events, self.duration = float(rate), events, duration
         self.topic, self.placement, self.seed, self.chunk_ms = topic, placement, seed, chunk_ms
@@ -536,6 +545,8 @@ class Producer:
                             for i in dead:
                                 errors.append((i, "ProducerError", "producer process "
                                                f"{i} exited with code {procs[i].exitcode}"))
+                            stop.set()  # the others stop after their chunk, and those
+                            go.set()  # waiting for the start give up at once (stop is set)
                     if not go.is_set() and time.monotonic() > deadline:
                         errors.append((-1, "ProducerError", "the producer processes did not "
                                        f"all start within {_START_TIMEOUT_S:g} s"))
@@ -616,6 +627,13 @@ def read_log(path: str | Path) -> pa.Table:
     if not files:
         raise InvalidArgumentError(
             f"{path} is a directory without part-*.parquet files, not a YSB event log")
+    if where.is_dir():  # a producer's parts: part-000.parquet .. part-{n-1}, plain files
+        for i, file in enumerate(files):
+            if file.name != f"part-{i:03d}.parquet" or not file.is_file():
+                raise InvalidArgumentError(
+                    f"{file} is not a part of the YSB event log in {path} (a producer "
+                    f"writes plain files part-000.parquet to part-{len(files) - 1:03d}.parquet"
+                    "); remove it or give the log's own directory")
     tables = []
     for file in files:
         try:
