@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
+import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -67,12 +69,78 @@ def _import_alone(module: str) -> tuple[str, int, str]:
     return module, proc.returncode, proc.stderr[-2000:]
 
 
+#: Run as ``python -c`` in a fresh interpreter, with the module names in argv. A fresh
+#: ``python -c "import trilink_spark.x.y"`` first imports the package ``trilink_spark`` (its
+#: eager facade), then whatever of ``x.y`` the facade did not load. So this imports the facade
+#: once, exactly as such an interpreter does, and then imports each module the facade did not
+#: load in a forked child of that state: the child starts where a fresh interpreter importing
+#: that module would be after its facade step (the parent imports nothing else before it
+#: forks), and exits through the normal interpreter shutdown. A module the facade loaded is
+#: imported in a fresh interpreter by the facade step alone: nothing of it is left to run.
+#: Prints one line, the repr of ``{module: (status, how, stderr tail)}``.
+_ISOLATION_DRIVER = r"""
+import os, sys
+results = {}
+try:
+    import trilink_spark
+except BaseException:
+    import traceback
+    tail = traceback.format_exc()[-2000:]
+    results = {m: (1, "facade failed", tail) for m in sys.argv[1:]}
+else:
+    by_facade = {m for m in sys.modules if m == "trilink_spark" or m.startswith("trilink_spark.")}
+    for module in sys.argv[1:]:
+        if module in by_facade:
+            results[module] = (0, "facade", "")
+            continue
+        read, write = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            os.dup2(write, 2)
+            os.close(write)
+            exec("import " + module)  # an error exits the child with status 1 and its traceback
+            raise SystemExit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            err = pipe.read()
+        _, status = os.waitpid(pid, 0)
+        results[module] = (os.waitstatus_to_exitcode(status), "forked",
+                           err.decode(errors="replace")[-2000:])
+sys.stdout.write(repr(results) + "\n")
+"""
+
+
+def _import_each_alone(modules: list[str]) -> dict[str, tuple[int, str, str]]:
+    if not hasattr(os, "fork"):  # no fork here: a fresh interpreter per module, two at a time
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            return {m: (code, "fresh", err) for m, code, err in pool.map(_import_alone, modules)}
+    proc = subprocess.run([sys.executable, "-c", _ISOLATION_DRIVER, *modules],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    last_line = proc.stdout.strip().splitlines()[-1]
+    results: dict[str, tuple[int, str, str]] = ast.literal_eval(last_line)
+    return results
+
+
 def test_every_module_imports_in_isolation():
     modules = sorted(graph.modules())
     assert len(modules) > 40
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(_import_alone, modules))
-    failed = [(m, err) for m, code, err in results if code != 0]
+    # the method against the real thing: two modules (the last and the middle one by name) in
+    # a fresh interpreter of their own each, beside the driver, must come out as it says
+    controls = [modules[-1], modules[len(modules) // 2]]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        each = pool.submit(_import_each_alone, modules)
+        alone = list(pool.map(_import_alone, controls))
+        results = each.result()
+    assert set(results) == set(modules)
+    assert {how for _, how, _ in results.values()} <= {"facade", "forked", "facade failed",
+                                                        "fresh"}
+    for module, code, err in alone:
+        assert (code == 0) == (results[module][0] == 0), (module, err, results[module])
+    failed = [(m, how, err) for m, (code, how, err) in sorted(results.items()) if code != 0]
     assert not failed, failed
 
 

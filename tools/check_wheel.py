@@ -21,7 +21,12 @@ What it does (exit status 1 when a check fails, 2 when a tool it needs is missin
    (``PYSPARK_PYTHON`` set to it, Java 17+ needed), from an empty directory, so the source
    tree cannot be imported by accident. The snippet is each python block that follows a
    ``<!-- wheel-check -->`` line, or else the first python block after the "Quick start"
-   heading (``--section TITLE`` picks the first block under another heading).
+   heading (``--section TITLE`` picks the first block under another heading). Its Spark
+   driver runs with ``--java-options`` (default: the C1 JIT alone, which only makes a short
+   job cheaper).
+
+Step 3's fresh venv is made while step 1 builds, and ``import trilink_spark`` runs while the
+README snippet does: neither needs the other.
 
 Usage::
 
@@ -40,6 +45,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -48,6 +54,7 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from email.parser import HeaderParser
 from importlib import metadata
@@ -82,6 +89,9 @@ SDIST_REQUIRED = (
     "tests/conftest.py", "tools/import_graph.py", "examples/balance_orders.py",
 )
 MARKER = "<!-- wheel-check -->"
+#: JVM options the README snippet's Spark driver gets (``--java-options``): a short job on a
+#: fresh JVM spends most of its CPU in the C2 JIT; C1 alone changes no result, only its cost.
+JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 PYTHON_INFO = frozenset({"python", "py", "python3"})
 
 
@@ -721,27 +731,50 @@ class WheelCheck:
 
     def step(self, name: str, fn: Callable[[], str], fatal: bool = False) -> None:
         print(f"--> {name}", flush=True)
+        self.report_step(name, self.timed(fn), fatal)
+
+    @staticmethod
+    def timed(fn: Callable[[], str]) -> tuple[bool, str, float]:
+        """Run one step: (passed, detail, seconds); only CheckFailed counts as a failed check."""
         start = time.monotonic()
         try:
             detail = fn()
         except CheckFailed as exc:
-            self.report.add(name, False, str(exc), time.monotonic() - start)
-            if fatal:
-                raise _Abort from exc
-            return
-        self.report.add(name, True, detail, time.monotonic() - start)
+            return False, str(exc), time.monotonic() - start
+        return True, detail, time.monotonic() - start
+
+    def report_step(self, name: str, outcome: tuple[bool, str, float],
+                    fatal: bool = False) -> None:
+        ok, detail, seconds = outcome
+        self.report.add(name, ok, detail, seconds)
+        if fatal and not ok:
+            raise _Abort
 
     def run(self) -> None:
-        self.step("build sdist + wheel", self.build, fatal=True)
-        self.step("twine check --strict", self.twine_check)
-        self.step("wheel contents", self.wheel_contents)
-        self.step("wheel metadata", self.wheel_metadata)
-        self.step("sdist contents", self.sdist_contents)
-        self.step("venv with PySpark", self.venv_with_pyspark, fatal=True)
-        self.step("pip install wheel", self.install_wheel, fatal=True)
-        self.step("PySpark untouched", self.pyspark_untouched)
-        self.step("import in venv", self.import_in_venv)
-        self.step("README snippet", self.readme_snippet)
+        # The fresh venv with PySpark does not need the build: it is made in a thread beside
+        # the build and the checks of what was built, and reported in its place. So is the
+        # import check beside the README snippet (both only read the venv).
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            print("--> venv with PySpark (beside the build)", flush=True)
+            venv = pool.submit(self.timed, self.venv_with_pyspark)
+            try:
+                self.step("build sdist + wheel", self.build, fatal=True)
+                self.step("twine check --strict", self.twine_check)
+                self.step("wheel contents", self.wheel_contents)
+                self.step("wheel metadata", self.wheel_metadata)
+                self.step("sdist contents", self.sdist_contents)
+            finally:
+                outcome = venv.result()  # the temporary directory outlives the thread
+            self.report_step("venv with PySpark", outcome, fatal=True)
+            self.step("pip install wheel", self.install_wheel, fatal=True)
+            self.step("PySpark untouched", self.pyspark_untouched)
+            print("--> import in venv (beside the README snippet)", flush=True)
+            imported = pool.submit(self.timed, self.import_in_venv)
+            try:
+                self.step("README snippet", self.readme_snippet)
+            finally:
+                outcome = imported.result()
+            self.report_step("import in venv", outcome)
 
     # ----------------------------------------------------------------- steps
     def build(self) -> str:
@@ -902,6 +935,9 @@ class WheelCheck:
         if major is None or major < MIN_JAVA:
             raise CheckFailed(f"Java {MIN_JAVA}+ needed, found: {_tail(jv.stderr, 1)}")
         self.workdir.mkdir(exist_ok=True)
+        if self.args.java_options:
+            env["PYSPARK_SUBMIT_ARGS"] = shlex.join(
+                ["--driver-java-options", self.args.java_options, "pyspark-shell"])
         outputs = []
         for number, snippet in enumerate(snippets):
             path = self.workdir / f"readme_snippet_{number}.py"
@@ -924,6 +960,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--pip-timeout", type=float, default=1800, help="seconds per pip install")
     parser.add_argument("--snippet-timeout", type=float, default=900,
                         help="seconds the README snippet may run")
+    parser.add_argument("--java-options", default=JAVA_OPTIONS,
+                        help="JVM options of the snippet's Spark driver (default %(default)r: "
+                             "the C1 JIT alone, a third less CPU for a short job; '' for none)")
     args = parser.parse_args(argv)
     if args.pyspark_version is None:
         try:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -303,46 +301,40 @@ def test_batch_replayed_after_the_driver_died_mid_swap(spark: Any, tmp_path: Pat
     check_invariants(restarted, total.add(counts, fill_value=0))
 
 
-def test_task_failure_during_a_swap_batch_is_retried_with_the_same_result(
-        tmp_path: Path) -> None:
-    script = textwrap.dedent(f"""
-        import sys
-        sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parent.parent)!r}]
-        import numpy as np, pandas as pd
-        from pyspark.sql import SparkSession
+class FailsFirstAttempt(Count):
+    """Partition 1's task fails on its first attempt (the retry then runs it again)."""
+
+    def open(self, partition_id: int) -> None:
         from pyspark import TaskContext
-        import trilink_spark as tl
-        from pyspark import cloudpickle
-        import test_swaps
-        cloudpickle.register_pickle_by_value(test_swaps)
-        from test_swaps import Count, batch, make_run, stored_counts
 
-        class Flaky(Count):
-            def open(self, partition_id):
-                ctx = TaskContext.get()
-                if ctx is not None and ctx.attemptNumber() == 0 and partition_id == 1:
-                    raise RuntimeError("first attempt fails")
+        ctx = TaskContext.get()
+        if ctx is not None and ctx.attemptNumber() == 0 and partition_id == 1:
+            raise RuntimeError("first attempt fails")
 
-        spark = (SparkSession.builder.master("local[2,4]").config("spark.ui.enabled", "false")
-                 .config("spark.sql.shuffle.partitions", "4").getOrCreate())
-        from pathlib import Path
-        rng = np.random.default_rng(14)
-        total = pd.Series(dtype=float)
-        run = make_run(Path({str(tmp_path)!r}), processor=Flaky())
+
+def test_task_failure_during_a_swap_batch_is_retried_with_the_same_result(
+        spark: Any, tmp_path: Path) -> None:
+    # the shared session allows 2 attempts per task (conftest: local[2,2])
+    assert spark.sparkContext.master.replace(" ", "").endswith(",2]"), spark.sparkContext.master
+    rng = np.random.default_rng(14)
+    total = pd.Series(dtype=float)
+    run = make_run(tmp_path, processor=FailsFirstAttempt())
+    sc = spark.sparkContext
+    sc.setJobGroup("tl-swap-retry", "swap batches whose partition 1 fails once per task")
+    try:
         for b in range(3):
             if b == 2:
                 run.request_swap(num_partitions=6)
             df, counts = batch(spark, b, rng)
             run(df, b)
             total = total.add(counts, fill_value=0)
-        assert stored_counts(run) == {{k: int(v) for k, v in total.items()}}
-        assert run.swaps[-1].partitions_after == 6
-        print("OK")
-        spark.stop()
-    """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=300)
-    assert done.stdout.strip().endswith("OK"), done.stderr[-3000:]
+    finally:
+        sc.setJobGroup("", "")
+    tasks = tl.task_metrics(spark, job_group="tl-swap-retry")
+    failed = tasks[tasks.status == "FAILED"]
+    assert len(failed) > 0 and set(failed.attempt) == {0}, tasks  # it failed, and was retried
+    assert stored_counts(run) == {k: int(v) for k, v in total.items()}
+    assert run.swaps[-1].partitions_after == 6
 
 
 def test_streaming_query_rescales_4_6_3_while_it_runs(spark: Any, tmp_path: Path) -> None:
