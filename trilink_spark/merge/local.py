@@ -17,9 +17,9 @@ periodic       the oldest buffered row is ``delay`` older than  low latency
 punctuation    a row matches ``punctuation`` (flushed with it)  window boundaries
 ============== ================================================ =======================
 
-In the groups and quantity modes with count, sum, min, max and mean, each Arrow batch is
-aggregated by Arrow's hash aggregation as it arrives (:class:`ArrowMerge`) and only partial
-rows are held; a groups-mode buffer is flushed before the batch whose groups would pass
+In the groups and quantity modes with count, sum, min, max and mean, the Arrow batches are
+aggregated by Arrow's hash aggregation as they arrive, in chunks of 262,144 rows
+(:class:`ArrowMerge`), and only partial rows are held; a groups-mode buffer is flushed before the batch whose groups would pass
 ``max_groups`` (batch by batch, where the pandas pass cuts at the row). Every mode also flushes
 at the end of the partition. The default, ``mode="auto"``, takes the mode its arguments ask
 for (``punctuation=``, ``delay=`` or ``quantity=`` given), else ``"groups"`` for a batch
