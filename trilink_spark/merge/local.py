@@ -856,8 +856,6 @@ _CHUNK_ROWS = 1 << 18
 def _chunks(batches: Iterator[Any], rows: int = _CHUNK_ROWS) -> Iterator[Any]:
     """``batches`` gathered into record batches of at least ``rows`` rows (the last may be
     shorter; empty batches dropped). One copy of the rows, O(rows)."""
-    import pyarrow as pa
-
     held: list[Any] = []
     count = 0
     for batch in batches:
@@ -866,13 +864,16 @@ def _chunks(batches: Iterator[Any], rows: int = _CHUNK_ROWS) -> Iterator[Any]:
         held.append(batch)
         count += batch.num_rows
         if count >= rows:
-            yield _joined(held, pa)
+            yield _joined(held)
             held, count = [], 0
     if held:
-        yield _joined(held, pa)
+        yield _joined(held)
 
 
-def _joined(batches: list[Any], pa: Any) -> Any:
+def _joined(batches: list[Any]) -> Any:
+    """One record batch of ``batches`` (the same one when there is only one)."""
+    import pyarrow as pa
+
     if len(batches) == 1:
         return batches[0]
     return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
