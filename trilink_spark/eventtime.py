@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 __all__ = ["TIME_KINDS", "SPARK_TIME_TYPES", "MAX_EXACT", "time_kind", "event_time_micros",
-           "delay_in_units", "from_units", "parse_interval", "INTERVAL_UNITS"]
+           "event_time_whole", "delay_in_units", "from_units", "parse_interval", "INTERVAL_UNITS"]
 
 #: Kinds of event-time column: timestamps, integers, fractional numbers.
 TIME_KINDS: tuple[str, ...] = ("timestamp", "integral", "fractional")
@@ -82,9 +82,29 @@ def event_time_micros(df: DataFrame, column: str) -> tuple[Column, str]:
     from pyspark.sql import functions as F
 
     kind = time_kind(df, column)
-    col = F.col("`" + column.replace("`", "``") + "`")
+    whole = event_time_whole(df, column)
+    if whole is None:
+        return F.col("`" + column.replace("`", "``") + "`").cast("double"), kind
+    return whole.cast("double"), kind
+
+
+def event_time_whole(df: DataFrame, column: str) -> Column | None:
+    """The event time as a bigint Spark column in internal units (microseconds for
+    timestamps), for a timestamp or integral column; None for a fractional one.
+
+    The values are those of :func:`event_time_micros`, refused beyond :data:`MAX_EXACT` the
+    same way, so arithmetic on them in longs gives what it gives in doubles.
+
+    Notes
+    -----
+    A column expression: computed by Spark, no job.
+    """
+    from pyspark.sql import functions as F
+
+    kind = time_kind(df, column)
     if kind == "fractional":
-        return col.cast("double"), kind
+        return None
+    col = F.col("`" + column.replace("`", "``") + "`")
     whole = F.unix_micros(col.cast("timestamp")) if kind == "timestamp" else col.cast("long")
     # doubles hold integers exactly up to 2**53: refuse what would silently round
     message = (
@@ -94,7 +114,8 @@ def event_time_micros(df: DataFrame, column: str) -> tuple[Column, str]:
         "or the value divided by 1000 as microseconds)"
     )
     exact = F.when(F.abs(whole) > F.lit(MAX_EXACT), F.raise_error(F.lit(message)))
-    return exact.otherwise(whole.cast("double")), kind
+    checked: Column = exact.otherwise(whole)
+    return checked
 
 
 #: Units of an interval string and their length in microseconds (singular or plural, any

@@ -12,6 +12,9 @@ spark.trilink.fit               full    how table strategies learn keys in ``key
 spark.trilink.compactPartitions auto    whether ``key_by`` runs no task for empty partitions
 spark.trilink.operatorTiming    unset   directory where trilink operators' tasks time
                                         themselves (:mod:`trilink_spark.optiming`)
+spark.trilink.mergeEngine       python  ``local_merge``'s engine: ``python`` (inside each
+                                        partition) or ``spark`` (Spark's partial
+                                        aggregation, where the call allows it)
 =============================== ======= ====================================================
 """
 

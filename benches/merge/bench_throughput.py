@@ -5,9 +5,11 @@ voltage), at 0.5M, 2M and 8M rows, on ``local[2]``. Each pair runs in the same s
 after the other, several times; the fastest run of each counts:
 
 - ``local_merge`` alone (its output written to Spark's ``noop`` sink) against Spark's native
-  ``groupBy(key, slot).agg(count, min)`` on the same input;
+  ``groupBy(key, slot).agg(count, min)`` on the same input, with each engine (``"python"``,
+  the per-partition merge; ``"spark"``, Spark's partial aggregation);
 - ``keyed_process`` with ``KeyedWindowAggregate`` against the same native windowed group-by;
-- pipeline (c) of ``bench_merge.py`` (``local_merge``, then the keyed stage) against (b);
+- pipeline (c) of ``bench_merge.py`` (``local_merge``, then the keyed stage) against (b),
+  with each engine;
 - ``global_merge`` to the driver against ``groupBy(key).agg(count, min)`` collected.
 
 Also the floor every Python operator pays: the same rows through an empty ``mapInArrow``
@@ -49,7 +51,7 @@ def best(fn: Callable[[], Any], repeat: int) -> float:
     return min(times)
 
 
-def measure(spark: Any, rows: int, repeat: int) -> dict[str, Any]:
+def measure(spark: Any, rows: int, repeat: int, only: list[str]) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     df = (spark.range(rows, numPartitions=8)
@@ -75,8 +77,11 @@ def measure(spark: Any, rows: int, repeat: int) -> dict[str, Any]:
         noop(df.groupBy(slot, "sensor").agg(F.count(F.lit(1)).alias("n"),
                                             F.min("volts").alias("low")))
 
-    def pipeline_c() -> None:
-        partial = tl.local_merge(df, "sensor", "t", WINDOW, aggs, quantity=10_000)
+    def pipeline_c(engine: str) -> None:
+        if engine == "spark":  # the groups mode: Spark's partial aggregation
+            partial = tl.local_merge(df, "sensor", "t", WINDOW, aggs, engine="spark")
+        else:
+            partial = tl.local_merge(df, "sensor", "t", WINDOW, aggs, quantity=10_000)
         counted = tl.keyed_process(partial, "sensor", "t", sums, delay=0, num_partitions=8)
         lows = tl.merge_partials(partial, ["sensor", "slot_start"], aggs)
         noop(counted.join(lows.drop("n").withColumnRenamed("slot_start", "window_start"),
@@ -85,9 +90,12 @@ def measure(spark: Any, rows: int, repeat: int) -> dict[str, Any]:
     pairs: dict[str, tuple[Callable[[], None], Callable[[], None]]] = {
         "local_merge": (lambda: noop(tl.local_merge(df, "sensor", "t", WINDOW, aggs,
                                                     quantity=10_000)), native_windows),
+        "local_merge_spark": (lambda: noop(tl.local_merge(df, "sensor", "t", WINDOW, aggs,
+                                                          engine="spark")), native_windows),
         "keyed_process": (lambda: noop(tl.keyed_process(df, "sensor", "t", kwa, delay=0,
                                                         num_partitions=8)), native_windows),
-        "pipeline_c_vs_b": (pipeline_c, native_windows),
+        "pipeline_c_vs_b": (lambda: pipeline_c("python"), native_windows),
+        "pipeline_c_spark_vs_b": (lambda: pipeline_c("spark"), native_windows),
         "global_merge_driver": (
             lambda: tl.global_merge(df, "sensor", aggs).count(),
             lambda: df.groupBy("sensor").agg(F.count(F.lit(1)).alias("n"),
@@ -96,6 +104,8 @@ def measure(spark: Any, rows: int, repeat: int) -> dict[str, Any]:
     }
     out: dict[str, Any] = {"rows": rows}
     for name, (ours, native) in pairs.items():
+        if only and name not in only:
+            continue
         mine, theirs = best(ours, repeat), best(native, repeat)
         out[name] = {"seconds": round(mine, 3), "native_seconds": round(theirs, 3),
                      "ratio": round(mine / theirs, 2),
@@ -111,12 +121,14 @@ def main() -> None:
     parser.add_argument("--sizes", default="500000,2000000,8000000")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--name", default="throughput")
+    parser.add_argument("--only", default="", help="comma-separated pair names (default all)")
     args = parser.parse_args()
     spark = tl.get_session("local[2]", shuffle_partitions=8,
                            extra_conf={"spark.driver.memory": "6g"})
     sizes = [int(s) for s in args.sizes.split(",")]
     result = {"cores": CORES, "window_s": WINDOW, "repeat": args.repeat,
-              "sizes": [measure(spark, n, args.repeat) for n in sizes]}
+              "sizes": [measure(spark, n, args.repeat, [p for p in args.only.split(",") if p])
+                        for n in sizes]}
     spark.stop()
     print(write_json(args.name, result))
 

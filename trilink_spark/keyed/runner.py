@@ -272,7 +272,8 @@ def _partition_function(
         started = time.perf_counter()
         watch = Stopwatch()
         received = list(watch.pull(batches))
-        frame = pa.Table.from_batches(received).to_pandas() if received else None
+        frame = (_in_arrival_order(pa.Table.from_batches(received)).to_pandas()
+                 if received else None)
         if frame is not None and not len(frame):
             frame = None
         previous = None
@@ -364,12 +365,33 @@ def _prepare(
 
 
 def _arrival_order(placed: DataFrame, order_by: str | None) -> DataFrame:
-    """``placed`` sorted into arrival order within each partition, without the columns only
-    the placement and the sort needed (they never cross into Python)."""
-    arrival = [order_by, POS_COL] if order_by is not None else [POS_COL]
-    ordered = placed.sortWithinPartitions(*arrival)
+    """``placed`` without the placement's column, in arrival order within each partition.
+
+    With ``order_by``, Spark sorts each partition by (``order_by``, arrival position) and the
+    position stays behind. Without it, the arrival position (:data:`POS_COL`) crosses into
+    Python instead and the task puts its rows in that order (:func:`_in_arrival_order`):
+    after the exchange a partition holds one increasing run of positions per map task, which
+    a stable numpy sort merges in O(rows log runs), where Spark's sort of the whole rows cost
+    about a fifth of the keyed job (benches/RESULTS.md, §18)."""
+    if order_by is None:
+        keep = [column_of(c) for c in placed.columns if c != PARTITION_COL]
+        return placed.select(*keep)
+    ordered = placed.sortWithinPartitions(order_by, POS_COL)
     keep = [column_of(c) for c in placed.columns if c not in (PARTITION_COL, POS_COL)]
     return ordered.select(*keep)
+
+
+def _in_arrival_order(table: Any) -> Any:
+    """A partition's Arrow table in arrival order, without :data:`POS_COL` (a table without
+    it is already in order: Spark sorted it). O(rows log runs) for rows that arrive as a few
+    increasing runs of positions, O(rows log rows) at worst."""
+    if POS_COL not in table.column_names:
+        return table
+    positions = table[POS_COL].to_numpy()
+    rest = table.drop_columns([POS_COL])
+    if len(positions) < 2 or bool(np.all(positions[1:] > positions[:-1])):
+        return rest
+    return rest.take(np.argsort(positions, kind="stable"))
 
 
 def _in_place(declared: DataFrame, key: str, tagged: DataFrame) -> DataFrame:

@@ -34,7 +34,9 @@ Each row of the table is one class (:class:`Count`, :class:`Sum`, :class:`Min`, 
 of its aggregate: partial columns and their Spark types, the partial of raw rows and the merge
 of partials (pandas), the final value, the Spark merge expression of :func:`merge_partials`,
 and the values it ships to a Redis global store. :data:`AGGREGATE_CLASSES` maps each name to
-its class. :class:`Stddev` and :class:`Variance` only name Arrow's per-partition aggregates
+its class. Count, sum, min, max and mean also have a Spark form of their partials of raw rows
+(:meth:`Aggregate.spark_init`), which ``local_merge(engine="spark")`` aggregates in the JVM.
+:class:`Stddev` and :class:`Variance` only name Arrow's per-partition aggregates
 (:func:`arrow_aggregates`); they have no exact partial form here and Local Merge refuses them.
 
 Examples
@@ -175,6 +177,29 @@ def _exact_int_sums(values: pd.Series, codes: np.ndarray, groups: int, what: str
     return pd.Series(pd.arrays.IntegerArray(out, counts == 0))
 
 
+def _overflow_message(what: str) -> str:
+    """The message of an integral sum beyond 64 bits (pandas, Arrow and Spark forms alike)."""
+    return (f"{what} overflows bigint (the int64 range [-2**63, 2**63 - 1]); Spark's sum "
+            "fails the same way in ANSI mode: cast the column to decimal(38,0) or double first")
+
+
+def _spark_exact_sum(value: Column, what: str) -> Column:
+    """Spark's exact sum of an integral column per group, as :func:`_join_halves` computes
+    it: the low and the high 32 bits summed apart (no intermediate overflows below 2**31
+    rows, ANSI mode or not), recombined, and the query failed with a message naming
+    ``ArithmeticOverflowError`` and ``what`` when the sum is outside the int64 range; null
+    when the group has no value. An aggregate expression (one per group, no job)."""
+    from pyspark.sql import functions as F
+
+    wide = value.cast("bigint")
+    low = F.sum(wide.bitwiseAND(F.lit(0xFFFFFFFF)))
+    high = F.sum(F.shiftright(wide, 32)) + F.shiftright(low, 32)
+    over = (high < F.lit(-(2**31))) | (high >= F.lit(2**31))
+    joined = F.shiftleft(high, 32).bitwiseOR(low.bitwiseAND(F.lit(0xFFFFFFFF)))
+    message = "trilink_spark.ArithmeticOverflowError: " + _overflow_message(what)
+    return F.when(over, F.raise_error(F.lit(message)).cast("bigint")).otherwise(joined)
+
+
 def _join_halves(low: np.ndarray, high: np.ndarray, what: str) -> np.ndarray:
     """Sums of the low 32 bits and of the high 32 bits (arithmetic shift) of int64 values
     recombined into their exact int64 sums; ArithmeticOverflowError naming ``what`` when one
@@ -182,11 +207,7 @@ def _join_halves(low: np.ndarray, high: np.ndarray, what: str) -> np.ndarray:
     high = high + (low >> 32)
     over = (high < -(2**31)) | (high >= 2**31)
     if over.any():
-        raise ArithmeticOverflowError(
-            f"{what} overflows bigint (the int64 range [-2**63, 2**63 - 1]); Spark's "
-            "sum fails the same way in ANSI mode: cast the column to decimal(38,0) or "
-            "double first"
-        )
+        raise ArithmeticOverflowError(_overflow_message(what))
     joined: np.ndarray = (high << 32) | (low & 0xFFFFFFFF)
     return joined
 
@@ -441,6 +462,14 @@ class Aggregate:
         return ArrowStep(table[str(self.column)], "count", pc.CountOptions(mode="only_valid"))
 
     # ---------------------------------------------------------------- Spark
+    def spark_init(self, value: Column | None, value_type: str) -> list[Column] | None:
+        """Spark aggregate expressions computing :attr:`partial_columns` of raw rows, aliased
+        and in order (``value``: the aggregated column, None for a count of rows;
+        ``value_type`` its Spark type), as :meth:`init` computes them; None when the
+        aggregate has no Spark form (first, last, Combine: they need arrival order or
+        Python), so only the Python engine of Local Merge computes it."""
+        return None
+
     def spark_merge(self) -> Column | None:
         """The Spark aggregate expression merging partial rows (None: merge in pandas)."""
         raise self._unmergeable()
@@ -515,6 +544,12 @@ class Count(Aggregate):
 
     def arrow_finish(self, results: list[Any], merging: bool) -> dict[str, Any]:
         return {self.name: results[0].fill_null(0)}
+
+    def spark_init(self, value: Column | None, value_type: str) -> list[Column]:
+        from pyspark.sql import functions as F
+
+        counted = F.count(F.lit(1)) if value is None else F.count(value)
+        return [counted.alias(self.name)]
 
     def spark_merge(self) -> Column:
         from pyspark.sql import functions as F
@@ -598,6 +633,18 @@ class Sum(Aggregate):
         return {self.name: pa.array(joined, pa.int64(), mask=empty),
                 f"{self.name}__n": counts}
 
+    def spark_init(self, value: Column | None, value_type: str) -> list[Column] | None:
+        from pyspark.sql import functions as F
+
+        if value is None:
+            return None
+        if value_type in _INTEGRAL_TYPES:  # exact in 64 bits, or the query fails
+            total = _spark_exact_sum(value, f"sum {self.name!r} of column {self.column!r}")
+        else:  # floats as doubles, decimals as decimal(p + 10, s): Spark's own sum
+            total = F.sum(value)
+        return [total.cast(self.final_type(value_type)).alias(self.name),
+                F.count(value).alias(f"{self.name}__n")]
+
     def spark_merge(self) -> Column:
         from pyspark.sql import functions as F
 
@@ -667,6 +714,15 @@ class Mean(Aggregate):
         n = merged[f"{self.name}__n"]
         result: pd.Series = (merged[f"{self.name}__sum"] / n).where(n > 0)
         return result
+
+    def spark_init(self, value: Column | None, value_type: str) -> list[Column] | None:
+        from pyspark.sql import functions as F
+
+        if value is None:
+            return None
+        self._numeric(value_type)
+        return [F.sum(value.cast("double")).alias(f"{self.name}__sum"),
+                F.count(value).alias(f"{self.name}__n")]
 
     def spark_merge(self) -> Column:
         from pyspark.sql import functions as F
@@ -748,6 +804,14 @@ class _Extreme(Aggregate):
 
     def merge(self, groups: Groups) -> dict[str, pd.Series]:
         return {self.name: self._extreme(self.name, groups)}
+
+    def spark_init(self, value: Column | None, value_type: str) -> list[Column] | None:
+        from pyspark.sql import functions as F
+
+        if value is None:
+            return None
+        reduce = getattr(F, self.func)  # Spark's min and max: NaN above every number
+        return [reduce(value).alias(self.name)]
 
     def spark_merge(self) -> Column:
         from pyspark.sql import functions as F

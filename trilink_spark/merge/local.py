@@ -31,6 +31,11 @@ them); ``quantity`` bounds rows instead, so with many keys it flushes a slot in 
 pieces. Merging the output with
 :func:`~trilink_spark.merge_partials` gives exactly what aggregating the raw rows gives.
 
+``engine="spark"`` (or ``spark.trilink.mergeEngine=spark``) computes the same partial rows,
+one per (input partition, key, slot), with Spark's own partial aggregation in the JVM instead
+(batch DataFrames, groups mode, count, sum, min, max and mean): no row crosses into Python, at
+the price of one exchange of the partial rows.
+
 Rows whose event time is null, NaN or infinite are kept: they go to a slot of their own,
 ``slot_start`` null, with a null event time, and they move nothing that depends on time (no
 flush bound, no slot, no watermark downstream). Null and NaN keys are keys like any other
@@ -40,6 +45,7 @@ flush bound, no slot, no watermark downstream). Null and NaN keys are keys like 
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -54,19 +60,30 @@ from ..columns import check_atomic_key, check_user_columns, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..optiming import OperatorTimer, Stopwatch, operator_timer, task_identity
 from ..eventtime import SPARK_TIME_TYPES, delay_in_units, event_time_micros, from_units
+from ..eventtime import event_time_whole
 from .algebra import AggSpec, arrow_partials, column_of, parse_aggs, partial_groups, quoted
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["local_merge", "MERGE_MODES", "AUTO_MODE", "DEFAULT_MAX_GROUPS", "flush_bounds", "plan_merge", "MergePlan",
+__all__ = ["local_merge", "MERGE_MODES", "MERGE_ENGINES", "AUTO_MODE", "DEFAULT_MAX_GROUPS",
+           "flush_bounds", "plan_merge", "MergePlan",
            "partition_flushes", "partition_partials", "Flushes", "read_partition", "source_rows",
            "arrow_to_pandas", "check_merge_names", "to_arrow", "ArrowMerge"]
+
+logger = logging.getLogger(__name__)
 
 #: Flush modes (Trilink paper, §4.3, Table 7).
 MERGE_MODES: tuple[str, ...] = ("groups", "quantity", "periodic", "punctuation")
 #: ``mode="auto"``: ``"groups"`` for a batch DataFrame, ``"quantity"`` for a streaming one.
 AUTO_MODE = "auto"
+#: Engines of :func:`local_merge`: ``"python"`` merges inside each input partition (no
+#: exchange, every mode); ``"spark"`` has Spark's own partial aggregation compute the same
+#: partial rows (batch DataFrames, groups mode; one exchange of the partial rows).
+MERGE_ENGINES: tuple[str, ...] = ("python", "spark")
+#: ``spark.trilink.mergeEngine``: the engine :func:`local_merge` uses when ``engine`` is not
+#: given; where the Spark engine cannot run the call, the Python engine does.
+ENGINE_CONF = "mergeEngine"
 #: Quantity mode's rows per flush when ``quantity`` is not given.
 DEFAULT_QUANTITY = 10_000
 #: Default bound of the ``"groups"`` mode: buffered (key, slot) groups per partition.
@@ -942,6 +959,7 @@ def local_merge(
     punctuation: str | None = None,
     order_by: str | None = None,
     max_groups: int = DEFAULT_MAX_GROUPS,
+    engine: str | None = None,
 ) -> DataFrame:
     """Pre-aggregate rows per key and time slot inside each input partition (no shuffle).
 
@@ -975,6 +993,16 @@ def local_merge(
         Punctuation mode: a boolean column; a row where it is true flushes the buffer with it.
     order_by : str, optional
         Arrival order within a partition (default: the input order).
+    engine : {"python", "spark"}, optional
+        ``"python"``: the merge runs inside each input partition, as described above (no
+        exchange). ``"spark"``: Spark's own partial aggregation computes the partial rows,
+        one per (input partition, key, slot), ``groupBy(spark_partition_id(), key, slot)``
+        in the JVM, so no row crosses into Python; the partial rows (not the input rows) then
+        cross one exchange and leave their input partition. Only for batch DataFrames in the
+        groups mode, without ``order_by``, with count, sum, min, max and mean; Spark bounds
+        its memory by spilling, so ``max_groups`` does not apply. Default: the
+        ``spark.trilink.mergeEngine`` conf (``"python"``); when the conf asks for
+        ``"spark"`` and a call cannot use it, that call uses ``"python"``.
 
     Returns
     -------
@@ -991,7 +1019,8 @@ def local_merge(
     ------
     InvalidArgumentError
         An aggregate named like the key, the event time or ``slot_start``, or a bad mode or
-        slot; :class:`~trilink_spark.ReservedColumnError` for a column or aggregate named
+        slot; ``engine="spark"`` for a call it cannot run (the message says why);
+        :class:`~trilink_spark.ReservedColumnError` for a column or aggregate named
         ``_tl_*``.
     InvalidArgumentTypeError
         ``sum`` or ``mean`` of a non-numeric column (the message names it and its type).
@@ -1013,17 +1042,125 @@ def local_merge(
     after it then carries. With ``spark.trilink.operatorTiming`` set, each task also writes
     one timing record (:mod:`~trilink_spark.optiming`: rows in and out, its own milliseconds).
 
+    ``engine="spark"``: Spark's hash aggregation in the JVM (partial, then final after the
+    exchange), O(rows); one exchange carrying the partial rows. Every input row otherwise
+    crosses from the JVM to a Python worker, which costs about what Spark's whole native
+    aggregation costs (benches/RESULTS.md, §18).
+
     Examples
     --------
     >>> aggs = {"n": ("count", None), "volts": ("mean", "volts")}
     >>> partial = tl.local_merge(df, "sensor", "ts", 60.0, aggs)  # doctest: +SKIP
     >>> tl.merge_partials(partial, "sensor", aggs)  # doctest: +SKIP
+    >>> native = tl.local_merge(df, "sensor", "ts", 60.0, aggs, engine="spark")  # doctest: +SKIP
     """
     src, plan = plan_merge(df, key, event_time, slot, aggs, mode, quantity=quantity, delay=delay,
                            punctuation=punctuation, order_by=order_by, max_groups=max_groups)
+    if _use_spark_engine(df, plan, engine, order_by):
+        return _spark_partials(df, plan)
     timer = operator_timer(df.sparkSession, "local_merge")
     result: DataFrame = src.mapInArrow(_arrow_merge_partition(plan, timer), plan.out_schema)
     return result
+
+
+def _use_spark_engine(df: DataFrame, plan: MergePlan, engine: str | None,
+                      order_by: str | None) -> bool:
+    """Whether :func:`local_merge` runs on Spark's partial aggregation: ``engine`` (else the
+    ``spark.trilink.mergeEngine`` conf) asks for it and the call allows it. An explicit
+    ``engine="spark"`` the call cannot use is an InvalidArgumentError saying why; the conf's
+    falls back to the Python engine."""
+    from ..session import conf_get
+
+    explicit = engine is not None
+    chosen = engine if explicit else conf_get(df.sparkSession, ENGINE_CONF, "python")
+    if not isinstance(chosen, str) or chosen not in MERGE_ENGINES:
+        where = "engine" if explicit else f"spark.trilink.{ENGINE_CONF}"
+        error = InvalidArgumentError if isinstance(chosen, str) else InvalidArgumentTypeError
+        raise error(f"{where} must be one of {', '.join(MERGE_ENGINES)}, got {chosen!r}")
+    if chosen == "python":
+        return False
+    why = None
+    if df.isStreaming:
+        why = "a streaming DataFrame (Spark's partial aggregation cannot feed later stages)"
+    elif plan.mode != "groups":
+        why = f"the {plan.mode} mode (its flushes are Python's)"
+    elif order_by is not None:
+        why = "order_by (Spark's aggregation keeps no arrival order)"
+    else:
+        types = _value_types(df, plan)
+        for spec in plan.specs:
+            if spec.aggregate.spark_init(None if spec.column is None else column_of(spec.column),
+                                         types.get(spec.name, "bigint")) is None:
+                why = f"aggregate {spec.name!r} ({spec.aggregate.func}; it needs arrival order)"
+                break
+    if why is None:
+        return True
+    if explicit:
+        raise InvalidArgumentError(
+            f"engine='spark' cannot run {why}; it runs batch DataFrames in the groups mode "
+            "without order_by, with count, sum, min, max and mean: use engine='python'")
+    logger.debug("local_merge: spark.trilink.%s=spark does not apply to %s; the Python "
+                 "engine runs", ENGINE_CONF, why)
+    return False
+
+
+def _value_types(df: DataFrame, plan: MergePlan) -> dict[str, str]:
+    """Each aggregate's input column type (Spark's simple string), by aggregate name."""
+    return {spec.name: df.schema[spec.column].dataType.simpleString()
+            for spec in plan.specs if spec.column is not None}
+
+
+def _spark_partials(df: DataFrame, plan: MergePlan) -> DataFrame:
+    """:func:`local_merge` by Spark's partial aggregation: ``groupBy(spark_partition_id(),
+    key, slot)`` over the key, the aggregated columns and the event time, each slot
+    ``et - pmod(et, slot)`` as the Python engine computes it (in longs for a timestamp or
+    integral event time and a whole slot, which is exact there; else in doubles), rows
+    without a finite event time in the null slot; the output has the Python engine's schema
+    (``plan.out_schema``). A plan, no job."""
+    from pyspark.sql import functions as F
+
+    types = _value_types(df, plan)
+    size = float(plan.slot_units)
+    whole = event_time_whole(df, plan.time_name) if size.is_integer() else None
+    if whole is not None:
+        et = whole
+        slot = et - F.pmod(et, F.lit(int(size)))
+    else:
+        et = event_time_micros(df, plan.time_name)[0]
+        et = F.when(~F.isnan(et) & (F.abs(et) < F.lit(float("inf"))), et)  # finite, else null
+        slot = et - F.pmod(et, F.lit(size))
+    exprs: list[Any] = [F.max(F.col(ET_COL)).alias(ET_COL)]
+    for spec in plan.specs:
+        value = None if spec.column is None else column_of(spec.column)
+        parts = spec.aggregate.spark_init(value, types.get(spec.name, "bigint"))
+        if parts is None:  # pragma: no cover - _use_spark_engine checked every aggregate
+            raise InvalidArgumentError(f"aggregate {spec.name!r} has no Spark form")
+        exprs += parts
+    values = [column_of(c) for c in dict.fromkeys(
+        [plan.key, *(s.column for s in plan.specs if s.column is not None)])]
+    source = df.select(*values, et.alias(ET_COL), slot.alias(SLOT_COL))
+    grouped = source.groupBy(F.spark_partition_id().alias(GROUP_COL), column_of(plan.key),
+                             F.col(SLOT_COL)).agg(*exprs)
+    columns = {plan.key: column_of(plan.key), SLOT: _spark_times(F.col(SLOT_COL), plan.time_kind),
+               plan.time_name: _spark_times(F.col(ET_COL), plan.time_kind)}
+    out = []
+    for field_ in plan.out_schema.fields:
+        column = columns.get(field_.name, column_of(field_.name))
+        out.append(column.cast(field_.dataType).alias(field_.name))
+    result: DataFrame = grouped.select(*out)
+    return result
+
+
+def _spark_times(units: Any, kind: str) -> Any:
+    """A Spark column of event-time units (longs, or doubles; null for none) as the column's
+    kind, as :func:`_arrow_times` makes them: doubles, integers rounded half to even,
+    timestamps from whole microseconds."""
+    from pyspark.sql import functions as F
+
+    if kind == "fractional":
+        return units
+    whole = F.bround(units, 0).cast("bigint")
+    return F.timestamp_micros(whole) if kind == "timestamp" else whole
 
 
 def check_merge_names(specs: list[AggSpec], key: str, others: list[str]) -> None:

@@ -279,7 +279,7 @@ class _Writer:
                     # the job global_merge runs: plan_merge + mapInArrow over this frame
                     self.stats.exchanges = shuffle_exchanges(local_merge(
                         frame.withColumn("t", frame["cw"].isNull().cast("long")), "cw", "t",
-                        float(2**62), {"seen_count": ("count", None)}))
+                        float(2**62), {"seen_count": ("count", None)}, engine="python"))
                 deadline = time.monotonic() + self.retry_s
                 while True:
                     try:
