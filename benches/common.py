@@ -26,7 +26,8 @@ def write_json(name: str, payload: dict[str, Any]) -> Path:
     return path
 
 
-def median_time(fn: Callable[[], Any], repeat: int = 5, warmup: int = 1) -> float:
+def _times(fn: Callable[[], Any], repeat: int, warmup: int) -> list[float]:
+    """Seconds of ``repeat`` calls of ``fn`` after ``warmup`` untimed ones."""
     for _ in range(warmup):
         fn()
     times = []
@@ -34,7 +35,17 @@ def median_time(fn: Callable[[], Any], repeat: int = 5, warmup: int = 1) -> floa
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return times
+
+
+def median_time(fn: Callable[[], Any], repeat: int = 5, warmup: int = 1) -> float:
+    return statistics.median(_times(fn, repeat, warmup))
+
+
+def best_time(fn: Callable[[], Any], repeat: int = 2, warmup: int = 1) -> float:
+    """The fastest of ``repeat`` calls after ``warmup`` (Python workers started, plans
+    compiled): what the code costs when nothing else on the machine interferes."""
+    return min(_times(fn, repeat, warmup))
 
 
 # Spark's shuffle-write metrics, read from the driver UI's REST API on 127.0.0.1 (the session

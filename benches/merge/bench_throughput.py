@@ -26,12 +26,11 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import write_json  # noqa: E402
+from common import best_time, write_json  # noqa: E402
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
@@ -39,16 +38,6 @@ import trilink_spark as tl  # noqa: E402
 
 WINDOW = 100
 CORES = 2
-
-
-def best(fn: Callable[[], Any], repeat: int) -> float:
-    fn()  # warm-up: Python workers started, plans compiled
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def measure(spark: Any, rows: int, repeat: int, only: list[str]) -> dict[str, Any]:
@@ -106,7 +95,7 @@ def measure(spark: Any, rows: int, repeat: int, only: list[str]) -> dict[str, An
     for name, (ours, native) in pairs.items():
         if only and name not in only:
             continue
-        mine, theirs = best(ours, repeat), best(native, repeat)
+        mine, theirs = best_time(ours, repeat), best_time(native, repeat)
         out[name] = {"seconds": round(mine, 3), "native_seconds": round(theirs, 3),
                      "ratio": round(mine / theirs, 2),
                      "rows_per_s_per_core": round(rows / mine / CORES),
