@@ -122,6 +122,37 @@ class RedisProcess:
         self.proc = None
 
 
+
+@pytest.fixture
+def flaky_frame(spark: Any, tmp_path: Path) -> Iterator[tuple[Any, Any, Path]]:
+    """``(df, flaky, marker)``: 40 rows (``k``, ``t``, ``v``) in 2 partitions, and the same
+    rows through :func:`fail_first_attempt`, with Arrow batches of 4 rows so the failure
+    comes part way through partition 0; ``marker`` exists once the failure happened."""
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "4")
+    marker = tmp_path / "failed"
+    try:
+        df = spark.range(40).selectExpr("id % 3 as k", "double(id) as t", "id as v").coalesce(2)
+        yield df, df.mapInArrow(fail_first_attempt(str(marker)), df.schema), marker
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+
+
+def fail_first_attempt(marker: str) -> Any:
+    """A ``mapInArrow`` function passing batches through, except that partition 0 fails on
+    its first attempt after its first batch (touching ``marker`` first, so a test can tell
+    the retry happened)."""
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        for i, batch in enumerate(batches):
+            if ctx is not None and ctx.partitionId() == 0 and ctx.attemptNumber() == 0 and i:
+                open(marker, "w").close()
+                raise RuntimeError("first attempt fails")
+            yield batch
+
+    return run
+
 def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
     """Return once ``predicate()`` is true; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

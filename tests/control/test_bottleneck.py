@@ -197,9 +197,10 @@ def test_the_listener_rates_equal_last_progress(spark: Any, tmp_path: Any) -> No
                  .writeStream.outputMode("update").format("noop")
                  .option("checkpointLocation", str(tmp_path / "ckpt"))
                  .trigger(processingTime="500 milliseconds").start())
+        # the listener hears of a batch after lastProgress has it: under load it may trail by
+        # a batch for as long as the query runs, so the two are compared once it stopped
         wait_for(lambda: query.lastProgress is not None and query.lastProgress["batchId"] >= 3
-                 and adv.last_progress is not None
-                 and adv.last_progress.batch_id == query.lastProgress["batchId"], 60)
+                 and adv.last_progress is not None, 60)
         query.stop()
         last = query.lastProgress
         wait_for(lambda: adv.last_progress is not None

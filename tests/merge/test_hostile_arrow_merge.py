@@ -637,35 +637,13 @@ def test_dotted_and_backticked_names_and_odd_frames(spark: Any) -> None:
     assert tl.local_merge(df.where(F.lit(False)), "k.e`y", "t.x", 10.0, aggs).count() == 0
 
 
-def _fail_first_attempt(marker: str) -> Any:
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        for i, batch in enumerate(batches):
-            if ctx is not None and ctx.partitionId() == 0 and ctx.attemptNumber() == 0 and i:
-                open(marker, "w").close()
-                raise RuntimeError("first attempt fails")
-            yield batch
-
-    return run
-
-
-def test_a_task_failing_on_its_first_attempt_gives_sparks_result(spark: Any,
-                                                                  tmp_path: Any) -> None:
-    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "4")
-    marker = tmp_path / "failed"
-    try:
-        df = spark.range(40).selectExpr("id % 3 as k", "double(id) as t", "id as v").coalesce(2)
-        flaky = df.mapInArrow(_fail_first_attempt(str(marker)), df.schema)
-        aggs = {"n": ("count", None), "s": ("sum", "v")}
-        got = tl.merge_partials(tl.local_merge(flaky, "k", "t", 5.0, aggs, max_groups=2), "k",
-                                aggs)
-        want = df.groupBy("k").agg(F.count("*").alias("n"), F.sum("v").alias("s"))
-        assert _norm(got.collect()) == _norm(want.collect())
-        assert marker.exists()  # the first attempt did fail (after a flush had been emitted)
-    finally:
-        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+def test_a_task_failing_on_its_first_attempt_gives_sparks_result(flaky_frame: Any) -> None:
+    df, flaky, marker = flaky_frame
+    aggs = {"n": ("count", None), "s": ("sum", "v")}
+    got = tl.merge_partials(tl.local_merge(flaky, "k", "t", 5.0, aggs, max_groups=2), "k", aggs)
+    want = df.groupBy("k").agg(F.count("*").alias("n"), F.sum("v").alias("s"))
+    assert _norm(got.collect()) == _norm(want.collect())
+    assert marker.exists()  # the first attempt did fail (after a flush had been emitted)
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError,

@@ -54,6 +54,7 @@ Examples
 
 from __future__ import annotations
 
+import decimal
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -111,6 +112,9 @@ POS = "__p"
 _INTEGRAL_TYPES = ("tinyint", "smallint", "int", "bigint")
 _FLOAT_TYPES = ("float", "double")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+#: Digits of Python's decimal arithmetic in sums of decimals: exact for up to 10**62 values of
+#: Spark's 38 digits (Python's default context rounds to 28).
+_DECIMAL_SUM_DIGITS = 100
 
 
 def quoted(name: str) -> str:
@@ -589,7 +593,9 @@ class Sum(Aggregate):
             sums = _exact_int_sums(values, groups.codes, len(groups.index),
                                    f"sum {self.name!r} of column {self.column!r}")
             return sums.set_axis(groups.index)
-        summed: pd.Series = _by_code(values, groups).sum(min_count=1).set_axis(groups.index)
+        with decimal.localcontext() as context:  # decimals: exact, as Spark sums them
+            context.prec = _DECIMAL_SUM_DIGITS  # (the default context rounds to 28 digits)
+            summed: pd.Series = _by_code(values, groups).sum(min_count=1).set_axis(groups.index)
         return summed
 
     def init(self, groups: Groups, time_col: str, pos_col: str) -> dict[str, pd.Series]:
@@ -642,6 +648,14 @@ class Sum(Aggregate):
             total = _spark_exact_sum(value, f"sum {self.name!r} of column {self.column!r}")
         else:  # floats as doubles, decimals as decimal(p + 10, s): Spark's own sum
             total = F.sum(value)
+        if _numeric_kind(value_type) == "decimal":
+            # outside ANSI mode Spark's decimal sum is null on overflow, which merging the
+            # partials would skip (a wrong sum): fail the query, as ANSI mode does
+            message = (f"trilink_spark.ArithmeticOverflowError: sum {self.name!r} of column "
+                       f"{self.column!r} overflows {self.final_type(value_type)}; cast the "
+                       "column to double first")
+            failed = F.raise_error(F.lit(message)).cast(self.final_type(value_type))
+            total = F.when(total.isNull() & (F.count(value) > 0), failed).otherwise(total)
         return [total.cast(self.final_type(value_type)).alias(self.name),
                 F.count(value).alias(f"{self.name}__n")]
 

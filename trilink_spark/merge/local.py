@@ -60,7 +60,7 @@ from ..columns import check_atomic_key, check_user_columns, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..optiming import OperatorTimer, Stopwatch, operator_timer, task_identity
 from ..eventtime import SPARK_TIME_TYPES, delay_in_units, event_time_micros, from_units
-from ..eventtime import event_time_whole
+from ..eventtime import MAX_EXACT, event_time_whole
 from .algebra import AggSpec, arrow_partials, column_of, parse_aggs, partial_groups, quoted
 
 if TYPE_CHECKING:
@@ -398,6 +398,8 @@ def partition_partials(rows: pd.DataFrame, plan: MergePlan, keep_tail: bool = Fa
     keys = out.index.get_level_values(1)
     if len(keys) and keys.isna().all():  # pandas makes an all-null level float: keep None
         keys = pd.Index(np.full(len(keys), None, dtype=object))
+    elif pd.api.types.is_float_dtype(keys.dtype):  # Spark's key of -0.0 and 0.0 is 0.0
+        keys = keys + 0.0
     frame[plan.key] = keys
     frame[plan.time_name] = _times(_floats(frame[ET_COL]), plan.time_kind)
     frame[SLOT] = _times(slot[order], plan.time_kind)
@@ -1121,10 +1123,13 @@ def _spark_partials(df: DataFrame, plan: MergePlan) -> DataFrame:
 
     types = _value_types(df, plan)
     size = float(plan.slot_units)
-    whole = event_time_whole(df, plan.time_name) if size.is_integer() else None
+    exact = size.is_integer() and size <= MAX_EXACT
+    whole = event_time_whole(df, plan.time_name) if exact else None
     if whole is not None:
         et = whole
-        slot = et - F.pmod(et, F.lit(int(size)))
+        # the exact start rounded to a double, as the Python engine's pmod in doubles gives
+        # it (they differ beyond 2**53: -2**53 - 1 is no double); a longer slot: in doubles
+        slot = (et - F.pmod(et, F.lit(int(size)))).cast("double")
     else:
         et = event_time_micros(df, plan.time_name)[0]
         et = F.when(~F.isnan(et) & (F.abs(et) < F.lit(float("inf"))), et)  # finite, else null
@@ -1141,11 +1146,12 @@ def _spark_partials(df: DataFrame, plan: MergePlan) -> DataFrame:
     source = df.select(*values, et.alias(ET_COL), slot.alias(SLOT_COL))
     grouped = source.groupBy(F.spark_partition_id().alias(GROUP_COL), column_of(plan.key),
                              F.col(SLOT_COL)).agg(*exprs)
-    columns = {plan.key: column_of(plan.key), SLOT: _spark_times(F.col(SLOT_COL), plan.time_kind),
-               plan.time_name: _spark_times(F.col(ET_COL), plan.time_kind)}
+    # the key, the slot and the event time by position: a key may be named like the others
+    leading = [column_of(plan.key), _spark_times(F.col(SLOT_COL), plan.time_kind),
+               _spark_times(F.col(ET_COL), plan.time_kind)]
     out = []
-    for field_ in plan.out_schema.fields:
-        column = columns.get(field_.name, column_of(field_.name))
+    for i, field_ in enumerate(plan.out_schema.fields):
+        column = leading[i] if i < len(leading) else column_of(field_.name)
         out.append(column.cast(field_.dataType).alias(field_.name))
     result: DataFrame = grouped.select(*out)
     return result
