@@ -1127,9 +1127,12 @@ def _spark_partials(df: DataFrame, plan: MergePlan) -> DataFrame:
     whole = event_time_whole(df, plan.time_name) if exact else None
     if whole is not None:
         et = whole
-        # the exact start rounded to a double, as the Python engine's pmod in doubles gives
-        # it (they differ beyond 2**53: -2**53 - 1 is no double); a longer slot: in doubles
-        slot = (et - F.pmod(et, F.lit(int(size)))).cast("double")
+        # the exact start, a long (grouped faster than a double); below -2**53 (the first
+        # slot of the most negative times) rounded as the Python engine's pmod in doubles
+        # rounds it (-2**53 - 1 is no double); a slot longer than 2**53: in doubles
+        start = et - F.pmod(et, F.lit(int(size)))
+        slot = F.when(start < F.lit(-MAX_EXACT), start.cast("double").cast("long")) \
+            .otherwise(start)
     else:
         et = event_time_micros(df, plan.time_name)[0]
         et = F.when(~F.isnan(et) & (F.abs(et) < F.lit(float("inf"))), et)  # finite, else null
