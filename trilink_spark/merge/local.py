@@ -1093,7 +1093,8 @@ def _use_spark_engine(df: DataFrame, plan: MergePlan, engine: str | None,
         for spec in plan.specs:
             if spec.aggregate.spark_init(None if spec.column is None else column_of(spec.column),
                                          types.get(spec.name, "bigint")) is None:
-                why = f"aggregate {spec.name!r} ({spec.aggregate.func}; it needs arrival order)"
+                why = (f"aggregate {spec.name!r} (no Spark form: first and last need arrival "
+                       "order, a Combine runs in Python)")
                 break
     if why is None:
         return True
