@@ -1058,19 +1058,20 @@ def local_merge(
     """
     src, plan = plan_merge(df, key, event_time, slot, aggs, mode, quantity=quantity, delay=delay,
                            punctuation=punctuation, order_by=order_by, max_groups=max_groups)
-    if _use_spark_engine(df, plan, engine, order_by):
-        return _spark_partials(df, plan)
+    native = _spark_engine(df, plan, engine, order_by)
+    if native is not None:
+        return native
     timer = operator_timer(df.sparkSession, "local_merge")
     result: DataFrame = src.mapInArrow(_arrow_merge_partition(plan, timer), plan.out_schema)
     return result
 
 
-def _use_spark_engine(df: DataFrame, plan: MergePlan, engine: str | None,
-                      order_by: str | None) -> bool:
-    """Whether :func:`local_merge` runs on Spark's partial aggregation: ``engine`` (else the
-    ``spark.trilink.mergeEngine`` conf) asks for it and the call allows it. An explicit
-    ``engine="spark"`` the call cannot use is an InvalidArgumentError saying why; the conf's
-    falls back to the Python engine."""
+def _spark_engine(df: DataFrame, plan: MergePlan, engine: str | None,
+                  order_by: str | None) -> DataFrame | None:
+    """:func:`local_merge` on Spark's partial aggregation (:func:`_spark_partials`) when
+    ``engine`` (else the ``spark.trilink.mergeEngine`` conf) asks for it and the call allows
+    it; else None (the Python engine runs). An explicit ``engine="spark"`` the call cannot
+    use is an InvalidArgumentError saying why; the conf's falls back to the Python engine."""
     from ..session import conf_get
 
     explicit = engine is not None
@@ -1080,8 +1081,9 @@ def _use_spark_engine(df: DataFrame, plan: MergePlan, engine: str | None,
         error = InvalidArgumentError if isinstance(chosen, str) else InvalidArgumentTypeError
         raise error(f"{where} must be one of {', '.join(MERGE_ENGINES)}, got {chosen!r}")
     if chosen == "python":
-        return False
+        return None
     why = None
+    native = None
     if df.isStreaming:
         why = "a streaming DataFrame (Spark's partial aggregation cannot feed later stages)"
     elif plan.mode != "groups":
@@ -1089,22 +1091,19 @@ def _use_spark_engine(df: DataFrame, plan: MergePlan, engine: str | None,
     elif order_by is not None:
         why = "order_by (Spark's aggregation keeps no arrival order)"
     else:
-        types = _value_types(df, plan)
-        for spec in plan.specs:
-            if spec.aggregate.spark_init(None if spec.column is None else column_of(spec.column),
-                                         types.get(spec.name, "bigint")) is None:
-                why = (f"aggregate {spec.name!r} (no Spark form: first and last need arrival "
-                       "order, a Combine runs in Python)")
-                break
+        native, lacking = _spark_partials(df, plan)
+        if lacking is not None:
+            why = (f"aggregate {lacking!r} (no Spark form: first and last need arrival "
+                   "order, a Combine runs in Python)")
     if why is None:
-        return True
+        return native
     if explicit:
         raise InvalidArgumentError(
             f"engine='spark' cannot run {why}; it runs batch DataFrames in the groups mode "
             "without order_by, with count, sum, min, max and mean: use engine='python'")
     logger.debug("local_merge: spark.trilink.%s=spark does not apply to %s; the Python "
                  "engine runs", ENGINE_CONF, why)
-    return False
+    return None
 
 
 def _value_types(df: DataFrame, plan: MergePlan) -> dict[str, str]:
@@ -1113,9 +1112,11 @@ def _value_types(df: DataFrame, plan: MergePlan) -> dict[str, str]:
             for spec in plan.specs if spec.column is not None}
 
 
-def _spark_partials(df: DataFrame, plan: MergePlan) -> DataFrame:
-    """:func:`local_merge` by Spark's partial aggregation: ``groupBy(spark_partition_id(),
-    key, slot)`` over the key, the aggregated columns and the event time, each slot
+def _spark_partials(df: DataFrame, plan: MergePlan) -> tuple[DataFrame | None, str | None]:
+    """:func:`local_merge` by Spark's partial aggregation, ``(frame, None)``; or ``(None,
+    name)`` of the first aggregate without a Spark form. The frame is ``groupBy(
+    spark_partition_id(), key, slot)`` over the key, the aggregated columns and the event
+    time, each slot
     ``et - pmod(et, slot)`` as the Python engine computes it (in longs for a timestamp or
     integral event time and a whole slot, which is exact there; else in doubles), rows
     without a finite event time in the null slot; the output has the Python engine's schema
@@ -1142,8 +1143,8 @@ def _spark_partials(df: DataFrame, plan: MergePlan) -> DataFrame:
     for spec in plan.specs:
         value = None if spec.column is None else column_of(spec.column)
         parts = spec.aggregate.spark_init(value, types.get(spec.name, "bigint"))
-        if parts is None:  # pragma: no cover - _use_spark_engine checked every aggregate
-            raise InvalidArgumentError(f"aggregate {spec.name!r} has no Spark form")
+        if parts is None:
+            return None, spec.name
         exprs += parts
     values = [column_of(c) for c in dict.fromkeys(
         [plan.key, *(s.column for s in plan.specs if s.column is not None)])]
@@ -1157,8 +1158,7 @@ def _spark_partials(df: DataFrame, plan: MergePlan) -> DataFrame:
     for i, field_ in enumerate(plan.out_schema.fields):
         column = leading[i] if i < len(leading) else column_of(field_.name)
         out.append(column.cast(field_.dataType).alias(field_.name))
-    result: DataFrame = grouped.select(*out)
-    return result
+    return grouped.select(*out), None
 
 
 def _spark_times(units: Any, kind: str) -> Any:
