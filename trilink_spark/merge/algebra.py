@@ -200,8 +200,18 @@ def _spark_exact_sum(value: Column, what: str) -> Column:
     high = F.sum(F.shiftright(wide, 32)) + F.shiftright(low, 32)
     over = (high < F.lit(-(2**31))) | (high >= F.lit(2**31))
     joined = F.shiftleft(high, 32).bitwiseOR(low.bitwiseAND(F.lit(0xFFFFFFFF)))
-    message = "trilink_spark.ArithmeticOverflowError: " + _overflow_message(what)
-    return F.when(over, F.raise_error(F.lit(message)).cast("bigint")).otherwise(joined)
+    return F.when(over, _spark_overflow(_overflow_message(what), "bigint")).otherwise(joined)
+
+
+def _spark_overflow(message: str, dtype: str) -> Column:
+    """An expression of type ``dtype`` that fails the query with ``message``, named as
+    :class:`ArithmeticOverflowError` (Spark cannot raise a Python exception: the task's error
+    carries the name, as the event-time and null-key checks do)."""
+    from pyspark.sql import functions as F
+
+    failed: Column = F.raise_error(
+        F.lit("trilink_spark.ArithmeticOverflowError: " + message)).cast(dtype)
+    return failed
 
 
 def _join_halves(low: np.ndarray, high: np.ndarray, what: str) -> np.ndarray:
@@ -651,10 +661,10 @@ class Sum(Aggregate):
         if _numeric_kind(value_type) == "decimal":
             # outside ANSI mode Spark's decimal sum is null on overflow, which merging the
             # partials would skip (a wrong sum): fail the query, as ANSI mode does
-            message = (f"trilink_spark.ArithmeticOverflowError: sum {self.name!r} of column "
-                       f"{self.column!r} overflows {self.final_type(value_type)}; cast the "
-                       "column to double first")
-            failed = F.raise_error(F.lit(message)).cast(self.final_type(value_type))
+            failed = _spark_overflow(
+                f"sum {self.name!r} of column {self.column!r} overflows "
+                f"{self.final_type(value_type)}; cast the column to double first",
+                self.final_type(value_type))
             total = F.when(total.isNull() & (F.count(value) > 0), failed).otherwise(total)
         return [total.cast(self.final_type(value_type)).alias(self.name),
                 F.count(value).alias(f"{self.name}__n")]

@@ -252,6 +252,14 @@ def _scheme_of(url: object) -> str:
     return f"a {type(url).__name__} without a scheme"
 
 
+def _check_seconds(value: object, name: str) -> None:
+    """Refuse a timeout that is not a positive finite number of seconds (InvalidArgumentError
+    naming ``name``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not 0 < value < float("inf"):
+        raise InvalidArgumentError(f"{name} must be a positive number of seconds, got {value!r}")
+
+
 def lean_client(url: str, timeout: float = 5.0) -> Any:
     """A new ``redis.Redis`` for ``url`` as :class:`RedisStore` makes its own: RESP2, no
     ``CLIENT SETINFO`` or ``HELLO`` on connect, and over TCP each request (a pipeline too) in
@@ -273,10 +281,7 @@ def lean_client(url: str, timeout: float = 5.0) -> Any:
     if not url.startswith(("redis://", "rediss://", "unix://")):
         raise InvalidArgumentError(
             f"url must be a redis://, rediss:// or unix:// URL, got {_scheme_of(url)}")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or \
-            not 0 < timeout < float("inf"):
-        raise InvalidArgumentError(f"timeout must be a positive number of seconds, got "
-                                   f"{timeout!r}")
+    _check_seconds(timeout, "timeout")
     extra = {"connection_class": _one_write_connection()} if url.startswith("redis://") else {}
     return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
                                 driver_info=None, protocol=2, **extra)
@@ -397,10 +402,7 @@ class RedisStore:
                 f"url must be a redis://, rediss:// or unix:// URL, got {_scheme_of(url)}")
         if not isinstance(prefix, str) or not prefix:
             raise InvalidArgumentError("prefix must be a non-empty str")
-        if isinstance(socket_timeout, bool) or not isinstance(socket_timeout, (int, float)) \
-                or not 0 < socket_timeout < float("inf"):
-            raise InvalidArgumentError(
-                f"socket_timeout must be a positive number of seconds, got {socket_timeout!r}")
+        _check_seconds(socket_timeout, "socket_timeout")
         if updated_field is not None and (not isinstance(updated_field, str) or not updated_field
                                           or updated_field.startswith("__")):
             raise InvalidArgumentError(
