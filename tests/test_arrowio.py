@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import trilink_spark as tl
-from trilink_spark.arrowio import FORMAT_KEY, FORMAT_VERSION, VERSION_KEY, read_table, write_table
+from trilink_spark._internal.io.arrowio import FORMAT_KEY, FORMAT_VERSION, VERSION_KEY, read_table, write_table
 
 KIND = "test-kind"
 WHERE = "state file /state/partition=00003/000000000007.state"

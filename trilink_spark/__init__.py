@@ -37,8 +37,8 @@ from .errors import (
     ConnectUnsupportedError,
 )
 from .columns import EVENT_TIME_COL, PARTITION_COL
-from .plan import physical_plan, shuffle_exchanges
-from .session import get_session
+from ._internal.spark.plan import physical_plan, shuffle_exchanges
+from ._internal.spark.session import get_session
 from .partitioners.block import BlockPartitioner
 from .partitioners.overlay import OverlayPartitioner
 from .partitioners.refit import rebalance_minimal
@@ -90,8 +90,8 @@ from .control import AdaptiveBatchFunction, AdaptivePartitioner, Decision, adapt
 from .control import CONFIG_FIELDS, ConfigCenter, RedisConfigCenter, validate_update
 from .control import MODES as SWITCH_MODES
 from .control import TASK_METRIC_COLUMNS, task_metrics
-from .optiming import OPERATOR_TIMING_COLUMNS, OPERATOR_TIMING_CONF, OperatorTimer
-from .optiming import OperatorTimingReader, read_operator_timings
+from ._internal.optiming import OPERATOR_TIMING_COLUMNS, OPERATOR_TIMING_CONF, OperatorTimer
+from ._internal.optiming import OperatorTimingReader, read_operator_timings
 from .control import REBALANCE_STATES, LoadAwareRebalancer, RebalanceDecision
 from .control import FlowNetwork, FlowResult, find_bottlenecks, learn_capacity, max_flow
 from .control import BottleneckAdvisor, BottleneckListener, BottleneckReport, ds2_parallelism

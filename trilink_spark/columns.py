@@ -14,10 +14,14 @@ True
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ._internal.validation import MAX_PARTITIONS
 from .errors import InvalidArgumentTypeError, InvalidKeyTypeError, MissingColumnError
 from .errors import ReservedColumnError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 __all__ = [
     "INTERNAL_PREFIX",
@@ -41,6 +45,8 @@ __all__ = [
     "require_columns",
     "check_user_columns",
     "check_atomic_key",
+    "quoted",
+    "column_of",
 ]
 
 #: Prefix of every internal column name.
@@ -186,16 +192,14 @@ def strategy_partitions(df: Any, *, compacted: bool = False) -> int | None:
     """The partition count of the strategy that placed ``df``, as recorded in the metadata
     of its :data:`PARTITION_COL` by :func:`~trilink_spark.key_by`; ``None`` without that
     column or record, or with one no ``key_by`` writes (a column that is not an int, a count
-    outside ``1 ..`` :data:`~trilink_spark.checks.MAX_PARTITIONS`). With ``compacted=True``,
-    only for a frame ``key_by`` compacted (:data:`COMPACTED_META`). O(columns), no Spark job.
+    outside ``1 ..`` :data:`~trilink_spark._internal.validation.MAX_PARTITIONS`). With
+    ``compacted=True``, only for a frame ``key_by`` compacted (:data:`COMPACTED_META`). O(columns), no Spark job.
 
     Examples
     --------
     >>> strategy_partitions(object()) is None
     True
     """
-    from .checks import MAX_PARTITIONS
-
     schema = getattr(df, "schema", None)
     if schema is None or PARTITION_COL not in getattr(schema, "names", ()):
         return None
@@ -209,3 +213,21 @@ def strategy_partitions(df: Any, *, compacted: bool = False) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PARTITIONS:
         return None
     return int(value)
+
+
+def quoted(name: str) -> str:
+    """``name`` as a Spark identifier in backticks (``a.b`` is one column, not a field). O(len).
+
+    Examples
+    --------
+    >>> quoted("a.b`c")
+    '`a.b``c`'
+    """
+    return "`" + name.replace("`", "``") + "`"
+
+
+def column_of(name: str) -> Column:
+    """The Spark column named ``name`` exactly (dots, spaces, backticks and all)."""
+    from pyspark.sql import functions as F
+
+    return F.col(quoted(name))

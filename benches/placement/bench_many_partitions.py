@@ -28,7 +28,7 @@ from common import write_json  # noqa: E402
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import trilink_spark as tl  # noqa: E402
-from trilink_spark.compat import num_partitions  # noqa: E402
+from trilink_spark._internal.spark.compat import num_partitions  # noqa: E402
 
 N = 10_000
 SIZES = (100, 1_000, 4_000, 1_000_000)

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 
 import trilink_spark as tl
 from conftest import ON_CONNECT, assert_same_aggregates, raw_truth
-from trilink_spark import compat
+from trilink_spark._internal.spark import compat
 from trilink_spark.keyed import runner as keyed_runner
 
 pytestmark = pytest.mark.connect
@@ -26,7 +26,7 @@ AGGS = {"n": ("count", None), "s": ("sum", "v"), "lo": ("min", "v"), "hi": ("max
 SIZE, DELAY = 10, 2
 
 # keyed/runner.py counts a keyed_by_source batch's partitions with batch_df.rdd until it uses
-# trilink_spark.compat.num_partitions (issue 14); Spark Connect has no RDDs
+# trilink_spark._internal.spark.compat.num_partitions (issue 14); Spark Connect has no RDDs
 _RUNNER_USES_RDD = "batch_df.rdd" in Path(keyed_runner.__file__).read_text(encoding="utf-8")
 
 

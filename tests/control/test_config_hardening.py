@@ -25,7 +25,7 @@ from conftest import wait_for
 from trilink_spark.cli import main
 from trilink_spark.control import config_center as cc
 from trilink_spark.control.config_center import encode_message
-from trilink_spark.urls import redact
+from trilink_spark._internal.urls import redact
 
 LOGGER = "trilink_spark.control.config_center"
 LIMIT = 2**53 - 1  # the largest version (MAX_VERSION)

@@ -1,4 +1,4 @@
-"""Hostile checks of operator timing (trilink_spark.optiming) and the advisor's use of it:
+"""Hostile checks of operator timing (trilink_spark._internal.optiming) and the advisor's use of it:
 corrupt frames, partial metrics, bad directories, retries read across calls, a listener that
 must keep closing batches whatever the timing directory does."""
 
@@ -16,7 +16,7 @@ import pytest
 import trilink_spark as tl
 from trilink_spark.control.bottleneck import BottleneckAdvisor, BottleneckListener
 from trilink_spark.control.metrics import TASK_METRIC_COLUMNS
-from trilink_spark.optiming import (OPERATOR_TIMING_COLUMNS, OperatorTimer,
+from trilink_spark._internal.optiming import (OPERATOR_TIMING_COLUMNS, OperatorTimer,
                                     OperatorTimingReader, operator_timer,
                                     read_operator_timings)
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import trilink_spark as tl
-from trilink_spark.optiming import (OPERATOR_TIMING_COLUMNS, OPERATOR_TIMING_CONF,
+from trilink_spark._internal.optiming import (OPERATOR_TIMING_COLUMNS, OPERATOR_TIMING_CONF,
                                     OperatorTimer, OperatorTimingReader, Stopwatch,
                                     operator_timer, read_operator_timings)
 

@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import types as T
 
 import trilink_spark as tl
-from trilink_spark.arrowio import write_table
+from trilink_spark._internal.io.arrowio import write_table
 from trilink_spark.keyed.process import EVENT_TIME_COL, KeyedRuntime
 from trilink_spark.keyed.snapshot import PartitionState, decode_state, encode_state
 from trilink_spark.state.store import STATE_KIND

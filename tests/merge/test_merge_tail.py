@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import trilink_spark as tl
-from trilink_spark.arrowio import write_table
+from trilink_spark._internal.io.arrowio import write_table
 from trilink_spark.columns import ET_COL, POS_COL, PUNCT_COL, SLOT_COL
 from trilink_spark.merge.local import arrow_to_pandas
 from trilink_spark.merge.stream import TAIL_KIND, decode_tail, encode_tail

@@ -9,7 +9,7 @@ import pytest
 
 import trilink_spark as tl
 from trilink_spark.partitioners import base, catalogue
-from trilink_spark.keys import to_key_array
+from trilink_spark.partitioners.keys import to_key_array
 from trilink_spark.partitioners.catalogue import Candidate, register_candidate
 
 

@@ -9,7 +9,7 @@ import weakref
 import pytest
 
 import trilink_spark as tl
-from trilink_spark.files import resolve_filesystem, write_atomic
+from trilink_spark._internal.io.files import resolve_filesystem, write_atomic
 
 
 @pytest.mark.parametrize("data", [

@@ -111,7 +111,7 @@ def test_keyed_agg_over_many_partitions_keeps_one_exchange(spark, small):
 
 @pytest.mark.connect
 def test_compaction_on_either_session_kind(spark):
-    from trilink_spark.compat import num_partitions
+    from trilink_spark._internal.spark.compat import num_partitions
 
     df = spark.range(100).selectExpr("cast(id as string) k", "id v")
     placed = tl.key_by(df, "k", "hash", 10_000)

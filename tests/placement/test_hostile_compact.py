@@ -185,7 +185,7 @@ def test_partition_balance_of_a_compacted_frame_with_metadata_stripped(spark: An
 
 @pytest.mark.connect
 def test_an_empty_frame_compacts_on_either_session_kind(spark: Any) -> None:
-    from trilink_spark.compat import num_partitions
+    from trilink_spark._internal.spark.compat import num_partitions
 
     empty = spark.range(0).selectExpr("cast(id as string) k", "id v")
     placed = tl.key_by(empty, "k", "hash", 10_000)

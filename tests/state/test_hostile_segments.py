@@ -1,5 +1,5 @@
 """Hostile probes of swap segments (one file per source partition, a record batch per
-destination, random access by :func:`~trilink_spark.arrowio.open_table`), of the tasks that
+destination, random access by :func:`~trilink_spark._internal.io.arrowio.open_table`), of the tasks that
 load them, and of the stored plans that drive them. No Spark: the segment job's function is
 run in-process, as a Spark task runs it.
 """
@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 import trilink_spark as tl
-from trilink_spark.arrowio import open_table, write_table
+from trilink_spark._internal.io.arrowio import open_table, write_table
 from trilink_spark.keyed.runner import StateIO
 from trilink_spark.keyed.snapshot import NULL_KEY, PartitionState, cut_segments, decode_state
 from trilink_spark.keyed.snapshot import encode_state

@@ -23,7 +23,7 @@ import pytest
 from pyspark import cloudpickle
 
 import trilink_spark as tl
-from trilink_spark.arrowio import write_table
+from trilink_spark._internal.io.arrowio import write_table
 from trilink_spark.keyed.snapshot import PartitionState, decode_state, encode_state
 from trilink_spark.keyed.snapshot import merge_in, split_out
 from trilink_spark.keyed.swap import SwapRequest, plan_swap
@@ -206,7 +206,7 @@ def test_segment_file_reads_only_its_destination(tmp_path: Path) -> None:
 @pytest.mark.parametrize("index", [b"[[2, 2]]", b"[[2, 3], [5, 1]]", b"[[2, 2], [2, 1]]",
                                    b"{}", b"[[2, -1], [5, 1]]", b"[" * 100_000, b"\xff"])
 def test_segment_file_with_a_bad_index_is_refused(tmp_path: Path, index: bytes) -> None:
-    from trilink_spark.arrowio import read_table, write_table
+    from trilink_spark._internal.io.arrowio import read_table, write_table
     from trilink_spark.state.store import STATE_KIND
 
     store = make_store(tmp_path, KEYS)

@@ -285,7 +285,7 @@ def _plot(results: Sequence[BalanceResult], path: str) -> None:
 
 
 def _balance(args: argparse.Namespace, out: TextIO) -> int:
-    from ..session import get_session
+    from .._internal.spark.session import get_session
 
     if args.partitions < 1:
         raise InvalidArgumentError(f"--partitions must be >= 1, got {args.partitions}")

@@ -95,7 +95,7 @@ def run_ysb_command(args: argparse.Namespace, out: TextIO) -> int:
     Cost: per variant ``events / rate`` seconds of production plus the query's start and
     drain.
     """
-    from ..session import get_session
+    from .._internal.spark.session import get_session
     from ..ysb import parse_variants, run_ysb
 
     if args.events < 1 or args.rate <= 0 or args.partitions < 1 or args.producer_processes < 1:

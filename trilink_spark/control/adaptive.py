@@ -40,10 +40,10 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
-from ..checks import check_num_partitions
+from .._internal.validation import check_num_partitions
 from ..errors import ConfigError, InvalidArgumentError, InvalidArgumentTypeError
 from ..errors import InvalidKeyTypeError, NullKeyError
-from ..keys import Key, KeyArray, to_counts, to_key_array
+from ..partitioners.keys import Key, KeyArray, to_counts, to_key_array
 from ..partitioners import Partitioner, TablePartitioner, WeightPartitioner
 from ..partitioners.catalogue import build, candidate_of, default_candidates, fit_counts
 from ..partitioners.base import decode_key, encode_key

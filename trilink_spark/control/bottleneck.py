@@ -46,8 +46,8 @@ import pandas as pd
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from .ds2 import TrueRate, ds2_parallelism
 from .flow import LAMBDA_RANGE, FlowNetwork, find_bottlenecks, max_flow
-from ..optiming import OPERATOR_TIMING_COLUMNS, OperatorTimingReader, is_operator_name
-from ..optiming import timing_root
+from .._internal.optiming import OPERATOR_TIMING_COLUMNS, OperatorTimingReader, is_operator_name
+from .._internal.optiming import timing_root
 from .metrics import TASK_METRIC_COLUMNS, task_metrics
 from .progress import BatchProgress, parse_progress
 from ..eventtime import parse_interval
@@ -505,7 +505,7 @@ class BottleneckAdvisor:
         ------
         InvalidArgumentTypeError
             ``timings`` is not a frame with
-            :data:`~trilink_spark.optiming.OPERATOR_TIMING_COLUMNS`, duplicate column
+            :data:`~trilink_spark._internal.optiming.OPERATOR_TIMING_COLUMNS`, duplicate column
             names, or a figure column of booleans or other non-numbers.
         InvalidArgumentError
             An operator name that is missing, reserved or not 1-64 letters, digits, ``_``,

@@ -60,7 +60,7 @@ from typing import Any
 from ..errors import ConfigCenterUnavailableError, ConfigError, ConfigTypeError
 from ..errors import InvalidArgumentError
 from ..errors import InvalidArgumentTypeError
-from ..urls import redact, scrub
+from .._internal.urls import redact, scrub
 
 __all__ = [
     "Validator",
@@ -553,7 +553,7 @@ class RedisConfigCenter(ConfigCenter):
         ``unix://[user:password@]/path?db=N``, as redis-py's ``Redis.from_url`` reads it
         (``?ssl_ca_certs=...``, ``?password=...`` and the like work). The URL is never
         printed with its credentials: errors, ``repr`` and log lines show
-        :func:`trilink_spark.urls.redact` of it.
+        :func:`trilink_spark._internal.urls.redact` of it.
     channel : str
         Pub/sub channel. The snapshot is stored under ``{channel}:config``, its version under
         ``{channel}:version`` and its epoch under ``{channel}:epoch``.

@@ -48,7 +48,7 @@ from typing import TypeAlias
 
 import numpy as np
 
-from ..checks import check_real
+from .._internal.validation import check_real
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = [

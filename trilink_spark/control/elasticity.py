@@ -66,7 +66,7 @@ from datetime import timedelta
 from typing import Any, cast
 
 from ..elastic import CRAA, KPA, TA, KalmanFilter, Policy
-from ..elastic.args import count, positive, seconds
+from .._internal.validation import count, positive, seconds
 from ..elastic.model import MAX_UNITS, admission_limit, cooperative_judgement, unit_change
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..kafka.admission import write_trigger_cap

@@ -52,7 +52,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
-from ..checks import check_real
+from .._internal.validation import check_real
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = [

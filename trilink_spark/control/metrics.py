@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from ..compat import is_connect
+from .._internal.spark.compat import is_connect
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 
 if TYPE_CHECKING:

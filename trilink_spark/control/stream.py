@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .adaptive import AdaptivePartitioner, Decision
-from ..compat import is_connect
+from .._internal.spark.compat import is_connect
 from ..errors import ConnectUnsupportedError, InvalidArgumentError, InvalidArgumentTypeError
 from ..partitioners import Partitioner
 from ..placement.key_by import FIT_MODES, key_by

@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import InvalidArgumentError
-from .args import count, number, positive
+from .._internal.validation import count, number, positive
 
 __all__ = ["KalmanFilter"]
 

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from .args import count, fraction, number, positive
+from .._internal.validation import count, fraction, number, positive
 
 __all__ = [
     "MAX_UNITS",

@@ -47,7 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from .args import fraction
+from .._internal.validation import fraction
 from .kalman import KalmanFilter
 from .model import (MAX_UNITS, Operator, Upstream, admission_limit, cooperative_judgement,
                     feedback_adjustment, unit_change)

@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from .args import count, seconds
+from .._internal.validation import count, seconds
 from .model import Operator
 from .policies import ChainState, Policy
 from .workloads import MAX_WINDOWS, Workload

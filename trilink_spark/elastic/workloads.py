@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from .args import count, number, positive, seconds
+from .._internal.validation import count, number, positive, seconds
 
 __all__ = ["Workload", "paper_workload", "PAPER_WORKLOADS", "MAX_WINDOWS"]
 

@@ -33,7 +33,7 @@ import json
 from typing import Any
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
-from ..files import resolve_filesystem, write_atomic
+from .._internal.io.files import resolve_filesystem, write_atomic
 
 __all__ = ["TRIGGER_CAP_FORMAT", "TRIGGER_CAP_OPTION", "read_trigger_cap", "write_trigger_cap"]
 

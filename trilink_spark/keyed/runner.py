@@ -23,13 +23,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..columns import EVENT_TIME_COL, PARTITION_COL, POS_COL, check_user_columns
-from ..columns import check_atomic_key, require_columns
-from ..compat import num_partitions, streaming_query_id
+from ..columns import check_atomic_key, column_of, require_columns
+from .._internal.spark.compat import num_partitions, streaming_query_id
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..errors import StateOwnershipError, TrilinkError
 from ..eventtime import delay_in_units, event_time_micros
-from ..merge.algebra import column_of
-from ..optiming import OperatorTimer, Stopwatch, operator_timer
+from .._internal.optiming import OperatorTimer, Stopwatch, operator_timer
 from ..partitioners import BlockPartitioner, Partitioner
 from ..placement.key_by import place_rows, resolve_strategy
 from ..placement.source import check_source_layout, is_keyed_by_source

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..checks import check_num_partitions
+from .._internal.validation import check_num_partitions
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..errors import UnknownStrategyError
 from ..partitioners import BlockPartitioner, Partitioner, TablePartitioner

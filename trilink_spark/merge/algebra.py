@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 import numpy as np
 import pandas as pd
 
-from ..columns import INTERNAL_PREFIX
+from ..columns import INTERNAL_PREFIX, column_of, quoted
 from ..errors import ArithmeticOverflowError, InvalidArgumentError, InvalidArgumentTypeError
 
 if TYPE_CHECKING:
@@ -97,8 +97,6 @@ __all__ = [
     "merge_partial_frames",
     "merge_partials",
     "parse_aggs",
-    "column_of",
-    "quoted",
     "partial_frame",
     "partial_groups",
     "arrow_partials",
@@ -115,18 +113,6 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 #: Digits of Python's decimal arithmetic in sums of decimals: exact for up to 10**62 values of
 #: Spark's 38 digits (Python's default context rounds to 28).
 _DECIMAL_SUM_DIGITS = 100
-
-
-def quoted(name: str) -> str:
-    """``name`` as a Spark identifier in backticks (``a.b`` is one column, not a field)."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def column_of(name: str) -> Column:
-    """The Spark column named ``name`` exactly (dots, spaces, backticks and all)."""
-    from pyspark.sql import functions as F
-
-    return F.col(quoted(name))
 
 
 def _numeric_kind(value_type: str) -> str:
@@ -1424,11 +1410,11 @@ def combinable(exprs: Sequence[Any], df: DataFrame | None = None) -> tuple[bool,
 def _distinct_in_plan(df: DataFrame, cols: list[Any]) -> list[Any]:
     """The Column aggregates of ``cols`` that Spark plans as DISTINCT aggregates (a classic
     session's ``F.count_distinct("v")`` prints as ``count(v)``): one plan, no job. The plan
-    text is captured with :func:`~trilink_spark.compat.plan_text` (thread-safe: concurrent
+    text is captured with :func:`~trilink_spark._internal.spark.compat.plan_text` (thread-safe: concurrent
     callers do not swap ``sys.stdout``)."""
     import re
 
-    from ..compat import plan_text
+    from .._internal.spark.compat import plan_text
 
     def distinct(group: list[Any]) -> bool:
         return re.search(r"\(distinct ", plan_text(df.agg(*group))) is not None

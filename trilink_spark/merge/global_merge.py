@@ -23,10 +23,11 @@ from ..errors import StoreUnavailableError
 from .local import SLOT, arrow_to_pandas, check_merge_names, local_merge, partition_flushes
 from .local import partition_partials
 from .local import DEFAULT_MAX_GROUPS, plan_merge, read_partition, source_rows, to_arrow
-from ..optiming import OperatorTimer, Stopwatch, operator_timer, task_identity
+from .._internal.optiming import OperatorTimer, Stopwatch, operator_timer, task_identity
 from .redis_store import RedisStore
-from .algebra import AggSpec, column_of, finalize_frame, merge_partial_frames, parse_aggs
-from .algebra import quoted, spark_aggregate
+from ..columns import column_of, quoted
+from .algebra import AggSpec, finalize_frame, merge_partial_frames, parse_aggs
+from .algebra import spark_aggregate
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -121,7 +122,7 @@ def global_merge(
     merge; no row crosses into Python, which costs 2-7x more than the whole aggregation. Suited where the result is small
     compared with the input (few keys); for many keys use ``keyed_agg``. With
     ``spark.trilink.operatorTiming`` set, the flushes time themselves
-    (:mod:`~trilink_spark.optiming`, operator ``"global_merge"``: each Redis task, or the
+    (:mod:`~trilink_spark._internal.optiming`, operator ``"global_merge"``: each Redis task, or the
     merge on the driver, with the partials' ``"local_merge"`` tasks).
 
     Examples

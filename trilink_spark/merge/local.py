@@ -58,10 +58,11 @@ from ..columns import CONST_TIME_COL, ET_COL, INTERNAL_PREFIX, ORDER_COL, POS_CO
 from ..columns import GROUP_COL, SLOT_COL
 from ..columns import check_atomic_key, check_user_columns, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from ..optiming import OperatorTimer, Stopwatch, operator_timer, task_identity
+from .._internal.optiming import OperatorTimer, Stopwatch, operator_timer, task_identity
 from ..eventtime import SPARK_TIME_TYPES, delay_in_units, event_time_micros, from_units
 from ..eventtime import MAX_EXACT, event_time_whole
-from .algebra import AggSpec, arrow_partials, column_of, parse_aggs, partial_groups, quoted
+from ..columns import column_of, quoted
+from .algebra import AggSpec, arrow_partials, parse_aggs, partial_groups
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -1042,7 +1043,7 @@ def local_merge(
     flush. The output has at most one row per key, slot and flush: with
     few keys per slot it is a small fraction of the input, which is what the keyed exchange
     after it then carries. With ``spark.trilink.operatorTiming`` set, each task also writes
-    one timing record (:mod:`~trilink_spark.optiming`: rows in and out, its own milliseconds).
+    one timing record (:mod:`~trilink_spark._internal.optiming`: rows in and out, its own milliseconds).
 
     ``engine="spark"``: Spark's hash aggregation in the JVM (partial, then final after the
     exchange), O(rows); one exchange carrying the partial rows. Every input row otherwise
@@ -1072,7 +1073,7 @@ def _spark_engine(df: DataFrame, plan: MergePlan, engine: str | None,
     ``engine`` (else the ``spark.trilink.mergeEngine`` conf) asks for it and the call allows
     it; else None (the Python engine runs). An explicit ``engine="spark"`` the call cannot
     use is an InvalidArgumentError saying why; the conf's falls back to the Python engine."""
-    from ..session import conf_get
+    from .._internal.spark.session import conf_get
 
     explicit = engine is not None
     chosen = engine if explicit else conf_get(df.sparkSession, ENGINE_CONF, "python")

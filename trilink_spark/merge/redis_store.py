@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StoreUnavailableError
-from ..urls import redact, scrub
+from .._internal.urls import redact, scrub
 from .algebra import AggSpec, RedisOp, finalize_frame, merge_partial_frames, specs_for_partials
 from .local import arrow_to_pandas, to_arrow
 

@@ -8,7 +8,7 @@ batch starts from the same buffer and gives the same output.
 
 A buffer (a partition's *tail*: the rows after its last flush point, with the internal position,
 event-time and slot columns) is stored as Arrow IPC bytes tagged ``merge-tail`` (see
-:mod:`~trilink_spark.arrowio`, :func:`encode_tail` and :func:`decode_tail`), never as a pickle:
+:mod:`~trilink_spark._internal.io.arrowio`, :func:`encode_tail` and :func:`decode_tail`), never as a pickle:
 stored bytes are data, and bytes that are not such a tail raise
 :class:`~trilink_spark.StateCorruptError` naming the partition and batch.
 """
@@ -22,11 +22,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..arrowio import read_table, write_table
+from .._internal.io.arrowio import read_table, write_table
 from ..columns import ET_COL, ORDER_COL, POS_COL, SLOT_COL
-from ..compat import num_partitions
+from .._internal.spark.compat import num_partitions
 from ..errors import InvalidArgumentTypeError, StateCorruptError
-from ..optiming import OperatorTimer, Stopwatch, operator_timer
+from .._internal.optiming import OperatorTimer, Stopwatch, operator_timer
 from ..state.store import KeyedStateStore, StatefulBatchFunction
 from .local import MergePlan, partition_partials, plan_merge, read_partition, source_rows
 from .local import to_arrow
@@ -38,7 +38,7 @@ __all__ = ["local_merge_foreach_batch", "LocalMergeBatchFunction", "encode_tail"
            "TAIL_KIND"]
 
 _ROWS_PER_BATCH = 2**32
-#: The :mod:`~trilink_spark.arrowio` kind of a stored buffer tail.
+#: The :mod:`~trilink_spark._internal.io.arrowio` kind of a stored buffer tail.
 TAIL_KIND = "merge-tail"
 #: Columns of every stored tail that has columns (a partition's rows always carry them).
 _TAIL_COLUMNS = (POS_COL, ET_COL, SLOT_COL)
@@ -58,7 +58,7 @@ def encode_tail(tail: pd.DataFrame) -> bytes:
     Returns
     -------
     bytes
-        :func:`~trilink_spark.arrowio.write_table` of the frame, kind :data:`TAIL_KIND`; the
+        :func:`~trilink_spark._internal.io.arrowio.write_table` of the frame, kind :data:`TAIL_KIND`; the
         ``pandas`` schema metadata restores the exact dtypes (nullable integers, floats with
         NaN distinct from null, booleans, time zones).
 

@@ -16,8 +16,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from ..checks import check_num_partitions
-from ..compat import is_connect, num_partitions, partition_counts
+from .._internal.validation import check_num_partitions
+from .._internal.spark.compat import is_connect, num_partitions, partition_counts
 from ..columns import PARTITION_COL, strategy_partitions
 
 logger = logging.getLogger(__name__)
@@ -213,7 +213,7 @@ def partition_balance(data: DataFrame | RDD[Any]) -> BalanceReport:
     Cost: one Spark job over the DataFrame's own partitioning; one count per partition reaches
     the driver. Classic: ``groupBy(spark_partition_id()).count()`` in the JVM, plus
     ``df.rdd.getNumPartitions()`` for the empty partitions. Spark Connect (no RDDs):
-    :func:`trilink_spark.compat.partition_counts`, a ``mapInArrow`` pass in which each
+    :func:`trilink_spark._internal.spark.compat.partition_counts`, a ``mapInArrow`` pass in which each
     partition streams only its row count to a Python worker. For an RDD each task counts its
     partition's records.
 

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 import numpy.typing as npt
 
-from ..checks import check_num_partitions
+from .._internal.validation import check_num_partitions
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, NullKeyError
 from ..errors import TrilinkError, UnknownStrategyError
-from ..keys import Key, KeyArray, check_null_policy, normalize_key, to_counts, to_key_array
+from .keys import Key, KeyArray, check_null_policy, normalize_key, to_counts, to_key_array
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -119,7 +119,7 @@ class Partitioner(ABC):
     -----
     Subclasses set ``strategy_name`` (which registers them: :func:`strategy_class`) and
     implement ``_partition`` (one normalised, non-null key) and ``_assign`` (a
-    :class:`~trilink_spark.keys.KeyArray`). What a strategy learns is listed in
+    :class:`~trilink_spark.partitioners.keys.KeyArray`). What a strategy learns is listed in
     ``learned_fields`` (the :meth:`to_dict` fields that :meth:`fresh` drops). To offer a new
     strategy to ``"auto"``, the adaptive partitioner and the config center, add it to the
     catalogue (:mod:`trilink_spark.partitioners.catalogue`).

@@ -1,7 +1,7 @@
 """Block: Spark's hash into a fixed number of blocks, then a table from block to partition.
 
 A key goes to block ``pmod(hash(key), num_blocks)``, Spark's own ``hash`` (Murmur3, seed 42,
-:mod:`trilink_spark.spark_hash`), then to partition ``table[block]``. The key-to-block step never
+:mod:`trilink_spark.partitioners.spark_hash`), then to partition ``table[block]``. The key-to-block step never
 changes, so changing the number of partitions, or moving load, only rewrites the small table:
 a block moves with all its keys, and every other block stays where it was
 (:func:`~trilink_spark.partitioners.refit.rebalance_minimal` computes such a table). In a
@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from ..checks import check_num_partitions
+from .._internal.validation import check_num_partitions
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, NullKeyError
-from ..keys import Key, KeyArray, normalize_key, to_key_array
+from .keys import Key, KeyArray, normalize_key, to_key_array
 from .base import Partitioner
 from .hash import check_key_type, spark_hash_array, spark_hash_of
 

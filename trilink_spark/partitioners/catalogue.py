@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import InvalidArgumentError, UnknownStrategyError
-from ..keys import KeyArray
+from .keys import KeyArray
 from .base import Partitioner
 from .block import DEFAULT_BLOCKS, BlockPartitioner
 from .hash import HashPartitioner

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..checks import check_num_partitions
+from .._internal.validation import check_num_partitions
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from ..keys import to_counts
+from .keys import to_counts
 from .balance import balance_degree, extra_compute_time, keyed_bound
 from .base import Partitioner
 from .catalogue import build, candidate_names, default_candidates, fit_counts

@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import InvalidArgumentTypeError
-from ..checks import check_num_partitions
+from .._internal.validation import check_num_partitions
 
 __all__ = ["kafka_murmur2", "kafka_default_partition"]
 

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from ..keys import Key, normalize_key, to_counts, to_key_array
+from .keys import Key, normalize_key, to_counts, to_key_array
 from .table import TablePartitioner
 
 __all__ = ["LeastKeyPartitioner", "LeastCountPartitioner"]

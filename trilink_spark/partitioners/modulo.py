@@ -8,7 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import InvalidKeyTypeError
-from ..keys import Key, KeyArray
+from .keys import Key, KeyArray
 from .base import Partitioner
 
 if TYPE_CHECKING:

@@ -17,9 +17,9 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
-from ..checks import check_num_partitions
+from .._internal.validation import check_num_partitions
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
-from ..keys import Key, KeyArray, normalize_key, to_counts, to_key_array
+from .keys import Key, KeyArray, normalize_key, to_counts, to_key_array
 from .base import Partitioner, decode_key, encode_key
 from .table import TablePartitioner
 

@@ -7,7 +7,7 @@ by the strategy's own ``from_dict``.
 Examples
 --------
 >>> import os, tempfile
->>> from trilink_spark.files import resolve_filesystem
+>>> from trilink_spark._internal.io.files import resolve_filesystem
 >>> import trilink_spark as tl
 >>> fs, path = resolve_filesystem(os.path.join(tempfile.mkdtemp(), "strategy.json"))
 >>> write_strategy(fs, path, tl.LeastKeyPartitioner(2).fit(["a", "b"]))
@@ -21,7 +21,7 @@ import json
 from typing import Any
 
 from ..errors import StateCorruptError
-from ..files import write_atomic
+from .._internal.io.files import write_atomic
 from .base import Partitioner
 
 __all__ = ["read_strategy", "write_strategy"]

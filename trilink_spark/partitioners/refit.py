@@ -33,9 +33,9 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
-from ..checks import check_num_partitions
+from .._internal.validation import check_num_partitions
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
-from ..keys import Key, to_key_array
+from .keys import Key, to_key_array
 from .balance import balance_degree, keyed_bound
 from .base import Partitioner, encode_key
 from .block import BlockPartitioner

@@ -25,7 +25,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..errors import InvalidArgumentError, InvalidKeyTypeError
-from ..keys import Key, KeyArray, normalize_key, to_key_array
+from .keys import Key, KeyArray, normalize_key, to_key_array
 from .base import Partitioner, decode_key, encode_key
 from .hash import check_key_type, spark_hash_array, spark_hash_of
 

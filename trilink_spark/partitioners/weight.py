@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from ..keys import Key, KeyArray, normalize_key, to_counts
+from .keys import Key, KeyArray, normalize_key, to_counts
 from .hash import spark_hash_array, spark_hash_of
 from .table import TablePartitioner
 

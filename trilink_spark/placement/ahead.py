@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..columns import PARTITION_COL, check_user_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, PartitionCountError
-from ..files import resolve_filesystem
+from .._internal.io.files import resolve_filesystem
 from ..kafka.source import register_kafka_source
 from ..partitioners import Partitioner
 from ..partitioners.persistence import read_strategy, write_strategy

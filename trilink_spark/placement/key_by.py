@@ -24,20 +24,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from ..checks import check_num_partitions
+from .._internal.validation import check_num_partitions
 from ..columns import COMPACTED_META, NUM_PARTITIONS_META, PARTITION_COL, TABLE_KEY_COL
 from ..columns import TABLE_PID_COL
 from ..columns import SLOT_ID_COL, SLOT_PID_COL, check_user_columns
 from ..columns import require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
 from ..errors import NullKeyError
-from ..keys import KeyArray, check_null_policy, to_key_array
+from ..partitioners.keys import KeyArray, check_null_policy, to_key_array
 from ..partitioners import HashPartitioner, Partitioner, TablePartitioner
 from ..partitioners.base import resolve_strategy_name
 from ..partitioners.overlay import OverlayPartitioner
 from ..partitioners.catalogue import build, fit_counts
 from ..partitioners.evaluation import StrategyScore, choose_best, evaluate_strategies
-from ..session import conf_get
+from .._internal.spark.session import conf_get
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..checks import check_num_partitions
+from .._internal.validation import check_num_partitions
 from ..columns import PARTITION_COL
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from ..keys import check_null_policy
+from ..partitioners.keys import check_null_policy
 from ..merge.algebra import combinable
 from ..partitioners import Partitioner
 from ..partitioners.base import resolve_strategy_name

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..columns import ARG_COL, require_columns
-from ..compat import is_connect
+from .._internal.spark.compat import is_connect
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, KeysNotGroupedError
 from ..merge.algebra import arrow_aggregates
-from ..plan import shuffle_exchanges
+from .._internal.spark.plan import shuffle_exchanges
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

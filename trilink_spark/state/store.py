@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from ..arrowio import open_table, read_table, write_table
+from .._internal.io.arrowio import open_table, read_table, write_table
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..errors import StateStoreError
-from ..files import resolve_filesystem, write_atomic
+from .._internal.io.files import resolve_filesystem, write_atomic
 from ..partitioners import Partitioner
 from ..partitioners.persistence import read_strategy, write_strategy
 
@@ -50,7 +50,7 @@ TIMING_SUFFIX = ".timing.json"
 MAX_TIMING_BYTES = 32 * 1024 * 1024
 #: Name of the key column of every stored state table.
 KEY_FIELD = "key"
-#: Format tag of keyed state tables (see :mod:`trilink_spark.arrowio`).
+#: Format tag of keyed state tables (see :mod:`trilink_spark._internal.io.arrowio`).
 STATE_KIND = "keyed-state"
 _MOVES_KIND = "swap-moves"
 _MANIFEST_FORMAT = "trilink-keyed-state-manifest"

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StoreUnavailableError
 from ..merge.redis_store import lean_client
-from ..urls import redact
+from .._internal.urls import redact
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

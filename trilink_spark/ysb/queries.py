@@ -58,8 +58,8 @@ from ..kafka import read_kafka
 from ..merge import RedisStore, global_merge, local_merge
 from ..partitioners import Partitioner
 from ..placement import key_by, keyed_agg, keyed_by_source
-from ..plan import shuffle_exchanges
-from ..urls import redact
+from .._internal.spark.plan import shuffle_exchanges
+from .._internal.urls import redact
 from .catalogue import Catalogue, redis_client
 from .producer import DEFAULT_TOPIC, placement_strategy
 

@@ -425,7 +425,7 @@ def run_ysb(
     >>> results = run_ysb(["baseline", "ahead"], events=50_000, rate=10_000)  # doctest: +SKIP
     """
     names = parse_variants(list(variants))
-    from ..session import get_session
+    from .._internal.spark.session import get_session
 
     session = spark or get_session("local[2]", app_name="trilink-ysb", shuffle_partitions=4)
     results: list[VariantResult] = []

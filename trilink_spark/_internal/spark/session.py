@@ -11,7 +11,7 @@ spark.trilink.nullPolicy        error   ``error`` or ``partition0`` for null key
 spark.trilink.fit               full    how table strategies learn keys in ``key_by``
 spark.trilink.compactPartitions auto    whether ``key_by`` runs no task for empty partitions
 spark.trilink.operatorTiming    unset   directory where trilink operators' tasks time
-                                        themselves (:mod:`trilink_spark.optiming`)
+                                        themselves (:mod:`trilink_spark._internal.optiming`)
 spark.trilink.mergeEngine       python  ``local_merge``'s engine: ``python`` (inside each
                                         partition) or ``spark`` (Spark's partial
                                         aggregation, where the call allows it)

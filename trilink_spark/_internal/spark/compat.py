@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from .errors import ConnectUnsupportedError, InvalidArgumentError
+from ...errors import ConnectUnsupportedError, InvalidArgumentError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -53,7 +53,7 @@ import re
 
 import pyarrow as pa
 
-from .errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 
 __all__ = ["write_table", "read_table", "open_table", "StoredTable", "FORMAT_KEY", "VERSION_KEY", "FORMAT_VERSION"]
 

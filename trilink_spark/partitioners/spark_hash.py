@@ -16,7 +16,7 @@ ones.
 
 Examples
 --------
->>> from trilink_spark.spark_hash import hash_long, hash_string
+>>> from trilink_spark.partitioners.spark_hash import hash_long, hash_string
 >>> hash_long(2**40)
 -1596767687
 >>> hash_string("abc")

@@ -18,7 +18,7 @@ import os
 import uuid
 from typing import Any
 
-from .errors import InvalidArgumentTypeError
+from ...errors import InvalidArgumentTypeError
 
 __all__ = ["resolve_filesystem", "write_atomic"]
 

@@ -45,9 +45,9 @@ from typing import Any, TypeGuard
 
 import pandas as pd
 
-from .errors import InvalidArgumentError, InvalidArgumentTypeError
-from .files import resolve_filesystem, write_atomic
-from .session import CONF_PREFIX
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from .io.files import resolve_filesystem, write_atomic
+from .spark.session import CONF_PREFIX
 
 __all__ = [
     "OPERATOR_TIMING_CONF", "OPERATOR_TIMING_COLUMNS", "OPERATOR_TIMING_FORMAT",

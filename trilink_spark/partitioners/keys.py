@@ -20,7 +20,7 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
-from .errors import InvalidArgumentError, InvalidKeyTypeError, NullKeyError
+from ..errors import InvalidArgumentError, InvalidKeyTypeError, NullKeyError
 
 __all__ = [
     "Key",

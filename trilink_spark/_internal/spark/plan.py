@@ -29,7 +29,7 @@ def physical_plan(df: DataFrame) -> str:
     Notes
     -----
     Cost: Spark analyses and plans the query (on Spark Connect, one round trip to the server);
-    no Spark job runs (see :func:`trilink_spark.compat.plan_text`).
+    no Spark job runs (see :func:`trilink_spark._internal.spark.compat.plan_text`).
 
     Examples
     --------

@@ -1,0 +1,1 @@
+"""The Spark glue: classic/Connect compatibility, the session, reading physical plans."""

@@ -1,0 +1,293 @@
+"""Argument validation shared by every layer: counts, numbers, fractions, durations and
+Spark interval strings. Every check raises a typed error (:class:`~trilink_spark.errors.
+InvalidArgumentError` or :class:`~trilink_spark.errors.InvalidArgumentTypeError`, so also
+``ValueError`` / ``TypeError``) that says what was wrong and what is allowed. All are O(1),
+except the interval parser, O(len(text)).
+
+Examples
+--------
+>>> check_num_partitions(4)
+4
+>>> check_num_partitions(0)
+Traceback (most recent call last):
+...
+trilink_spark.errors.InvalidArgumentError: num_partitions must be >= 1, got 0
+>>> seconds("5 seconds", "window_s")
+5.0
+>>> positive(0, "unit_rate")
+Traceback (most recent call last):
+...
+trilink_spark.errors.InvalidArgumentError: unit_rate must be a finite number > 0, got 0
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+
+__all__ = ["check_num_partitions", "MAX_PARTITIONS", "check_real", "number", "positive",
+           "fraction", "count", "seconds", "parse_interval", "INTERVAL_UNITS"]
+
+#: The most partitions a strategy places keys on (Spark's own limit is far above what a shuffle
+#: of this many partitions could run; the bound keeps a hostile stored strategy from asking for
+#: terabytes).
+MAX_PARTITIONS = 1_000_000
+
+
+def check_num_partitions(n: Any, name: str = "num_partitions") -> int:
+    """Validate a partition count: an ``int`` from 1 to :data:`MAX_PARTITIONS`. O(1)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise InvalidArgumentTypeError(f"{name} must be an int >= 1, got {type(n).__name__}")
+    if n < 1:
+        raise InvalidArgumentError(f"{name} must be >= 1, got {n}")
+    if n > MAX_PARTITIONS:
+        raise InvalidArgumentError(f"{name} must be at most {MAX_PARTITIONS:,}, got {n}")
+    return int(n)
+
+
+def check_real(value: object, what: str, *, positive: bool = False) -> float:
+    """A finite real ``>= 0`` (``> 0`` with ``positive``) as a float, else a typed error
+    that says what is allowed (bools and ints beyond the float range are refused). O(1).
+
+    Examples
+    --------
+    >>> check_real(3, "rate")
+    3.0
+    >>> check_real(0, "rate", positive=True)
+    Traceback (most recent call last):
+    ...
+    trilink_spark.errors.InvalidArgumentError: rate must be > 0, got 0.0
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidArgumentTypeError(
+            f"{what} must be a real number (int or float), got {type(value).__name__}")
+    try:
+        out = float(value)
+    except OverflowError:  # an int beyond the float range
+        bits = value.bit_length() if isinstance(value, int) else "?"
+        raise InvalidArgumentError(
+            f"{what} must be finite, got an integer of {bits} bits (floats end near "
+            "1.8e308)") from None
+    if math.isnan(out) or math.isinf(out):
+        raise InvalidArgumentError(f"{what} must be finite, got {out!r}")
+    if out < 0 or (positive and out == 0):
+        raise InvalidArgumentError(f"{what} must be {'> 0' if positive else '>= 0'}, got "
+                                   f"{out!r}")
+    return out
+
+
+#: Units of an interval string and their length in microseconds (singular or plural, any
+#: case). Months and years are not fixed durations and are refused, as by Spark's windows.
+INTERVAL_UNITS: dict[str, int] = {
+    "week": 7 * 86_400_000_000, "day": 86_400_000_000, "hour": 3_600_000_000,
+    "minute": 60_000_000, "second": 1_000_000, "millisecond": 1_000, "microsecond": 1,
+}
+_VARIABLE_UNITS = ("month", "year")
+_MAX_INTERVAL_CHARS = 200
+# Spark's parser (IntervalUtils.stringToInterval) works on ASCII bytes: whitespace is Java's
+# Character.isWhitespace, the ends are trimmed of whitespace and ISO control characters
+_SPACE = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f "
+_TRIMMED = "".join(map(chr, range(0x21))) + "\x7f"
+_INTERVAL_PART = re.compile(
+    rf"([+-]?)[{_SPACE}]*([0-9]*)(?:(\.)([0-9]*))?[{_SPACE}]+"
+    rf"({'|'.join([*INTERVAL_UNITS, *_VARIABLE_UNITS])})s?(?:[{_SPACE}]+|\Z)")
+_INT64_MAX = 2**63 - 1
+
+
+def parse_interval(text: str, name: str = "interval") -> timedelta:
+    """A Spark interval string, as ``F.window`` and ``withWatermark`` take it, as a timedelta.
+
+    The one parser of interval strings in trilink-spark: every argument that takes a duration
+    (``slot``, ``delay``, ``idle_timeout``, window sizes, ``period``) accepts what it accepts.
+    It accepts exactly the strings Spark's ``CAST(text AS INTERVAL)`` accepts without months
+    or years, with the same value.
+
+    Parameters
+    ----------
+    text : str
+        ``"10 seconds"``, ``"1 minute"``, ``"500 milliseconds"``, ``"1 hour 30 minutes"``,
+        optionally prefixed by ``interval`` (``"INTERVAL 2 days"``): one or more
+        ``<number> <unit>`` parts, units in :data:`INTERVAL_UNITS` (singular or plural, any
+        case), numbers signed (``"-1 second"``, ``"- 1 second"``); only seconds take a
+        fractional part (``"1.5 seconds"``, up to 9 digits, truncated to microseconds).
+    name : str
+        The argument named in error messages.
+
+    Returns
+    -------
+    datetime.timedelta
+        The sum of the parts (microsecond resolution, as Spark's intervals).
+
+    Raises
+    ------
+    InvalidArgumentError
+        Empty text, a part that is not ``<number> <unit>``, an unknown unit, a month or year
+        (not a fixed duration), a fractional part on another unit than seconds, a value Spark's
+        interval overflows with (64-bit microseconds, 32-bit days), or more than 200
+        characters.
+    InvalidArgumentTypeError
+        ``text`` is not a str.
+
+    Notes
+    -----
+    Cost: O(len(text)).
+
+    Examples
+    --------
+    >>> parse_interval("1 hour 30 minutes")
+    datetime.timedelta(seconds=5400)
+    >>> parse_interval("500 milliseconds").total_seconds()
+    0.5
+    >>> parse_interval("2 fortnights")
+    Traceback (most recent call last):
+    ...
+    trilink_spark.errors.InvalidArgumentError: interval '2 fortnights' is not an interval string...
+    """
+    if not isinstance(text, str):
+        raise InvalidArgumentTypeError(f"{name} must be a str, got {type(text).__name__}")
+    if len(text) > _MAX_INTERVAL_CHARS:
+        raise InvalidArgumentError(
+            f"{name} is {len(text)} characters long; an interval string has at most "
+            f"{_MAX_INTERVAL_CHARS}")
+    shown = f"{name} {text!r}"
+    allowed = ", ".join(INTERVAL_UNITS)
+    not_interval = InvalidArgumentError(
+        f"{shown} is not an interval string: give '<number> <unit>' parts such as "
+        f"'10 seconds' or '1 hour 30 minutes' (units: {allowed}; singular or plural; only "
+        "seconds take a fractional part)")
+    body = text.strip(_TRIMMED)
+    if not body.isascii():
+        raise not_interval
+    body = body.lower()
+    if body.startswith("interval"):
+        if len(body) > len("interval") and body[len("interval")] not in _SPACE:
+            raise not_interval
+        body = body[len("interval"):].lstrip(_SPACE)
+    if not body:
+        raise InvalidArgumentError(
+            f"{shown} is empty; give '<number> <unit>' parts such as '10 seconds' "
+            f"(units: {allowed})")
+    days = micros = 0
+    position = 0
+    while position < len(body):
+        match = _INTERVAL_PART.match(body, position)
+        if match is None:
+            raise not_interval
+        sign, whole, point, fraction, unit = match.groups()
+        if not whole and (not point or not fraction) and (not point or not sign):
+            raise not_interval  # '.' alone is no number ('-.' and '1.' are, as in Spark)
+        if unit in _VARIABLE_UNITS:
+            raise InvalidArgumentError(
+                f"{shown} has unit {unit!r}, which is not a fixed duration (months and years "
+                f"vary); use {allowed}")
+        if point and unit != "second":
+            raise InvalidArgumentError(
+                f"{shown} has a fractional number of {unit}s; only seconds take a fractional "
+                "part (as in Spark): write '90 minutes' or '5400.5 seconds'")
+        if len(fraction or "") > 9:
+            raise InvalidArgumentError(
+                f"{shown} has more than 9 fractional digits of a second (Spark's intervals "
+                "hold nanoseconds at most, truncated to microseconds)")
+        value = int(whole or "0")  # Spark reads the digits into a long, then the sign
+        if value > _INT64_MAX:
+            raise _too_long(shown)
+        if sign == "-":
+            value = -value
+        if unit in ("week", "day"):  # days: a 32-bit field of their own
+            if unit == "day" and not _fits(value, 32):
+                raise _too_long(shown)
+            days += value * (7 if unit == "week" else 1)
+            if not _fits(days, 32):
+                raise _too_long(shown)
+        else:  # microseconds: a 64-bit field, each step checked as Math.*Exact does
+            nanos = int((fraction or "").ljust(9, "0"))
+            step = value * INTERVAL_UNITS[unit]
+            micros += step
+            if not _fits(step, 64) or not _fits(micros, 64):
+                raise _too_long(shown)
+            micros += (-1 if sign == "-" else 1) * (nanos // 1000)
+            if not _fits(micros, 64):
+                raise _too_long(shown)
+        position = match.end()
+    try:
+        return timedelta(days=days, microseconds=micros)
+    except OverflowError:
+        raise _too_long(shown) from None
+
+
+def _fits(value: int, bits: int) -> bool:
+    """Whether ``value`` is in the range of a signed ``bits``-bit integer."""
+    return bool(-(2 ** (bits - 1)) <= value < 2 ** (bits - 1))
+
+
+def _too_long(shown: str) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"{shown} is beyond the longest duration an interval holds (Spark: 2**63 - 1 "
+        "microseconds and 2**31 - 1 days; Python: 999,999,999 days)")
+
+
+def _float(value: Any, name: str) -> float:
+    """``float(value)``, with an int beyond the float range refused by a typed error."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise InvalidArgumentError(
+            f"{name} must be a finite number, got an integer of {int(value).bit_length()} bits "
+            "(floats end near 1.8e308)") from None
+
+
+def number(value: Any, name: str) -> float:
+    """A finite real number (bools refused). O(1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InvalidArgumentTypeError(f"{name} must be a number, got {type(value).__name__}")
+    out = _float(value, name)
+    if not math.isfinite(out):
+        raise InvalidArgumentError(f"{name} must be a finite number, got {value!r}")
+    return out
+
+
+def positive(value: Any, name: str, *, allow_zero: bool = False) -> float:
+    """A finite number > 0 (or >= 0 with ``allow_zero``). O(1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InvalidArgumentTypeError(f"{name} must be a number, got {type(value).__name__}")
+    out = _float(value, name)
+    ok = math.isfinite(out) and (out >= 0 if allow_zero else out > 0)
+    if not ok:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise InvalidArgumentError(f"{name} must be a finite number {bound}, got {value!r}")
+    return out
+
+
+def fraction(value: Any, name: str, *, open_low: bool = True) -> float:
+    """A number in ``(0, 1]`` (or ``[0, 1]`` with ``open_low=False``). O(1)."""
+    out = number(value, name)
+    if (out <= 0 if open_low else out < 0) or out > 1:
+        interval = "(0, 1]" if open_low else "[0, 1]"
+        raise InvalidArgumentError(f"{name} must be in {interval}, got {value!r}")
+    return out
+
+
+def count(value: Any, name: str, low: int = 1) -> int:
+    """An ``int`` >= ``low`` (bools refused). O(1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InvalidArgumentTypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < low:
+        raise InvalidArgumentError(f"{name} must be >= {low}, got {value!r}")
+    return int(value)
+
+
+def seconds(value: Any, name: str) -> float:
+    """A duration > 0 in seconds: a number, a :class:`~datetime.timedelta` or a Spark interval
+    string (``"5 seconds"``, see :func:`parse_interval`). O(len(value))."""
+    if isinstance(value, str):
+        value = parse_interval(value, name)
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    return positive(value, name)
