@@ -31,9 +31,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent / "trilink_spark"
 PACKAGE = "trilink_spark"
 DATA_PLANE = ("partitioners", "placement", "keyed", "state", "merge", "kafka")
-#: Rank of each subpackage: imports go to a strictly lower rank (or the bottom layer, rank 0).
-RANKS = {"partitioners": 1, "kafka": 1, "elastic": 1, "state": 2, "merge": 3, "placement": 4,
-         "keyed": 5, "control": 6, "ysb": 6, "cli": 7}
+#: The control plane, one subpackage per job.
+CONTROL_PLANE = ("measurement", "switching", "advice", "control")
+#: Rank of each subpackage: imports go to a strictly lower rank (or the bottom layer, rank 0:
+#: the top-level modules and ``_internal``).
+RANKS = {
+    "partitioners": 1,
+    "kafka": 1,
+    "elastic": 1,
+    "state": 2,
+    "merge": 3,
+    "placement": 4,
+    "keyed": 5,
+    "measurement": 6,
+    "control": 6,
+    "ysb": 6,
+    "switching": 7,
+    "advice": 7,
+    "cli": 9,
+}
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:
