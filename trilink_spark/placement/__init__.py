@@ -2,9 +2,11 @@
 
 ``key_by`` computes the partition id in the JVM and lets Spark's ``repartitionById`` move the
 rows; ``keyed_agg`` and ``keyed_apply`` group on that layout; ``ahead_key_by`` computes the same
-id for a Kafka producer, and ``keyed_by_source`` declares a source already grouped by key.
+id for a Kafka producer, and ``keyed_by_source`` declares a source already grouped by key. ``physical_plan`` and ``shuffle_exchanges``
+show what Spark will run, so a job can check that it shuffles once.
 """
 
+from .._internal.spark.plan import physical_plan, shuffle_exchanges
 from .key_by import FIT_MODES, KeyedStrategy, key_by, key_kind, resolve_strategy
 from .key_by import with_partition_id
 from .keyed import COMBINE_CHOICES, KeyedAggPlan, explain_keyed_agg, keyed_agg, keyed_apply
@@ -29,4 +31,6 @@ __all__ = [
     "KafkaPythonPartitioner",
     "ahead_key_by",
     "confluent_partition",
+    "physical_plan",
+    "shuffle_exchanges",
 ]
