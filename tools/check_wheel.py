@@ -82,11 +82,13 @@ SDIST_FORBIDDEN_PARTS = frozenset(
      ".benchmarks", "build", "dist", "spark-warehouse", "metastore_db"}
 )
 #: Files (relative to the sdist's top directory) it must carry: to build the wheel, and for the
-#: test suite it ships to run (``tests/`` reads ``tools/``, ``examples/`` and the README).
+#: test suite it ships to run (``tests/`` reads ``tools/``, ``examples/``, the README and
+#: imports the YSB application ``benches/ysb/``).
 SDIST_REQUIRED = (
     "PKG-INFO", "pyproject.toml", "setup.cfg", "MANIFEST.in", "README.md", "LICENSE",
     f"{PACKAGE}/__init__.py", f"{PACKAGE}/py.typed",
     "tests/conftest.py", "tools/import_graph.py", "examples/balance_orders.py",
+    "benches/ysb/__init__.py",
 )
 MARKER = "<!-- wheel-check -->"
 #: JVM options the README snippet's Spark driver gets (``--java-options``): a short job on a

@@ -45,7 +45,6 @@ RANKS = {
     "keyed": 5,
     "measurement": 6,
     "control": 6,
-    "ysb": 6,
     "switching": 7,
     "advice": 7,
     "cli": 9,

@@ -33,6 +33,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benches"))
+sys.path.insert(0, str(ROOT))  # benches.ysb
 from common import write_json  # noqa: E402
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -40,8 +41,8 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 import trilink_spark as tl  # noqa: E402
 from trilink_spark.kafka import client as after  # noqa: E402
-from trilink_spark.ysb import Producer, TansuBroker, create_topic, setup  # noqa: E402
-from trilink_spark.ysb import RedisServer  # noqa: E402
+from benches.ysb import Producer, setup  # noqa: E402
+from trilink_spark.testing import KafkaBroker, RedisServer, create_topic  # noqa: E402
 
 
 def head_client(work: Path) -> Any:
@@ -100,7 +101,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-kafka-source-"))
     before = head_client(work)
     results: dict[str, Any] = {}
-    with TansuBroker() as broker, RedisServer() as redis:
+    with KafkaBroker() as broker, RedisServer(append_only=True) as redis:
         cat = setup(redis.url)
         topic = "source-bench"
         create_topic(broker.bootstrap, topic, args.partitions)

@@ -21,14 +21,9 @@ benches/results/merge.json).
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import sys
-import tempfile
 import json
-import time
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +35,7 @@ from common import run, write_json  # noqa: E402
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import trilink_spark as tl  # noqa: E402
+from trilink_spark.testing import redis_server  # noqa: E402
 
 SENSORS, READINGS, WINDOW = 10_000, 200, 100
 
@@ -49,18 +45,6 @@ def session() -> Any:
         "spark.ui.enabled": "true", "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1", "spark.driver.memory": "4g",
     })
-
-
-def redis_server() -> tuple[subprocess.Popen[bytes], int, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    work = tempfile.mkdtemp(prefix="tl-merge-redis-")
-    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                             "--save", "", "--appendonly", "no", "--dir", work],
-                            stdout=subprocess.DEVNULL)
-    time.sleep(0.5)
-    return proc, port, work
 
 
 def normalise(frame: pd.DataFrame, count: str, low: str) -> pd.DataFrame:
@@ -106,9 +90,8 @@ def main() -> None:
     c = normalise(c.rename(columns={"window_start": "start", "sum": "n_sum"}), "n_sum", "low")
     c["n"] = c["n"].astype("int64")
 
-    proc, port, work = redis_server()
-    try:
-        store = tl.RedisStore(f"redis://127.0.0.1:{port}/0", "fig17")
+    with redis_server() as url:
+        store = tl.RedisStore(url, "fig17")
         keyed = df.withColumn("sensor_window",
                               F.concat_ws(":", "sensor", (F.floor(F.col("t") / WINDOW) * WINDOW)))
         d, sec_d, bytes_d = run(spark, "fig17-d", lambda: tl.global_merge(
@@ -116,9 +99,6 @@ def main() -> None:
         round_trips = store.applied_flushes() + 2  # flushes, the key type, and the read
         d[["sensor", "start"]] = d["sensor_window"].str.split(":", expand=True).astype("int64")
         d = normalise(d, "n", "low")
-    finally:
-        proc.terminate()
-        shutil.rmtree(work, ignore_errors=True)
     partial_plan = tl.local_merge(df, "sensor", "t", WINDOW, aggs)
     equal = {name: bool((x["n"].to_numpy() == a["n"].to_numpy()).all()
                         and (abs(x["low"] - a["low"]) < 1e-9).all() and len(x) == len(a))

@@ -37,13 +37,12 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent / "examples"))
 from common import RESULTS, run, write_json  # noqa: E402
-from kafka_orders import local_broker  # noqa: E402  (a throwaway tansu broker)
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import trilink_spark as tl  # noqa: E402
+from trilink_spark.testing import create_topic, kafka_broker  # noqa: E402
 from trilink_spark.partitioners.scenarios import PAPER_SCENARIOS, make_scenario, records  # noqa: E402
 
 PARTITIONS = (4, 8)
@@ -85,11 +84,7 @@ def session() -> Any:
 
 
 def write_topic(spark: Any, bootstrap: str, topic: str, n: int, keys: np.ndarray) -> dict[str, Any]:
-    from kafka.admin import KafkaAdminClient, NewTopic
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(topic, num_partitions=n, replication_factor=1)])
-    admin.close()
+    create_topic(bootstrap, topic, n)
     amounts = (np.arange(len(keys)) * 7919 % 1000).astype(np.int64)
     df = spark.createDataFrame(pa.table({"user": keys, "amount": amounts})).repartition(2)
     placed = tl.ahead_key_by(df, "user", tl.LeastCountPartitioner(n))
@@ -102,7 +97,7 @@ def write_topic(spark: Any, bootstrap: str, topic: str, n: int, keys: np.ndarray
 
 
 def broker_part(num_records: int, repeat: int) -> dict[str, Any]:
-    with local_broker() as bootstrap:
+    with kafka_broker() as bootstrap:
         return _broker_runs(bootstrap, num_records, repeat)
 
 

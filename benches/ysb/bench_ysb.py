@@ -8,7 +8,8 @@ latency (``time_updated - window end`` over complete windows), shuffle exchanges
 plan and Redis round trips per 1,000 events. Separately: records/s per partition of the
 Python ``trilink-kafka`` source alone (a batch read of a filled topic).
 
-Run: ``python benches/ysb/bench_ysb.py [--rungs 2000,5000,10000,20000,40000] [--seconds 20]
+Run (``python -m benches.ysb.bench_ysb ...`` from the repository root works too):
+``python benches/ysb/bench_ysb.py [--rungs 2000,5000,10000,20000,40000] [--seconds 20]
 [--producer-processes auto|N] [--skip-alone] [--out NAME]`` (writes
 benches/results/ysb.json, or NAME.json). The producer
 spreads a rung over ``ceil(rate / 15,000)`` processes (at most the machine's cores) with
@@ -27,16 +28,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import write_json  # noqa: E402
+ROOT = str(Path(__file__).resolve().parents[2])
+if ROOT not in sys.path:  # run as a script (benches/run_all.py, python benches/ysb/...)
+    sys.path.insert(0, ROOT)
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 import trilink_spark as tl  # noqa: E402
-from trilink_spark.ysb import (VARIANTS, Producer, RedisServer, TansuBroker,  # noqa: E402
-                               create_topic, run_variant, setup)
-from trilink_spark.ysb.runner import SUSTAINED_RULE  # noqa: E402
+from benches.common import write_json  # noqa: E402
+from benches.ysb import VARIANTS, Producer, run_variant, setup  # noqa: E402
+from benches.ysb.runner import SUSTAINED_RULE  # noqa: E402
+from trilink_spark.testing import KafkaBroker, RedisServer, create_topic  # noqa: E402
 
 LADDER = (2_000, 5_000, 10_000, 20_000, 40_000)
 
@@ -101,7 +104,7 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     work = Path(tempfile.mkdtemp(prefix="bench-ysb-"))
     ladder: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
-    with TansuBroker() as broker, RedisServer() as redis:
+    with KafkaBroker() as broker, RedisServer(append_only=True) as redis:
         cat = setup(redis.url)
         produced: list[dict[str, Any]] = []
         alone: dict[str, Any] | None = None

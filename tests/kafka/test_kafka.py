@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 import trilink_spark as tl
 from trilink_spark.kafka.client import KafkaOptions, split_limit
+from trilink_spark.testing import free_port
 
 pytest.importorskip("kafka")
 
@@ -224,11 +225,7 @@ def test_stream_resumes_without_loss_or_duplicates(spark: Any, kafka_broker: Any
 
 
 def test_unreachable_broker_and_partition_count(spark: Any, kafka_broker: Any) -> None:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nobody listens there
     with pytest.raises(tl.BrokerUnavailableError, match=f"127.0.0.1:{port}"):
         tl.read_kafka(spark, f"127.0.0.1:{port}", "anything", timeout_ms=1000)
     tl.register_kafka_source(spark)

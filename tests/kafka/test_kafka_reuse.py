@@ -8,17 +8,13 @@ import pyarrow as pa
 import pytest
 
 from trilink_spark.kafka import client
+from trilink_spark.testing import create_topic
 
 
 def fill(bootstrap: str, topic: str, partitions: int, per_partition: int) -> None:
     from kafka import KafkaProducer
-    from kafka.admin import KafkaAdminClient, NewTopic
 
-    admin = KafkaAdminClient(bootstrap_servers=[bootstrap])
-    try:
-        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
-    finally:
-        admin.close()
+    create_topic(bootstrap, topic, partitions)
     producer = KafkaProducer(bootstrap_servers=[bootstrap], acks="all")
     try:
         for p in range(partitions):

@@ -13,7 +13,7 @@ import pytest
 import trilink_spark as tl
 from trilink_spark.merge.algebra import parse_aggs
 from trilink_spark.merge.redis_store import lean_client
-from trilink_spark.ysb.servers import free_port
+from trilink_spark.testing import free_port
 
 PW = "s3cret-pw"
 AGGS = {"n": ("count", None), "s": ("sum", "v")}

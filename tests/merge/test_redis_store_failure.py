@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import sys
 from typing import Any
 
@@ -12,16 +11,11 @@ import pytest
 from pyspark import cloudpickle
 
 import trilink_spark as tl
+from trilink_spark.testing import free_port  # a port nobody listens on
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 AGGS = {"n": ("count", None), "s": ("sum", "v")}
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])  # closed again when the socket is: nobody listens
 
 
 class TasksOnly(tl.RedisStore):
@@ -45,7 +39,7 @@ def frame(spark: Any) -> Any:
 
 
 def test_unreachable_redis_in_the_tasks_raises_store_unavailable(spark: Any) -> None:
-    url = f"redis://:hunter2-secret@127.0.0.1:{closed_port()}/0"
+    url = f"redis://:hunter2-secret@127.0.0.1:{free_port()}/0"
     store = TasksOnly(url, "t:tasks-down", socket_timeout=0.5)
     with pytest.raises(tl.StoreUnavailableError) as info:
         tl.global_merge(frame(spark), "k", AGGS, store=store, batch_id=42, quantity=500,

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import trilink_spark as tl
-from trilink_spark.ysb import LOG_SCHEMA, Catalogue, Producer, ProducerError, read_log
+from benches.ysb import LOG_SCHEMA, Catalogue, Producer, ProducerError, read_log
 
 CAT = Catalogue(("c0", "c1"), (("a0",), ("a1",)))
 

@@ -19,10 +19,11 @@ import pyarrow.parquet as pq
 import pytest
 
 import trilink_spark as tl
-from trilink_spark.cli import main
-from trilink_spark.ysb import (LOG_SCHEMA, VARIANTS, Catalogue, Producer, RedisServer,
-                               check, create_topic, latencies, load_catalogue, parse_variants,
-                               read_log, read_windows, run_variant, setup)
+from benches.ysb import (LOG_SCHEMA, VARIANTS, Catalogue, Producer, check, latencies,
+                         load_catalogue, parse_variants, read_log, read_windows, run_variant,
+                         setup)
+from benches.ysb.cli import main
+from trilink_spark.testing import RedisServer, create_topic
 
 RATE, EVENTS = 4_000.0, 2_000
 
@@ -30,7 +31,7 @@ RATE, EVENTS = 4_000.0, 2_000
 @pytest.fixture(scope="module")
 def redis_kept(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A redis-server whose data survives a restart (append-only file)."""
-    with RedisServer(tmp_path_factory.mktemp("ysb-redis")) as server:
+    with RedisServer(tmp_path_factory.mktemp("ysb-redis"), append_only=True) as server:
         yield server
 
 
@@ -226,7 +227,7 @@ def test_cli_ysb_writes_json(kafka_broker: Any, redis_kept: RedisServer, spark: 
                              tmp_path: Path) -> None:
     out = io.StringIO()
     path = tmp_path / "ysb.json"
-    code = main(["ysb", "--events", "1500", "--rate", "3000", "--variants", "ahead",
+    code = main(["--events", "1500", "--rate", "3000", "--variants", "ahead",
                  "--bootstrap", kafka_broker.bootstrap, "--redis", redis_kept.url,
                  "--json", str(path)], out)
     assert code == 0, out.getvalue()
@@ -245,7 +246,7 @@ def test_cli_refuses_unknown_variant(tmp_path: Path) -> None:
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        code = main(["ysb", "--variants", "baseline,nope", "--bootstrap", "127.0.0.1:1",
+        code = main(["--variants", "baseline,nope", "--bootstrap", "127.0.0.1:1",
                      "--redis", "redis://127.0.0.1:1/0"], io.StringIO())
     assert code == 2 and "unknown YSB variant" in err.getvalue()
     assert VARIANTS == ("baseline", "key_by", "local_merge", "global_merge", "ahead")

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 from .config import add_config_parser, run_config
-from .ysb import add_ysb_parser, run_ysb_command
 from ..errors import InvalidArgumentError, TrilinkError
 from ..partitioners.evaluation import StrategyScore, choose_best, evaluate_strategies
 from ..partitioners.scenarios import PAPER_SCENARIOS, SCENARIOS, make_scenario, scenario_frame
@@ -127,7 +126,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_config_parser(sub)
     add_advise_parser(sub)
-    add_ysb_parser(sub)
     return parser
 
 
@@ -453,8 +451,6 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return run_config(args, stream)
         if args.command == "advise":
             return run_advise(args, stream)
-        if args.command == "ysb":
-            return run_ysb_command(args, stream)
     except TrilinkError as exc:
         sys.stderr.write(f"trilink-spark: error: {exc}\n")
         return 2

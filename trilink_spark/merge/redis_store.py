@@ -576,8 +576,8 @@ class RedisStore:
         Notes
         -----
         Cost: flushes are grouped into scripts of up to 250,000 values (a flush is never
-        split; YSB's batches take one). A script whose flushes all add as 64-bit integers
-        (every partial a bigint: ``count``) is one round trip for all its
+        split; a micro-batch of a few thousand keys takes one). A script whose flushes all
+        add as 64-bit integers (every partial a bigint: ``count``) is one round trip for all its
         flushes and the metadata; others take two (one pipelined read of every marker and
         key, the merge of all fresh flushes with the stored partials in Python by the
         aggregate algebra, then one script that commits them if nothing changed in between).

@@ -7,7 +7,7 @@ counts views per campaign and 10-second window. Per window, Redis holds a hash w
 ``CampaignProcessorCommon`` keeps them: ``{prefix}:w:{campaign_id}:{window_start_ms}``, named
 in the set ``{prefix}:windows``; for ``global_merge`` the store's own key hash
 ``{prefix}:gm:k:v{campaign_id}:{window_start_ms}``, named in the store's key set
-``{prefix}:gm:keys`` (:func:`~trilink_spark.ysb.read_windows` reads both layouts).
+``{prefix}:gm:keys`` (:func:`~benches.ysb.read_windows` reads both layouts).
 
 Variants (:data:`VARIANTS`):
 
@@ -31,7 +31,7 @@ Variants (:data:`VARIANTS`):
     (``apply_on="driver"``).
 ``ahead``
     Ahead KeyBy: the producer placed events by campaign
-    (:class:`~trilink_spark.ysb.Producer` with ``placement=``), the query declares it with
+    (:class:`~benches.ysb.Producer` with ``placement=``), the query declares it with
     :func:`~trilink_spark.keyed_by_source` and counts inside each Kafka partition: 0
     exchanges.
 
@@ -52,14 +52,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..columns import PARTITION_COL
-from ..errors import InvalidArgumentError, StoreUnavailableError
-from ..kafka import read_kafka
-from ..merge import RedisStore, global_merge, local_merge
-from ..partitioners import Partitioner
-from ..placement import key_by, keyed_agg, keyed_by_source
-from .._internal.spark.plan import shuffle_exchanges
-from .._internal.urls import redact
+from trilink_spark import Partitioner, RedisStore, global_merge, key_by, keyed_agg
+from trilink_spark import keyed_by_source, local_merge, read_kafka, shuffle_exchanges
+from trilink_spark._internal.urls import redact
+from trilink_spark.columns import PARTITION_COL
+from trilink_spark.errors import InvalidArgumentError, StoreUnavailableError
 from .catalogue import Catalogue, redis_client
 from .producer import DEFAULT_TOPIC, placement_strategy
 
@@ -108,7 +105,7 @@ def window_key(prefix: str, campaign_id: str, window_start_ms: int) -> str:
 
 def topic_partition_count(bootstrap: str, topic: str) -> int:
     """The partition count of ``topic`` (refused when it does not exist). One metadata request."""
-    from ..kafka.client import KafkaOptions, open_consumer, topic_partitions
+    from trilink_spark.kafka.client import KafkaOptions, open_consumer, topic_partitions
 
     opts = KafkaOptions.from_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic},
                                      streaming=False)
@@ -400,7 +397,7 @@ def start_query(
     redis_url : str
         Where the windows go.
     catalogue : Catalogue
-        The campaign table joined with (from :func:`~trilink_spark.ysb.setup`).
+        The campaign table joined with (from :func:`~benches.ysb.setup`).
     checkpoint : str
         The query's checkpoint directory; a query started again with the same one resumes
         where it stopped (exactly once, see the module docs).

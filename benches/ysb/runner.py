@@ -4,7 +4,7 @@
 :class:`VariantResult`; it can stop and restart the query from its checkpoint mid-run, and
 call a hook mid-run (the tests restart redis-server there). :func:`run_ysb` starts tansu and
 redis-server when no addresses are given, sets up the catalogue and runs the variants one after
-another: what ``trilink-spark ysb`` does.
+another: what ``python -m benches.ysb`` does.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
-from ..partitioners import Partitioner
+from trilink_spark import Partitioner, get_session
+from trilink_spark.errors import InvalidArgumentError, MissingDependencyError
+from trilink_spark.testing import KafkaBroker, RedisServer, create_topic
 from .catalogue import Catalogue, redis_client, setup
 from .check import check, latencies, latency_summary
-from .producer import DEFAULT_TOPIC, Producer, create_topic
+from .producer import DEFAULT_TOPIC, Producer
 from .queries import VARIANTS, YsbQuery, start_query
-from .servers import RedisServer, TansuBroker
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -49,7 +49,7 @@ SUSTAINED_RULE = (
 
 @dataclass
 class VariantResult:
-    """The figures of one variant's run (what ``trilink-spark ysb --json`` writes).
+    """The figures of one variant's run (what ``python -m benches.ysb --json`` writes).
 
     Attributes
     ----------
@@ -59,7 +59,7 @@ class VariantResult:
     views : int
         Of which views (what the windows count).
     mismatches : int
-        Windows whose Redis count differs from the events sent (:func:`~trilink_spark.ysb.check`).
+        Windows whose Redis count differs from the events sent (:func:`~benches.ysb.check`).
     exchanges : int or None
         Shuffle exchanges in the plan of a micro-batch.
     throughput : float
@@ -212,7 +212,7 @@ def run_variant(
     ----------
     spark : SparkSession
     variant : str
-        One of :data:`~trilink_spark.ysb.VARIANTS`.
+        One of :data:`~benches.ysb.VARIANTS`.
     bootstrap, redis_url : str
         The broker and Redis (the catalogue must be set up there).
     catalogue : Catalogue
@@ -221,7 +221,7 @@ def run_variant(
     rate : float
         Events per second.
     events, duration
-        How much to produce (see :class:`~trilink_spark.ysb.Producer`).
+        How much to produce (see :class:`~benches.ysb.Producer`).
     partitions : int
         Partitions of the run's fresh topic.
     strategy : str or Partitioner
@@ -238,7 +238,7 @@ def run_variant(
     topic : str, optional
         Default ``ad-events-{variant}-{run id}`` (a fresh topic per run).
     producer_processes : int
-        Processes the producer spreads the events over (:class:`~trilink_spark.ysb.Producer`
+        Processes the producer spreads the events over (:class:`~benches.ysb.Producer`
         ``processes=``; its log is then a directory of parts).
 
     Returns
@@ -381,10 +381,15 @@ def run_variant(
 @contextlib.contextmanager
 def _servers(bootstrap: str | None, redis_url: str | None) -> Iterator[tuple[str, str]]:
     with contextlib.ExitStack() as stack:
-        if bootstrap is None:
-            bootstrap = stack.enter_context(TansuBroker()).bootstrap
-        if redis_url is None:
-            redis_url = stack.enter_context(RedisServer()).url
+        try:
+            if bootstrap is None:
+                bootstrap = stack.enter_context(KafkaBroker()).bootstrap
+            if redis_url is None:
+                redis_url = stack.enter_context(RedisServer(append_only=True)).url
+        except MissingDependencyError as err:
+            raise MissingDependencyError(
+                f"{err}; or pass --bootstrap HOST:PORT / --redis URL of a running server"
+            ) from None
         yield bootstrap, redis_url
 
 
@@ -404,7 +409,7 @@ def run_ysb(
     on_result: Callable[[VariantResult], None] | None = None,
     producer_processes: int = 1,
 ) -> list[VariantResult]:
-    """Run YSB variants one after another (``trilink-spark ysb``).
+    """Run YSB variants one after another (``python -m benches.ysb``).
 
     Starts tansu and redis-server on free loopback ports when ``bootstrap`` / ``redis_url``
     are not given (both stopped at the end), sets up the catalogue (100 x 10) and runs each
@@ -425,8 +430,6 @@ def run_ysb(
     >>> results = run_ysb(["baseline", "ahead"], events=50_000, rate=10_000)  # doctest: +SKIP
     """
     names = parse_variants(list(variants))
-    from .._internal.spark.session import get_session
-
     session = spark or get_session("local[2]", app_name="trilink-ysb", shuffle_partitions=4)
     results: list[VariantResult] = []
     with contextlib.ExitStack() as stack:

@@ -1,7 +1,11 @@
-"""``trilink-spark ysb``: the Yahoo Streaming Benchmark end to end, plain Spark against trilink.
+"""``python -m benches.ysb``: the Yahoo Streaming Benchmark end to end, plain Spark against
+trilink.
 
 Starts tansu and redis-server on free loopback ports (or uses ``--bootstrap`` and
 ``--redis``), runs the chosen variants one after another, prints a table and writes JSON.
+Run it from the repository root::
+
+    python -m benches.ysb --events 100000 --rate 5000 --json ysb.json
 """
 
 from __future__ import annotations
@@ -9,49 +13,59 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..errors import InvalidArgumentError
+from trilink_spark import get_session
+from trilink_spark.errors import InvalidArgumentError, TrilinkError
 
-__all__ = ["add_ysb_parser", "run_ysb_command", "format_table", "COLUMNS"]
+from .runner import parse_variants, run_ysb
+
+__all__ = ["build_parser", "run_ysb_command", "format_table", "COLUMNS",
+           "main"]
+
+#: The program name in usage and error lines.
+PROG = "python -m benches.ysb"
 
 #: The figures of each variant, in the table's and the JSON's order.
 COLUMNS: tuple[str, ...] = ("events", "mismatches", "exchanges", "throughput", "p50_latency_ms",
                             "p99_latency_ms", "redis_round_trips_per_1000")
 
 
-def add_ysb_parser(sub: Any) -> None:
-    """The ``ysb`` subcommand's arguments."""
-    ysb = sub.add_parser(
-        "ysb",
-        help="Yahoo Streaming Benchmark: Kafka -> PySpark -> Redis, baseline vs trilink",
+def build_parser() -> argparse.ArgumentParser:
+    """The command's argument parser."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
         description=(
+            "Yahoo Streaming Benchmark: Kafka -> PySpark -> Redis, baseline vs trilink. "
             "Produce YSB ad events to Kafka at --rate events/s, count views per campaign and "
             "10-second window with each variant (plain Spark and the trilink variants), write "
             "the windows to Redis, check them against the events sent, and report throughput, "
             "latency, shuffle exchanges and Redis round trips."),
     )
-    ysb.add_argument("--events", type=int, default=100_000,
-                     help="events per variant (default 100000)")
-    ysb.add_argument("--rate", type=float, default=10_000.0,
-                     help="events per second (default 10000)")
-    ysb.add_argument("--variants", default="baseline,key_by,local_merge,global_merge,ahead",
-                     help="comma-separated variants (default: all five)")
-    ysb.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
-    ysb.add_argument("--bootstrap", help="Kafka bootstrap servers (default: start tansu)")
-    ysb.add_argument("--redis", help="redis:// URL (default: start redis-server)")
-    ysb.add_argument("--partitions", type=int, default=4,
-                     help="Kafka partitions of each run's topic (default 4)")
-    ysb.add_argument("--strategy", default="least_key",
-                     help="placement of campaigns (default least_key)")
-    ysb.add_argument("--trigger", default="1 second",
-                     help="micro-batch trigger interval (default '1 second')")
-    ysb.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
-    ysb.add_argument("--seed", type=int, default=0)
-    ysb.add_argument("--producer-processes", type=int, default=1, metavar="N",
-                     help="processes that produce the events, each with its own Kafka client "
-                          "and share of the rate (default 1; more to drive higher rates)")
+    parser.add_argument("--events", type=int, default=100_000,
+                        help="events per variant (default 100000)")
+    parser.add_argument("--rate", type=float, default=10_000.0,
+                        help="events per second (default 10000)")
+    parser.add_argument("--variants", default="baseline,key_by,local_merge,global_merge,ahead",
+                        help="comma-separated variants (default: all five)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: start tansu)")
+    parser.add_argument("--redis", help="redis:// URL (default: start redis-server)")
+    parser.add_argument("--partitions", type=int, default=4,
+                        help="Kafka partitions of each run's topic (default 4)")
+    parser.add_argument("--strategy", default="least_key",
+                        help="placement of campaigns (default least_key)")
+    parser.add_argument("--trigger", default="1 second",
+                        help="micro-batch trigger interval (default '1 second')")
+    parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--producer-processes", type=int, default=1, metavar="N",
+                        help="processes that produce the events, each with its own Kafka client "
+                             "and share of the rate (default 1; more to drive higher rates)")
+    return parser
 
 
 def _cell(value: Any) -> str:
@@ -77,7 +91,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 
 def run_ysb_command(args: argparse.Namespace, out: TextIO) -> int:
-    """``trilink-spark ysb``: run the variants, print the table, write ``--json``.
+    """Run the variants, print the table, write ``--json``.
 
     Returns
     -------
@@ -88,16 +102,13 @@ def run_ysb_command(args: argparse.Namespace, out: TextIO) -> int:
     ------
     InvalidArgumentError
         A bad ``--events``, ``--rate``, ``--partitions``, ``--producer-processes`` or variant
-        name (``main`` prints it and exits 2).
+        name (:func:`main` prints it and exits 2).
 
     Notes
     -----
     Cost: per variant ``events / rate`` seconds of production plus the query's start and
     drain.
     """
-    from .._internal.spark.session import get_session
-    from ..ysb import parse_variants, run_ysb
-
     if args.events < 1 or args.rate <= 0 or args.partitions < 1 or args.producer_processes < 1:
         raise InvalidArgumentError(
             "--events, --rate, --partitions and --producer-processes must be positive, got "
@@ -127,3 +138,17 @@ def run_ysb_command(args: argparse.Namespace, out: TextIO) -> int:
         args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         out.write(f"JSON written to {args.json}\n")
     return 0 if all(r["mismatches"] == 0 for r in rows) else 1
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Entry point of ``python -m benches.ysb``; returns the exit status.
+
+    0 when every variant ended with 0 mismatches, 1 otherwise, 2 on a refused argument or a
+    missing server (the error goes to standard error).
+    """
+    args = build_parser().parse_args(argv)
+    try:
+        return run_ysb_command(args, out if out is not None else sys.stdout)
+    except TrilinkError as exc:
+        sys.stderr.write(f"{PROG}: error: {exc}\n")
+        return 2

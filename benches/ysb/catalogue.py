@@ -2,7 +2,7 @@
 
 As in ``yahoo/streaming-benchmarks``: 100 campaigns of 10 ads each, with UUID ids, and one
 Redis string per ad mapping it to its campaign. The ids are drawn from ``seed``, so the same
-seed gives the same catalogue (and the same events, see :mod:`~trilink_spark.ysb.producer`).
+seed gives the same catalogue (and the same events, see :mod:`~benches.ysb.producer`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StoreUnavailableError
-from ..merge.redis_store import lean_client
-from .._internal.urls import redact
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
+from trilink_spark.errors import StoreUnavailableError
+from trilink_spark.merge.redis_store import lean_client
+from trilink_spark._internal.urls import redact
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

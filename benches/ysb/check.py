@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import InvalidArgumentError
+from trilink_spark.errors import InvalidArgumentError
 from .catalogue import Catalogue, redis_client
 from .producer import read_log
 from .queries import WINDOW_MS
@@ -77,7 +77,7 @@ def read_windows(redis_url: str, prefix: str) -> pd.DataFrame:
     """The windows a query wrote under ``prefix``: ``campaign_id``, ``window_start``,
     ``seen_count``, ``time_updated`` (ints; ms).
 
-    Both layouts (see :mod:`~trilink_spark.ysb.queries`): the hashes
+    Both layouts (see :mod:`~benches.ysb.queries`): the hashes
     ``{prefix}:w:{campaign}:{start}`` named in ``{prefix}:windows``, and the ``global_merge``
     variant's store keys ``{prefix}:gm:k:v{campaign}:{start}`` named in ``{prefix}:gm:keys``.
 
@@ -127,7 +127,7 @@ def check(redis_url: str, prefix: str, log_path: str | Path | list[str | Path],
     ----------
     redis_url, prefix : str
         Where the query wrote (``prefix`` as given to
-        :func:`~trilink_spark.ysb.start_query`).
+        :func:`~benches.ysb.start_query`).
     log_path : str, Path or list of them
         The producer's event log(s).
     catalogue : Catalogue

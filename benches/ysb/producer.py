@@ -8,7 +8,7 @@ per Kafka record, with the ad's campaign id as the record key.
 The producer sends in chunks (every ``chunk_ms``): a chunk is drawn with numpy, sent with
 kafka-python, flushed (every record acknowledged), then appended to the event log, a Parquet
 file with the typed columns of :data:`LOG_SCHEMA`. The log therefore holds exactly the
-acknowledged events: :func:`~trilink_spark.ysb.check` recomputes the expected counts from it.
+acknowledged events: :func:`~benches.ysb.check` recomputes the expected counts from it.
 With ``processes=n`` the events are shared by ``n`` spawned processes, each with its own Kafka
 client, its share of the rate and its own part of the log (a directory of parts, read as one
 by :func:`read_log`).
@@ -33,14 +33,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..errors import BrokerUnavailableError, InvalidArgumentError, InvalidArgumentTypeError
-from ..errors import TrilinkError
-from ..partitioners import Partitioner
-from ..partitioners.catalogue import build
+from trilink_spark import Partitioner
+from trilink_spark.errors import BrokerUnavailableError, InvalidArgumentError
+from trilink_spark.errors import InvalidArgumentTypeError, TrilinkError
+from trilink_spark.partitioners.catalogue import build
 from .catalogue import Catalogue
 
 __all__ = ["AD_TYPES", "EVENT_TYPES", "LOG_SCHEMA", "DEFAULT_TOPIC", "Producer",
-           "ProducerError", "ProducerReport", "create_topic", "placement_strategy", "read_log"]
+           "ProducerError", "ProducerReport", "placement_strategy", "read_log"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,36 +55,6 @@ _TEMPLATE = ('{"user_id":"%s","page_id":"%s","ad_id":"%s","ad_type":"%s","event_
              '"event_time":%d,"ip_address":"1.2.3.4"}')
 _LOG_ROWS = 200_000  # rows per Parquet row group
 _MAX_CHUNK = 2_000  # events sent (then acknowledged) at most per chunk
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int, timeout_ms: int = 10_000) -> None:
-    """Create ``topic`` with ``partitions`` partitions (nothing when it exists with that count).
-
-    Raises :class:`~trilink_spark.BrokerUnavailableError` when the broker does not answer and
-    :class:`~trilink_spark.InvalidArgumentError` when the topic exists with another count.
-    Cost: one or two admin requests.
-    """
-    from kafka.admin import KafkaAdminClient, NewTopic
-    from kafka.errors import KafkaError, TopicAlreadyExistsError
-
-    try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","),
-                                 request_timeout_ms=timeout_ms)
-    except (KafkaError, OSError):
-        raise BrokerUnavailableError(f"no Kafka broker answered at {bootstrap}") from None
-    try:
-        try:
-            admin.create_topics([NewTopic(topic, num_partitions=partitions,
-                                          replication_factor=1)])
-        except TopicAlreadyExistsError:
-            described = admin.describe_topics([topic])
-            have = len(described[0]["partitions"]) if described else -1
-            if have != partitions:
-                raise InvalidArgumentError(
-                    f"topic {topic!r} exists with {have} partitions, not {partitions}; use "
-                    "another topic name") from None
-    finally:
-        admin.close()
 
 
 def placement_strategy(strategy: str | Partitioner, catalogue: Catalogue,
@@ -355,11 +325,11 @@ class Producer:
     bootstrap : str
         Kafka bootstrap servers.
     catalogue : Catalogue
-        From :func:`~trilink_spark.ysb.setup`.
+        From :func:`~benches.ysb.setup`.
     log_path : str or Path
         The Parquet event log (overwritten): one file with one process; with several, a
         directory of one ``part-NNN.parquet`` per process. :func:`read_log` (and so
-        :func:`~trilink_spark.ysb.check`) reads either as one log.
+        :func:`~benches.ysb.check`) reads either as one log.
     rate : float
         Events per second (the target; :attr:`ProducerReport.rate` says what was achieved).
     events : int, optional
@@ -367,7 +337,7 @@ class Producer:
     duration : float, optional
         Or after this many seconds (one of ``events`` and ``duration`` is needed).
     topic : str
-        Default ``"ad-events"``; it must exist (:func:`create_topic`).
+        Default ``"ad-events"``; it must exist (:func:`trilink_spark.testing.create_topic`).
     placement : str or Partitioner, optional
         Place records by campaign with this strategy (Ahead KeyBy); default round-robin.
     seed : int
