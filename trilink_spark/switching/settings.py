@@ -11,7 +11,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import ConfigError, ConfigTypeError, InvalidArgumentError
+from .._internal.validation import number
+from ..errors import ConfigError, ConfigTypeError, InvalidArgumentError, InvalidArgumentTypeError
 from ..eventtime import parse_interval
 from ..partitioners.catalogue import configurable_names
 from .config_center import MAX_VERSION
@@ -38,18 +39,6 @@ def _show(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
-def _number(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigTypeError(f"{name} must be a number, got {type(value).__name__}")
-    try:
-        out = float(value)
-    except OverflowError:  # an int beyond the range of a double
-        out = math.inf
-    if not math.isfinite(out):
-        raise ConfigError(f"{name} must be finite, got {_show(value)}")
-    return out
-
-
 def _integer(value: Any, name: str, low: int, high: int = MAX_INTEGER) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigTypeError(f"{name} must be an integer, got {type(value).__name__}")
@@ -62,7 +51,12 @@ def _integer(value: Any, name: str, low: int, high: int = MAX_INTEGER) -> int:
 
 def _in_range(value: Any, name: str, low: float, high: float, *, open_low: bool = False,
               open_high: bool = False) -> float:
-    x = _number(value, name)
+    try:  # the one number check, its errors as a config's
+        x = number(value, name)
+    except InvalidArgumentTypeError as err:
+        raise ConfigTypeError(str(err)) from None
+    except InvalidArgumentError as err:
+        raise ConfigError(str(err)) from None
     bad_low = x <= low if open_low else x < low
     bad_high = x >= high if open_high else x > high
     if bad_low or bad_high:

@@ -132,7 +132,7 @@ class Decision:
         Every candidate, freshly fitted on the sample (raw sampled loads).
     estimates : dict of str to float
         Each candidate's balance degree with the sampling noise removed
-        (:func:`~trilink_spark.control.monitoring.denoised_balance`): what the decision compares.
+        (:func:`~trilink_spark.switching.monitoring.denoised_balance`): what the decision compares.
     current_balance : float or None
         The same estimate for the previous strategy (a table one with its history).
     sample_records : float

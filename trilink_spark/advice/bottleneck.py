@@ -19,9 +19,9 @@ itself (:meth:`BottleneckAdvisor.observe_operator`, e.g. the keyed runtime's
   the sources have and the query has not read, as a rate over one batch), x selectivity;
 - **utilisation**: offered flow / capacity.
 
-The minimum cut of the network (:func:`~trilink_spark.control.flow.max_flow`, which never
+The minimum cut of the network (:func:`~trilink_spark.advice.network.max_flow`, which never
 splits one operator's tasks) is the bottleneck when the offered flow reaches ``lambda_`` x
-its capacity; DS2's parallelism (:func:`~trilink_spark.control.ds2.ds2_parallelism`) says how
+its capacity; DS2's parallelism (:func:`~trilink_spark.advice.ds2.ds2_parallelism`) says how
 many tasks each node needs for the offered flow. The report turns that into actions: more
 partitions through a swap, ``local_merge`` or Ahead KeyBy when the shuffle is the cut,
 ``maxOffsetsPerTrigger`` when the whole query cannot keep up, more executors when the slots
@@ -43,13 +43,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .._internal.validation import count, number
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from .ds2 import TrueRate, ds2_parallelism
-from .flow import LAMBDA_RANGE, FlowNetwork, find_bottlenecks, max_flow
+from .analysis import LAMBDA_RANGE, find_bottlenecks
+from .network import FlowNetwork, max_flow
 from .._internal.optiming import OPERATOR_TIMING_COLUMNS, OperatorTimingReader, is_operator_name
 from .._internal.optiming import timing_root
-from .metrics import TASK_METRIC_COLUMNS, task_metrics
-from .progress import BatchProgress, parse_progress
+from ..measurement.metrics import TASK_METRIC_COLUMNS, task_metrics
+from ..measurement.progress import BatchProgress, clip_rate, parse_progress
 from ..eventtime import parse_interval
 
 __all__ = ["NodeReport", "BottleneckReport", "BottleneckAdvisor", "BottleneckListener"]
@@ -60,10 +62,6 @@ SOURCE = "source"
 SINK = "sink"
 #: True rate (rows/s) of a node that spent no measurable time: never the cut.
 _FAST = 1e12
-#: Largest rate (rows/s) the report works with: figures beyond it (a batch timed at 1e-300
-#: ms, a corrupt ``inputRowsPerSecond`` of 1e308) are taken as this, so that the flow
-#: network, DS2 and the report stay finite. No real query comes within orders of magnitude.
-RATE_CAP = 1e15
 _MAX = sys.float_info.max
 #: Largest row count and busy time (ms) of one observation: Spark's ``Long``.
 _LONG_MAX = float(2 ** 63)
@@ -132,7 +130,7 @@ class BottleneckReport:
     max_flow : float
         The most source rows per second the query sustains (the cut's capacity); ``inf``
         when no node of the cut spent measurable time (nothing bounds the query). Rates
-        are clipped to :data:`RATE_CAP`.
+        are clipped to :data:`~trilink_spark.measurement.progress.RATE_CAP`.
     source_rate, backlog_rate, offered_rate : float
         Input rate, backlog as a rate, and their sum, in source rows per second.
     utilisation : float
@@ -194,11 +192,6 @@ def _json_number(value: Any) -> Any:
     return value
 
 
-def _rate(value: float) -> float:
-    """A rate clipped to ``[0, RATE_CAP]`` (NaN counts 0)."""
-    return min(value, RATE_CAP) if value > 0 else 0.0
-
-
 @dataclass
 class _Batch:
     progress: BatchProgress | None = None
@@ -252,23 +245,6 @@ def _unique_columns(frame: pd.DataFrame, what: str) -> None:
             f"{what} has duplicate columns: {', '.join(duplicated)}"[:200])
 
 
-def _positive(value: Any, name: str, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise InvalidArgumentTypeError(f"{name} must be a number, got {type(value).__name__}")
-    out = float(value)
-    if not (low <= out <= high):
-        raise InvalidArgumentError(f"{name} must be in [{low}, {high}], got {value!r}")
-    return out
-
-
-def _count(value: Any, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise InvalidArgumentTypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < low:
-        raise InvalidArgumentError(f"{name} must be >= {low}, got {value}")
-    return int(value)
-
-
 class BottleneckAdvisor:
     """Find the bottleneck of a running query and say what to change.
 
@@ -311,10 +287,10 @@ class BottleneckAdvisor:
 
     def __init__(self, lambda_: float = 0.85, window_batches: int = 5, warmup_batches: int = 2,
                  *, slots: int | None = None, trigger_interval: Any = None) -> None:
-        self.lambda_ = _positive(lambda_, "lambda_", *LAMBDA_RANGE)
-        self.window_batches = _count(window_batches, "window_batches", 1)
-        self.warmup_batches = _count(warmup_batches, "warmup_batches", 0)
-        self.slots = None if slots is None else _count(slots, "slots", 1)
+        self.lambda_ = number(lambda_, "lambda_", low=LAMBDA_RANGE[0], high=LAMBDA_RANGE[1])
+        self.window_batches = count(window_batches, "window_batches", 1)
+        self.warmup_batches = count(warmup_batches, "warmup_batches", 0)
+        self.slots = None if slots is None else count(slots, "slots", 1)
         self.trigger_s: float | None = None
         if trigger_interval is not None:
             value = trigger_interval
@@ -322,7 +298,7 @@ class BottleneckAdvisor:
                 value = parse_interval(value, "trigger_interval")
             if isinstance(value, timedelta):
                 value = value.total_seconds()
-            self.trigger_s = _positive(value, "trigger_interval", 1e-6, _MAX)
+            self.trigger_s = number(value, "trigger_interval", low=1e-6, high=_MAX)
         self._lock = threading.Lock()
         self._batches: deque[_Batch] = deque(maxlen=self.window_batches)
         self._current = _Batch()
@@ -345,7 +321,7 @@ class BottleneckAdvisor:
         Raises
         ------
         InvalidArgumentTypeError, InvalidArgumentError
-            As :func:`~trilink_spark.control.progress.parse_progress`; nothing is recorded.
+            As :func:`~trilink_spark.measurement.progress.parse_progress`; nothing is recorded.
         """
         parsed = parse_progress(progress)
         with self._lock:
@@ -422,7 +398,7 @@ class BottleneckAdvisor:
                 f"{', '.join(EXCHANGE_COLUMNS)} (exchange nodes) or none of them")
         done = _successful_tasks(metrics)
         if seconds is not None:
-            seconds = _positive(seconds, "seconds", 1e-9, _MAX)
+            seconds = number(seconds, "seconds", low=1e-9, high=_MAX)
         with self._lock:
             wall = 0.0
             stages = sorted(int(v) for v in done["stage_id"].unique())
@@ -485,11 +461,11 @@ class BottleneckAdvisor:
         if not isinstance(kind, str) or not kind:
             raise InvalidArgumentTypeError(
                 f"kind must be a non-empty str (e.g. 'operator'), got {kind!r:.40}")
-        rows_f = _positive(rows, "rows", 0.0, _LONG_MAX)
-        busy = _positive(busy_ms, "busy_ms", 0.0, _LONG_MAX)
-        count = _count(tasks, "tasks", 1)
+        rows_f = number(rows, "rows", low=0.0, high=_LONG_MAX)
+        busy = number(busy_ms, "busy_ms", low=0.0, high=_LONG_MAX)
+        n_tasks = count(tasks, "tasks", 1)
         with self._lock:
-            self._add(name, kind, rows_f, busy, count)
+            self._add(name, kind, rows_f, busy, n_tasks)
 
     def observe_timings(self, timings: pd.DataFrame) -> None:
         """Take the records trilink operators wrote of their own work
@@ -636,18 +612,18 @@ class BottleneckAdvisor:
         first = names[0]
         if progress:
             source_rows = float(sum(p.input_rows for p in progress))
-            source_rate = _rate(float(np.mean([_rate(p.input_rate) for p in progress])))
+            source_rate = clip_rate(float(np.mean([clip_rate(p.input_rate) for p in progress])))
             if self.trigger_s is not None:  # each batch is due within its trigger
-                source_rate = max(source_rate, _rate(float(np.mean(
+                source_rate = max(source_rate, clip_rate(float(np.mean(
                     [float(p.input_rows) for p in progress])) / self.trigger_s))
             durations = [p.duration_ms / 1000.0 for p in progress if p.duration_ms > 0]
             backlogs = [p.backlog_rows for p in progress if p.backlog_rows is not None]
             horizon = float(np.mean(durations)) if durations else 1.0
-            backlog_rate = _rate(float(backlogs[-1]) / horizon) if backlogs else 0.0
+            backlog_rate = clip_rate(float(backlogs[-1]) / horizon) if backlogs else 0.0
         else:  # a bounded job: what flowed is what was offered
             source_rows = sums[first]["rows"]
             seconds = sum(b.seconds or 0.0 for b in batches)
-            source_rate = _rate(source_rows / seconds) if seconds > 0 else 0.0
+            source_rate = clip_rate(source_rows / seconds) if seconds > 0 else 0.0
             backlog_rate = 0.0
         if source_rows <= 0:
             source_rows = max(sums[first]["rows"], 1.0)
@@ -661,14 +637,14 @@ class BottleneckAdvisor:
             per_batch = s["rows"] / max(s["batches"], 1)
             sel = s["rows"] / source_rows if source_rows > 0 else 1.0
             busy_s = s["busy_ms"] / 1000.0
-            true_rate = _rate(s["rows"] / busy_s) if busy_s > 0 else math.inf
+            true_rate = clip_rate(s["rows"] / busy_s) if busy_s > 0 else math.inf
             tasks = int(s["tasks"])
             slots = tasks if self.slots is None else min(tasks, self.slots)
-            capacity = true_rate * max(slots, 1) if math.isinf(true_rate) else _rate(
+            capacity = true_rate * max(slots, 1) if math.isinf(true_rate) else clip_rate(
                 true_rate * max(slots, 1))
             true_rates[n] = true_rate
             selectivity[n] = sel
-            capacity_src[n] = (_rate(capacity / sel) if math.isfinite(capacity) else math.inf
+            capacity_src[n] = (clip_rate(capacity / sel) if math.isfinite(capacity) else math.inf
                                ) if sel > 0 else math.inf
             nodes.append(NodeReport(
                 name=n, kind=kinds.get(n, "operator"), rows_per_batch=per_batch,

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 
-__all__ = ["BatchProgress", "parse_progress", "MAX_PROGRESS_BYTES"]
+__all__ = ["BatchProgress", "parse_progress", "MAX_PROGRESS_BYTES", "RATE_CAP", "clip_rate"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +30,21 @@ MAX_PROGRESS_BYTES = 16 * 1024 * 1024
 #: Spark counts batches, rows and offsets in 64-bit ``Long`` s: larger integers are refused
 #: (batch id, row count) or make a source's backlog unknown (offsets).
 _LONG_MAX = 2 ** 63 - 1
+#: Largest rate (rows/s) the advisors work with: a figure beyond it (a batch timed at 1e-300
+#: ms, a corrupt ``inputRowsPerSecond`` of 1e308) is taken as this, so that the flow network,
+#: DS2, the reports and the advice stay finite. No real query comes within orders of magnitude.
+RATE_CAP = 1e15
+
+
+def clip_rate(value: float) -> float:
+    """A measured rate clipped to ``[0, RATE_CAP]`` (NaN and negatives count 0). O(1).
+
+    Examples
+    --------
+    >>> clip_rate(1e308), clip_rate(float("nan")), clip_rate(42.0)
+    (1000000000000000.0, 0.0, 42.0)
+    """
+    return min(value, RATE_CAP) if value > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -65,7 +80,10 @@ class BatchProgress:
     backlog_rows: int | None
 
 
-def _number(value: Any, name: str, default: float = 0.0) -> float:
+def _field_number(value: Any, name: str, default: float = 0.0) -> float:
+    """A number field of a progress event: ``default`` when absent (``None``) or NaN (Spark
+    writes NaN rates for an empty first batch), else finite and >= 0. A parser of the event's
+    JSON, not an argument check: its errors name the progress field."""
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -93,7 +111,7 @@ def _rows(value: Any) -> int:
                 "progress field numInputRows must be an integer in [0, 2**63 - 1], got "
                 f"{'a negative number' if value < 0 else 'a larger one'}")
         return value
-    rows = _number(value, "numInputRows")
+    rows = _field_number(value, "numInputRows")
     if rows > _LONG_MAX:
         raise InvalidArgumentError(
             f"progress field numInputRows must be in [0, 2**63 - 1], got {rows!r}")
@@ -205,15 +223,16 @@ def parse_progress(progress: Any) -> BatchProgress:
     durations_raw = data.get("durationMs") or {}
     if not isinstance(durations_raw, Mapping):
         raise InvalidArgumentError("progress field durationMs must be an object")
-    durations = {str(k): _number(v, f"durationMs.{k}") for k, v in durations_raw.items()}
+    durations = {str(k): _field_number(v, f"durationMs.{k}") for k, v in durations_raw.items()}
     rows = _rows(data.get("numInputRows"))
     stamp = data.get("timestamp")
     return BatchProgress(
         batch_id=batch,
         timestamp=stamp[:64] if isinstance(stamp, str) else "",
         input_rows=rows,
-        input_rate=_number(data.get("inputRowsPerSecond"), "inputRowsPerSecond"),
-        processed_rate=_number(data.get("processedRowsPerSecond"), "processedRowsPerSecond"),
+        input_rate=_field_number(data.get("inputRowsPerSecond"), "inputRowsPerSecond"),
+        processed_rate=_field_number(data.get("processedRowsPerSecond"),
+                                     "processedRowsPerSecond"),
         duration_ms=durations.get("triggerExecution", 0.0),
         durations_ms=durations,
         backlog_rows=_backlog(data.get("sources")),

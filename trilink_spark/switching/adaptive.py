@@ -454,7 +454,7 @@ class AdaptivePartitioner(Partitioner):
         return None if self._weights is None else np.asarray(self._weights, dtype=np.float64)
 
     def _noise_per_unit(self, thinning: float = 1.0) -> float:
-        """Sampling-noise variance per unit of scaled load (see :mod:`~trilink_spark.control.monitoring`).
+        """Sampling-noise variance per unit of scaled load (see :mod:`~trilink_spark.switching.monitoring`).
 
         The view is a decayed sum of Bernoulli samples; ``w2 / w1`` corrects the Poisson
         variance for the decay weights. ``thinning`` is the share of the view being scored.
@@ -557,7 +557,7 @@ class AdaptivePartitioner(Partitioner):
         """Score every candidate and the current strategy; pick the best; estimate the gain.
 
         Returns the scores, the best candidate, the estimates compared, the current strategy's
-        estimate and the gain. Balances are denoised (:mod:`~trilink_spark.control.monitoring`).
+        estimate and the gain. Balances are denoised (:mod:`~trilink_spark.switching.monitoring`).
 
         *From a stateless strategy*, candidates are fitted on the whole view and scored on it.
         A fresh table is thereby scored on the counts it learnt, which is what
@@ -568,7 +568,7 @@ class AdaptivePartitioner(Partitioner):
         *From a table strategy*, that was taught exact counts, a fresh table fitted on the
         sample it is scored on would look better for having fitted the sample and be refit
         every time. So candidates learn on one half of the sample
-        (:func:`~trilink_spark.control.monitoring.split_counts`) and all of them, the current table
+        (:func:`~trilink_spark.switching.monitoring.split_counts`) and all of them, the current table
         included, are scored on the other half (keys a table has not seen get the hash
         fallback); only a spread the sample can tell from noise counts.
         """

@@ -61,9 +61,9 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from .._internal.validation import count, positive, seconds
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..partitioners import BlockPartitioner
-from ..eventtime import parse_interval
 
 __all__ = ["RebalanceDecision", "LoadAwareRebalancer", "REBALANCE_STATES"]
 
@@ -123,27 +123,6 @@ class RebalanceDecision:
         }
 
 
-def _positive(value: Any, name: str, *, allow_none: bool = False) -> float | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise InvalidArgumentTypeError(f"{name} must be a number, got {type(value).__name__}")
-    out = float(value)
-    if not math.isfinite(out) or out <= 0:
-        raise InvalidArgumentError(f"{name} must be a finite number > 0, got {value!r}")
-    return out
-
-
-def _count(value: Any, name: str, low: int, *, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise InvalidArgumentTypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < low:
-        raise InvalidArgumentError(f"{name} must be >= {low}, got {value}")
-    return int(value)
-
-
 def _vector(values: Any, size: int, name: str, what: str) -> npt.NDArray[np.float64]:
     """``values`` (a sequence of ``size`` numbers, or a mapping index -> number, missing = 0)
     as finite, non-negative floats of at most :data:`MAX_FIGURE`. Booleans and strings are
@@ -182,18 +161,6 @@ def _vector(values: Any, size: int, name: str, what: str) -> npt.NDArray[np.floa
         raise InvalidArgumentError(
             f"{name} must be finite, >= 0 and at most {MAX_FIGURE:g}, got {arr.tolist()[:8]}")
     return arr
-
-
-def _seconds(value: Any) -> float:
-    """A trigger interval in seconds: a number, a timedelta or an interval string."""
-    from datetime import timedelta
-
-    if isinstance(value, str):
-        value = parse_interval(value, "trigger_interval")
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    out = _positive(value, "trigger_interval")
-    return float(out if out is not None else 0.0)
 
 
 def _finite(v: Any, name: str) -> float:
@@ -290,17 +257,16 @@ class LoadAwareRebalancer:
                  significance: float = 3.0) -> None:
         self.interval_ms: float | None = (
             None if trigger_interval is None
-            else _seconds(trigger_interval) * 1000.0)
+            else seconds(trigger_interval, "trigger_interval") * 1000.0)
         default_theta = 0.8 if self.interval_ms is not None else 1.1
-        self.theta = float(_positive(theta, "theta", allow_none=True) or default_theta)
-        epsilon_value = _positive(epsilon, "epsilon")
-        self.epsilon = float(epsilon_value if epsilon_value is not None else 0.1)
-        self.cooldown_batches = int(_count(cooldown_batches, "cooldown_batches", 0) or 0)
-        self.max_blocks_per_round = _count(max_blocks_per_round, "max_blocks_per_round", 1,
-                                           allow_none=True)
-        self.window = int(_count(window, "window", 1) or 1)
-        self.freeze_rounds = int(_count(freeze_rounds, "freeze_rounds", 0) or 0)
-        self.significance = float(_positive(significance, "significance") or 3.0)
+        self.theta = default_theta if theta is None else positive(theta, "theta")
+        self.epsilon = positive(epsilon, "epsilon")
+        self.cooldown_batches = count(cooldown_batches, "cooldown_batches", 0)
+        self.max_blocks_per_round = (None if max_blocks_per_round is None
+                                     else count(max_blocks_per_round, "max_blocks_per_round"))
+        self.window = count(window, "window", 1)
+        self.freeze_rounds = count(freeze_rounds, "freeze_rounds", 0)
+        self.significance = positive(significance, "significance")
         self._seen: deque[tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = deque(
             maxlen=self.window)
         self._layout: tuple[int, int, bytes] | None = None

@@ -70,7 +70,7 @@ class AdaptiveBatchFunction:
                 "config center (in the client) cannot reach, so run-time updates would be "
                 "lost. Use a classic SparkSession for run-time configuration, or give the "
                 "AdaptivePartitioner no config= (the copy then decides on its own, and logs "
-                "each decision on the trilink_spark.control.adaptive logger)"
+                "each decision on the trilink_spark.switching.adaptive logger)"
             )
         replay = self._last_batch
         background = None

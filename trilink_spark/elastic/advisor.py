@@ -65,12 +65,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, cast
 
-from ..elastic import CRAA, KPA, TA, KalmanFilter, Policy
 from .._internal.validation import count, positive, seconds
-from ..elastic.model import MAX_UNITS, admission_limit, cooperative_judgement, unit_change
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..kafka.admission import write_trigger_cap
-from .progress import parse_progress
+from ..measurement.progress import clip_rate, parse_progress
+from .kalman import KalmanFilter
+from .model import MAX_UNITS, admission_limit, cooperative_judgement, unit_change
+from .policies import CRAA, KPA, TA, Policy
 
 __all__ = ["Advice", "ElasticityAdvisor", "apply_advice", "follow_trigger_cap",
            "ADVISOR_POLICIES"]
@@ -81,17 +82,8 @@ logger = logging.getLogger(__name__)
 ADVISOR_POLICIES: tuple[str, ...] = ("craa", "kpa", "ta")
 #: Weight of the newest batch in the smoothed per-executor rate.
 RATE_SMOOTHING = 0.5
-#: Largest rate (rows/s) the advisor works with: a figure beyond it (a batch timed at 1e-300
-#: ms, a corrupt ``inputRowsPerSecond`` of 1e308) is taken as this, so that every figure of
-#: the advice stays finite.
-RATE_CAP = 1e15
 #: Largest rows-per-trigger cap (``maxOffsetsPerTrigger`` is a ``Long``).
 _LONG_MAX = 2 ** 63 - 1
-
-
-def _rate(value: float) -> float:
-    """A rate clipped to ``[0, RATE_CAP]`` (NaN counts 0)."""
-    return min(value, RATE_CAP) if value > 0 else 0.0
 
 
 def _ratio(rows: float, bound: float) -> float:
@@ -276,7 +268,7 @@ class ElasticityAdvisor:
         ``timestamp``: a duplicated line, a replayed listener event) changes nothing and
         returns :attr:`last_advice`: the filter, the rate estimate and the loss counters see
         each event once. Rates are
-        clipped to :data:`RATE_CAP`, the advised executors to
+        clipped to :data:`~trilink_spark.measurement.progress.RATE_CAP`, the advised executors to
         :data:`~trilink_spark.elastic.model.MAX_UNITS`.
         """
         if executors is not None:
@@ -293,16 +285,16 @@ class ElasticityAdvisor:
         units = self._units
         batch_id: int | None = parsed.batch_id
         rows = float(parsed.input_rows)
-        rate_in = _rate(parsed.input_rate)
+        rate_in = clip_rate(parsed.input_rate)
         if rate_in == 0 and rows > 0:
-            rate_in = _rate(rows / dt)
+            rate_in = clip_rate(rows / dt)
         busy_ms: float | None = parsed.duration_ms or None
         if busy_ms is None:
             done = parsed.processed_rate
             busy_ms = 1000.0 * rows / done if done else None
         busy = (busy_ms or 0.0) / 1000.0
         if rows > 0 and busy > 0 and self.unit_rate is None:
-            sample = _rate(rows / busy / units)
+            sample = clip_rate(rows / busy / units)
             old = self._rate_estimate
             self._rate_estimate = sample if old is None else (
                 RATE_SMOOTHING * sample + (1 - RATE_SMOOTHING) * old)
@@ -315,7 +307,7 @@ class ElasticityAdvisor:
                             rate_in, 0.0, 0.0)
             self.last_advice = advice
             return advice
-        capacity = _rate(per_unit * units)
+        capacity = clip_rate(per_unit * units)
         lag = parsed.backlog_rows
         backlog = float(lag) if lag is not None else max(0.0, busy - dt) * rate_in
         bound_rows = self.latency_bound_s * capacity
@@ -526,7 +518,7 @@ def follow_trigger_cap(center: Any, path: str,
     Examples
     --------
     >>> import os, tempfile
-    >>> from trilink_spark.control.config_center import ConfigCenter
+    >>> from trilink_spark.switching.config_center import ConfigCenter
     >>> from trilink_spark.kafka.admission import read_trigger_cap
     >>> center, path = ConfigCenter(), os.path.join(tempfile.mkdtemp(), "cap.json")
     >>> stop = follow_trigger_cap(center, path)
