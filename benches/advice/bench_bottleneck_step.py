@@ -13,7 +13,7 @@ rows/s on 2 tasks), then steps to 8,000 rows per file. Reported: the batches and
 the first stepped file to the first report naming stage 0, the reports before the step (none
 may name a bottleneck) and DS2's parallelism for stage 0 after the step.
 
-Run: ``python benches/control/bench_bottleneck_step.py`` (writes
+Run: ``python benches/advice/bench_bottleneck_step.py`` (writes
 benches/results/bottleneck_step.json).
 """
 

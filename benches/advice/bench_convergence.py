@@ -1,7 +1,7 @@
 """Rescale convergence: the flow-network advisor, DS2 alone and a threshold autoscaler.
 
 The convergence experiment of FAR-Flink (Li et al., 2019) and DS2 (Kalavri et al., OSDI
-2018), in simulation (``trilink_spark.control.ds2.SimulatedPipeline``: per-instance rates,
+2018), in simulation (``trilink_spark.elastic.pipeline.SimulatedPipeline``: per-instance rates,
 selectivities, backpressure that throttles the source to what the slowest operator
 sustains, true rates measured over useful time with optional noise). Two topologies:
 
@@ -42,7 +42,7 @@ Experiments:
    configuration (beside FAR-Flink's +27.6 % throughput over stock Flink), the share of
    arrivals served, the lag left (seconds of input) and the mean instances used.
 
-Run: ``python benches/control/bench_convergence.py`` (writes
+Run: ``python benches/advice/bench_convergence.py`` (writes
 benches/results/convergence.json; ``--quick`` runs 5 noisy seeds).
 """
 
@@ -61,22 +61,24 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import write_json  # noqa: E402
 
-from trilink_spark.control.ds2 import (  # noqa: E402
-    PipelineWindow,
-    SimulatedOperator,
-    SimulatedPipeline,
+from trilink_spark.advice.ds2 import (  # noqa: E402
     TrueRate,
     ds2_parallelism,
     ds2_plan,
     fit_exponent,
     scaled_parallelism,
 )
-from trilink_spark.control.flow import (  # noqa: E402
+from trilink_spark.advice.analysis import find_bottlenecks  # noqa: E402
+from trilink_spark.advice.capacity import (  # noqa: E402
     CapacityObservation,
-    FlowNetwork,
     capacity_step,
-    find_bottlenecks,
     learn_capacity,
+)
+from trilink_spark.advice.network import FlowNetwork  # noqa: E402
+from trilink_spark.elastic.pipeline import (  # noqa: E402
+    PipelineWindow,
+    SimulatedOperator,
+    SimulatedPipeline,
 )
 
 Par = dict[Hashable, int]

@@ -24,7 +24,7 @@ Reported per strategy: per-batch max task time (the keyed runtime's own timing, 
 ``executorRunTime`` of the keyed stage from ``tl.task_metrics``), total time, rounds of moves,
 moved keys and state bytes moved, and the ratios against the best fixed strategy.
 
-Run: ``python benches/control/bench_rebalance.py`` (writes
+Run: ``python benches/switching/bench_rebalance.py`` (writes
 benches/results/rebalance.json; ``quick`` as an argument runs 3 batches of 20,000 words).
 """
 

@@ -14,7 +14,7 @@ from pyspark import cloudpickle
 
 import trilink_spark as tl
 from conftest import wait_for
-from trilink_spark.control.progress import parse_progress
+from trilink_spark.measurement.progress import parse_progress
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -12,15 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trilink_spark.control.ds2 import (
-    SimulatedOperator,
-    SimulatedPipeline,
+from trilink_spark.advice.ds2 import (
     TrueRate,
     ds2_parallelism,
     ds2_plan,
     fit_exponent,
     scaled_parallelism,
 )
+from trilink_spark.elastic.pipeline import SimulatedOperator, SimulatedPipeline
 from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
 
 

@@ -13,17 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trilink_spark.control.flow import (
-    CapacityObservation,
-    FlowNetwork,
-    FlowResult,
-    capacity_step,
-    find_bottlenecks,
-    learn_capacity,
-    max_flow,
-    operator_min_cut,
-    operator_of,
-)
+from trilink_spark.advice.analysis import find_bottlenecks
+from trilink_spark.advice.capacity import CapacityObservation, capacity_step, learn_capacity
+from trilink_spark.advice.cuts import operator_min_cut
+from trilink_spark.advice.network import FlowNetwork, FlowResult, max_flow, operator_of
 from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError, TrilinkError
 
 TOL = 1e-7

@@ -21,13 +21,15 @@ import pandas as pd
 import pytest
 
 import trilink_spark as tl
-from trilink_spark.control.bottleneck import RATE_CAP, BottleneckAdvisor, BottleneckListener
-from trilink_spark.control.ds2 import (SimulatedOperator, SimulatedPipeline, TrueRate,
-                                       ds2_parallelism, scaled_parallelism)
-from trilink_spark.control.flow import (CapacityObservation, FlowNetwork, capacity_step,
-                                        find_bottlenecks, max_flow, operator_min_cut)
-from trilink_spark.control.metrics import TASK_METRIC_COLUMNS
-from trilink_spark.control.progress import MAX_PROGRESS_BYTES, parse_progress
+from trilink_spark.advice.bottleneck import BottleneckAdvisor, BottleneckListener
+from trilink_spark.advice.ds2 import TrueRate, ds2_parallelism, scaled_parallelism
+from trilink_spark.elastic.pipeline import SimulatedOperator, SimulatedPipeline
+from trilink_spark.advice.analysis import find_bottlenecks
+from trilink_spark.advice.capacity import CapacityObservation, capacity_step
+from trilink_spark.advice.cuts import operator_min_cut
+from trilink_spark.advice.network import FlowNetwork, max_flow
+from trilink_spark.measurement.metrics import TASK_METRIC_COLUMNS
+from trilink_spark.measurement.progress import MAX_PROGRESS_BYTES, RATE_CAP, parse_progress
 from trilink_spark.errors import (InvalidArgumentError, InvalidArgumentTypeError,
                                   TrilinkError)
 

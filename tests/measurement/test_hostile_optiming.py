@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 import trilink_spark as tl
-from trilink_spark.control.bottleneck import BottleneckAdvisor, BottleneckListener
-from trilink_spark.control.metrics import TASK_METRIC_COLUMNS
+from trilink_spark.advice.bottleneck import BottleneckAdvisor, BottleneckListener
+from trilink_spark.measurement.metrics import TASK_METRIC_COLUMNS
 from trilink_spark._internal.optiming import (OPERATOR_TIMING_COLUMNS, OperatorTimer,
                                     OperatorTimingReader, operator_timer,
                                     read_operator_timings)

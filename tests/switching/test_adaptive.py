@@ -159,7 +159,7 @@ def test_frozen_partitioner_logs_but_never_switches(caplog: pytest.LogCaptureFix
     ap = tl.AdaptivePartitioner(8, mode="quantity", quantity=1, min_sample=100)
     ap.freeze("keyed state in use")
     ap.observe(skewed_sample(rng))
-    with caplog.at_level(logging.WARNING, logger="trilink_spark.control.adaptive"):
+    with caplog.at_level(logging.WARNING, logger="trilink_spark.switching.adaptive"):
         d = ap.decide()
     assert d.triggered and not d.switched and ap.current_name == "hash"
     assert "switching is off: keyed state in use" in d.reason

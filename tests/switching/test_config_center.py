@@ -14,7 +14,7 @@ import redis
 import trilink_spark as tl
 from conftest import wait_for
 from trilink_spark.cli import main
-from trilink_spark.control.config_center import encode_message
+from trilink_spark.switching.config_center import encode_message
 
 
 # ---------------------------------------------------------------------- validation
@@ -63,7 +63,7 @@ def test_in_process_center_versions_merge_and_notify(caplog: pytest.LogCaptureFi
         "version": 1, "mode": "quantity", "quantity": 100}
     assert center.publish({"quantity": 200})["version"] == 2  # type: ignore[index]
     assert center.current() == {"version": 2, "mode": "quantity", "quantity": 200}
-    with caplog.at_level(logging.WARNING, logger="trilink_spark.control.config_center"):
+    with caplog.at_level(logging.WARNING, logger="trilink_spark.switching.config_center"):
         assert center.publish({"version": 2, "quantity": 5}) is None  # stale
         assert center.publish({"quantity": -1}) is None  # out of range
         assert center.publish({"bogus": 1}) is None  # unknown field
@@ -152,7 +152,7 @@ def test_redis_rejects_invalid_stale_and_unsigned_messages(
     try:
         subscriber.subscribe(seen.append)
         wait_for(subscriber.connected.is_set)
-        with caplog.at_level(logging.WARNING, logger="trilink_spark.control.config_center"):
+        with caplog.at_level(logging.WARNING, logger="trilink_spark.switching.config_center"):
             raw.publish(channel, encode_message({"version": 1, "mode": "manual"}, None))
             raw.publish(channel, encode_message({"version": 1, "mode": "manual"}, "wrong"))
             raw.publish(channel, b"not json at all")

@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 import trilink_spark as tl
 from conftest import wait_for
 from trilink_spark.cli import main
-from trilink_spark.control import config_center as cc
-from trilink_spark.control.config_center import encode_message
+from trilink_spark.switching import config_center as cc
+from trilink_spark.switching.config_center import encode_message
 from trilink_spark._internal.urls import redact
 
-LOGGER = "trilink_spark.control.config_center"
+LOGGER = "trilink_spark.switching.config_center"
 LIMIT = 2**53 - 1  # the largest version (MAX_VERSION)
 DEEP_100K = b"[" * 100_000 + b"]" * 100_000  # over the size limit as well
 DEEP_20K = b"[" * 20_000 + b"]" * 20_000  # under the size limit: the depth bound refuses it

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import trilink_spark as tl
-from trilink_spark.control.monitoring import denoised_balance, split_counts
+from trilink_spark.switching.monitoring import denoised_balance, split_counts
 
 
 def sampled_loads(true_loads: np.ndarray, rate: float, rng: np.random.Generator) -> np.ndarray:
