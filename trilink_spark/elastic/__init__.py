@@ -21,12 +21,13 @@ In the control plane it is the part that sizes a running query's resources:
   :func:`apply_advice` requests executors and caps admission (``maxOffsetsPerTrigger``
   through a config center), and :func:`follow_trigger_cap` carries that cap to a
   trilink-kafka stream;
-- :class:`SimulatedPipeline` of :class:`SimulatedOperator` s (:mod:`trilink_spark.elastic.
-  pipeline`) is the other simulator: a steady-state dataflow whose true rates DS2 and the
-  flow-network advisor (:mod:`trilink_spark.advice`) size from, for tests and benchmarks.
+- :class:`SimulatedPipeline` of :class:`SimulatedOperator` s
+  (:mod:`trilink_spark.elastic.pipeline`) is the other simulator: a steady-state dataflow whose
+  true rates DS2 and the flow-network advisor (:mod:`trilink_spark.advice`) size from, for
+  tests and benchmarks.
 
-The simulators need only NumPy and pandas; the advisor reads Spark's progress events but
-starts no Spark itself.
+The package never imports pyspark: the simulators need only NumPy and pandas, and the advisor
+reads progress events and applies advice through the session it is given.
 
 Examples
 --------
