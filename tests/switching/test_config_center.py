@@ -14,7 +14,7 @@ import redis
 import trilink_spark as tl
 from conftest import wait_for
 from trilink_spark.cli import main
-from trilink_spark.switching.config_center import encode_message
+from trilink_spark.switching.wire import encode_message
 
 
 # ---------------------------------------------------------------------- validation

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 import trilink_spark as tl
 from conftest import wait_for
 from trilink_spark.cli import main
-from trilink_spark.switching import config_center as cc
-from trilink_spark.switching.config_center import encode_message
+from trilink_spark.switching import wire as cc
+from trilink_spark.switching.wire import encode_message
 from trilink_spark._internal.urls import redact
 
 LOGGER = "trilink_spark.switching.config_center"

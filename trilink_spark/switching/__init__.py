@@ -25,7 +25,8 @@ Examples
 1
 """
 
-from .config_center import ConfigCenter, RedisConfigCenter, set_default_validator
+from .config_center import ConfigCenter, RedisConfigCenter
+from .wire import set_default_validator
 from .settings import CONFIG_FIELDS, MODES, validate_update
 from .adaptive import AdaptivePartitioner, Decision
 from .stream import AdaptiveBatchFunction, adaptive_foreach_batch

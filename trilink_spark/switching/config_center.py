@@ -19,16 +19,8 @@ empty channel. A Redis that restarts without persistence comes back empty, the n
 starts a new epoch at version 1, and subscribers that see the new epoch confirmed by the stored
 snapshot resynchronise to it although its version is lower than theirs.
 
-Wire format (``tl2``), one line of ASCII::
-
-    tl2.<signature>.<payload>
-
-``payload`` is the canonical JSON (sorted keys, no spaces) of
-``{"config": {...snapshot...}, "epoch": "<32 hex digits>" | null}`` and ``signature`` is the
-lowercase hex HMAC-SHA256 of ``b"tl2." + payload`` under the secret, or empty without one. The
-JSON envelope of earlier releases (``{"config": {...}, "sig": "..."}``) is still read by
-centers without a secret; centers with a secret refuse it, since its signature could only be
-checked after parsing it. After upgrading a signed channel, publish its full configuration once.
+The wire format (``tl2``: a signed, bounded, canonical JSON line) and the validators are in
+:mod:`trilink_spark.switching.wire`.
 
 Examples
 --------
@@ -46,9 +38,6 @@ True
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 import logging
 import re
 import threading
@@ -57,109 +46,21 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import ConfigCenterUnavailableError, ConfigError, ConfigTypeError
+from ..errors import ConfigCenterUnavailableError, ConfigError
 from ..errors import InvalidArgumentError
 from ..errors import InvalidArgumentTypeError
 from .._internal.urls import redact, scrub
+from .wire import (MAX_VERSION, SignatureMismatch, Validator, check_version, decode_snapshot,
+                   default_validator, describe_error, encode_message, secret_bytes, short_repr)
 
-__all__ = [
-    "Validator",
-    "ConfigCenter",
-    "RedisConfigCenter",
-    "MAX_VERSION",
-    "MAX_MESSAGE_BYTES",
-    "MAX_JSON_DEPTH",
-    "sign_config",
-    "encode_message",
-    "decode_message",
-    "accept_any",
-    "find_center",
-    "set_default_validator",
-]
+__all__ = ["ConfigCenter", "RedisConfigCenter", "find_center"]
 
 logger = logging.getLogger(__name__)
 
 Callback = Callable[[dict[str, Any]], None]
-#: Checks one update and returns its validated copy, or raises ConfigError with the reason.
-Validator = Callable[[Mapping[str, Any]], dict[str, Any]]
 
-#: Largest version (2**53 - 1): the largest integer a double, and so Redis' Lua, holds exactly.
-MAX_VERSION: int = 2**53 - 1
-#: Largest message, in bytes, a center reads; a longer one is refused before it is looked at.
-MAX_MESSAGE_BYTES: int = 64 * 1024
-#: Deepest nesting of JSON arrays and objects in a message (a snapshot needs 3).
-MAX_JSON_DEPTH: int = 8
-#: Longest integer literal, in digits, in a message (a version needs 16).
-_MAX_INT_DIGITS = 24
-_FRAME = b"tl2."
-_SIG = re.compile(rb"[0-9a-f]{64}")
-_EPOCH = re.compile(r"[0-9a-f]{32}")
-_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_BRACKET = re.compile(rb"[\[\]{}]")
 #: How many times publish re-reads the stored state when another publisher got in first.
 _PUBLISH_ATTEMPTS = 16
-
-
-class _SignatureMismatch(ConfigError):
-    """A message signed, but not with this center's secret."""
-
-
-def _show(value: Any, limit: int = 60) -> str:
-    """A short ``repr`` for a message; never raises (``repr`` of a 5000-digit int does)."""
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - describe what cannot be shown
-        return f"<{type(value).__name__}>"
-    return text if len(text) <= limit else f"{text[: limit - 3]}..."
-
-
-def _describe(err: BaseException, limit: int = 200) -> str:
-    """``Type: message``, shortened; never raises."""
-    try:
-        text = str(err)
-    except Exception:  # noqa: BLE001 - a message that cannot be rendered
-        text = ""
-    if len(text) > limit:
-        text = f"{text[: limit - 3]}..."
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__
-
-
-def _check_version(version: Any) -> int:
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise ConfigTypeError(f"version must be an integer, got {type(version).__name__}")
-    if not 1 <= version <= MAX_VERSION:
-        raise ConfigError(f"version must be in [1, {MAX_VERSION}], got {_show(version)}")
-    return version
-
-
-def accept_any(update: Mapping[str, Any]) -> dict[str, Any]:
-    """A validator that checks only the shape: a mapping with string field names and a
-    ``version`` in ``[1, MAX_VERSION]`` when one is given.
-
-    Notes
-    -----
-    O(number of fields).
-    """
-    if not isinstance(update, Mapping):
-        raise ConfigTypeError(f"a config update must be a mapping, got {type(update).__name__}")
-    if any(not isinstance(k, str) for k in update):
-        raise ConfigTypeError("config field names must be str")
-    version = update.get("version")
-    if version is not None:
-        _check_version(version)
-    return dict(update)
-
-
-_default_validator: Validator = accept_any
-
-
-def set_default_validator(validator: Validator) -> None:
-    """The validator of centers created without one (the package installs the checks of
-    :data:`~trilink_spark.CONFIG_FIELDS` when it is imported)."""
-    global _default_validator
-    if not callable(validator):
-        raise InvalidArgumentTypeError("validator must be callable")
-    _default_validator = validator
 
 
 #: The centers alive in this process, by id, so that a copy of a subscriber made in the same
@@ -170,156 +71,6 @@ _LIVE: weakref.WeakValueDictionary[str, ConfigCenter] = weakref.WeakValueDiction
 def find_center(center_id: str | None) -> ConfigCenter | None:
     """The live center with this :attr:`ConfigCenter.center_id` in this process, if any."""
     return None if center_id is None else _LIVE.get(center_id)
-
-
-# ---------------------------------------------------------------------- wire format
-def _secret_bytes(secret: str | bytes | None) -> bytes | None:
-    if secret is None:
-        return None
-    if isinstance(secret, str):
-        secret = secret.encode("utf-8")
-    if not isinstance(secret, bytes) or not secret:
-        raise InvalidArgumentError("secret must be a non-empty str or bytes")
-    return secret
-
-
-def _payload(config: Mapping[str, Any], epoch: str | None) -> bytes:
-    envelope = {"config": dict(config), "epoch": epoch}
-    return json.dumps(envelope, sort_keys=True, separators=(",", ":"),
-                      allow_nan=False).encode("ascii")
-
-
-def _mac(key: bytes, payload: bytes) -> bytes:
-    return hmac.new(key, _FRAME + payload, hashlib.sha256).hexdigest().encode("ascii")
-
-
-def sign_config(config: Mapping[str, Any], secret: str | bytes, epoch: str | None = None) -> str:
-    """The signature of a ``tl2`` message: HMAC-SHA256 (hex) of ``b"tl2." + payload``.
-
-    Notes
-    -----
-    O(size of the snapshot).
-    """
-    key = _secret_bytes(secret) or b""
-    return _mac(key, _payload(config, epoch)).decode("ascii")
-
-
-def encode_message(config: Mapping[str, Any], secret: str | bytes | None,
-                   epoch: str | None = None) -> str:
-    """The wire form ``tl2.<signature>.<payload>`` of a snapshot (see the module's notes).
-
-    Notes
-    -----
-    O(size of the snapshot).
-    """
-    payload = _payload(config, epoch)
-    key = _secret_bytes(secret)
-    sig = _mac(key, payload) if key is not None else b""
-    return (_FRAME + sig + b"." + payload).decode("ascii")
-
-
-def _parse_int(text: str) -> int:
-    if len(text) > _MAX_INT_DIGITS:
-        raise ConfigError(f"message has an integer of {len(text)} characters "
-                          f"(at most {_MAX_INT_DIGITS})")
-    return int(text)
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ConfigError(f"message holds {name}, which is not JSON")
-
-
-def _parse_json(data: bytes) -> Any:
-    """Bounded JSON: nesting, integer length and constants checked, only ConfigError raised."""
-    depth = deepest = 0
-    for bracket in _BRACKET.finditer(_JSON_STRING.sub(b"", data)):
-        depth += 1 if bracket.group() in (b"[", b"{") else -1
-        deepest = max(deepest, depth)
-        if deepest > MAX_JSON_DEPTH:
-            raise ConfigError(f"message nests JSON deeper than {MAX_JSON_DEPTH} levels")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError("message is not UTF-8") from None
-    try:
-        return json.loads(text, parse_int=_parse_int, parse_constant=_refuse_constant)
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"message is not JSON: {err.msg} at character {err.pos}") from None
-
-
-def _decode(raw: object, secret: bytes | None,
-            validator: Validator | None) -> tuple[dict[str, Any], str | None]:
-    """Bound, authenticate, parse and validate one message: ``(snapshot, epoch)``."""
-    if isinstance(raw, str):
-        raw = raw.encode("utf-8", "surrogatepass")
-    if not isinstance(raw, (bytes, bytearray, memoryview)):
-        raise ConfigError(f"message must be bytes, got {type(raw).__name__}")
-    data = bytes(raw)
-    if len(data) > MAX_MESSAGE_BYTES:
-        raise ConfigError(f"message of {len(data)} bytes is over the limit of "
-                          f"{MAX_MESSAGE_BYTES}")
-    epoch: Any = None
-    if data.startswith(_FRAME):
-        sig, dot, payload = data[len(_FRAME):].partition(b".")
-        if not dot:
-            raise ConfigError("message is truncated: 'tl2.<signature>.<payload>' expected")
-        if secret is not None:
-            if not sig:
-                raise ConfigError("message is unsigned but this center requires a signature")
-            if not _SIG.fullmatch(sig) or not hmac.compare_digest(sig, _mac(secret, payload)):
-                raise _SignatureMismatch(
-                    "message signature does not match (wrong secret or altered)")
-        envelope = _parse_json(payload)
-        if not isinstance(envelope, dict):
-            raise ConfigError("message payload must be a JSON object")
-        epoch = envelope.get("epoch")
-        if epoch is not None and (not isinstance(epoch, str) or not _EPOCH.fullmatch(epoch)):
-            raise ConfigError(f"message epoch must be 32 hex digits, got {_show(epoch)}")
-    elif data.lstrip()[:1] == b"{":
-        if secret is not None:
-            raise ConfigError(
-                "message is in the JSON envelope of earlier releases, whose signature can only "
-                "be checked after parsing: a center with a secret refuses it (publish again)"
-            )
-        envelope = _parse_json(data)
-        if not isinstance(envelope, dict):  # pragma: no cover - '{' starts an object
-            raise ConfigError("message must be a JSON object")
-    else:
-        raise ConfigError("message is not a config message ('tl2.<signature>.<payload>')")
-    config = envelope.get("config")
-    if not isinstance(config, dict):
-        raise ConfigError("message must hold a 'config' object")
-    checked = (validator or _default_validator)(config)
-    if "version" not in checked:
-        raise ConfigError("message has no version")
-    _check_version(checked["version"])
-    return checked, epoch
-
-
-def decode_message(raw: str | bytes, secret: str | bytes | None,
-                   validator: Validator | None = None) -> dict[str, Any]:
-    """Bound, authenticate, parse and validate one wire message; its snapshot.
-
-    The checks run cheapest and safest first: size (:data:`MAX_MESSAGE_BYTES`), then with a
-    secret the signature over the raw payload bytes, then the JSON nesting
-    (:data:`MAX_JSON_DEPTH`) and integer lengths, and only then parsing and validation.
-
-    Raises
-    ------
-    ConfigError
-        With the reason, whatever is wrong with the message (nothing else is raised).
-
-    Notes
-    -----
-    O(len(raw)); nothing received is evaluated or unpickled.
-    """
-    key = _secret_bytes(secret)
-    try:
-        return _decode(raw, key, validator)[0]
-    except ConfigError:
-        raise
-    except Exception as err:  # noqa: BLE001 - a validator's bug is this message's refusal
-        raise ConfigError(f"message could not be read ({_describe(err)})") from None
 
 
 class ConfigCenter:
@@ -346,7 +97,7 @@ class ConfigCenter:
                  validator: Validator | None = None) -> None:
         if validator is not None and not callable(validator):
             raise InvalidArgumentTypeError("validator must be callable")
-        self._validate: Validator = validator or _default_validator
+        self._validate: Validator = validator or default_validator()
         self._lock = threading.RLock()
         #: Identifies this center within the process (see :func:`find_center`).
         self.center_id = uuid.uuid4().hex
@@ -407,7 +158,7 @@ class ConfigCenter:
         try:
             checked = self._validate(update)
             if "version" in checked:
-                _check_version(checked["version"])
+                check_version(checked["version"])
         except ConfigError as err:
             self._reject(str(err))
             return None
@@ -586,8 +337,8 @@ class RedisConfigCenter(ConfigCenter):
     signature check and one bounded parse per message, and one extra read when a message
     announces a new epoch.
 
-    **Limits.** A message (pub/sub or stored) over :data:`MAX_MESSAGE_BYTES` (64 KiB), nesting
-    JSON deeper than :data:`MAX_JSON_DEPTH`, holding an integer literal of more than 24
+    **Limits.** A message (pub/sub or stored) over :data:`~trilink_spark.switching.wire.MAX_MESSAGE_BYTES`
+    (64 KiB), nesting JSON deeper than :data:`~trilink_spark.switching.wire.MAX_JSON_DEPTH`, holding an integer literal of more than 24
     characters, ``NaN`` or ``Infinity``, or a version outside ``[1, MAX_VERSION]`` (2**53 - 1,
     what Lua's doubles hold exactly) is refused. With a ``secret`` the size and the signature
     are checked before anything is parsed, so an unsigned message costs one HMAC. Whatever a
@@ -649,7 +400,7 @@ class RedisConfigCenter(ConfigCenter):
             raise InvalidArgumentError("channel must be a non-empty str")
         if backoff[0] <= 0 or backoff[1] < backoff[0]:
             raise InvalidArgumentError(f"backoff must be (first > 0, longest >= first), got {backoff}")
-        secret_bytes = _secret_bytes(secret)
+        key = secret_bytes(secret)
         try:
             client = redis.Redis.from_url(
                 url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout
@@ -660,7 +411,7 @@ class RedisConfigCenter(ConfigCenter):
         except Exception as err:  # noqa: BLE001 - redis-py's reasons may quote the URL
             # its text is kept only when the URL holds no credential at all: a raw '/' in a
             # password makes urllib read part of it as a port, which the message quotes
-            detail = _describe(err) if redact(url) == url else type(err).__name__
+            detail = describe_error(err) if redact(url) == url else type(err).__name__
             raise InvalidArgumentError(
                 f"url {redact(url)!r} is not a Redis URL redis-py can use ({detail})"
             ) from None
@@ -670,7 +421,7 @@ class RedisConfigCenter(ConfigCenter):
         self.key = f"{channel}:config"
         self.version_key = f"{channel}:version"
         self.epoch_key = f"{channel}:epoch"
-        self._secret = secret_bytes
+        self._secret = key
         self._backoff = backoff
         self._client = client
         self._script = self._client.register_script(_PUBLISH_LUA)
@@ -698,20 +449,20 @@ class RedisConfigCenter(ConfigCenter):
         lost = isinstance(err, (redis.ConnectionError, redis.TimeoutError, OSError))
         return ConfigCenterUnavailableError(
             f"Redis at {redact(self._url)} {'is unreachable' if lost else 'refused a command'} "
-            f"({scrub(_describe(err), self._url)})"
+            f"({scrub(describe_error(err), self._url)})"
         )
 
     def _decode_stored(self, raw: object, *, publishing: bool = False
                        ) -> tuple[dict[str, Any], str | None] | None:
         """The stored snapshot checked, or ``None`` when refused (logged, counted). When
-        ``publishing``, one signed with another secret raises :class:`_SignatureMismatch`
+        ``publishing``, one signed with another secret raises :class:`SignatureMismatch`
         instead (the caller refuses the update)."""
         try:
-            return _decode(raw, self._secret, self._validate)
+            return decode_snapshot(raw, self._secret, self._validate)
         except Exception as err:  # noqa: BLE001 - a bad snapshot is refused, never raised
-            if publishing and isinstance(err, _SignatureMismatch):
+            if publishing and isinstance(err, SignatureMismatch):
                 raise
-            reason = str(err) if isinstance(err, ConfigError) else _describe(err)
+            reason = str(err) if isinstance(err, ConfigError) else describe_error(err)
             self._reject(f"stored config under {self.key!r} refused: {reason}")
             return None
 
@@ -763,7 +514,7 @@ class RedisConfigCenter(ConfigCenter):
             checked = self._validate(update)
             explicit = checked.pop("version", None)
             if explicit is not None:
-                _check_version(explicit)
+                check_version(explicit)
         except ConfigError as err:
             self._reject(str(err))
             return None
@@ -777,7 +528,7 @@ class RedisConfigCenter(ConfigCenter):
             try:
                 stored = (None if raw_config is None
                           else self._decode_stored(raw_config, publishing=True))
-            except _SignatureMismatch:
+            except SignatureMismatch:
                 # most likely this publisher has the wrong secret: never overwrite then
                 self._reject(f"stored config under {self.key!r} is signed with another secret; "
                              "not publishing over it (check the secret, or delete the key)")
@@ -794,7 +545,7 @@ class RedisConfigCenter(ConfigCenter):
             fresh = not usable or raw_epoch is None or not _STORED_EPOCH.fullmatch(raw_epoch)
             if not usable:
                 logger.warning("stored version under %r is unusable (%s); this publish starts "
-                               "a new epoch", self.version_key, _show(raw_version))
+                               "a new epoch", self.version_key, short_repr(raw_version))
             epoch = uuid.uuid4().hex if fresh or raw_epoch is None else raw_epoch.decode("ascii")
             version = explicit if explicit is not None else current + 1
             if version <= current:
@@ -844,11 +595,11 @@ class RedisConfigCenter(ConfigCenter):
             self._on_message(raw)
         except Exception as err:  # noqa: BLE001 - one message must not stop the subscriber
             logger.debug("config message handling failed", exc_info=True)
-            self._reject(f"message could not be handled ({scrub(_describe(err), self._url)})")
+            self._reject(f"message could not be handled ({scrub(describe_error(err), self._url)})")
 
     def _on_message(self, raw: object) -> None:
         try:
-            snapshot, epoch = _decode(raw, self._secret, self._validate)
+            snapshot, epoch = decode_snapshot(raw, self._secret, self._validate)
         except ConfigError as err:
             self._reject(str(err))
             return
@@ -911,7 +662,7 @@ class RedisConfigCenter(ConfigCenter):
                     logger.warning(
                         "config center %s %s (%s); keeping version %d, retrying in %.1f s",
                         redact(self._url), "lost" if lost else "failed",
-                        scrub(_describe(err), self._url), self.version, delay,
+                        scrub(describe_error(err), self._url), self.version, delay,
                     )
                     self._stop.wait(delay)
                     delay = min(delay * 2, self._backoff[1])

@@ -15,7 +15,7 @@ from .._internal.validation import number
 from ..errors import ConfigError, ConfigTypeError, InvalidArgumentError, InvalidArgumentTypeError
 from ..eventtime import parse_interval
 from ..partitioners.catalogue import configurable_names
-from .config_center import MAX_VERSION
+from .wire import MAX_VERSION, short_repr
 
 __all__ = ["MODES", "CONFIG_STRATEGIES", "CONFIG_FIELDS", "MAX_INTEGER", "validate_update"]
 
@@ -29,23 +29,13 @@ CONFIG_STRATEGIES: tuple[str, ...] = configurable_names()
 MAX_INTEGER: int = MAX_VERSION
 
 
-def _show(value: Any, limit: int = 60) -> str:
-    """A short ``repr`` for an error message; never raises (``repr`` of an int of more than
-    4300 digits does)."""
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - describe what cannot be shown
-        return f"<{type(value).__name__}>"
-    return text if len(text) <= limit else f"{text[: limit - 3]}..."
-
-
 def _integer(value: Any, name: str, low: int, high: int = MAX_INTEGER) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigTypeError(f"{name} must be an integer, got {type(value).__name__}")
     if value < low:
-        raise ConfigError(f"{name} must be >= {low}, got {_show(value)}")
+        raise ConfigError(f"{name} must be >= {low}, got {short_repr(value)}")
     if value > high:
-        raise ConfigError(f"{name} must be <= {high}, got {_show(value)}")
+        raise ConfigError(f"{name} must be <= {high}, got {short_repr(value)}")
     return value
 
 
@@ -61,7 +51,7 @@ def _in_range(value: Any, name: str, low: float, high: float, *, open_low: bool 
     bad_high = x >= high if open_high else x > high
     if bad_low or bad_high:
         lo, hi = ("(" if open_low else "["), (")" if open_high else "]")
-        raise ConfigError(f"{name} must be in {lo}{low}, {high}{hi}, got {_show(value)}")
+        raise ConfigError(f"{name} must be in {lo}{low}, {high}{hi}, got {short_repr(value)}")
     return x
 
 
@@ -70,7 +60,7 @@ def _strategy(value: Any, name: str) -> str:
         raise ConfigTypeError(f"{name} must be a strategy name (str), got {type(value).__name__}")
     allowed = configurable_names()
     if value not in allowed:
-        raise ConfigError(f"{name} {_show(value)} is unknown; choose from {', '.join(allowed)}")
+        raise ConfigError(f"{name} {short_repr(value)} is unknown; choose from {', '.join(allowed)}")
     return value
 
 
@@ -79,13 +69,13 @@ def _candidates(value: Any, name: str) -> list[str]:
         raise ConfigError(f"{name} must be a non-empty list of strategy names")
     out = [_strategy(v, name) for v in value]
     if len(set(out)) != len(out):
-        raise ConfigError(f"{name} lists a strategy twice: {_show(out)}")
+        raise ConfigError(f"{name} lists a strategy twice: {short_repr(out)}")
     return out
 
 
 def _mode(value: Any, name: str) -> str:
     if not isinstance(value, str) or value not in MODES:
-        raise ConfigError(f"{name} must be one of {', '.join(MODES)}, got {_show(value)}")
+        raise ConfigError(f"{name} must be one of {', '.join(MODES)}, got {short_repr(value)}")
     return value
 
 
@@ -155,9 +145,9 @@ def validate_update(update: Any) -> dict[str, Any]:
         raise ConfigTypeError(f"a config update must be a mapping, got {type(update).__name__}")
     unknown = [k for k in update if not isinstance(k, str) or k not in CONFIG_FIELDS]
     if unknown:
-        names = sorted(k if isinstance(k, str) else _show(k) for k in unknown)
+        names = sorted(k if isinstance(k, str) else short_repr(k) for k in unknown)
         raise ConfigError(
-            f"unknown config field(s) {_show(names, 200)}; allowed: {', '.join(CONFIG_FIELDS)}"
+            f"unknown config field(s) {short_repr(names, 200)}; allowed: {', '.join(CONFIG_FIELDS)}"
         )
     return {k: CONFIG_FIELDS[k](v, k) for k, v in update.items()}
 
