@@ -153,40 +153,40 @@ def test_import_graph_has_no_circle_and_keeps_the_layers():
     # the data plane never imports the control plane or the command
     plan = graph.package_map(edges)
     for sub in graph.DATA_PLANE:
-        assert not {"control", "cli"} & plan.get(sub, set()), sub
+        assert not {*graph.CONTROL_PLANE, "cli"} & plan.get(sub, set()), sub
 
 
 def test_graph_checker_finds_a_circle_and_a_layer_breach(tmp_path):
     pkg = tmp_path / "trilink_spark"
     (pkg / "merge").mkdir(parents=True)
-    (pkg / "control").mkdir()
+    (pkg / "switching").mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "merge" / "__init__.py").write_text("")
-    (pkg / "control" / "__init__.py").write_text("")
-    (pkg / "merge" / "a.py").write_text("from .b import x\nfrom ..control.c import _y\n")
+    (pkg / "switching" / "__init__.py").write_text("")
+    (pkg / "merge" / "a.py").write_text("from .b import x\nfrom ..switching.c import _y\n")
     (pkg / "merge" / "b.py").write_text("from .a import z\n")
-    (pkg / "control" / "c.py").write_text("")
+    (pkg / "switching" / "c.py").write_text("")
     mods = graph.modules(pkg)
     edges, private = graph.imports(mods)
     assert graph.cycles(edges, mods) == [["trilink_spark.merge.a", "trilink_spark.merge.b"]]
     assert graph.layer_violations(edges) == [
-        "trilink_spark.merge.a (merge) imports trilink_spark.control.c (control)"]
-    assert private == ["trilink_spark.merge.a imports _y from trilink_spark.control.c"]
+        "trilink_spark.merge.a (merge) imports trilink_spark.switching.c (switching)"]
+    assert private == ["trilink_spark.merge.a imports _y from trilink_spark.switching.c"]
 
 
 def test_graph_checker_sees_what_hides_a_dependency(tmp_path):
     pkg = tmp_path / "trilink_spark"
-    for sub in ("kafka", "placement", "control"):
+    for sub in ("kafka", "placement", "switching"):
         (pkg / sub).mkdir(parents=True)
         (pkg / sub / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
-    (pkg / "keys.py").write_text("_ALLOWED = 1\nfrom .control import x\n")
+    (pkg / "keys.py").write_text("_ALLOWED = 1\nfrom .switching import x\n")
     (pkg / "kafka" / "a.py").write_text(
         "from .. import key_by\nfrom ..placement import b\n"
         "import trilink_spark.keys as kk\nprint(kk._ALLOWED)\n"
-        "import importlib\nimportlib.import_module('trilink_spark.control')\n")
+        "import importlib\nimportlib.import_module('trilink_spark.switching')\n")
     (pkg / "placement" / "b.py").write_text("")
-    (pkg / "control" / "c.py").write_text("from ..control import d\n")
+    (pkg / "switching" / "c.py").write_text("from ..switching import d\n")
     mods = graph.modules(pkg)
     edges, private = graph.imports(mods)
     assert "trilink_spark.kafka.a imports key_by from the facade" in graph.FACADE_IMPORTS
@@ -195,10 +195,10 @@ def test_graph_checker_sees_what_hides_a_dependency(tmp_path):
     breaches = graph.layer_violations(edges)
     assert breaches == [
         "trilink_spark.kafka.a (kafka) imports trilink_spark.placement.b (placement)",
-        "trilink_spark.keys (keys) imports trilink_spark.control (control)",
+        "trilink_spark.keys (keys) imports trilink_spark.switching (switching)",
     ]
     assert graph.own_package_imports(edges, mods) == [
-        "trilink_spark.control.c imports its own package trilink_spark.control"]
+        "trilink_spark.switching.c imports its own package trilink_spark.switching"]
 
 
 def test_the_command_line_walker_passes():

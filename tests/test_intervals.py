@@ -107,7 +107,7 @@ def test_keyed_process_window_size_delay_and_idle_timeout_as_strings(spark: Any)
 
 
 def test_adaptive_period_takes_interval_strings_in_code_and_config() -> None:
-    from trilink_spark.control.settings import validate_update
+    from trilink_spark.switching.settings import validate_update
 
     ap = tl.AdaptivePartitioner(4, mode="periodic", period_s="1 minute 30 seconds")
     assert ap.to_dict()["settings"]["period_s"] == 90.0

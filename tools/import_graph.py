@@ -6,8 +6,9 @@ Rules checked (exit status 1 when one is broken):
 - no import circles between modules (a package's ``__init__`` re-exporting its own modules
   does not count, but a module importing its own package's ``__init__`` does);
 - layers: a module imports only its own subpackage, the bottom layer, or a subpackage of a
-  lower rank (``RANKS``): the data plane never imports ``control`` or ``cli``, ``control``
-  never imports ``cli``, and inside the data plane imports point one way (the README's map);
+  lower rank (``RANKS``): the data plane never imports the control plane (``CONTROL_PLANE``:
+  ``measurement``, ``switching``, ``advice``, ``elastic``) or ``cli``, the control plane never
+  imports ``cli``, and inside each plane imports point one way (the README's map);
   the bottom layer (top-level modules) imports only the bottom layer;
 - no module imports the facade (``trilink_spark/__init__``);
 - no module imports a private (``_name``) name from another module of the package, or reads
@@ -32,21 +33,20 @@ ROOT = Path(__file__).resolve().parent.parent / "trilink_spark"
 PACKAGE = "trilink_spark"
 DATA_PLANE = ("partitioners", "placement", "keyed", "state", "merge", "kafka")
 #: The control plane, one subpackage per job.
-CONTROL_PLANE = ("measurement", "switching", "advice", "control")
+CONTROL_PLANE = ("measurement", "switching", "advice", "elastic")
 #: Rank of each subpackage: imports go to a strictly lower rank (or the bottom layer, rank 0:
 #: the top-level modules and ``_internal``).
 RANKS = {
     "partitioners": 1,
     "kafka": 1,
-    "elastic": 1,
     "state": 2,
     "merge": 3,
     "placement": 4,
     "keyed": 5,
     "measurement": 6,
-    "control": 6,
     "switching": 7,
     "advice": 7,
+    "elastic": 8,
     "cli": 9,
 }
 

@@ -86,17 +86,18 @@ from .merge import AGGREGATES, Combine, GLOBAL_STORES, MERGE_MODES, RedisStore, 
 from .merge import LocalMergeBatchFunction, local_merge, local_merge_foreach_batch, merge_partials
 from .kafka import SOURCE_NAME as KAFKA_SOURCE, read_kafka, register_kafka_source, write_kafka
 from .kafka import read_trigger_cap, write_trigger_cap
-from .control import AdaptiveBatchFunction, AdaptivePartitioner, Decision, adaptive_foreach_batch
-from .control import CONFIG_FIELDS, ConfigCenter, RedisConfigCenter, validate_update
-from .control import MODES as SWITCH_MODES
-from .control import TASK_METRIC_COLUMNS, task_metrics
+from .switching import AdaptiveBatchFunction, AdaptivePartitioner, Decision, adaptive_foreach_batch
+from .switching import CONFIG_FIELDS, ConfigCenter, RedisConfigCenter, validate_update
+from .switching import MODES as SWITCH_MODES
+from .measurement import TASK_METRIC_COLUMNS, task_metrics
 from ._internal.optiming import OPERATOR_TIMING_COLUMNS, OPERATOR_TIMING_CONF, OperatorTimer
 from ._internal.optiming import OperatorTimingReader, read_operator_timings
-from .control import REBALANCE_STATES, LoadAwareRebalancer, RebalanceDecision
-from .control import FlowNetwork, FlowResult, find_bottlenecks, learn_capacity, max_flow
-from .control import BottleneckAdvisor, BottleneckListener, BottleneckReport, ds2_parallelism
-from .control import TrueRate, ds2_plan, operator_min_cut
-from .control import Advice, ElasticityAdvisor, apply_advice, follow_trigger_cap
+from .switching import REBALANCE_STATES, LoadAwareRebalancer, RebalanceDecision
+from .advice import FlowNetwork, FlowResult, find_bottlenecks, learn_capacity, max_flow
+from .advice import BottleneckAdvisor, BottleneckListener, BottleneckReport
+from .advice.ds2 import ds2_parallelism
+from .advice import TrueRate, ds2_plan, operator_min_cut
+from .elastic import Advice, ElasticityAdvisor, apply_advice, follow_trigger_cap
 
 __version__ = "0.1.0"
 

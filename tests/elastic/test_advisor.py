@@ -10,9 +10,9 @@ import time
 import pytest
 
 from trilink_spark import elastic as el
-from trilink_spark.control.config_center import ConfigCenter
-from trilink_spark.control.elasticity import Advice, ElasticityAdvisor, apply_advice
-from trilink_spark.control.progress import parse_progress
+from trilink_spark.switching.config_center import ConfigCenter
+from trilink_spark.elastic.advisor import Advice, ElasticityAdvisor, apply_advice
+from trilink_spark.measurement.progress import parse_progress
 from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
 
 

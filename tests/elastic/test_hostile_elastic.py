@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from trilink_spark import elastic as el
-from trilink_spark.control.elasticity import Advice, ElasticityAdvisor, apply_advice
+from trilink_spark.elastic.advisor import Advice, ElasticityAdvisor, apply_advice
 from trilink_spark.elastic.model import MAX_UNITS, unit_change
 from trilink_spark.elastic.workloads import MAX_WINDOWS
 from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import trilink_spark as tl
-from trilink_spark.control.config_center import ConfigCenter
-from trilink_spark.control.elasticity import Advice
+from trilink_spark.switching.config_center import ConfigCenter
+from trilink_spark.elastic.advisor import Advice
 from trilink_spark.kafka.client import KafkaOptions
 
 from test_kafka import new_topic, produce

@@ -243,11 +243,30 @@ def _float(value: Any, name: str) -> float:
             "(floats end near 1.8e308)") from None
 
 
-def number(value: Any, name: str) -> float:
-    """A finite real number (bools refused). O(1)."""
+def number(value: Any, name: str, *, low: float | None = None,
+           high: float | None = None) -> float:
+    """A finite real number (bools refused), within ``[low, high]`` when bounds are given
+    (NaN is out of every range). O(1).
+
+    Examples
+    --------
+    >>> number(0.9, "lambda_", low=0.85, high=1.0)
+    0.9
+    >>> number(2, "lambda_", low=0.85, high=1.0)
+    Traceback (most recent call last):
+    ...
+    trilink_spark.errors.InvalidArgumentError: lambda_ must be in [0.85, 1.0], got 2
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise InvalidArgumentTypeError(f"{name} must be a number, got {type(value).__name__}")
     out = _float(value, name)
+    if low is not None or high is not None:
+        lo = -math.inf if low is None else low
+        hi = math.inf if high is None else high
+        if not lo <= out <= hi:
+            allowed = (f"in [{low}, {high}]" if low is not None and high is not None
+                       else f">= {low}" if low is not None else f"<= {high}")
+            raise InvalidArgumentError(f"{name} must be {allowed}, got {value!r}")
     if not math.isfinite(out):
         raise InvalidArgumentError(f"{name} must be a finite number, got {value!r}")
     return out

@@ -374,7 +374,7 @@ def run_advise(args: argparse.Namespace, out: TextIO) -> int:
     ------
     InvalidArgumentError
         A file that cannot be read (missing, a directory), holds no event, a line that is
-        not UTF-8, longer than :data:`~trilink_spark.control.progress.MAX_PROGRESS_BYTES`
+        not UTF-8, longer than :data:`~trilink_spark.measurement.progress.MAX_PROGRESS_BYTES`
         or not a progress event (the message names the line). ``main`` prints it and exits 2.
 
     Notes
@@ -382,9 +382,9 @@ def run_advise(args: argparse.Namespace, out: TextIO) -> int:
     O(size of the input); one line is held at a time. Standard input (``-``) is read, never
     closed.
     """
-    from ..control.bottleneck import BottleneckAdvisor
+    from ..advice.bottleneck import BottleneckAdvisor
 
-    from ..control.progress import MAX_PROGRESS_BYTES
+    from ..measurement.progress import MAX_PROGRESS_BYTES
 
     advisor = BottleneckAdvisor(args.lambda_, args.window, args.warmup, slots=args.slots)
     stdin = str(args.progress) == "-"

@@ -17,8 +17,8 @@ import json
 import os
 from typing import Any, TextIO
 
-from ..control.config_center import RedisConfigCenter
-from ..control.settings import CONFIG_FIELDS
+from ..switching.config_center import RedisConfigCenter
+from ..switching.settings import CONFIG_FIELDS
 from ..errors import ConfigError, InvalidArgumentError
 
 __all__ = ["add_config_parser", "run_config", "parse_assignment"]

@@ -1,4 +1,4 @@
-"""Burst-aware elastic resource allocation: a simulator of CRAA against TA and KPA.
+"""Elasticity: burst-aware resource allocation (CRAA), simulated and applied to a Spark query.
 
 Li, Wei, Li and Wang, *Burstiness-aware elastic resource allocation in stream data processing*
 (Chinese Journal of Computers, 2018) scale each operator of a stream job ahead of its load:
@@ -11,10 +11,23 @@ reproduces the paper's simulated setting:
 - :class:`Workload` (``step``, ``jitter``, ``sine``, ``random``) and :func:`paper_workload`;
 - the policies :class:`TA`, :class:`KPA` and :class:`CRAA`, and their :class:`KalmanFilter`;
 - :func:`simulate`, which returns a :class:`SimResult`;
-- the equations themselves (:mod:`trilink_spark.elastic.model`), which
-  :class:`~trilink_spark.ElasticityAdvisor` applies to a real Spark query.
+- the equations themselves (:mod:`trilink_spark.elastic.model`).
 
-The package needs only NumPy and pandas; it never imports pyspark.
+In the control plane it is the part that sizes a running query's resources:
+
+- :class:`ElasticityAdvisor` (:mod:`trilink_spark.elastic.advisor`) applies the same equations
+  to a real Spark query, one ``StreamingQueryProgress`` at a time (read by
+  :mod:`trilink_spark.measurement`), and says what to change in an :class:`Advice`;
+  :func:`apply_advice` requests executors and caps admission (``maxOffsetsPerTrigger``
+  through a config center), and :func:`follow_trigger_cap` carries that cap to a
+  trilink-kafka stream;
+- :class:`SimulatedPipeline` of :class:`SimulatedOperator` s
+  (:mod:`trilink_spark.elastic.pipeline`) is the other simulator: a steady-state dataflow whose
+  true rates DS2 and the flow-network advisor (:mod:`trilink_spark.advice`) size from, for
+  tests and benchmarks.
+
+The package never imports pyspark: the simulators need only NumPy and pandas, and the advisor
+reads progress events and applies advice through the session it is given.
 
 Examples
 --------
@@ -33,6 +46,9 @@ from .model import (Feedback, Operator, Upstream, admission_limit, buffer_state,
 from .policies import CRAA, KPA, TA, ChainState, Controller, Plan, Policy
 from .simulator import PAPER_OPERATORS, SimResult, paper_operators, simulate
 from .workloads import PAPER_WORKLOADS, Workload, paper_workload
+from .pipeline import OperatorWindow, PipelineWindow, SimulatedOperator, SimulatedPipeline
+from .advisor import ADVISOR_POLICIES, Advice, ElasticityAdvisor, apply_advice
+from .advisor import follow_trigger_cap
 
 __all__ = [
     "Operator",
@@ -62,4 +78,13 @@ __all__ = [
     "admission_limit",
     "feedback_capacity",
     "feedback_adjustment",
+    "SimulatedOperator",
+    "SimulatedPipeline",
+    "OperatorWindow",
+    "PipelineWindow",
+    "Advice",
+    "ElasticityAdvisor",
+    "apply_advice",
+    "follow_trigger_cap",
+    "ADVISOR_POLICIES",
 ]

@@ -1,0 +1,239 @@
+"""What a ``StreamingQueryProgress`` says about rates and backlog, read once, checked.
+
+Spark reports each micro-batch of a Structured Streaming query as a ``StreamingQueryProgress``
+(``query.lastProgress``, a listener's ``onQueryProgress``, or the JSON lines a user saved).
+The advisors read the same few figures from it; this module is the one place that parses
+them, from the object, a dict or its JSON, and refuses anything else with a typed error.
+
+Backlog: for a source whose ``endOffset`` and ``latestOffset`` are Kafka-style JSON
+(``{"topic": {"0": 120, "1": 98}}``), the rows still waiting are the sum of
+``latest - end`` over partitions; other sources report none.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+
+__all__ = ["BatchProgress", "parse_progress", "MAX_PROGRESS_BYTES", "RATE_CAP", "clip_rate"]
+
+logger = logging.getLogger(__name__)
+
+#: Largest progress JSON accepted (a progress event is a few KB).
+MAX_PROGRESS_BYTES = 16 * 1024 * 1024
+#: Spark counts batches, rows and offsets in 64-bit ``Long`` s: larger integers are refused
+#: (batch id, row count) or make a source's backlog unknown (offsets).
+_LONG_MAX = 2 ** 63 - 1
+#: Largest rate (rows/s) the advisors work with: a figure beyond it (a batch timed at 1e-300
+#: ms, a corrupt ``inputRowsPerSecond`` of 1e308) is taken as this, so that the flow network,
+#: DS2, the reports and the advice stay finite. No real query comes within orders of magnitude.
+RATE_CAP = 1e15
+
+
+def clip_rate(value: float) -> float:
+    """A measured rate clipped to ``[0, RATE_CAP]`` (NaN and negatives count 0). O(1).
+
+    Examples
+    --------
+    >>> clip_rate(1e308), clip_rate(float("nan")), clip_rate(42.0)
+    (1000000000000000.0, 0.0, 42.0)
+    """
+    return min(value, RATE_CAP) if value > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    """The figures of one micro-batch's progress the advisors use.
+
+    Attributes
+    ----------
+    batch_id : int
+    timestamp : str
+        When the trigger started (ISO 8601, as Spark writes it).
+    input_rows : int
+        Rows read by the batch.
+    input_rate : float
+        ``inputRowsPerSecond``: rows arriving per second (the offered load).
+    processed_rate : float
+        ``processedRowsPerSecond``: rows processed per second of the batch.
+    duration_ms : float
+        ``durationMs.triggerExecution``: the whole batch.
+    durations_ms : dict of str to float
+        Every ``durationMs`` entry (``addBatch``, ``getBatch``, ``queryPlanning``, ...).
+    backlog_rows : int or None
+        Rows offered but not read yet (``latestOffset - endOffset``), when the sources say.
+    """
+
+    batch_id: int
+    timestamp: str
+    input_rows: int
+    input_rate: float
+    processed_rate: float
+    duration_ms: float
+    durations_ms: dict[str, float]
+    backlog_rows: int | None
+
+
+def _field_number(value: Any, name: str, default: float = 0.0) -> float:
+    """A number field of a progress event: ``default`` when absent (``None``) or NaN (Spark
+    writes NaN rates for an empty first batch), else finite and >= 0. A parser of the event's
+    JSON, not an argument check: its errors name the progress field."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgumentError(
+            f"progress field {name:.80} must be a number, got {value!r:.60}")
+    try:
+        out = float(value)
+    except OverflowError:  # an int of hundreds of digits
+        raise InvalidArgumentError(
+            f"progress field {name:.80} must be finite and >= 0, got an integer of "
+            f"{value.bit_length() if isinstance(value, int) else '?'} bits") from None
+    if math.isnan(out):  # Spark writes NaN rates for an empty first batch
+        return default
+    if not math.isfinite(out) or out < 0:
+        raise InvalidArgumentError(
+            f"progress field {name:.80} must be finite and >= 0, got {value!r:.60}")
+    return out
+
+
+def _rows(value: Any) -> int:
+    """``numInputRows``: an exact count (a float is truncated), 0 when absent."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 <= value <= _LONG_MAX:
+            raise InvalidArgumentError(
+                "progress field numInputRows must be an integer in [0, 2**63 - 1], got "
+                f"{'a negative number' if value < 0 else 'a larger one'}")
+        return value
+    rows = _field_number(value, "numInputRows")
+    if rows > _LONG_MAX:
+        raise InvalidArgumentError(
+            f"progress field numInputRows must be in [0, 2**63 - 1], got {rows!r}")
+    return int(rows)
+
+
+def _offsets(value: Any) -> dict[tuple[str, str], int] | None:
+    """Kafka-style offsets ``{topic: {partition: offset}}`` (or their JSON), else None."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            return None
+    if not isinstance(value, Mapping):
+        return None
+    out: dict[tuple[str, str], int] = {}
+    for topic, parts in value.items():
+        if not isinstance(parts, Mapping):
+            return None
+        for part, offset in parts.items():
+            if isinstance(offset, bool) or not isinstance(offset, int):
+                return None
+            if not -_LONG_MAX - 1 <= offset <= _LONG_MAX:
+                logger.debug("offset of %s/%s is beyond 64 bits: backlog unknown", topic, part)
+                return None
+            out[(str(topic), str(part))] = offset
+    return out
+
+
+def _backlog(sources: Any) -> int | None:
+    if not isinstance(sources, list):
+        return None
+    total = 0
+    known = False
+    for source in sources:
+        if not isinstance(source, Mapping):
+            continue
+        end = _offsets(source.get("endOffset"))
+        latest = _offsets(source.get("latestOffset"))
+        if end is None or latest is None:
+            continue
+        known = True
+        total += sum(max(0, latest[k] - end.get(k, latest[k])) for k in latest)
+    return total if known else None
+
+
+def parse_progress(progress: Any) -> BatchProgress:
+    """The advisors' figures of one progress event.
+
+    Parameters
+    ----------
+    progress : StreamingQueryProgress, dict or str
+        ``query.lastProgress``, a listener event's ``progress``, its ``json`` or a parsed dict.
+
+    Returns
+    -------
+    BatchProgress
+
+    Raises
+    ------
+    InvalidArgumentTypeError
+        Not a progress object, a mapping or a string.
+    InvalidArgumentError
+        JSON that does not parse (or is larger than :data:`MAX_PROGRESS_BYTES`), no
+        ``batchId`` (an integer in ``[0, 2**63 - 1]``), a row count outside that range, or a
+        figure that is negative, infinite or too large for a float. NaN rates (an empty
+        batch) count 0. Offsets beyond 64 bits make the backlog unknown (``None``).
+
+    Notes
+    -----
+    O(size of the event). JSON only: nothing is evaluated or unpickled.
+
+    Examples
+    --------
+    >>> p = parse_progress('{"batchId": 3, "numInputRows": 500, "inputRowsPerSecond": 100.0,'
+    ...                    ' "processedRowsPerSecond": 250.0, "durationMs": {"triggerExecution": 2000}}')
+    >>> p.batch_id, p.input_rate, p.duration_ms
+    (3, 100.0, 2000.0)
+    """
+    data: Any = progress
+    text = getattr(progress, "json", None)
+    if not isinstance(progress, Mapping) and isinstance(text, str):
+        data = text  # a progress object that is not a dict (older PySpark)
+    if isinstance(data, (bytes, bytearray)):
+        if len(data) > MAX_PROGRESS_BYTES:
+            raise InvalidArgumentError(
+                f"progress JSON of {len(data)} bytes is larger than {MAX_PROGRESS_BYTES}")
+        data = bytes(data).decode("utf-8", errors="replace")
+    if isinstance(data, str):
+        if len(data) > MAX_PROGRESS_BYTES:
+            raise InvalidArgumentError(
+                f"progress JSON of {len(data)} characters is larger than {MAX_PROGRESS_BYTES}")
+        try:
+            data = json.loads(data)
+        except (ValueError, RecursionError) as err:
+            raise InvalidArgumentError(f"progress is not JSON ({str(err)[:80]})") from None
+    if not isinstance(data, Mapping):
+        what = (f"JSON of a {type(data).__name__}" if data is not progress
+                else type(progress).__name__)
+        raise InvalidArgumentTypeError(
+            f"progress must be a StreamingQueryProgress, a dict or its JSON object, got {what}")
+    batch = data.get("batchId")
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 0 <= batch <= _LONG_MAX:
+        shown = (repr(batch)[:40] if not isinstance(batch, int) or batch.bit_length() < 200
+                 else f"an integer of {batch.bit_length()} bits")
+        raise InvalidArgumentError(
+            f"progress has no valid batchId: an integer in [0, 2**63 - 1] is required, got "
+            f"{shown}")
+    durations_raw = data.get("durationMs") or {}
+    if not isinstance(durations_raw, Mapping):
+        raise InvalidArgumentError("progress field durationMs must be an object")
+    durations = {str(k): _field_number(v, f"durationMs.{k}") for k, v in durations_raw.items()}
+    rows = _rows(data.get("numInputRows"))
+    stamp = data.get("timestamp")
+    return BatchProgress(
+        batch_id=batch,
+        timestamp=stamp[:64] if isinstance(stamp, str) else "",
+        input_rows=rows,
+        input_rate=_field_number(data.get("inputRowsPerSecond"), "inputRowsPerSecond"),
+        processed_rate=_field_number(data.get("processedRowsPerSecond"),
+                                     "processedRowsPerSecond"),
+        duration_ms=durations.get("triggerExecution", 0.0),
+        durations_ms=durations,
+        backlog_rows=_backlog(data.get("sources")),
+    )
