@@ -1,7 +1,23 @@
 """trilink-spark: the throughput techniques of the Trilink paper, for Apache Spark.
 
-Key partitioners that keep every key whole and still balance load, balance metrics, and
-one-shuffle DataFrame placement. See the README for a tour.
+Key partitioners that keep every key whole and still balance load, keyed watermarks and keyed
+process functions with durable state, Local Merge and Global Merge combiners, and one-shuffle
+DataFrame placement. The top level holds what a user meets first; everything else lives in
+its subpackage:
+
+- :mod:`trilink_spark.partitioners`: every strategy, balance metrics, evaluation;
+- :mod:`trilink_spark.placement`: ``key_by``, ``keyed_agg``, ``keyed_apply``, Ahead KeyBy,
+  plan checks;
+- :mod:`trilink_spark.keyed`: keyed watermarks, timers, process functions, runners;
+- :mod:`trilink_spark.state`: the keyed state store;
+- :mod:`trilink_spark.merge`: the aggregate algebra, Local and Global Merge, ``RedisStore``;
+- :mod:`trilink_spark.kafka`: the trilink-kafka connector;
+- :mod:`trilink_spark.measurement`, :mod:`trilink_spark.switching`,
+  :mod:`trilink_spark.advice`, :mod:`trilink_spark.elastic`: the control plane (task
+  metrics and operator timings; adaptive switching, config centers and rebalancing;
+  bottleneck and DS2 advice; elastic allocation);
+- :mod:`trilink_spark.errors`, :mod:`trilink_spark.columns`, :mod:`trilink_spark.eventtime`,
+  :mod:`trilink_spark.testing`: errors, column names, event-time units, test launchers.
 
 Examples
 --------
@@ -11,234 +27,131 @@ Examples
 [0, 1, 2, 3]
 """
 
-from .errors import (
-    InvalidArgumentError,
-    InvalidArgumentTypeError,
-    InvalidKeyTypeError,
-    ConfigCenterUnavailableError,
-    ConfigError,
-    ConfigTypeError,
-    MissingColumnError,
-    StoreUnavailableError,
-    BrokerUnavailableError,
-    PartitionCountError,
-    KeysNotGroupedError,
-    NullKeyError,
-    TrilinkError,
-    UnknownStrategyError,
-    MissingDependencyError,
-    DataLossError,
-    ReservedColumnError,
-    StateCorruptError,
-    StateStoreError,
-    StateTypeError,
-    StateOwnershipError,
-    ArithmeticOverflowError,
-    ConnectUnsupportedError,
-)
-from .columns import EVENT_TIME_COL, PARTITION_COL
-from ._internal.spark.plan import physical_plan, shuffle_exchanges
+import sys
+import warnings
+from typing import Any
+
+from . import advice, columns, elastic, errors, eventtime, kafka, keyed, measurement, merge
+from . import partitioners, placement, state, switching
 from ._internal.spark.session import get_session
-from .partitioners.block import BlockPartitioner
-from .partitioners.overlay import OverlayPartitioner
-from .partitioners.refit import rebalance_minimal
+from .columns import PARTITION_COL
+from .errors import TrilinkError
+from .keyed import KeyedWatermarkProcessFunction, KeyedWindowAggregate
+from .keyed import keyed_foreach_batch, keyed_process, keyed_watermark
+from .merge import global_merge, local_merge, merge_partials
 from .partitioners import (
+    BlockPartitioner,
     HashPartitioner,
     LeastCountPartitioner,
     LeastKeyPartitioner,
     ModuloPartitioner,
+    OverlayPartitioner,
     Partitioner,
     TablePartitioner,
     WeightPartitioner,
-    strategy_names,
+    evaluate_strategies,
+    partition_balance,
 )
-from .partitioners.balance import BalanceReport, balance_degree, extra_compute_time, keyed_bound
-from .partitioners.balance import partition_balance
-from .partitioners.evaluation import CANDIDATES, StrategyScore, choose_best, evaluate_strategies
-from .partitioners.kafka_hash import kafka_default_partition, kafka_murmur2
-from .placement import (
-    FIT_MODES,
-    KeyedStrategy,
-    key_by,
-    keyed_agg,
-    keyed_apply,
-    explain_keyed_agg,
-    KeyedAggPlan,
-    resolve_strategy,
-)
-from .eventtime import parse_interval
-from .placement import KafkaPythonPartitioner, ahead_key_by, confluent_partition
-from .placement import SOURCE_AGGREGATES, is_keyed_by_source, keyed_by_source
-from .keyed import (
-    KeyedBatchFunction,
-    KeyedContext,
-    KeyedWatermarkProcessFunction,
-    KeyedWindowAggregate,
-    SwapReport,
-    TimerService,
-    WINDOW_AGGS,
-    keyed_foreach_batch,
-    keyed_process,
-    keyed_watermark,
-)
-from .state import KeyedStateStore
-from .merge import AGGREGATES, Combine, GLOBAL_STORES, MERGE_MODES, RedisStore, global_merge
-from .merge import LocalMergeBatchFunction, local_merge, local_merge_foreach_batch, merge_partials
-from .kafka import SOURCE_NAME as KAFKA_SOURCE, read_kafka, register_kafka_source, write_kafka
-from .kafka import read_trigger_cap, write_trigger_cap
-from .switching import AdaptiveBatchFunction, AdaptivePartitioner, Decision, adaptive_foreach_batch
-from .switching import CONFIG_FIELDS, ConfigCenter, RedisConfigCenter, validate_update
-from .switching import MODES as SWITCH_MODES
-from .measurement import TASK_METRIC_COLUMNS, task_metrics
-from ._internal.optiming import OPERATOR_TIMING_COLUMNS, OPERATOR_TIMING_CONF, OperatorTimer
-from ._internal.optiming import OperatorTimingReader, read_operator_timings
-from .switching import REBALANCE_STATES, LoadAwareRebalancer, RebalanceDecision
-from .advice import FlowNetwork, FlowResult, find_bottlenecks, learn_capacity, max_flow
-from .advice import BottleneckAdvisor, BottleneckListener, BottleneckReport
-from .advice.ds2 import ds2_parallelism
-from .advice import TrueRate, ds2_plan, operator_min_cut
-from .elastic import Advice, ElasticityAdvisor, apply_advice, follow_trigger_cap
+from .placement import key_by, keyed_agg, keyed_apply, resolve_strategy
+from .switching import AdaptivePartitioner
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "__version__",
-    # errors
-    "TrilinkError",
-    "InvalidArgumentError",
-    "InvalidArgumentTypeError",
-    "InvalidKeyTypeError",
-    "NullKeyError",
-    "UnknownStrategyError",
-    "MissingColumnError",
-    "ConfigError",
-    "ConfigTypeError",
-    "ConfigCenterUnavailableError",
-    "StoreUnavailableError",
-    "BrokerUnavailableError",
-    "PartitionCountError",
-    "KeysNotGroupedError",
-    "MissingDependencyError",
-    "DataLossError",
-    "ReservedColumnError",
-    "StateCorruptError",
-    "StateStoreError",
-    "StateTypeError",
-    "StateOwnershipError",
-    "ArithmeticOverflowError",
-    "ConnectUnsupportedError",
-    # strategies
+    # the transforms
+    "key_by",
+    "keyed_agg",
+    "keyed_apply",
+    "keyed_watermark",
+    "keyed_process",
+    "keyed_foreach_batch",
+    "local_merge",
+    "merge_partials",
+    "global_merge",
+    # the strategies
     "Partitioner",
-    "TablePartitioner",
     "HashPartitioner",
-    "BlockPartitioner",
-    "OverlayPartitioner",
-    "rebalance_minimal",
     "ModuloPartitioner",
     "LeastKeyPartitioner",
     "LeastCountPartitioner",
     "WeightPartitioner",
-    "strategy_names",
-    # balance
-    "balance_degree",
-    "extra_compute_time",
-    "keyed_bound",
-    "BalanceReport",
-    "partition_balance",
-    "StrategyScore",
-    "evaluate_strategies",
-    "choose_best",
-    "CANDIDATES",
-    # placement
-    "PARTITION_COL",
-    "FIT_MODES",
-    "KeyedStrategy",
-    "key_by",
-    "keyed_agg",
-    "keyed_apply",
-    "explain_keyed_agg",
-    "KeyedAggPlan",
-    "parse_interval",
-    "resolve_strategy",
-    "physical_plan",
-    "shuffle_exchanges",
-    "get_session",
-    # switching and configuration
+    "BlockPartitioner",
+    "TablePartitioner",
+    "OverlayPartitioner",
     "AdaptivePartitioner",
-    "Decision",
-    "SWITCH_MODES",
-    "adaptive_foreach_batch",
-    "AdaptiveBatchFunction",
-    "ConfigCenter",
-    "RedisConfigCenter",
-    "CONFIG_FIELDS",
-    "validate_update",
-    # measurements and rebalancing
-    "TASK_METRIC_COLUMNS",
-    "task_metrics",
-    "OPERATOR_TIMING_COLUMNS",
-    "OPERATOR_TIMING_CONF",
-    "OperatorTimer",
-    "OperatorTimingReader",
-    "read_operator_timings",
-    "REBALANCE_STATES",
-    "LoadAwareRebalancer",
-    "RebalanceDecision",
-    # bottlenecks and rescale advice
-    "FlowNetwork",
-    "FlowResult",
-    "find_bottlenecks",
-    "learn_capacity",
-    "max_flow",
-    "ds2_parallelism",
-    "BottleneckAdvisor",
-    "BottleneckListener",
-    "BottleneckReport",
-    "TrueRate",
-    "ds2_plan",
-    "operator_min_cut",
-    # elasticity
-    "Advice",
-    "ElasticityAdvisor",
-    "apply_advice",
-    "follow_trigger_cap",
-    # watermarks and timers
-    "TimerService",
-    "keyed_watermark",
-    "EVENT_TIME_COL",
-    "KeyedContext",
+    # how well a placement fits the data
+    "partition_balance",
+    "evaluate_strategies",
+    "resolve_strategy",
+    # keyed processing
     "KeyedWatermarkProcessFunction",
     "KeyedWindowAggregate",
-    "WINDOW_AGGS",
-    "keyed_process",
-    "keyed_foreach_batch",
-    "KeyedBatchFunction",
-    "SwapReport",
-    "KeyedStateStore",
-    # merge
-    "local_merge",
-    "merge_partials",
-    "Combine",
-    "AGGREGATES",
-    "MERGE_MODES",
-    "global_merge",
-    "GLOBAL_STORES",
-    "RedisStore",
-    "local_merge_foreach_batch",
-    "LocalMergeBatchFunction",
-    # ahead keyBy
-    "ahead_key_by",
-    "KafkaPythonPartitioner",
-    "confluent_partition",
-    "keyed_by_source",
-    "is_keyed_by_source",
-    "SOURCE_AGGREGATES",
-    "read_kafka",
-    "read_trigger_cap",
-    "write_trigger_cap",
-    "write_kafka",
-    "register_kafka_source",
-    "KAFKA_SOURCE",
-    "kafka_default_partition",
-    "kafka_murmur2",
+    # the session, the root error, the partition column
+    "get_session",
+    "TrilinkError",
+    "PARTITION_COL",
 ]
+
+#: Names that left the top level, with their one home: ``name -> (module, attribute, note)``.
+#: Each still resolves here, with a :class:`DeprecationWarning` naming that home, until the
+#: next minor release removes it.
+_MOVED: dict[str, tuple[str, str, str]] = {}
+
+
+def _moved(module: Any, names: list[str]) -> None:
+    for name in names:
+        _MOVED[name] = (module.__name__, name, "")
+
+
+_moved(errors, [n for n in errors.__all__ if n not in ("TrilinkError", "ServerStartError")])
+_moved(columns, ["EVENT_TIME_COL"])
+_moved(eventtime, ["parse_interval"])
+_moved(partitioners, [
+    "rebalance_minimal", "strategy_names", "balance_degree", "extra_compute_time",
+    "keyed_bound", "BalanceReport", "StrategyScore", "choose_best", "CANDIDATES",
+    "kafka_default_partition", "kafka_murmur2"])
+_moved(placement, [
+    "FIT_MODES", "KeyedStrategy", "explain_keyed_agg", "KeyedAggPlan", "physical_plan",
+    "shuffle_exchanges", "KafkaPythonPartitioner", "ahead_key_by", "confluent_partition",
+    "SOURCE_AGGREGATES", "is_keyed_by_source", "keyed_by_source"])
+_moved(keyed, ["KeyedBatchFunction", "KeyedContext", "SwapReport", "TimerService", "WINDOW_AGGS"])
+_moved(state, ["KeyedStateStore"])
+_moved(merge, [
+    "AGGREGATES", "Combine", "GLOBAL_STORES", "MERGE_MODES", "RedisStore",
+    "LocalMergeBatchFunction", "local_merge_foreach_batch"])
+_moved(kafka, [
+    "read_kafka", "register_kafka_source", "write_kafka", "read_trigger_cap",
+    "write_trigger_cap"])
+_moved(switching, [
+    "AdaptiveBatchFunction", "Decision", "adaptive_foreach_batch", "CONFIG_FIELDS",
+    "ConfigCenter", "RedisConfigCenter", "validate_update", "REBALANCE_STATES",
+    "LoadAwareRebalancer", "RebalanceDecision"])
+_moved(measurement, [
+    "TASK_METRIC_COLUMNS", "task_metrics", "OPERATOR_TIMING_COLUMNS", "OPERATOR_TIMING_CONF",
+    "OperatorTimer", "OperatorTimingReader", "read_operator_timings"])
+_moved(advice, [
+    "FlowNetwork", "FlowResult", "find_bottlenecks", "learn_capacity", "max_flow",
+    "operator_min_cut", "BottleneckAdvisor", "BottleneckListener", "BottleneckReport",
+    "TrueRate", "ds2_plan"])
+_moved(elastic, ["Advice", "ElasticityAdvisor", "apply_advice", "follow_trigger_cap"])
+# two names for one thing: the second name goes
+_MOVED["SWITCH_MODES"] = (switching.__name__, "MODES", "")
+_MOVED["KAFKA_SOURCE"] = (kafka.__name__, "SOURCE_NAME", "")
+_MOVED["ds2_parallelism"] = ("trilink_spark.advice.ds2", "ds2_parallelism",
+                             "; use trilink_spark.advice.ds2_plan(...).parallelism")
+
+
+def __getattr__(name: str) -> Any:
+    """Resolve a name that left the top level, with a :class:`DeprecationWarning`."""
+    try:
+        module, attr, note = _MOVED[name]
+    except KeyError:
+        raise AttributeError(f"module 'trilink_spark' has no attribute {name!r}") from None
+    warnings.warn(
+        f"trilink_spark.{name} has moved to {module}.{attr}{note}; the top-level name is "
+        "deprecated and goes in the next minor release", DeprecationWarning, stacklevel=2)
+    return getattr(sys.modules[module], attr)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_MOVED))

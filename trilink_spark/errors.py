@@ -39,6 +39,7 @@ __all__ = [
     "StateOwnershipError",
     "ArithmeticOverflowError",
     "ConnectUnsupportedError",
+    "ServerStartError",
 ]
 
 
@@ -140,3 +141,8 @@ class ArithmeticOverflowError(TrilinkError, ArithmeticError):
 class ConnectUnsupportedError(TrilinkError, NotImplementedError):
     """A feature that needs classic PySpark (its JVM through Py4J, or RDDs) was used with a
     Spark Connect session or DataFrame; the message says what to use instead."""
+
+
+class ServerStartError(TrilinkError, RuntimeError):
+    """A server that :mod:`trilink_spark.testing` launched exited, or did not accept
+    connections in time."""

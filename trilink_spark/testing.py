@@ -43,19 +43,15 @@ from typing import Self
 
 from ._internal.validation import count, positive
 from .errors import BrokerUnavailableError, InvalidArgumentError, MissingDependencyError
-from .errors import TrilinkError
+from .errors import ServerStartError
 
 __all__ = ["redis_server", "kafka_broker", "RedisServer", "KafkaBroker", "create_topic",
-           "free_port", "wait_for_port", "ServerStartError"]
+           "free_port", "wait_for_port"]
 
 logger = logging.getLogger(__name__)
 
 #: Seconds a server gets to accept connections after it is started.
 START_TIMEOUT_S = 15.0
-
-
-class ServerStartError(TrilinkError, RuntimeError):
-    """A server process exited or did not accept connections in time."""
 
 
 def free_port() -> int:
@@ -111,7 +107,7 @@ def wait_for_port(proc: subprocess.Popen[bytes], port: int, name: str, seconds: 
     >>> wait_for_port(proc, free_port(), "nothing", 5)
     Traceback (most recent call last):
     ...
-    trilink_spark.testing.ServerStartError: nothing exited with status 0 on start
+    trilink_spark.errors.ServerStartError: nothing exited with status 0 on start
     """
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
