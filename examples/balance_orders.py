@@ -8,6 +8,7 @@ from __future__ import annotations
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from trilink_spark.placement import shuffle_exchanges
 from trilink_spark.partitioners.scenarios import make_scenario, scenario_frame
 
 
@@ -33,7 +34,7 @@ def main() -> None:
     totals = tl.keyed_agg(
         orders, "customer", F.sum("amount").alias("total"), strategy=chosen.partitioner, fit="none"
     )
-    print("customers:", totals.count(), "shuffles:", tl.shuffle_exchanges(totals))
+    print("customers:", totals.count(), "shuffles:", shuffle_exchanges(totals))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,9 @@ import numpy as np
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from trilink_spark.kafka import read_kafka, write_kafka
+from trilink_spark.partitioners import balance_degree, kafka_default_partition
+from trilink_spark.placement import ahead_key_by, keyed_by_source, shuffle_exchanges
 from trilink_spark.testing import create_topic, kafka_broker
 
 PARTITIONS = 8
@@ -46,30 +49,30 @@ def run(bootstrap: str) -> None:
 
     topic = new_topic(bootstrap, PARTITIONS)
     with tempfile.TemporaryDirectory() as state:
-        placed = tl.ahead_key_by(orders, "customer", "least_count", PARTITIONS,
+        placed = ahead_key_by(orders, "customer", "least_count", PARTITIONS,
                                  assignment_path=f"{state}/customers.json")
-        tl.write_kafka(placed.selectExpr("CAST(customer AS STRING) AS key",
+        write_kafka(placed.selectExpr("CAST(customer AS STRING) AS key",
                                          "CAST(amount AS STRING) AS value", "partition"),
                        bootstrap, topic, num_partitions=PARTITIONS)
 
-    raw = tl.read_kafka(spark, bootstrap, topic, num_partitions=PARTITIONS)
+    raw = read_kafka(spark, bootstrap, topic, num_partitions=PARTITIONS)
     read = raw.select(F.col("key").cast("string").cast("long").alias("customer"),
                       F.col("value").cast("string").cast("long").alias("amount"), "partition")
     loads = [r["count"] for r in read.groupBy("partition").count().collect()]
     counts = {int(k): int(v) for k, v in zip(*np.unique(customers, return_counts=True))}
-    murmur = np.bincount(tl.kafka_default_partition(list(counts), PARTITIONS),
+    murmur = np.bincount(kafka_default_partition(list(counts), PARTITIONS),
                          weights=list(counts.values()), minlength=PARTITIONS)
-    print(f"partitions {read.rdd.getNumPartitions()} balance {tl.balance_degree(loads):.2f} "
-          f"(Kafka's default partitioner: {tl.balance_degree(murmur):.2f})")
+    print(f"partitions {read.rdd.getNumPartitions()} balance {balance_degree(loads):.2f} "
+          f"(Kafka's default partitioner: {balance_degree(murmur):.2f})")
 
-    keyed = tl.keyed_by_source(read, "customer", verify=True)
+    keyed = keyed_by_source(read, "customer", verify=True)
     totals = tl.keyed_agg(keyed, "customer", F.sum("amount").alias("total"))
     baseline = tl.keyed_agg(read, "customer", F.sum("amount").alias("total"),
                             strategy="hash", num_partitions=PARTITIONS)
     same = sorted(map(tuple, totals.collect())) == sorted(map(tuple, baseline.collect()))
     moved = read.where(F.col("partition") != F.pmod(F.hash("customer"), F.lit(PARTITIONS)))
-    print(f"ahead keyBy shuffles: {tl.shuffle_exchanges(totals)} "
-          f"key_by shuffles: {tl.shuffle_exchanges(baseline)} same totals: {same}")
+    print(f"ahead keyBy shuffles: {shuffle_exchanges(totals)} "
+          f"key_by shuffles: {shuffle_exchanges(baseline)} same totals: {same}")
     print(f"rows key_by moves to another partition: {moved.count() / read.count():.0%}")
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 import trilink_spark as tl
+from trilink_spark.keyed import KeyedContext
 
 
 class RunningCount(tl.KeyedWatermarkProcessFunction):
@@ -28,7 +29,7 @@ class RunningCount(tl.KeyedWatermarkProcessFunction):
     output_schema = "user string, n long"
     state_schema = "n long"
 
-    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: tl.KeyedContext) -> Any:
+    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: KeyedContext) -> Any:
         n = ctx.get_state("n", 0) + len(rows)
         ctx.set_state("n", n)
         return [(key, n)]

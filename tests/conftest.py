@@ -14,6 +14,7 @@ import pytest
 from pyspark import cloudpickle
 
 import trilink_spark as tl
+from trilink_spark.errors import MissingDependencyError
 from trilink_spark.testing import KafkaBroker, RedisServer
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -120,7 +121,7 @@ def _redis_process(tmp_path_factory: pytest.TempPathFactory,
     fresh temporary directory, stopped after the test; skips the test without redis-server."""
     try:
         server = RedisServer(tmp_path_factory.mktemp("redis"), **kwargs)
-    except tl.MissingDependencyError as err:
+    except MissingDependencyError as err:
         pytest.skip(f"{err} (.ci/run installs it)")
     with server:
         yield server

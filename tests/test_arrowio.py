@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from trilink_spark._internal.io.arrowio import FORMAT_KEY, FORMAT_VERSION, VERSION_KEY, read_table, write_table
 
 KIND = "test-kind"
@@ -109,7 +109,7 @@ def test_stored_pickle_is_not_unpickled(tmp_path: Path) -> None:
     marker = tmp_path / "marker"
     for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
         data = pickle.dumps(Bomb(marker), protocol=protocol)
-        with pytest.raises(tl.StateCorruptError, match=WHERE) as err:
+        with pytest.raises(StateCorruptError, match=WHERE) as err:
             read_table(data, KIND, WHERE)  # ... and is never unpickled here
         if protocol >= 2:
             assert "a Python pickle" in str(err.value) and "never unpickles" in str(err.value)
@@ -119,11 +119,11 @@ def test_stored_pickle_is_not_unpickled(tmp_path: Path) -> None:
 def test_every_truncation_is_refused() -> None:
     data = write_table(sample_table(), KIND)
     for cut in range(len(data)):
-        with pytest.raises(tl.StateCorruptError, match=WHERE):
+        with pytest.raises(StateCorruptError, match=WHERE):
             read_table(data[:cut], KIND, WHERE)
-    with pytest.raises(tl.StateCorruptError, match="empty"):
+    with pytest.raises(StateCorruptError, match="empty"):
         read_table(b"", KIND, WHERE)
-    with pytest.raises(tl.StateCorruptError, match="truncated Arrow IPC file"):
+    with pytest.raises(StateCorruptError, match="truncated Arrow IPC file"):
         read_table(data[: len(data) // 2], KIND, WHERE)
 
 
@@ -141,14 +141,14 @@ def test_a_cut_at_a_batch_boundary_is_refused() -> None:
     # the tagged file of the same batches refuses every cut, batch boundaries included
     data = write_table(pa.Table.from_batches(batches), KIND)
     for cut in range(0, len(data)):
-        with pytest.raises(tl.StateCorruptError):
+        with pytest.raises(StateCorruptError):
             read_table(data[:cut], KIND, WHERE)
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=2048))
 def test_random_bytes_are_refused(data: bytes) -> None:
-    with pytest.raises(tl.StateCorruptError, match=WHERE):
+    with pytest.raises(StateCorruptError, match=WHERE):
         read_table(data, KIND, WHERE)
 
 
@@ -161,7 +161,7 @@ def test_damaged_bytes_raise_or_read_a_valid_table(data: st.DataObject) -> None:
         good[at] = data.draw(st.integers(0, 255))
     try:
         table = read_table(bytes(good), KIND, WHERE)
-    except tl.StateCorruptError as err:
+    except StateCorruptError as err:
         assert str(err).startswith(WHERE)
         return
     # a flipped bit inside a value is not seen (no checksum), but what is read is a valid table
@@ -173,7 +173,7 @@ def test_ipc_stream_is_refused() -> None:
     table = sample_table()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    with pytest.raises(tl.StateCorruptError, match="an Arrow IPC stream"):
+    with pytest.raises(StateCorruptError, match="an Arrow IPC stream"):
         read_table(sink.getvalue().to_pybytes(), KIND, WHERE)
 
 
@@ -187,53 +187,53 @@ def foreign_file(table: pa.Table) -> bytes:
 
 def test_untagged_arrow_file_is_refused() -> None:
     data = foreign_file(pa.table({"x": [1, 2], "y": ["a", "b"]}))
-    with pytest.raises(tl.StateCorruptError, match=r"without trilink's trilink.format tag.*'x'"):
+    with pytest.raises(StateCorruptError, match=r"without trilink's trilink.format tag.*'x'"):
         read_table(data, KIND, WHERE)
 
 
 def test_other_kind_and_other_version_are_refused() -> None:
     other = write_table(sample_table(), "keyed-state")
-    with pytest.raises(tl.StateCorruptError, match="'keyed-state' table, not a 'test-kind'"):
+    with pytest.raises(StateCorruptError, match="'keyed-state' table, not a 'test-kind'"):
         read_table(other, KIND, WHERE)
     table = pa.table({"x": [1]})
     newer = table.replace_schema_metadata({FORMAT_KEY: KIND.encode(), VERSION_KEY: b"2"})
-    with pytest.raises(tl.StateCorruptError, match="version '2'.*reads version 1"):
+    with pytest.raises(StateCorruptError, match="version '2'.*reads version 1"):
         read_table(foreign_file(newer), KIND, WHERE)
     unversioned = table.replace_schema_metadata({FORMAT_KEY: KIND.encode()})
-    with pytest.raises(tl.StateCorruptError, match="no version"):
+    with pytest.raises(StateCorruptError, match="no version"):
         read_table(foreign_file(unversioned), KIND, WHERE)
     odd = table.replace_schema_metadata({FORMAT_KEY: b"\xff" * 500, VERSION_KEY: b"1"})
-    with pytest.raises(tl.StateCorruptError, match=r"\.\.\.'"):  # a long foreign tag is cut
+    with pytest.raises(StateCorruptError, match=r"\.\.\.'"):  # a long foreign tag is cut
         read_table(foreign_file(odd), KIND, WHERE)
     assert FORMAT_VERSION == 1
 
 
 def test_other_formats_are_named() -> None:
     parquet_like = b"PAR1" + b"\x00" * 20 + b"PAR1"
-    with pytest.raises(tl.StateCorruptError, match="not an Arrow IPC file .*50415231"):
+    with pytest.raises(StateCorruptError, match="not an Arrow IPC file .*50415231"):
         read_table(parquet_like, KIND, WHERE)
-    with pytest.raises(tl.StateCorruptError, match="corrupt Arrow IPC file"):
+    with pytest.raises(StateCorruptError, match="corrupt Arrow IPC file"):
         read_table(b"ARROW1\x00\x00" + b"\x00" * 16 + b"ARROW1", KIND, WHERE)
 
 
 def test_argument_errors() -> None:
     table = pa.table({"x": [1]})
     for kind in ("", "Upper", "has space", "-dash-first", "x" * 65):
-        with pytest.raises(tl.InvalidArgumentError):
+        with pytest.raises(InvalidArgumentError):
             write_table(table, kind)
-        with pytest.raises(tl.InvalidArgumentError):
+        with pytest.raises(InvalidArgumentError):
             read_table(b"", kind, WHERE)
-    with pytest.raises(tl.InvalidArgumentTypeError):
+    with pytest.raises(InvalidArgumentTypeError):
         write_table(table, b"kind")  # type: ignore[arg-type]
-    with pytest.raises(tl.InvalidArgumentTypeError):
+    with pytest.raises(InvalidArgumentTypeError):
         write_table(table.to_batches()[0], KIND)
-    with pytest.raises(tl.InvalidArgumentTypeError):
+    with pytest.raises(InvalidArgumentTypeError):
         read_table(None, KIND, WHERE)  # type: ignore[arg-type]
-    with pytest.raises(tl.InvalidArgumentTypeError):
+    with pytest.raises(InvalidArgumentTypeError):
         read_table("ARROW1", KIND, WHERE)  # type: ignore[arg-type]
-    with pytest.raises(tl.InvalidArgumentTypeError):
+    with pytest.raises(InvalidArgumentTypeError):
         read_table(b"", KIND, None)  # type: ignore[arg-type]
-    with pytest.raises(tl.InvalidArgumentError, match="trilink.format"):
+    with pytest.raises(InvalidArgumentError, match="trilink.format"):
         write_table(table.replace_schema_metadata({FORMAT_KEY: b"x"}), KIND)
     # a table read back (tag removed) can be written again
     again = read_table(write_table(table, KIND), KIND, WHERE)

@@ -8,11 +8,12 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError, MissingColumnError, NullKeyError, UnknownStrategyError
 
 
 @pytest.mark.parametrize("n", [0, -3])
 def test_partitions_below_one(n):
-    with pytest.raises(tl.InvalidArgumentError, match=">= 1") as err:
+    with pytest.raises(InvalidArgumentError, match=">= 1") as err:
         tl.HashPartitioner(n)
     assert isinstance(err.value, ValueError) and isinstance(err.value, tl.TrilinkError)
 
@@ -30,10 +31,10 @@ def test_modulo_on_non_integer_keys(spark):
         with pytest.raises(TypeError) as err:
             p.partition(bad)
         assert isinstance(err.value, tl.TrilinkError)
-    with pytest.raises(tl.InvalidKeyTypeError, match="Modulo needs integer"):
+    with pytest.raises(InvalidKeyTypeError, match="Modulo needs integer"):
         p.assign(["a", "b"])
     df = spark.createDataFrame([("a", 1)], "k string, v int")
-    with pytest.raises(tl.InvalidKeyTypeError, match="Modulo needs an integer key column"):
+    with pytest.raises(InvalidKeyTypeError, match="Modulo needs an integer key column"):
         tl.key_by(df, "k", "modulo", 2)
 
 
@@ -47,26 +48,26 @@ def test_modulo_on_non_integer_keys(spark):
     ],
 )
 def test_bad_weights(weights, match):
-    with pytest.raises(tl.InvalidArgumentError, match=match):
+    with pytest.raises(InvalidArgumentError, match=match):
         tl.WeightPartitioner(weights)
 
 
 def test_weights_wrong_length_and_type():
-    with pytest.raises(tl.InvalidArgumentError, match="num_partitions is 4"):
+    with pytest.raises(InvalidArgumentError, match="num_partitions is 4"):
         tl.WeightPartitioner([50, 50], num_partitions=4)
     with pytest.raises(TypeError):
         tl.WeightPartitioner("100")  # type: ignore[arg-type]
-    with pytest.raises(tl.InvalidArgumentError, match="'hash' or 'random'"):
+    with pytest.raises(InvalidArgumentError, match="'hash' or 'random'"):
         tl.WeightPartitioner([100], mode="round-robin")
 
 
 def test_none_keys_refused_by_default():
     for p in (tl.HashPartitioner(3), tl.LeastKeyPartitioner(3), tl.LeastCountPartitioner(3)):
-        with pytest.raises(tl.NullKeyError, match="partition0"):
+        with pytest.raises(NullKeyError, match="partition0"):
             p.partition(None)
         with pytest.raises(ValueError, match="null key"):
             p.assign(["a", None])
-    with pytest.raises(tl.InvalidArgumentError, match="null_policy"):
+    with pytest.raises(InvalidArgumentError, match="null_policy"):
         tl.HashPartitioner(3, null_policy="drop")
 
 
@@ -85,7 +86,7 @@ def test_bad_input_leaves_state_untouched():
 
 def test_null_keys_in_dataframe(spark):
     df = spark.createDataFrame([(None, 1), (2, 2)], "k int, v int")
-    with pytest.raises(tl.NullKeyError):  # counted on the driver: raised eagerly
+    with pytest.raises(NullKeyError):  # counted on the driver: raised eagerly
         tl.key_by(df, "k", "least_key", 2)
     placed = tl.key_by(df, "k", "hash", 2)  # JVM placement: fails when the job runs
     with pytest.raises(Exception, match="NullKeyError"):
@@ -93,37 +94,37 @@ def test_null_keys_in_dataframe(spark):
 
 
 def test_unknown_strategy_name(spark):
-    with pytest.raises(tl.UnknownStrategyError, match="known: hash") as err:
+    with pytest.raises(UnknownStrategyError, match="known: hash") as err:
         tl.key_by(spark.range(3), "id", "fastest", 2)
     assert isinstance(err.value, ValueError)
-    with pytest.raises(tl.UnknownStrategyError):
+    with pytest.raises(UnknownStrategyError):
         tl.Partitioner.from_dict({"strategy": "nope", "num_partitions": 2})
-    with pytest.raises(tl.InvalidArgumentError, match="unknown candidate"):
+    with pytest.raises(InvalidArgumentError, match="unknown candidate"):
         tl.evaluate_strategies([1, 2], 2, strategies=["best"])
 
 
 def test_missing_key_column(spark):
-    with pytest.raises(tl.MissingColumnError, match="'user'.*columns are \\['id'\\]"):
+    with pytest.raises(MissingColumnError, match="'user'.*columns are \\['id'\\]"):
         tl.key_by(spark.range(3), "user", "hash", 2)
-    with pytest.raises(tl.MissingColumnError):
+    with pytest.raises(MissingColumnError):
         tl.keyed_agg(spark.range(3), "user", F.count("*"))
 
 
 def test_other_argument_errors(spark):
     df = spark.range(10)
-    with pytest.raises(tl.InvalidArgumentError, match="differs"):
+    with pytest.raises(InvalidArgumentError, match="differs"):
         tl.key_by(df, "id", tl.HashPartitioner(3), 4)
-    with pytest.raises(tl.InvalidArgumentError, match="sample_rate"):
+    with pytest.raises(InvalidArgumentError, match="sample_rate"):
         tl.key_by(df, "id", "auto", 2, sample_rate=0)
-    with pytest.raises(tl.InvalidArgumentError, match="fit must be"):
+    with pytest.raises(InvalidArgumentError, match="fit must be"):
         tl.key_by(df, "id", "least_key", 2, fit="some")
-    with pytest.raises(tl.InvalidArgumentError, match="needs weights"):
+    with pytest.raises(InvalidArgumentError, match="needs weights"):
         tl.key_by(df, "id", "weight", 2)
-    with pytest.raises(tl.InvalidKeyTypeError, match="supports int"):
+    with pytest.raises(InvalidKeyTypeError, match="supports int"):
         tl.key_by(df.selectExpr("cast(id as double) AS d"), "d", "least_key", 2)
-    with pytest.raises(tl.InvalidArgumentTypeError):
+    with pytest.raises(InvalidArgumentTypeError):
         tl.key_by(df, "id", 3, 2)  # type: ignore[arg-type]
-    with pytest.raises(tl.InvalidKeyTypeError, match="64"):
+    with pytest.raises(InvalidKeyTypeError, match="64"):
         tl.HashPartitioner(2).assign([2**70])
-    with pytest.raises(tl.InvalidKeyTypeError, match="floating"):
+    with pytest.raises(InvalidKeyTypeError, match="floating"):
         tl.LeastKeyPartitioner(2).assign(__import__("numpy").array([1.5]))

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
 from trilink_spark.eventtime import delay_in_units, parse_interval
 
 # each pool: (usual choices, hostile choices); a hostile one is drawn 7% of the time
@@ -101,7 +102,7 @@ def _spark_oracle(spark: Any, texts: list[str]) -> dict[str, tuple[int, int] | N
 def _ours(text: str) -> int | None:
     try:
         got = parse_interval(text)
-    except tl.InvalidArgumentError as err:
+    except InvalidArgumentError as err:
         assert isinstance(err, ValueError) and isinstance(err, tl.TrilinkError)
         return None
     return (got.days * 86_400 + got.seconds) * 1_000_000 + got.microseconds
@@ -170,7 +171,7 @@ def test_values_are_exact_integers_of_microseconds() -> None:
     ("interval1 second", "not an interval string"), ("x" * 201, "at most 200"),
 ])
 def test_refusals_say_what_was_wrong_and_what_is_allowed(text: str, match: str) -> None:
-    with pytest.raises(tl.InvalidArgumentError, match=match):
+    with pytest.raises(InvalidArgumentError, match=match):
         parse_interval(text, "slot")
 
 
@@ -180,7 +181,7 @@ def test_parse_is_linear_in_the_text() -> None:
     def timed(text: str) -> float:
         start = time.perf_counter()
         for _ in range(200):
-            with pytest.raises(tl.InvalidArgumentError):
+            with pytest.raises(InvalidArgumentError):
                 parse_interval(text)
         return time.perf_counter() - start
 
@@ -192,7 +193,7 @@ def test_parse_is_linear_in_the_text() -> None:
 @pytest.mark.parametrize("delay", [math.nan, math.inf, -math.inf, -1, "-1 second", 1e308,
                                    np.float64("nan"), 10**400])
 def test_delay_in_units_refuses_what_is_no_duration(delay: Any) -> None:
-    with pytest.raises(tl.InvalidArgumentError):
+    with pytest.raises(InvalidArgumentError):
         delay_in_units(delay, "timestamp")
 
 
@@ -201,7 +202,7 @@ def test_delay_in_units_refuses_what_is_no_duration(delay: Any) -> None:
                                          (timedelta(seconds=1), "integral"), (None, "integral"),
                                          ([1], "timestamp")])
 def test_delay_in_units_refuses_wrong_types(delay: Any, kind: str) -> None:
-    with pytest.raises(tl.InvalidArgumentTypeError) as err:
+    with pytest.raises(InvalidArgumentTypeError) as err:
         delay_in_units(delay, kind, "delay")
     assert isinstance(err.value, TypeError) and "delay" in str(err.value)
 

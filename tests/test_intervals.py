@@ -12,6 +12,7 @@ import pytest
 from pyspark import cloudpickle
 
 import trilink_spark as tl
+from trilink_spark.errors import ConfigError, InvalidArgumentError, InvalidArgumentTypeError
 from trilink_spark.eventtime import INTERVAL_UNITS, delay_in_units, parse_interval
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -34,23 +35,23 @@ def test_parse_interval_matches_spark_on_each_form(spark: Any) -> None:
                                   "ten seconds", "10 seconds and more", "1 fortnight",
                                   "x 10 seconds", "1e3 seconds", "10 seconds;drop"])
 def test_what_is_not_an_interval_string_is_refused_with_the_units(text: str) -> None:
-    with pytest.raises(tl.InvalidArgumentError, match="second") as err:
+    with pytest.raises(InvalidArgumentError, match="second") as err:
         parse_interval(text)
     assert isinstance(err.value, ValueError) and isinstance(err.value, tl.TrilinkError)
 
 
 @pytest.mark.parametrize("text", ["1 month", "2 years", "1 year 2 days"])
 def test_months_and_years_are_not_durations(text: str) -> None:
-    with pytest.raises(tl.InvalidArgumentError, match="not a fixed duration"):
+    with pytest.raises(InvalidArgumentError, match="not a fixed duration"):
         parse_interval(text)
 
 
 def test_long_or_non_str_input_is_refused() -> None:
-    with pytest.raises(tl.InvalidArgumentError, match="characters"):
+    with pytest.raises(InvalidArgumentError, match="characters"):
         parse_interval("1 second " * 1000)
-    with pytest.raises(tl.InvalidArgumentTypeError):
+    with pytest.raises(InvalidArgumentTypeError):
         parse_interval(10)  # type: ignore[arg-type]
-    with pytest.raises(tl.InvalidArgumentError, match="longest"):
+    with pytest.raises(InvalidArgumentError, match="longest"):
         parse_interval("99999999999999999999 weeks")
 
 
@@ -64,9 +65,9 @@ def test_delay_in_units_takes_strings_for_timestamps_only() -> None:
     assert delay_in_units("2 seconds", "timestamp") == 2_000_000.0
     assert delay_in_units("2 seconds", "timestamp") == delay_in_units(timedelta(seconds=2),
                                                                       "timestamp")
-    with pytest.raises(tl.InvalidArgumentTypeError, match="timestamp event time"):
+    with pytest.raises(InvalidArgumentTypeError, match="timestamp event time"):
         delay_in_units("2 seconds", "integral")
-    with pytest.raises(tl.InvalidArgumentError, match=">= 0"):
+    with pytest.raises(InvalidArgumentError, match=">= 0"):
         delay_in_units("-1 second", "timestamp")
 
 
@@ -92,7 +93,7 @@ def test_local_merge_slot_and_periodic_delay_as_strings(spark: Any) -> None:
                              delay="30 seconds")
     by_number = tl.local_merge(df, "k", "ts", 60.0, aggs, mode="periodic", delay=30.0)
     assert sorted(by_text.collect()) == sorted(by_number.collect())
-    with pytest.raises(tl.InvalidArgumentError, match="slot"):
+    with pytest.raises(InvalidArgumentError, match="slot"):
         tl.local_merge(df, "k", "ts", "1 month", aggs)
 
 
@@ -113,7 +114,7 @@ def test_adaptive_period_takes_interval_strings_in_code_and_config() -> None:
     assert ap.to_dict()["settings"]["period_s"] == 90.0
     assert validate_update({"period_s": "500 milliseconds"})["period_s"] == 0.5
     assert validate_update({"period_s": timedelta(seconds=3)})["period_s"] == 3.0
-    with pytest.raises(tl.ConfigError, match="not a fixed duration"):
+    with pytest.raises(ConfigError, match="not a fixed duration"):
         validate_update({"period_s": "2 months"})
-    with pytest.raises(tl.ConfigError):
+    with pytest.raises(ConfigError):
         validate_update({"period_s": "0 seconds"})

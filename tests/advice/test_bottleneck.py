@@ -13,6 +13,8 @@ import pytest
 from pyspark import cloudpickle
 
 import trilink_spark as tl
+from trilink_spark.advice import BottleneckAdvisor, BottleneckListener, BottleneckReport
+from trilink_spark.measurement import task_metrics
 from conftest import wait_for
 from trilink_spark.measurement.progress import parse_progress
 
@@ -51,7 +53,7 @@ def test_bad_progress_is_refused_with_a_typed_error(bad: str) -> None:
 
 
 # ---------------------------------------------------------------------- the network
-def feed(adv: tl.BottleneckAdvisor, rates: list[tuple[str, float, int]], rows: int,
+def feed(adv: BottleneckAdvisor, rates: list[tuple[str, float, int]], rows: int,
          input_rate: float, batches: int = 3, backlog: int | None = None) -> None:
     """Each node processes ``rows`` per batch at ``rate`` rows per task-second."""
     for b in range(batches):
@@ -61,7 +63,7 @@ def feed(adv: tl.BottleneckAdvisor, rates: list[tuple[str, float, int]], rows: i
 
 
 def test_the_slowest_operator_is_the_cut_and_ds2_sizes_it() -> None:
-    adv = tl.BottleneckAdvisor(warmup_batches=0)
+    adv = BottleneckAdvisor(warmup_batches=0)
     feed(adv, [("parse", 5000.0, 2), ("count", 400.0, 2), ("write", 3000.0, 2)], 1000, 900.0)
     r = adv.report()
     assert r.bottleneck == ["count"]
@@ -76,7 +78,7 @@ def test_the_slowest_operator_is_the_cut_and_ds2_sizes_it() -> None:
 
 
 def test_headroom_below_lambda_names_no_bottleneck() -> None:
-    adv = tl.BottleneckAdvisor(lambda_=0.85, warmup_batches=0)
+    adv = BottleneckAdvisor(lambda_=0.85, warmup_batches=0)
     feed(adv, [("parse", 5000.0, 2), ("count", 400.0, 2)], 1000, 500.0)  # 500 / 800 = 0.63
     r = adv.report()
     assert r.bottleneck == [] and "no bottleneck" in r.reason
@@ -84,7 +86,7 @@ def test_headroom_below_lambda_names_no_bottleneck() -> None:
 
 
 def test_backlog_counts_as_unmet_flow() -> None:
-    adv = tl.BottleneckAdvisor(lambda_=0.85, warmup_batches=0)
+    adv = BottleneckAdvisor(lambda_=0.85, warmup_batches=0)
     # 500 rows/s arrive, but 400 rows wait: over a 1 s batch, 400 rows/s more are offered
     feed(adv, [("parse", 5000.0, 2), ("count", 400.0, 2)], 1000, 500.0, backlog=400)
     r = adv.report()
@@ -94,7 +96,7 @@ def test_backlog_counts_as_unmet_flow() -> None:
 
 
 def test_selectivity_converts_every_node_to_source_rows() -> None:
-    adv = tl.BottleneckAdvisor(warmup_batches=0)
+    adv = BottleneckAdvisor(warmup_batches=0)
     for b in range(3):
         adv.observe_operator("filter", 1000, 100.0, 2)   # 10,000 rows/s per task
         adv.observe_operator("enrich", 100, 500.0, 2)    # 10 % pass: 200 rows/s per task
@@ -109,7 +111,7 @@ def test_selectivity_converts_every_node_to_source_rows() -> None:
 
 
 def test_warmup_and_window() -> None:
-    adv = tl.BottleneckAdvisor(window_batches=2, warmup_batches=2)
+    adv = BottleneckAdvisor(window_batches=2, warmup_batches=2)
     assert adv.report().nodes == []
     feed(adv, [("slow", 10.0, 1)], 100, 5.0, batches=2)  # warm-up only
     assert adv.report().nodes == []
@@ -122,11 +124,11 @@ def test_warmup_and_window() -> None:
                                 {"warmup_batches": -1}, {"slots": 0}])
 def test_bad_settings_are_refused(kw: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
-        tl.BottleneckAdvisor(**kw)
+        BottleneckAdvisor(**kw)
 
 
 def test_bad_operator_figures_are_refused() -> None:
-    adv = tl.BottleneckAdvisor()
+    adv = BottleneckAdvisor()
     for args in (("", 1, 1, 1), ("source", 1, 1, 1), ("x", -1, 1, 1), ("x", 1, float("inf"), 1),
                  ("x", 1, 1, 0)):
         with pytest.raises(ValueError):
@@ -160,15 +162,15 @@ def three_stages(spark: Any, slowed: int) -> Any:
     return b.select(f("v", F.lit(slowed == 2)).alias("v"))
 
 
-def advise_once(spark: Any, slowed: int, tag: str) -> tl.BottleneckReport:
+def advise_once(spark: Any, slowed: int, tag: str) -> BottleneckReport:
     group = f"tl-bottleneck-{tag}"
     spark.sparkContext.setJobGroup(group, group)
     try:
         three_stages(spark, slowed).write.format("noop").mode("overwrite").save()
     finally:
         spark.sparkContext.setJobGroup("", "")
-    adv = tl.BottleneckAdvisor(warmup_batches=0, slots=2)
-    adv.observe_stages(tl.task_metrics(spark, job_group=group), close=True)
+    adv = BottleneckAdvisor(warmup_batches=0, slots=2)
+    adv.observe_stages(task_metrics(spark, job_group=group), close=True)
     return adv.report()
 
 
@@ -187,8 +189,8 @@ def test_a_real_query_names_its_slowed_stage(spark: Any) -> None:
 
 
 def test_the_listener_rates_equal_last_progress(spark: Any, tmp_path: Any) -> None:
-    adv = tl.BottleneckAdvisor(warmup_batches=0)
-    listener = tl.BottleneckListener(adv, spark)
+    adv = BottleneckAdvisor(warmup_batches=0)
+    listener = BottleneckListener(adv, spark)
     spark.streams.addListener(listener)
     query = None
     try:

@@ -45,7 +45,7 @@ def test_table_output_and_plot(spark, tmp_path):
 def test_kafka_default_placement(spark):
     import numpy as np
 
-    import trilink_spark as tl
+    from trilink_spark.partitioners import balance_degree, kafka_default_partition
     from trilink_spark.partitioners.scenarios import make_scenario
 
     code, text = run(["balance", "--scenario", "skewed_both", "--kafka", "--no-measure", "--json",
@@ -54,9 +54,9 @@ def test_kafka_default_placement(spark):
     got = json.loads(text)["datasets"][0]["kafka_murmur2"]
     sc = make_scenario("skewed_both", 20000, 400, seed=0)
     keep = sc.counts > 0
-    loads = np.bincount(tl.kafka_default_partition(sc.keys[keep], 8), weights=sc.counts[keep],
+    loads = np.bincount(kafka_default_partition(sc.keys[keep], 8), weights=sc.counts[keep],
                         minlength=8)
-    assert got["balance_degree"] == pytest.approx(tl.balance_degree(loads))
+    assert got["balance_degree"] == pytest.approx(balance_degree(loads))
     code, text = run(["balance", "--scenario", "uniform", "--kafka", "--no-measure", *SMALL])
     assert "Kafka's default partitioner (murmur2), 8 Kafka partitions: balance" in text
 

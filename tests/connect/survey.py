@@ -26,6 +26,11 @@ RESULTS: list[tuple[str, str, str]] = []
 
 def check(name: str, fn: Callable[[], Any]) -> Any:
     import trilink_spark as tl
+    from trilink_spark.errors import MissingDependencyError
+    from trilink_spark.kafka import read_kafka, register_kafka_source, write_kafka
+    from trilink_spark.merge import RedisStore, local_merge_foreach_batch
+    from trilink_spark.placement import ahead_key_by, is_keyed_by_source, keyed_by_source, physical_plan, shuffle_exchanges
+    from trilink_spark.switching import ConfigCenter, adaptive_foreach_batch
 
     start = time.monotonic()
     try:
@@ -70,8 +75,8 @@ def main(kind: str) -> int:
     df = spark.createDataFrame(rows, "k long, t long, v double, s string").repartition(3)
 
     check("get_session", lambda: type(tl.get_session()).__module__)
-    check("physical_plan", lambda: len(tl.physical_plan(df)) > 0)
-    check("shuffle_exchanges", lambda: tl.shuffle_exchanges(df.groupBy("k").count()))
+    check("physical_plan", lambda: len(physical_plan(df)) > 0)
+    check("shuffle_exchanges", lambda: shuffle_exchanges(df.groupBy("k").count()))
     check("partition_balance", lambda: tl.partition_balance(df).loads.tolist())
     for strategy in ("hash", "modulo", "least_key", "least_count", "auto"):
         check(f"key_by[{strategy}]", lambda s=strategy: sorted(
@@ -81,7 +86,7 @@ def main(kind: str) -> int:
     check("resolve_strategy", lambda: tl.resolve_strategy(df, "k", "auto", 4).partitioner)
     check("keyed_agg", lambda: tl.keyed_agg(df, "k", F.sum("v").alias("s"),
                                             strategy="least_count", num_partitions=4).count())
-    check("keyed_agg/shuffles", lambda: tl.shuffle_exchanges(
+    check("keyed_agg/shuffles", lambda: shuffle_exchanges(
         tl.keyed_agg(df, "k", F.sum("v").alias("s"), strategy="hash", num_partitions=4)))
     check("keyed_apply", lambda: tl.keyed_apply(
         df, "k", lambda p: p.head(1), df.schema, strategy="least_key", num_partitions=4).count())
@@ -94,13 +99,13 @@ def main(kind: str) -> int:
     check("merge_partials", lambda: tl.merge_partials(
         tl.local_merge(df, "k", "t", 100, aggs), "k", aggs).count())
     check("global_merge[driver]", lambda: tl.global_merge(df, "k", aggs).count())
-    check("ahead_key_by", lambda: tl.ahead_key_by(df, "k", "modulo", 4).count())
-    check("ahead_key_by[least_count]", lambda: tl.ahead_key_by(
+    check("ahead_key_by", lambda: ahead_key_by(df, "k", "modulo", 4).count())
+    check("ahead_key_by[least_count]", lambda: ahead_key_by(
         df, "k", "least_count", 4, assignment_path=str(tmp / "assign.json")).count())
     source = spark.createDataFrame(rows, "k long, t long, v double, s string").coalesce(1)
-    check("keyed_by_source", lambda: tl.is_keyed_by_source(tl.keyed_by_source(source, "k"), "k"))
-    check("keyed_by_source[verify]", lambda: tl.keyed_by_source(source, "k", verify=True).count())
-    declared = tl.keyed_by_source(source, "k") if RESULTS[-2][0] == "OK" else source
+    check("keyed_by_source", lambda: is_keyed_by_source(keyed_by_source(source, "k"), "k"))
+    check("keyed_by_source[verify]", lambda: keyed_by_source(source, "k", verify=True).count())
+    declared = keyed_by_source(source, "k") if RESULTS[-2][0] == "OK" else source
     check("keyed_agg[source]", lambda: tl.keyed_agg(declared, "k", F.sum("v").alias("s"),
                                                     F.count("*").alias("n")).count())
     check("keyed_apply[source]", lambda: tl.keyed_apply(
@@ -113,7 +118,7 @@ def main(kind: str) -> int:
 
     # foreachBatch functions, called by hand with a batch DataFrame
     sink: list[int] = []
-    run = tl.adaptive_foreach_batch(lambda d, b: sink.append(d.count()), adaptive, "k")
+    run = adaptive_foreach_batch(lambda d, b: sink.append(d.count()), adaptive, "k")
     check("adaptive_foreach_batch(by hand)", lambda: (run(df, 0), sink)[1])
     kfb = tl.keyed_foreach_batch(lambda d, b: sink.append(d.count()), "k", "t", agg, 10,
                                  str(tmp / "keyed"), num_partitions=4)
@@ -121,7 +126,7 @@ def main(kind: str) -> int:
     kfs = tl.keyed_foreach_batch(lambda d, b: sink.append(d.count()), "k", "t", agg, 10,
                                  str(tmp / "keyed-src"))
     check("keyed_foreach_batch[source](by hand)", lambda: (kfs(declared, 0), sink)[1])
-    lm = tl.local_merge_foreach_batch(lambda d, b: sink.append(d.count()), "k", "t", 100, aggs,
+    lm = local_merge_foreach_batch(lambda d, b: sink.append(d.count()), "k", "t", 100, aggs,
                                       str(tmp / "merge"))
     check("local_merge_foreach_batch(by hand)", lambda: (lm(df, 0), lm(df, 1), sink)[2])
 
@@ -148,15 +153,15 @@ def main(kind: str) -> int:
     def writer(path: str) -> Callable[[Any, int], None]:
         return lambda d, b: d.write.mode("append").parquet(path)
 
-    streamed("adaptive_foreach_batch", lambda p: tl.adaptive_foreach_batch(
+    streamed("adaptive_foreach_batch", lambda p: adaptive_foreach_batch(
         writer(p), tl.AdaptivePartitioner(4, sample_rate=1.0, min_sample=10), "k"))
-    center = tl.ConfigCenter()  # classic: reaches the function; Connect: refused
-    streamed("adaptive_foreach_batch+config", lambda p: tl.adaptive_foreach_batch(
+    center = ConfigCenter()  # classic: reaches the function; Connect: refused
+    streamed("adaptive_foreach_batch+config", lambda p: adaptive_foreach_batch(
         writer(p), tl.AdaptivePartitioner(4, sample_rate=1.0, min_sample=10, config=center),
         "k"))
     streamed("keyed_foreach_batch", lambda p: tl.keyed_foreach_batch(
         writer(p), "k", "t", agg, 10, str(tmp / "keyed-stream"), num_partitions=4))
-    streamed("local_merge_foreach_batch", lambda p: tl.local_merge_foreach_batch(
+    streamed("local_merge_foreach_batch", lambda p: local_merge_foreach_batch(
         writer(p), "k", "t", 100, aggs, str(tmp / "merge-stream")))
 
     # Redis and Kafka, when their servers are here
@@ -164,22 +169,22 @@ def main(kind: str) -> int:
 
     try:
         with RedisServer() as redis:
-            store = tl.RedisStore(redis.url, "survey")
+            store = RedisStore(redis.url, "survey")
             check("global_merge[redis]", lambda: tl.global_merge(df, "k", aggs,
                                                                  store=store).count())
             check("RedisStore.read", lambda: store.read(spark).count())
-    except tl.MissingDependencyError:
+    except MissingDependencyError:
         pass
     try:
         with KafkaBroker(workdir=tmp) as broker:
             broker.create_topic("survey", 4)
-            check("register_kafka_source", lambda: tl.register_kafka_source(spark))
-            out = tl.ahead_key_by(df.selectExpr("CAST(k AS STRING) AS key",
+            check("register_kafka_source", lambda: register_kafka_source(spark))
+            out = ahead_key_by(df.selectExpr("CAST(k AS STRING) AS key",
                                                 "CAST(v AS STRING) AS value", "k"),
                                   "k", "modulo", 4).drop("k")
-            check("write_kafka", lambda: tl.write_kafka(out, broker.bootstrap, "survey"))
-            check("read_kafka", lambda: tl.read_kafka(spark, broker.bootstrap, "survey").count())
-    except tl.MissingDependencyError:
+            check("write_kafka", lambda: write_kafka(out, broker.bootstrap, "survey"))
+            check("read_kafka", lambda: read_kafka(spark, broker.bootstrap, "survey").count())
+    except MissingDependencyError:
         pass
 
     width = max(len(n) for _, n, _ in RESULTS)

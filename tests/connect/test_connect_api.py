@@ -1,7 +1,7 @@
 """Every DataFrame-level API on the session the ``spark`` fixture gives: classic, or Spark
 Connect under ``TRILINK_TEST_SESSION=connect``. Results are checked against plain Spark or
 pandas oracles (the ones the classic tests use), so both kinds must give the same answers;
-what Spark Connect cannot do is refused with ``tl.ConnectUnsupportedError``."""
+what Spark Connect cannot do is refused with ``ConnectUnsupportedError``."""
 
 from __future__ import annotations
 
@@ -15,6 +15,11 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from trilink_spark.errors import ConnectUnsupportedError, InvalidArgumentError, InvalidArgumentTypeError, KeysNotGroupedError
+from trilink_spark.kafka import read_kafka, write_kafka
+from trilink_spark.merge import RedisStore, local_merge_foreach_batch
+from trilink_spark.placement import ahead_key_by, is_keyed_by_source, keyed_by_source, physical_plan, shuffle_exchanges
+from trilink_spark.switching import ConfigCenter, adaptive_foreach_batch
 from conftest import ON_CONNECT, assert_same_aggregates, raw_truth
 from trilink_spark._internal.spark import compat
 from trilink_spark.keyed import runner as keyed_runner
@@ -65,7 +70,7 @@ def test_the_fixture_gives_the_session_kind_asked_for(spark: Any) -> None:
     assert tl.get_session() is spark  # the active session, whichever kind
     compat.require_classic(pd.DataFrame(), "anything", "nothing")  # not Spark: no refusal
     if ON_CONNECT:
-        with pytest.raises(tl.ConnectUnsupportedError, match="use that instead"):
+        with pytest.raises(ConnectUnsupportedError, match="use that instead"):
             compat.require_classic(spark.range(1), "this feature", "use that instead")
         with pytest.raises(NotImplementedError):  # also an ordinary NotImplementedError
             compat.require_classic(spark, "this feature", "use that instead")
@@ -74,16 +79,16 @@ def test_the_fixture_gives_the_session_kind_asked_for(spark: Any) -> None:
 def test_plans_and_shuffle_counts(spark: Any) -> None:
     frame = spark.createDataFrame(rows_frame())  # not cached: a cache shows its own plan
     grouped = frame.groupBy("k").count()
-    plan = tl.physical_plan(grouped)
+    plan = physical_plan(grouped)
     assert "Exchange" in plan and not plan.startswith("==")
     assert "== Physical Plan ==" in compat.plan_text(grouped)
     assert "== Analyzed Logical Plan ==" in compat.plan_text(grouped, "extended")
-    with pytest.raises(tl.InvalidArgumentError):
+    with pytest.raises(InvalidArgumentError):
         compat.plan_text(grouped, "nope")
-    assert tl.shuffle_exchanges(spark.range(10)) == 0
-    assert tl.shuffle_exchanges(grouped) == 1
-    assert tl.shuffle_exchanges(tl.key_by(frame, "k", "hash", 4)) == 1
-    assert tl.shuffle_exchanges(tl.local_merge(frame, "k", "t", 100, AGGS)) == 0
+    assert shuffle_exchanges(spark.range(10)) == 0
+    assert shuffle_exchanges(grouped) == 1
+    assert shuffle_exchanges(tl.key_by(frame, "k", "hash", 4)) == 1
+    assert shuffle_exchanges(tl.local_merge(frame, "k", "t", 100, AGGS)) == 0
 
 
 def test_partition_counts_see_empty_partitions(spark: Any) -> None:
@@ -94,7 +99,7 @@ def test_partition_counts_see_empty_partitions(spark: Any) -> None:
     report = tl.partition_balance(df)
     assert report.loads.tolist() == [1, 2, 0, 0]
     assert report.num_partitions == 4 and report.balance_degree == 0.0
-    with pytest.raises(tl.InvalidArgumentTypeError):
+    with pytest.raises(InvalidArgumentTypeError):
         tl.partition_balance([1, 2, 3])  # type: ignore[arg-type]
 
 
@@ -157,7 +162,7 @@ def test_local_and_global_merge_equal_group_by(frame: Any) -> None:
 
 
 def test_global_merge_into_redis(frame: Any, redis_server: Any, spark: Any) -> None:
-    store = tl.RedisStore(redis_server.url, f"t:connect:{ON_CONNECT}")
+    store = RedisStore(redis_server.url, f"t:connect:{ON_CONNECT}")
     got = tl.global_merge(frame, "k", AGGS, store=store, batch_id=1)
     assert got is not None
     assert_same_aggregates(got.toPandas(), raw_truth(frame))
@@ -165,7 +170,7 @@ def test_global_merge_into_redis(frame: Any, redis_server: Any, spark: Any) -> N
 
 
 def test_ahead_key_by_and_keyed_by_source(spark: Any, frame: Any, tmp_path: Path) -> None:
-    out = tl.ahead_key_by(frame, "k", "least_count", 4,
+    out = ahead_key_by(frame, "k", "least_count", 4,
                           assignment_path=str(tmp_path / "assignment.json"))
     placed = dict(tl.key_by(frame, "k", tl.Partitioner.from_json(
         (tmp_path / "assignment.json").read_text()), fit="none")
@@ -173,29 +178,29 @@ def test_ahead_key_by_and_keyed_by_source(spark: Any, frame: Any, tmp_path: Path
     assert dict(out.select("k", "partition").distinct().collect()) == placed
     # rows whole per input partition: one partition per Kafka partition, as read back
     source = out.repartitionById(4, F.col("partition")).localCheckpoint()
-    declared = tl.keyed_by_source(source, "k", verify=True)
-    assert tl.is_keyed_by_source(declared, "k") and not tl.is_keyed_by_source(source, "k")
-    with pytest.raises(tl.KeysNotGroupedError):
-        tl.keyed_by_source(frame, "k", verify=True)
+    declared = keyed_by_source(source, "k", verify=True)
+    assert is_keyed_by_source(declared, "k") and not is_keyed_by_source(source, "k")
+    with pytest.raises(KeysNotGroupedError):
+        keyed_by_source(frame, "k", verify=True)
     sums = tl.keyed_agg(declared, "k", F.count("*").alias("n"), F.sum("v").alias("s"),
                         F.min("v").alias("lo"), F.max("v").alias("hi"), F.avg("v").alias("m"),
                         F.count_distinct("t").alias("d"), F.first("v", True).alias("f"))
-    assert tl.shuffle_exchanges(sums) == 0
+    assert shuffle_exchanges(sums) == 0
     got = sums.toPandas()
     assert_same_aggregates(got, raw_truth(frame))
     assert got.sort_values("k")["d"].tolist() == \
         frame.groupBy("k").agg(F.count_distinct("t")).orderBy("k").toPandas().iloc[:, 1].tolist()
     applied = tl.keyed_apply(declared, "k", lambda p: p.head(1), declared.schema)
-    assert tl.shuffle_exchanges(applied) == 0 and applied.count() == 23
-    with pytest.raises(tl.KeysNotGroupedError):  # shuffled after the declaration
+    assert shuffle_exchanges(applied) == 0 and applied.count() == 23
+    with pytest.raises(KeysNotGroupedError):  # shuffled after the declaration
         tl.keyed_agg(declared.repartition(3), "k", F.sum("v"))
 
 
 def test_sql_text_aggregates_are_refused_per_partition(frame: Any) -> None:
-    declared = tl.keyed_by_source(frame.coalesce(1), "k")
-    with pytest.raises(tl.InvalidArgumentError, match=r"F\.expr"):  # on both kinds
+    declared = keyed_by_source(frame.coalesce(1), "k")
+    with pytest.raises(InvalidArgumentError, match=r"F\.expr"):  # on both kinds
         tl.keyed_agg(declared, "k", F.expr("sum(v)").alias("s"))
-    with pytest.raises(tl.InvalidArgumentError, match="not computed per partition"):
+    with pytest.raises(InvalidArgumentError, match="not computed per partition"):
         tl.keyed_agg(declared, "k", (F.sum("v") + 1).alias("x"))
 
 
@@ -208,7 +213,7 @@ def test_adaptive_placement(spark: Any, frame: Any) -> None:
     assert (rows[tl.PARTITION_COL] == rows["pid"]).all()
     assert rows[tl.PARTITION_COL].tolist() == ap.current.assign(rows["k"].to_numpy()).tolist()
     sizes: list[int] = []
-    run = tl.adaptive_foreach_batch(lambda d, b: sizes.append(d.count()), ap, "k")
+    run = adaptive_foreach_batch(lambda d, b: sizes.append(d.count()), ap, "k")
     run(frame, 0)
     assert sizes == [600] and run.last_decision is not None
 
@@ -228,7 +233,7 @@ def test_foreach_batch_functions_by_hand(spark: Any, tmp_path: Path) -> None:
         want[["sensor", "window_start", "count", "sum"]].values.tolist()
 
     merged: list[pd.DataFrame] = []
-    lm = tl.local_merge_foreach_batch(lambda d, b: merged.append(d.toPandas()), "k", "t", 50,
+    lm = local_merge_foreach_batch(lambda d, b: merged.append(d.toPandas()), "k", "t", 50,
                                       AGGS, str(tmp_path / "merge"), quantity=97)
     pdf = rows_frame()
     halves = [pdf.iloc[:300], pdf.iloc[300:]]
@@ -246,7 +251,7 @@ def test_keyed_foreach_batch_on_a_source_declared_batch(spark: Any, tmp_path: Pa
     run = tl.keyed_foreach_batch(lambda d, b: sink.append(d.toPandas()), "sensor", "t", agg,
                                  DELAY, str(tmp_path / "keyed-source"))
     rows = readings(0, 30)
-    run(tl.keyed_by_source(spark.createDataFrame(rows).coalesce(1), "sensor"), 0)
+    run(keyed_by_source(spark.createDataFrame(rows).coalesce(1), "sensor"), 0)
     got = (pd.concat(sink, ignore_index=True).sort_values(["sensor", "window_start"])
            .reset_index(drop=True))
     assert got[["sensor", "window_start", "count", "sum"]].values.tolist() == \
@@ -294,9 +299,9 @@ def test_a_detached_config_center_is_refused_on_connect(spark: Any, frame: Any) 
     partitioner's config center stayed in the client."""
     from pyspark import cloudpickle
 
-    center = tl.ConfigCenter()
+    center = ConfigCenter()
     ap = tl.AdaptivePartitioner(4, sample_rate=1.0, min_sample=10, config=center)
-    run = tl.adaptive_foreach_batch(lambda d, b: None, ap, "k")
+    run = adaptive_foreach_batch(lambda d, b: None, ap, "k")
     blob = cloudpickle.dumps(run)
     assert not cloudpickle.loads(blob).adaptive.config_detached  # same process: same center
     ap.close()
@@ -307,26 +312,26 @@ def test_a_detached_config_center_is_refused_on_connect(spark: Any, frame: Any) 
     copy = cloudpickle.loads(blob)
     assert copy.adaptive.config_detached
     if ON_CONNECT:
-        with pytest.raises(tl.ConnectUnsupportedError, match="config center"):
+        with pytest.raises(ConnectUnsupportedError, match="config center"):
             copy(frame, 0)
     else:
         copy(frame, 0)  # classic foreachBatch never copies the function; a copy still runs
-    plain = tl.adaptive_foreach_batch(lambda d, b: None, tl.AdaptivePartitioner(4), "k")
+    plain = adaptive_foreach_batch(lambda d, b: None, tl.AdaptivePartitioner(4), "k")
     assert not cloudpickle.loads(cloudpickle.dumps(plain)).adaptive.config_detached
 
 
 def test_kafka_round_trip_without_a_shuffle(spark: Any, kafka_broker: Any, frame: Any) -> None:
     topic = f"connect-{int(ON_CONNECT)}"
     kafka_broker.create_topic(topic, 4)
-    placed = tl.ahead_key_by(frame, "k", "modulo", 4)
-    tl.write_kafka(placed.selectExpr("CAST(k AS STRING) AS key", "CAST(t AS STRING) AS value",
+    placed = ahead_key_by(frame, "k", "modulo", 4)
+    write_kafka(placed.selectExpr("CAST(k AS STRING) AS key", "CAST(t AS STRING) AS value",
                                      "partition"), kafka_broker.bootstrap, topic)
-    raw = tl.read_kafka(spark, kafka_broker.bootstrap, topic)  # one partition per Kafka one
+    raw = read_kafka(spark, kafka_broker.bootstrap, topic)  # one partition per Kafka one
     read = raw.selectExpr("CAST(CAST(key AS STRING) AS LONG) AS k",
                           "CAST(CAST(value AS STRING) AS LONG) AS t")
-    counts = tl.keyed_agg(tl.keyed_by_source(read, "k"), "k", F.count("*").alias("n"),
+    counts = tl.keyed_agg(keyed_by_source(read, "k"), "k", F.count("*").alias("n"),
                           F.max("t").alias("last"))
-    assert tl.shuffle_exchanges(counts) == 0
+    assert shuffle_exchanges(counts) == 0
     got = counts.orderBy("k").toPandas()
     want = frame.groupBy("k").agg(F.count("*").alias("n"), F.max("t").alias("last"))
     assert got.values.tolist() == want.orderBy("k").toPandas().values.tolist()

@@ -11,7 +11,10 @@ from typing import Any
 
 import pytest
 
-import trilink_spark as tl
+from trilink_spark.elastic import follow_trigger_cap
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
+from trilink_spark.kafka import read_trigger_cap, write_trigger_cap
+from trilink_spark.switching import RedisConfigCenter
 from trilink_spark.kafka.client import KafkaOptions
 
 
@@ -25,15 +28,15 @@ def stream_reader(cap_path: str) -> Any:
 
 @pytest.mark.parametrize("path", [None, 3, "", b"/tmp/cap.json"])
 def test_read_trigger_cap_refuses_what_is_not_a_path_with_a_typed_error(path: Any) -> None:
-    with pytest.raises(tl.InvalidArgumentTypeError):
-        tl.read_trigger_cap(path)
+    with pytest.raises(InvalidArgumentTypeError):
+        read_trigger_cap(path)
 
 
 def test_a_path_no_filesystem_knows_is_a_typed_error() -> None:
-    with pytest.raises(tl.InvalidArgumentError, match="nosuch://"):
-        tl.read_trigger_cap("nosuch://x/cap.json")
-    with pytest.raises(tl.InvalidArgumentError, match="nosuch://"):
-        tl.write_trigger_cap("nosuch://x/cap.json", 5)
+    with pytest.raises(InvalidArgumentError, match="nosuch://"):
+        read_trigger_cap("nosuch://x/cap.json")
+    with pytest.raises(InvalidArgumentError, match="nosuch://"):
+        write_trigger_cap("nosuch://x/cap.json", 5)
 
 
 def test_a_bad_cap_path_never_stops_the_stream(caplog: pytest.LogCaptureFixture) -> None:
@@ -44,8 +47,8 @@ def test_a_bad_cap_path_never_stops_the_stream(caplog: pytest.LogCaptureFixture)
 
 
 def test_a_directory_at_the_cap_path_is_not_a_cap_file(tmp_path: Path) -> None:
-    with pytest.raises(tl.StateCorruptError, match="not a file"):
-        tl.read_trigger_cap(str(tmp_path))
+    with pytest.raises(StateCorruptError, match="not a file"):
+        read_trigger_cap(str(tmp_path))
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
@@ -56,7 +59,7 @@ def test_a_named_pipe_at_the_cap_path_never_hangs_the_stream(tmp_path: Path) -> 
 
     def plan() -> None:
         try:
-            outcome.append(tl.read_trigger_cap(str(path)))
+            outcome.append(read_trigger_cap(str(path)))
         except Exception as err:  # noqa: BLE001 - inspected below
             outcome.append(err)
 
@@ -69,7 +72,7 @@ def test_a_named_pipe_at_the_cap_path_never_hangs_the_stream(tmp_path: Path) -> 
         os.close(fd)
         thread.join(10)
     assert not hung, "reading the cap file blocked on a named pipe"
-    assert len(outcome) == 1 and isinstance(outcome[0], tl.StateCorruptError)
+    assert len(outcome) == 1 and isinstance(outcome[0], StateCorruptError)
     reader = stream_reader(str(path))
     assert reader._cap(SimpleNamespace(max_rows=7)) == 7
 
@@ -81,14 +84,14 @@ def test_the_cap_follows_a_redis_center_that_lost_its_data(own_redis: Any,
     path = str(tmp_path / "cap.json")
     kwargs: dict[str, Any] = {"secret": "k", "backoff": (0.05, 0.2), "socket_timeout": 0.5}
     channel = "hostile:cap-resync"
-    publisher = tl.RedisConfigCenter(own_redis.url, channel, **kwargs)
-    follower = tl.RedisConfigCenter(own_redis.url, channel, **kwargs)
-    stop = tl.follow_trigger_cap(follower, path)
+    publisher = RedisConfigCenter(own_redis.url, channel, **kwargs)
+    follower = RedisConfigCenter(own_redis.url, channel, **kwargs)
+    stop = follow_trigger_cap(follower, path)
     try:
         wait_for(follower.connected.is_set)
         for cap in (100, 200, 300):
             assert publisher.publish({"max_offsets_per_trigger": cap}) is not None
-        wait_for(lambda: tl.read_trigger_cap(path) == (True, 300))
+        wait_for(lambda: read_trigger_cap(path) == (True, 300))
         own_redis.stop()
         wait_for(lambda: not follower.connected.is_set())
         own_redis.start()  # memory only: it comes back empty, versions start again at 1
@@ -97,7 +100,7 @@ def test_the_cap_follows_a_redis_center_that_lost_its_data(own_redis: Any,
         assert after == {"version": 1, "max_offsets_per_trigger": 50}
         wait_for(lambda: follower.current() == after)
         # the center resynchronised: the running stream must get the new cap
-        wait_for(lambda: tl.read_trigger_cap(path) == (True, 50), 5)
+        wait_for(lambda: read_trigger_cap(path) == (True, 50), 5)
     finally:
         stop()
         publisher.close()

@@ -17,6 +17,11 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from trilink_spark.errors import BrokerUnavailableError, InvalidArgumentError, KeysNotGroupedError, PartitionCountError
+from trilink_spark.kafka import read_kafka, register_kafka_source, write_kafka
+from trilink_spark.partitioners import kafka_default_partition, kafka_murmur2
+from trilink_spark.placement import KafkaPythonPartitioner, ahead_key_by, keyed_by_source, shuffle_exchanges
+from trilink_spark import kafka as tl_kafka
 from trilink_spark.kafka.client import KafkaOptions, split_limit
 from trilink_spark.testing import free_port
 
@@ -73,14 +78,14 @@ def placed_topic(kafka_broker: Any) -> tuple[str, tl.Partitioner, list[tuple[int
         counts[k] = counts.get(k, 0) + 1
     strategy = tl.LeastCountPartitioner(N_PARTITIONS, history=counts)
     topic = new_topic(kafka_broker)
-    produce(kafka_broker, topic, records, tl.KafkaPythonPartitioner(strategy, key_decoder=int))
+    produce(kafka_broker, topic, records, KafkaPythonPartitioner(strategy, key_decoder=int))
     return topic, strategy, records
 
 
 def test_one_spark_partition_per_kafka_partition(spark: Any, kafka_broker: Any,
                                                  placed_topic: Any) -> None:
     topic, strategy, records = placed_topic
-    df = tl.read_kafka(spark, kafka_broker.bootstrap, topic, num_partitions=N_PARTITIONS)
+    df = read_kafka(spark, kafka_broker.bootstrap, topic, num_partitions=N_PARTITIONS)
     assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp",
                           "timestampType"]
     assert df.rdd.getNumPartitions() == N_PARTITIONS
@@ -100,15 +105,15 @@ def test_one_spark_partition_per_kafka_partition(spark: Any, kafka_broker: Any,
 def test_keyed_agg_without_exchange_equals_group_by(spark: Any, kafka_broker: Any,
                                                     placed_topic: Any) -> None:
     topic, _, _ = placed_topic
-    df = parsed(tl.read_kafka(spark, kafka_broker.bootstrap, topic))
-    keyed = tl.keyed_by_source(df, "user", verify=True)
+    df = parsed(read_kafka(spark, kafka_broker.bootstrap, topic))
+    keyed = keyed_by_source(df, "user", verify=True)
     aggs = [F.count("*").alias("n"), F.sum("amount").alias("s"), F.min("amount").alias("lo"),
             F.max("amount").alias("hi"), F.avg(F.col("amount") * 2).alias("m"),
             F.countDistinct("amount").alias("d"), F.stddev("amount").alias("sd")]
     got = tl.keyed_agg(keyed, "user", *aggs)
-    assert tl.shuffle_exchanges(got) == 0
+    assert shuffle_exchanges(got) == 0
     want = df.groupBy("user").agg(*aggs)
-    assert tl.shuffle_exchanges(want) >= 1
+    assert shuffle_exchanges(want) >= 1
     assert [(f.name, f.dataType) for f in got.schema] == [(f.name, f.dataType) for f in want.schema]
     a = got.toPandas().sort_values("user").reset_index(drop=True)
     b = want.toPandas().sort_values("user").reset_index(drop=True)
@@ -127,24 +132,24 @@ def test_keyed_agg_without_exchange_equals_group_by(spark: Any, kafka_broker: An
 def test_keyed_apply_and_process_without_exchange(spark: Any, kafka_broker: Any,
                                                   placed_topic: Any) -> None:
     topic, _, _ = placed_topic
-    df = parsed(tl.read_kafka(spark, kafka_broker.bootstrap, topic))
-    keyed = tl.keyed_by_source(df, "user")
+    df = parsed(read_kafka(spark, kafka_broker.bootstrap, topic))
+    keyed = keyed_by_source(df, "user")
 
     def top(key: tuple[Any, ...], pdf: Any) -> Any:
         best = pdf.nlargest(1, "amount")
         return best.assign(user=key[0])[["user", "amount"]]
 
     applied = tl.keyed_apply(keyed, "user", top, "user long, amount int")
-    assert tl.shuffle_exchanges(applied) == 0
+    assert shuffle_exchanges(applied) == 0
     want = df.groupBy("user").agg(F.max("amount").alias("amount"))
     assert sorted(map(tuple, applied.collect())) == sorted(map(tuple, want.collect()))
 
     windows = tl.keyed_process(keyed, "user", "timestamp", tl.KeyedWindowAggregate(3600.0),
                                delay=1.0)
-    assert tl.shuffle_exchanges(windows) == 0
+    assert shuffle_exchanges(windows) == 0
     placed = tl.keyed_process(df, "user", "timestamp", tl.KeyedWindowAggregate(3600.0),
                               delay=1.0, strategy="hash", num_partitions=N_PARTITIONS)
-    assert tl.shuffle_exchanges(placed) == 1
+    assert shuffle_exchanges(placed) == 1
     assert sorted(map(tuple, windows.collect())) == sorted(map(tuple, placed.collect()))
 
 
@@ -152,20 +157,20 @@ def test_spark_side_ahead_key_by_round_trip(spark: Any, kafka_broker: Any, tmp_p
     topic = new_topic(kafka_broker)
     rows = [(u, f"order-{u}-{i}") for u in range(120) for i in range(u % 6 + 1)]
     orders = spark.createDataFrame(rows, "user long, payload string")
-    out = tl.ahead_key_by(orders, "user", "least_count", N_PARTITIONS,
+    out = ahead_key_by(orders, "user", "least_count", N_PARTITIONS,
                           assignment_path=str(tmp_path / "assignment.json"))
     (out.selectExpr("CAST(user AS STRING) AS key", "payload AS value", "partition")
-        .write.format(tl.KAFKA_SOURCE).mode("append")
+        .write.format(tl_kafka.SOURCE_NAME).mode("append")
         .option("kafka.bootstrap.servers", kafka_broker.bootstrap).option("topic", topic)
         .option("numPartitions", N_PARTITIONS).save())
-    back = tl.read_kafka(spark, kafka_broker.bootstrap, topic)
+    back = read_kafka(spark, kafka_broker.bootstrap, topic)
     got = back.select(F.col("key").cast("string").cast("long").alias("user"), "partition")
     want = {r[0]: r[1] for r in out.select("user", "partition").collect()}
     assert back.count() == len(rows)
     assert all(want[r[0]] == r[1] for r in got.collect())
-    counts = tl.keyed_agg(tl.keyed_by_source(got, "user", verify=True), "user",
+    counts = tl.keyed_agg(keyed_by_source(got, "user", verify=True), "user",
                           F.count("*").alias("n"))
-    assert tl.shuffle_exchanges(counts) == 0
+    assert shuffle_exchanges(counts) == 0
     assert {r["user"]: r["n"] for r in counts.collect()} == {u: u % 6 + 1 for u in range(120)}
 
 
@@ -173,11 +178,11 @@ def test_verify_names_keys_split_over_partitions(spark: Any, kafka_broker: Any) 
     topic = new_topic(kafka_broker, 2)
     produce(kafka_broker, topic, [(7, b"1"), (8, b"1")], partition=0)
     produce(kafka_broker, topic, [(7, b"2"), (9, b"1")], partition=1)
-    df = parsed(tl.read_kafka(spark, kafka_broker.bootstrap, topic))
-    with pytest.raises(tl.KeysNotGroupedError, match=r"1 key\(s\).*7 in partitions \[0, 1\]"):
-        tl.keyed_by_source(df, "user", verify=True)
-    keyed = tl.keyed_by_source(df, "user")
-    with pytest.raises(tl.KeysNotGroupedError, match="shuffled after keyed_by_source"):
+    df = parsed(read_kafka(spark, kafka_broker.bootstrap, topic))
+    with pytest.raises(KeysNotGroupedError, match=r"1 key\(s\).*7 in partitions \[0, 1\]"):
+        keyed_by_source(df, "user", verify=True)
+    keyed = keyed_by_source(df, "user")
+    with pytest.raises(KeysNotGroupedError, match="shuffled after keyed_by_source"):
         tl.keyed_agg(keyed.repartition(3), "user", F.count("*"))
     with pytest.raises(ValueError, match="not computed per partition"):
         tl.keyed_agg(keyed, "user", F.collect_set("amount"))
@@ -191,7 +196,7 @@ def test_stream_resumes_without_loss_or_duplicates(spark: Any, kafka_broker: Any
                                                    tmp_path: Path) -> None:
     topic = new_topic(kafka_broker)
     strategy = tl.ModuloPartitioner(N_PARTITIONS)
-    partitioner = tl.KafkaPythonPartitioner(strategy, key_decoder=int)
+    partitioner = KafkaPythonPartitioner(strategy, key_decoder=int)
     produce(kafka_broker, topic, [(i % 50, str(i).encode()) for i in range(600)], partitioner)
     seen: list[tuple[int, int, int]] = []
     batch_sizes: list[int] = []
@@ -203,7 +208,7 @@ def test_stream_resumes_without_loss_or_duplicates(spark: Any, kafka_broker: Any
         batch_sizes.append(len(rows))
 
     def run() -> None:
-        stream = tl.read_kafka(spark, kafka_broker.bootstrap, topic, streaming=True,
+        stream = read_kafka(spark, kafka_broker.bootstrap, topic, streaming=True,
                                starting_offsets="earliest", max_records_per_trigger=250)
         query = (stream.writeStream.foreachBatch(collect)
                  .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
@@ -226,34 +231,34 @@ def test_stream_resumes_without_loss_or_duplicates(spark: Any, kafka_broker: Any
 
 def test_unreachable_broker_and_partition_count(spark: Any, kafka_broker: Any) -> None:
     port = free_port()  # nobody listens there
-    with pytest.raises(tl.BrokerUnavailableError, match=f"127.0.0.1:{port}"):
-        tl.read_kafka(spark, f"127.0.0.1:{port}", "anything", timeout_ms=1000)
-    tl.register_kafka_source(spark)
+    with pytest.raises(BrokerUnavailableError, match=f"127.0.0.1:{port}"):
+        read_kafka(spark, f"127.0.0.1:{port}", "anything", timeout_ms=1000)
+    register_kafka_source(spark)
     with pytest.raises(Exception, match="no Kafka broker answered"):
-        (spark.read.format(tl.KAFKA_SOURCE).option("kafka.bootstrap.servers", f"127.0.0.1:{port}")
+        (spark.read.format(tl_kafka.SOURCE_NAME).option("kafka.bootstrap.servers", f"127.0.0.1:{port}")
          .option("subscribe", "anything").option("timeoutMs", 1000).load().count())
 
     topic = new_topic(kafka_broker, 3)
-    with pytest.raises(tl.PartitionCountError, match="has 3 partitions.*placed for 4"):
-        tl.read_kafka(spark, kafka_broker.bootstrap, topic, num_partitions=4)
+    with pytest.raises(PartitionCountError, match="has 3 partitions.*placed for 4"):
+        read_kafka(spark, kafka_broker.bootstrap, topic, num_partitions=4)
     with pytest.raises(ValueError, match="does not exist"):
-        tl.read_kafka(spark, kafka_broker.bootstrap, "no-such-topic", timeout_ms=500)
+        read_kafka(spark, kafka_broker.bootstrap, "no-such-topic", timeout_ms=500)
     # producers refuse to place keys for 4 partitions on a 3-partition topic
     from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap,
-                             partitioner=tl.KafkaPythonPartitioner(tl.ModuloPartitioner(4),
+                             partitioner=KafkaPythonPartitioner(tl.ModuloPartitioner(4),
                                                                    key_decoder=int))
     try:
-        with pytest.raises(tl.PartitionCountError, match="3 partitions"):
+        with pytest.raises(PartitionCountError, match="3 partitions"):
             producer.send(topic, key=b"5", value=b"x").get(timeout=10)
     finally:
         producer.close()
     # and so does the Spark writer
-    frame = tl.ahead_key_by(spark.createDataFrame([(u,) for u in range(8)], "user long"),
+    frame = ahead_key_by(spark.createDataFrame([(u,) for u in range(8)], "user long"),
                             "user", "modulo", 4)
     writer = (frame.selectExpr("CAST(user AS STRING) AS value", "partition").write
-              .format(tl.KAFKA_SOURCE).mode("append")
+              .format(tl_kafka.SOURCE_NAME).mode("append")
               .option("kafka.bootstrap.servers", kafka_broker.bootstrap).option("topic", topic))
     with pytest.raises(Exception, match="has 3 partitions"):
         writer.option("numPartitions", 4).save()
@@ -261,12 +266,12 @@ def test_unreachable_broker_and_partition_count(spark: Any, kafka_broker: Any) -
         writer.save()
     # write_kafka checks on the driver, so the errors arrive typed, before any task runs
     rows = frame.selectExpr("CAST(user AS STRING) AS value")
-    before = tl.read_kafka(spark, kafka_broker.bootstrap, topic).count()
-    with pytest.raises(tl.PartitionCountError, match="has 3 partitions.*placed for 4"):
-        tl.write_kafka(rows, kafka_broker.bootstrap, topic, num_partitions=4)
-    with pytest.raises(tl.BrokerUnavailableError, match=f"127.0.0.1:{port}"):
-        tl.write_kafka(rows, f"127.0.0.1:{port}", topic, timeout_ms=1000)
-    assert tl.read_kafka(spark, kafka_broker.bootstrap, topic).count() == before
+    before = read_kafka(spark, kafka_broker.bootstrap, topic).count()
+    with pytest.raises(PartitionCountError, match="has 3 partitions.*placed for 4"):
+        write_kafka(rows, kafka_broker.bootstrap, topic, num_partitions=4)
+    with pytest.raises(BrokerUnavailableError, match=f"127.0.0.1:{port}"):
+        write_kafka(rows, f"127.0.0.1:{port}", topic, timeout_ms=1000)
+    assert read_kafka(spark, kafka_broker.bootstrap, topic).count() == before
 
 
 def test_options_are_checked() -> None:
@@ -288,7 +293,7 @@ def test_options_are_checked() -> None:
          "read nothing"),
     ]
     for options, message in bad:
-        with pytest.raises(tl.InvalidArgumentError, match=message):
+        with pytest.raises(InvalidArgumentError, match=message):
             KafkaOptions.from_options(options, streaming=False)
 
 
@@ -312,18 +317,18 @@ def test_kafka_murmur2_matches_kafka_python() -> None:
     rng = random.Random(5)
     keys = [bytes(rng.randrange(256) for _ in range(rng.randrange(0, 24))) for _ in range(2_000)]
     want = [h - (1 << 32) if h >= 1 << 31 else h for h in (murmur2(k) for k in keys)]
-    assert tl.kafka_murmur2(keys).tolist() == want
+    assert kafka_murmur2(keys).tolist() == want
     with pytest.raises(TypeError, match="bytes"):
-        tl.kafka_murmur2(["text"])  # type: ignore[list-item]
+        kafka_murmur2(["text"])  # type: ignore[list-item]
 
 
 def test_default_partitioner_placement_is_kafka_default_partition(spark: Any,
                                                                   kafka_broker: Any) -> None:
     topic = new_topic(kafka_broker, 5)
     produce(kafka_broker, topic, [(u, b"x") for u in range(300)])  # Kafka's default partitioner
-    rows = tl.read_kafka(spark, kafka_broker.bootstrap, topic).select("key", "partition").collect()
+    rows = read_kafka(spark, kafka_broker.bootstrap, topic).select("key", "partition").collect()
     keys = [int(r["key"]) for r in rows]
-    assert tl.kafka_default_partition(keys, 5).tolist() == [r["partition"] for r in rows]
+    assert kafka_default_partition(keys, 5).tolist() == [r["partition"] for r in rows]
 
 
 def test_keyed_foreach_batch_keeps_state_per_kafka_partition(spark: Any, kafka_broker: Any,
@@ -333,21 +338,21 @@ def test_keyed_foreach_batch_keeps_state_per_kafka_partition(spark: Any, kafka_b
     strategy = tl.ModuloPartitioner(N_PARTITIONS)
     # 40 sensors, one reading per second each for 60 s, in time order; value = second
     records = [(s, str(t).encode()) for t in range(60) for s in range(40)]
-    produce(kafka_broker, topic, records, tl.KafkaPythonPartitioner(strategy, key_decoder=int))
+    produce(kafka_broker, topic, records, KafkaPythonPartitioner(strategy, key_decoder=int))
     outputs: list[Any] = []
     plans: list[int] = []
 
     def write(out: Any, batch_id: int) -> None:
-        plans.append(tl.shuffle_exchanges(out))
+        plans.append(shuffle_exchanges(out))
         outputs.extend(map(tuple, out.collect()))
 
     run = tl.keyed_foreach_batch(write, "sensor", "t", tl.KeyedWindowAggregate(10.0),
                                  delay=0.0, state_path=str(tmp_path / "state"))
-    stream = tl.read_kafka(spark, kafka_broker.bootstrap, topic, streaming=True,
+    stream = read_kafka(spark, kafka_broker.bootstrap, topic, streaming=True,
                            starting_offsets="earliest", max_records_per_trigger=700)
     readings = stream.select(F.col("key").cast("string").cast("long").alias("sensor"),
                              F.col("value").cast("string").cast("long").alias("t"))
-    query = (tl.keyed_by_source(readings, "sensor").writeStream.foreachBatch(run)
+    query = (keyed_by_source(readings, "sensor").writeStream.foreachBatch(run)
              .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
     try:
         query.processAllAvailable()
@@ -366,21 +371,21 @@ def test_stream_rekeyed_into_another_topic(spark: Any, kafka_broker: Any, tmp_pa
     source, target = new_topic(kafka_broker, 3), new_topic(kafka_broker)
     produce(kafka_broker, source, [(i % 37, str(i).encode()) for i in range(500)])
     strategy = tl.LeastKeyPartitioner(N_PARTITIONS).fit(list(range(30)))  # 7 keys it never saw
-    stream = tl.read_kafka(spark, kafka_broker.bootstrap, source, streaming=True,
+    stream = read_kafka(spark, kafka_broker.bootstrap, source, streaming=True,
                            starting_offsets="earliest")
     users = stream.select(F.col("key").cast("string").cast("long").alias("user"), "value")
     with pytest.raises(ValueError, match="learnt first"):
-        tl.ahead_key_by(users, "user", tl.LeastKeyPartitioner(N_PARTITIONS))
-    placed = tl.ahead_key_by(users, "user", strategy)
+        ahead_key_by(users, "user", tl.LeastKeyPartitioner(N_PARTITIONS))
+    placed = ahead_key_by(users, "user", strategy)
     query = (placed.selectExpr("CAST(user AS STRING) AS key", "value", "partition")
-             .writeStream.format(tl.KAFKA_SOURCE)
+             .writeStream.format(tl_kafka.SOURCE_NAME)
              .option("kafka.bootstrap.servers", kafka_broker.bootstrap).option("topic", target)
              .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
     try:
         query.processAllAvailable()
     finally:
         query.stop()
-    rows = tl.read_kafka(spark, kafka_broker.bootstrap, target).select("key", "partition").collect()
+    rows = read_kafka(spark, kafka_broker.bootstrap, target).select("key", "partition").collect()
     assert len(rows) == 500
     hashed = tl.HashPartitioner(N_PARTITIONS, key_type="long")
     for r in rows:
@@ -391,15 +396,15 @@ def test_stream_rekeyed_into_another_topic(spark: Any, kafka_broker: Any, tmp_pa
 
 def test_json_offsets_select_ranges(spark: Any, kafka_broker: Any, placed_topic: Any) -> None:
     topic, _, _ = placed_topic
-    full = tl.read_kafka(spark, kafka_broker.bootstrap, topic)
+    full = read_kafka(spark, kafka_broker.bootstrap, topic)
     ends = {r[0]: r[1] + 1 for r in full.groupBy("partition").agg(F.max("offset")).collect()}
     start = {topic: {"0": 5, "1": -1}}  # 2 and 3 left out: earliest
     end = {topic: {"0": 20, "3": 7}}  # 1 and 2 left out: latest
-    part = tl.read_kafka(spark, kafka_broker.bootstrap, topic,
+    part = read_kafka(spark, kafka_broker.bootstrap, topic,
                          starting_offsets=json.dumps(start), ending_offsets=json.dumps(end))
     got = {p: sorted(o for q, o in part.select("partition", "offset").collect() if q == p)
            for p in range(N_PARTITIONS)}
     assert got == {0: list(range(5, 20)), 1: [], 2: list(range(ends[2])), 3: list(range(7))}
     with pytest.raises(Exception, match="ending offset 1 is before starting offset 5"):
-        tl.read_kafka(spark, kafka_broker.bootstrap, topic, starting_offsets=json.dumps(start),
+        read_kafka(spark, kafka_broker.bootstrap, topic, starting_offsets=json.dumps(start),
                       ending_offsets=json.dumps({topic: {"0": 1}})).count()

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 import trilink_spark as tl
+from trilink_spark.errors import DataLossError, MissingDependencyError
 from trilink_spark.kafka import client
 
 
@@ -17,13 +18,13 @@ def _opts(**extra: str) -> client.KafkaOptions:
 
 def test_missing_kafka_python_is_a_missing_dependency(monkeypatch):
     monkeypatch.setitem(sys.modules, "kafka", None)  # import kafka raises ImportError
-    with pytest.raises(tl.MissingDependencyError, match=r"trilink-spark\[kafka\]") as info:
+    with pytest.raises(MissingDependencyError, match=r"trilink-spark\[kafka\]") as info:
         client.open_consumer(_opts())
     assert isinstance(info.value, ImportError) and isinstance(info.value, tl.TrilinkError)
 
 
 def test_offsets_past_retention_are_data_loss():
-    with pytest.raises(tl.DataLossError, match="t-3: offsets 5..9"):
+    with pytest.raises(DataLossError, match="t-3: offsets 5..9"):
         client.check_retention(_opts(), 3, 5, 10)
     relaxed = _opts(failOnDataLoss="false")
     assert client.check_retention(relaxed, 3, 5, 10) == 10

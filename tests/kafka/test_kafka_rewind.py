@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
-import trilink_spark as tl
+from trilink_spark.errors import DataLossError, PartitionCountError
+from trilink_spark.kafka import register_kafka_source
+from trilink_spark import kafka as tl_kafka
 from trilink_spark.kafka.client import KafkaOptions
 from trilink_spark.kafka.datasource import KafkaStreamReader
 
@@ -126,14 +128,14 @@ def test_stream_refuses_offsets_that_went_backwards(kafka_broker: Any,
     committed = _first_batch(kafka_broker, reader, topic)
     _recreate(kafka_broker, topic, 2)
     _produce(kafka_broker, topic, 0, [b"new-0-%d" % i for i in range(3)])
-    with pytest.raises(tl.DataLossError) as info:
+    with pytest.raises(DataLossError) as info:
         reader.latestOffset(committed, _all())
     message = str(info.value)
     assert f"{topic}-0: committed offset 10, broker's latest 3" in message
     assert f"{topic}-1: committed offset 10, broker's latest 0" in message
     assert "failOnDataLoss=false" in message
     # a restarted query (fresh reader, same checkpoint) is refused the same way
-    with pytest.raises(tl.DataLossError, match=f"{topic}-0: committed offset 10"):
+    with pytest.raises(DataLossError, match=f"{topic}-0: committed offset 10"):
         reader_factory(_opts(kafka_broker, topic)).latestOffset(committed, _all())
 
 
@@ -197,7 +199,7 @@ def test_replayed_micro_batch_past_the_broker_is_data_loss(kafka_broker: Any,
     end = reader.latestOffset(committed, _all())
     _recreate(kafka_broker, topic, 2)
     _produce(kafka_broker, topic, 0, [b"new-0-%d" % i for i in range(12)])
-    with pytest.raises(tl.DataLossError, match=f"{topic}-0: offsets 10..14, broker's latest 12"):
+    with pytest.raises(DataLossError, match=f"{topic}-0: offsets 10..14, broker's latest 12"):
         reader_factory(_opts(kafka_broker, topic)).partitions(committed, end)
 
     relaxed = reader_factory(_opts(kafka_broker, topic, failOnDataLoss="false"))
@@ -217,13 +219,13 @@ def test_running_stream_notices_partition_count_change(kafka_broker: Any,
     _recreate(kafka_broker, topic, 3)
     for p in range(3):
         _produce(kafka_broker, topic, p, [b"new-%d-%d" % (p, i) for i in range(20)])
-    with pytest.raises(tl.PartitionCountError, match="went from 2 to 3 partitions"):
+    with pytest.raises(PartitionCountError, match="went from 2 to 3 partitions"):
         reader.latestOffset(committed, _all())
 
 
 def _query(spark: Any, broker: Any, topic: str, checkpoint: Path, seen: list[bytes],
            **options: str) -> Any:
-    stream = (spark.readStream.format(tl.KAFKA_SOURCE)
+    stream = (spark.readStream.format(tl_kafka.SOURCE_NAME)
               .option("kafka.bootstrap.servers", broker.bootstrap).option("subscribe", topic)
               .option("startingOffsets", "earliest").option("timeoutMs", "5000")
               .options(**options).load())
@@ -239,7 +241,7 @@ def test_running_query_fails_on_partition_count_change(spark: Any, kafka_broker:
                                                        tmp_path: Path) -> None:
     topic = _topic(kafka_broker, 2)
     _produce(kafka_broker, topic, 0, [b"old-%d" % i for i in range(10)])
-    tl.register_kafka_source(spark)
+    register_kafka_source(spark)
     seen: list[bytes] = []
     query = _query(spark, kafka_broker, topic, tmp_path / "checkpoint", seen)
     try:
@@ -261,7 +263,7 @@ def test_running_query_restarts_rewound_topic_from_earliest(spark: Any, kafka_br
     """failOnDataLoss=false end to end: every record of the re-created topic arrives, once."""
     topic = _topic(kafka_broker, 2)
     _produce(kafka_broker, topic, 0, [b"old-%d" % i for i in range(10)])
-    tl.register_kafka_source(spark)
+    register_kafka_source(spark)
     seen: list[bytes] = []
     query = _query(spark, kafka_broker, topic, tmp_path / "checkpoint", seen,
                    failOnDataLoss="false")

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-import trilink_spark as tl
+from trilink_spark.elastic import apply_advice, follow_trigger_cap
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
+from trilink_spark.kafka import read_kafka, read_trigger_cap, write_trigger_cap
 from trilink_spark.switching.config_center import ConfigCenter
 from trilink_spark.elastic.advisor import Advice
 from trilink_spark.kafka.client import KafkaOptions
@@ -19,19 +21,19 @@ from test_kafka import new_topic, produce
 
 def test_cap_file_round_trip(tmp_path: Path) -> None:
     path = str(tmp_path / "sub" / "cap.json")
-    assert tl.read_trigger_cap(path) == (False, None)
-    tl.write_trigger_cap(path, 7)
-    assert tl.read_trigger_cap(path) == (True, 7)
-    tl.write_trigger_cap(path, None)
-    assert tl.read_trigger_cap(path) == (True, None)
+    assert read_trigger_cap(path) == (False, None)
+    write_trigger_cap(path, 7)
+    assert read_trigger_cap(path) == (True, 7)
+    write_trigger_cap(path, None)
+    assert read_trigger_cap(path) == (True, None)
 
 
 @pytest.mark.parametrize("cap", [0, -1, 2**63, 1.5, True, "10"])
 def test_bad_caps_are_refused(tmp_path: Path, cap: Any) -> None:
     path = str(tmp_path / "cap.json")
-    with pytest.raises((tl.InvalidArgumentError, tl.InvalidArgumentTypeError)):
-        tl.write_trigger_cap(path, cap)
-    assert tl.read_trigger_cap(path) == (False, None)  # nothing written
+    with pytest.raises((InvalidArgumentError, InvalidArgumentTypeError)):
+        write_trigger_cap(path, cap)
+    assert read_trigger_cap(path) == (False, None)  # nothing written
 
 
 @pytest.mark.parametrize("content", [
@@ -44,14 +46,14 @@ def test_bad_caps_are_refused(tmp_path: Path, cap: Any) -> None:
 def test_foreign_cap_files_are_refused_by_name(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "cap.json"
     path.write_bytes(content)
-    with pytest.raises(tl.StateCorruptError, match="cap.json"):
-        tl.read_trigger_cap(str(path))
+    with pytest.raises(StateCorruptError, match="cap.json"):
+        read_trigger_cap(str(path))
 
 
 def test_the_cap_file_is_for_streams() -> None:
     base = {"kafka.bootstrap.servers": "h:1", "subscribe": "t",
             "maxOffsetsPerTriggerPath": "/tmp/cap.json"}
-    with pytest.raises(tl.InvalidArgumentError, match="for streams"):
+    with pytest.raises(InvalidArgumentError, match="for streams"):
         KafkaOptions.from_options(base, streaming=False)
     assert KafkaOptions.from_options(base, streaming=True).cap_path == "/tmp/cap.json"
 
@@ -59,19 +61,19 @@ def test_the_cap_file_is_for_streams() -> None:
 def test_follow_trigger_cap_writes_in_version_order(tmp_path: Path) -> None:
     path = str(tmp_path / "cap.json")
     center = ConfigCenter({"max_offsets_per_trigger": 10})
-    stop = tl.follow_trigger_cap(center, path)
-    assert tl.read_trigger_cap(path) == (True, 10)  # the current snapshot, at once
+    stop = follow_trigger_cap(center, path)
+    assert read_trigger_cap(path) == (True, 10)  # the current snapshot, at once
     center.publish({"max_offsets_per_trigger": 20})
-    assert tl.read_trigger_cap(path) == (True, 20)
+    assert read_trigger_cap(path) == (True, 20)
     # a snapshot of an older version arriving late never overwrites a newer cap
     for callback in list(center._subscribers):
         callback({"version": 1, "max_offsets_per_trigger": 10})
-    assert tl.read_trigger_cap(path) == (True, 20)
+    assert read_trigger_cap(path) == (True, 20)
     stop()
     center.publish({"max_offsets_per_trigger": 30})
-    assert tl.read_trigger_cap(path) == (True, 20)
-    with pytest.raises(tl.InvalidArgumentTypeError):
-        tl.follow_trigger_cap("not a center", path)
+    assert read_trigger_cap(path) == (True, 20)
+    with pytest.raises(InvalidArgumentTypeError):
+        follow_trigger_cap("not a center", path)
 
 
 def test_a_running_stream_follows_the_advised_cap(spark: Any, kafka_broker: Any,
@@ -80,7 +82,7 @@ def test_a_running_stream_follows_the_advised_cap(spark: Any, kafka_broker: Any,
     produce(kafka_broker, topic, [(i % 40, str(i).encode()) for i in range(1000)])
     path = str(tmp_path / "cap.json")
     center = ConfigCenter({"max_offsets_per_trigger": 100})
-    stop = tl.follow_trigger_cap(center, path)
+    stop = follow_trigger_cap(center, path)
     sizes: list[int] = []
     seen: list[tuple[int, int]] = []
     results: list[bool] = []
@@ -90,13 +92,13 @@ def test_a_running_stream_follows_the_advised_cap(spark: Any, kafka_broker: Any,
         seen.extend((r["partition"], r["offset"]) for r in rows)
         sizes.append(len(rows))
         if len(sizes) == 3:  # the advisor asks for more while the query runs
-            results.append(tl.apply_advice(None, Advice(1, 300, "raise the cap"),
+            results.append(apply_advice(None, Advice(1, 300, "raise the cap"),
                                            dry_run=False, config_center=center))
         if len(sizes) == 5:  # and lifts it: the stream's own maxOffsetsPerTrigger again
-            results.append(tl.apply_advice(None, Advice(1, None, "lift the cap"),
+            results.append(apply_advice(None, Advice(1, None, "lift the cap"),
                                            dry_run=False, config_center=center))
 
-    stream = tl.read_kafka(spark, kafka_broker.bootstrap, topic, streaming=True,
+    stream = read_kafka(spark, kafka_broker.bootstrap, topic, streaming=True,
                            starting_offsets="earliest", max_records_per_trigger=50,
                            max_records_per_trigger_path=path)
     query = (stream.writeStream.foreachBatch(collect)

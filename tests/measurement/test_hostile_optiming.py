@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
 from trilink_spark.advice.bottleneck import BottleneckAdvisor, BottleneckListener
 from trilink_spark.measurement.metrics import TASK_METRIC_COLUMNS
 from trilink_spark._internal.optiming import (OPERATOR_TIMING_COLUMNS, OperatorTimer,
@@ -54,7 +54,7 @@ def test_partial_exchange_columns_are_a_typed_error_not_a_key_error() -> None:
     frame = pd.DataFrame([metrics_row(1)])[list(TASK_METRIC_COLUMNS[:10])
                                            + ["shuffle_write_records"]]
     adv = BottleneckAdvisor(warmup_batches=0)
-    with pytest.raises(tl.InvalidArgumentTypeError, match="shuffle_write_ms"):
+    with pytest.raises(InvalidArgumentTypeError, match="shuffle_write_ms"):
         adv.observe_stages(frame)
 
 
@@ -79,7 +79,7 @@ def test_operator_names_that_are_missing_or_clash_with_nodes_are_refused(name: A
     adv.observe_stages(pd.DataFrame([metrics_row(3)]))
     frame = pd.DataFrame([timing_row(), timing_row(operator=name, partition=1)],
                          columns=list(OPERATOR_TIMING_COLUMNS))
-    with pytest.raises(tl.InvalidArgumentError, match="operator"):
+    with pytest.raises(InvalidArgumentError, match="operator"):
         adv.observe_timings(frame)
 
 
@@ -87,14 +87,14 @@ def test_operator_names_that_are_missing_or_clash_with_nodes_are_refused(name: A
                                   {"partition": 2.0 ** 70}, {"partition": 0.25}])
 def test_stage_ids_and_partitions_must_be_integers(over: dict[str, Any]) -> None:
     adv = BottleneckAdvisor(warmup_batches=0)
-    with pytest.raises(tl.InvalidArgumentError, match="timings column"):
+    with pytest.raises(InvalidArgumentError, match="timings column"):
         adv.observe_timings(pd.DataFrame([timing_row(**over)]))
 
 
 def test_boolean_figures_are_a_type_error() -> None:
     adv = BottleneckAdvisor(warmup_batches=0)
     frame = pd.DataFrame([timing_row(busy_ms=True)])
-    with pytest.raises(tl.InvalidArgumentTypeError, match="busy_ms"):
+    with pytest.raises(InvalidArgumentTypeError, match="busy_ms"):
         adv.observe_timings(frame)
 
 
@@ -102,7 +102,7 @@ def test_duplicate_columns_are_a_typed_error() -> None:
     frame = pd.DataFrame([timing_row()])
     frame = pd.concat([frame, frame[["busy_ms"]]], axis=1)
     adv = BottleneckAdvisor(warmup_batches=0)
-    with pytest.raises(tl.InvalidArgumentTypeError, match="busy_ms"):
+    with pytest.raises(InvalidArgumentTypeError, match="busy_ms"):
         adv.observe_timings(frame)
 
 
@@ -137,7 +137,7 @@ def test_a_later_attempt_of_a_task_already_handed_out_is_not_counted_again(
 
 
 def test_a_root_that_is_no_filesystem_is_a_typed_error() -> None:
-    with pytest.raises(tl.InvalidArgumentError, match="nosuch://"):
+    with pytest.raises(InvalidArgumentError, match="nosuch://"):
         read_operator_timings("nosuch://x/timings")
 
 
@@ -171,10 +171,10 @@ def test_the_listener_reads_the_directory_the_operators_write(tmp_path: Any) -> 
 
 
 def test_names_with_a_trailing_newline_are_refused(tmp_path: Any) -> None:
-    with pytest.raises(tl.InvalidArgumentError):
+    with pytest.raises(InvalidArgumentError):
         OperatorTimer(str(tmp_path), "keyed\n", "r")
     adv = BottleneckAdvisor(warmup_batches=0)
-    with pytest.raises(tl.InvalidArgumentError, match="operator"):
+    with pytest.raises(InvalidArgumentError, match="operator"):
         adv.observe_timings(pd.DataFrame([timing_row(operator="keyed\n")]))
 
 
@@ -210,5 +210,5 @@ def test_four_threads_reading_new_records_hand_each_out_once(tmp_path: Any) -> N
 def test_duplicate_metric_columns_are_a_typed_error() -> None:
     frame = pd.DataFrame([metrics_row(1)])
     frame = pd.concat([frame, frame[["run_ms"]]], axis=1)
-    with pytest.raises(tl.InvalidArgumentTypeError, match="run_ms"):
+    with pytest.raises(InvalidArgumentTypeError, match="run_ms"):
         BottleneckAdvisor(warmup_batches=0).observe_stages(frame)

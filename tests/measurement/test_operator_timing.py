@@ -12,6 +12,9 @@ import pandas as pd
 import pytest
 
 import trilink_spark as tl
+from trilink_spark.advice import BottleneckAdvisor, BottleneckListener
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
+from trilink_spark.measurement import task_metrics
 from trilink_spark._internal.optiming import (OPERATOR_TIMING_COLUMNS, OPERATOR_TIMING_CONF,
                                     OperatorTimer, OperatorTimingReader, Stopwatch,
                                     operator_timer, read_operator_timings)
@@ -97,7 +100,7 @@ def test_a_write_that_fails_never_fails_the_task(tmp_path: Any, caplog: Any) -> 
     {"root": "/tmp/x", "operator": 3, "run": "r"},
 ])
 def test_bad_timer_settings_are_refused(kw: dict[str, Any]) -> None:
-    with pytest.raises((tl.InvalidArgumentError, tl.InvalidArgumentTypeError)):
+    with pytest.raises((InvalidArgumentError, InvalidArgumentTypeError)):
         OperatorTimer(**kw)
 
 
@@ -170,9 +173,9 @@ def test_the_advisor_places_operators_inside_their_stage(spark: Any, timing_dir:
         partial.repartition(2, "k").write.format("noop").mode("overwrite").save()
     finally:
         spark.sparkContext.setJobGroup("", "")
-    metrics = tl.task_metrics(spark, job_group=group)
+    metrics = task_metrics(spark, job_group=group)
     timings = read_operator_timings(timing_dir)
-    adv = tl.BottleneckAdvisor(warmup_batches=0, slots=2)
+    adv = BottleneckAdvisor(warmup_batches=0, slots=2)
     adv.observe_timings(timings)
     adv.observe_stages(metrics, close=True)
     report = adv.report()
@@ -188,15 +191,15 @@ def test_the_advisor_places_operators_inside_their_stage(spark: Any, timing_dir:
 
 
 def test_observe_timings_refuses_what_is_not_a_timing_frame() -> None:
-    adv = tl.BottleneckAdvisor(warmup_batches=0)
-    with pytest.raises(tl.InvalidArgumentTypeError):
+    adv = BottleneckAdvisor(warmup_batches=0)
+    with pytest.raises(InvalidArgumentTypeError):
         adv.observe_timings(pd.DataFrame({"a": [1]}))
     bad = pd.DataFrame([["x", "r", 0, 0, 0, 1, 1, -5.0, 0.0, 0.0]],
                        columns=list(OPERATOR_TIMING_COLUMNS))
-    with pytest.raises(tl.InvalidArgumentError):
+    with pytest.raises(InvalidArgumentError):
         adv.observe_timings(bad)
     sink = bad.assign(busy_ms=1.0, operator="sink")
-    with pytest.raises(tl.InvalidArgumentError):
+    with pytest.raises(InvalidArgumentError):
         adv.observe_timings(sink)
     adv.observe_timings(bad.iloc[:0])  # nothing to record
     assert adv.report().nodes == []
@@ -206,8 +209,8 @@ def test_the_listener_feeds_each_batch_its_operator_timings(spark: Any, timing_d
                                                             tmp_path: Any) -> None:
     from conftest import wait_for
 
-    adv = tl.BottleneckAdvisor(warmup_batches=0)
-    listener = tl.BottleneckListener(adv, spark)  # the directory comes from the conf
+    adv = BottleneckAdvisor(warmup_batches=0)
+    listener = BottleneckListener(adv, spark)  # the directory comes from the conf
     spark.streams.addListener(listener)
     query = None
 

@@ -9,21 +9,22 @@ import numpy as np
 import pytest
 
 import trilink_spark as tl
+from trilink_spark.partitioners import BalanceReport, balance_degree, extra_compute_time, keyed_bound
 
 
 def test_paper_definitions():
-    assert tl.balance_degree([10, 20, 40]) == 0.25
-    assert tl.balance_degree([0, 0, 0]) == 1.0
-    assert tl.extra_compute_time([10, 20, 30]) == 0.5
-    assert tl.extra_compute_time([0, 0]) == 0.0
-    assert tl.balance_degree([20, 50, 30, 7], weights=[20, 50, 30, 0]) == 1.0
+    assert balance_degree([10, 20, 40]) == 0.25
+    assert balance_degree([0, 0, 0]) == 1.0
+    assert extra_compute_time([10, 20, 30]) == 0.5
+    assert extra_compute_time([0, 0]) == 0.0
+    assert balance_degree([20, 50, 30, 7], weights=[20, 50, 30, 0]) == 1.0
 
 
 def _best_keyed_balance(counts, n):
     best = 0.0
     for assignment in itertools.product(range(n), repeat=len(counts)):
         loads = np.bincount(assignment, weights=counts, minlength=n)
-        best = max(best, tl.balance_degree(loads))
+        best = max(best, balance_degree(loads))
     return best
 
 
@@ -33,15 +34,15 @@ def test_keyed_bound_is_an_upper_bound_of_the_exhaustive_optimum(seed):
     n = rng.randint(1, 3)
     counts = [rng.randint(0, 30) for _ in range(rng.randint(1, 7))]
     optimum = _best_keyed_balance(counts, n)
-    assert optimum <= tl.keyed_bound(counts, n) + 1e-12
+    assert optimum <= keyed_bound(counts, n) + 1e-12
 
 
 def test_keyed_bound_is_tight_when_one_key_dominates():
     # [90 | 5+5]: the best placement reaches the bound exactly
-    assert tl.keyed_bound([90, 5, 5], 2) == pytest.approx(10 / 90)
+    assert keyed_bound([90, 5, 5], 2) == pytest.approx(10 / 90)
     assert _best_keyed_balance([90, 5, 5], 2) == pytest.approx(10 / 90)
-    assert tl.keyed_bound([], 4) == 1.0
-    assert tl.keyed_bound([5, 5], 1) == 1.0
+    assert keyed_bound([], 4) == 1.0
+    assert keyed_bound([5, 5], 1) == 1.0
 
 
 def test_partition_balance_of_dataframe_and_rdd(spark):
@@ -59,6 +60,6 @@ def test_partition_balance_of_dataframe_and_rdd(spark):
 
 
 def test_report_to_dict():
-    rep = tl.BalanceReport(loads=np.array([1, 3]))
+    rep = BalanceReport(loads=np.array([1, 3]))
     d = rep.to_dict()
     assert d["balance_degree"] == pytest.approx(1 / 3) and d["loads"] == [1, 3]

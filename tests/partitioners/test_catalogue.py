@@ -8,6 +8,9 @@ import numpy as np
 import pytest
 
 import trilink_spark as tl
+from trilink_spark.errors import ConfigError, InvalidArgumentError, UnknownStrategyError
+from trilink_spark.partitioners import CANDIDATES, strategy_names
+from trilink_spark.switching import validate_update
 from trilink_spark.partitioners import base, catalogue
 from trilink_spark.partitioners.keys import to_key_array
 from trilink_spark.partitioners.catalogue import Candidate, register_candidate
@@ -44,7 +47,7 @@ def test_a_registered_candidate_reaches_every_consumer(registered):
     names = [s.name for s in tl.evaluate_strategies({"a": 1, "b": 2}, 4)]
     assert "test_reversed_modulo" not in names
     # the config center accepts it, the adaptive partitioner can pin it
-    assert tl.validate_update({"strategy": "test_reversed_modulo"})
+    assert validate_update({"strategy": "test_reversed_modulo"})
     ap = tl.AdaptivePartitioner(4, mode="manual")
     ap.config.publish({"strategy": "test_reversed_modulo"})
     ap.batch_boundary()
@@ -55,14 +58,14 @@ def test_a_registered_candidate_reaches_every_consumer(registered):
 
 
 def test_unregistered_candidates_are_refused():
-    with pytest.raises(tl.ConfigError):
-        tl.validate_update({"strategy": "test_reversed_modulo"})
-    with pytest.raises(tl.UnknownStrategyError):
+    with pytest.raises(ConfigError):
+        validate_update({"strategy": "test_reversed_modulo"})
+    with pytest.raises(UnknownStrategyError):
         catalogue.build("nope", 4)
 
 
 def test_build_refuses_weights_it_does_not_have():
-    with pytest.raises(tl.InvalidArgumentError, match="needs weights"):
+    with pytest.raises(InvalidArgumentError, match="needs weights"):
         catalogue.build("weight", 4)
     p = catalogue.build("weight_random", 2, weights=[50, 50])
     assert p.is_stateful and catalogue.candidate_of(p) == "weight_random"
@@ -76,11 +79,11 @@ def test_candidate_of_names_the_variant():
 
 
 def test_the_name_lists_derive_from_the_catalogue():
-    assert tl.CANDIDATES == catalogue.candidate_names()
+    assert CANDIDATES == catalogue.candidate_names()
     assert "least_count_no_history" not in catalogue.configurable_names()
-    assert set(catalogue.configurable_names()) < set(tl.CANDIDATES)
-    assert set(tl.strategy_names()) <= set(base._REGISTRY)
-    assert "adaptive" not in tl.strategy_names()
+    assert set(catalogue.configurable_names()) < set(CANDIDATES)
+    assert set(strategy_names()) <= set(base._REGISTRY)
+    assert "adaptive" not in strategy_names()
     assert base.strategy_class("adaptive") is tl.AdaptivePartitioner
 
 

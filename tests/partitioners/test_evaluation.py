@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import trilink_spark as tl
+from trilink_spark.partitioners import choose_best
 from trilink_spark.partitioners.scenarios import PAPER_SCENARIOS, make_scenario, records
 
 
@@ -39,7 +40,7 @@ def test_string_keys_skip_modulo_and_weights_add_weight():
 def test_best_reaches_target_where_the_bound_allows(name):
     sc = make_scenario(name, 200_000, 4_000, seed=0)
     scores = tl.evaluate_strategies(sc.as_mapping(), 20)
-    best = tl.choose_best(scores)
+    best = choose_best(scores)
     lc = next(s for s in scores if s.name == "least_count")
     assert lc.gap_to_bound <= 0.01
     if lc.keyed_bound >= 0.97:
@@ -49,9 +50,9 @@ def test_best_reaches_target_where_the_bound_allows(name):
 def test_choose_best_prefers_stateless_unless_clearly_better():
     counts = {k: 10 for k in range(600)}
     scores = tl.evaluate_strategies(counts, 6)
-    assert tl.choose_best(scores).name == "modulo"  # ties with least_*: stateless wins
+    assert choose_best(scores).name == "modulo"  # ties with least_*: stateless wins
     skew = make_scenario("skewed_records", 100_000, 2_000, seed=3).as_mapping()
-    assert tl.choose_best(tl.evaluate_strategies(skew, 10)).name == "least_count"
+    assert choose_best(tl.evaluate_strategies(skew, 10)).name == "least_count"
 
 
 def test_fit_on_sample_evaluate_on_all():

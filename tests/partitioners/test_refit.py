@@ -11,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError, NullKeyError
+from trilink_spark.partitioners import balance_degree, keyed_bound
 from trilink_spark.partitioners import BlockPartitioner, OverlayPartitioner
 from trilink_spark.partitioners import moved_units, rebalance_minimal
 from trilink_spark.partitioners.refit import _rebalance
@@ -33,9 +35,9 @@ def check_step(start, weights, pids, n, target, max_moves=None, fixed=None):
     total = after.sum()
     if not forced.any() and start.size and start.max() < n:
         before = fixed + np.bincount(start, weights=weights, minlength=n)
-        if total > 0 and tl.balance_degree(before) >= target:
+        if total > 0 and balance_degree(before) >= target:
             assert not moved.any(), "nothing moves when the target is met already"
-        assert tl.balance_degree(after) >= tl.balance_degree(before) - 1e-12, \
+        assert balance_degree(after) >= balance_degree(before) - 1e-12, \
             "every move is an improvement"
     # a unit moved for balance never lifts its receiver above the target's top load
     top = max(2 * total / n / (1 + target), weights.max(initial=0.0))
@@ -58,7 +60,7 @@ def test_the_core_keeps_its_invariants(n_old, n_new, units, target, max_moves):
     weights = np.array([w for _, w in units], dtype=np.float64)
     forced = int((start >= n_new).sum())
     if max_moves is not None and forced > max_moves:
-        with pytest.raises(tl.InvalidArgumentError, match="max_moved_fraction"):
+        with pytest.raises(InvalidArgumentError, match="max_moved_fraction"):
             _rebalance(start, weights, np.zeros(n_new), target, max_moves)
         return
     pids = _rebalance(start, weights, np.zeros(n_new), target, max_moves)
@@ -76,13 +78,13 @@ def _zipf(s, seed, keys=400):
 def test_zipf_08_from_hash_reaches_097_moving_few_keys(seed):
     counts, keys, w = _zipf(0.8, seed)
     start = tl.HashPartitioner(8)
-    assert tl.keyed_bound(w, 8) > 0.99
-    assert tl.balance_degree(np.bincount(start.assign(keys), weights=w, minlength=8)) < 0.8
+    assert keyed_bound(w, 8) > 0.99
+    assert balance_degree(np.bincount(start.assign(keys), weights=w, minlength=8)) < 0.8
     p = rebalance_minimal(start, counts)
     assert isinstance(p, tl.LeastCountPartitioner) and p.num_partitions == 8
     after = p.assign(keys)
     check_step(start.assign(keys), w, after, 8, 0.97)
-    assert tl.balance_degree(np.bincount(after, weights=w, minlength=8)) >= 0.97
+    assert balance_degree(np.bincount(after, weights=w, minlength=8)) >= 0.97
     moved = moved_units(start, p, keys).mean()
     assert moved <= 0.10
     # a fresh fit places every key anew: about 7/8 of them change partition
@@ -94,13 +96,13 @@ def test_zipf_08_from_hash_reaches_097_moving_few_keys(seed):
 
 def test_above_the_keyed_bound_it_gets_close_and_says_so(caplog):
     counts, keys, w = _zipf(1.2, 0)
-    bound = tl.keyed_bound(w, 8)
+    bound = keyed_bound(w, 8)
     assert bound < 0.5
     start = tl.HashPartitioner(8)
     with caplog.at_level(logging.INFO, logger="trilink_spark.partitioners.refit"):
         p = rebalance_minimal(start, counts)
     assert "above the best whole units allow" in caplog.text
-    balance = tl.balance_degree(np.bincount(p.assign(keys), weights=w, minlength=8))
+    balance = balance_degree(np.bincount(p.assign(keys), weights=w, minlength=8))
     assert bound >= balance >= 0.9 * bound
     assert moved_units(start, p, keys).mean() < 0.5
 
@@ -123,7 +125,7 @@ def test_only_the_overloaded_partition_gives():
     moved = [k for k in table if p.partition(k) != table[k]]
     assert moved and all(table[k] == 0 for k in moved)
     loads = np.bincount(p.assign(list(table)), weights=list(counts.values()), minlength=4)
-    assert tl.balance_degree(loads) >= 0.97
+    assert balance_degree(loads) >= 0.97
 
 
 # ---------------------------------------------------------------------- rescaling
@@ -142,7 +144,7 @@ def test_rescale_8_to_6_empties_partitions_6_and_7(kind):
     # at least what the removed partitions held moves, and not much more
     assert moved.mean() >= (before >= 6).mean()
     loads = np.bincount(after, weights=w, minlength=6)
-    assert tl.balance_degree(loads) >= 0.97
+    assert balance_degree(loads) >= 0.97
     if kind == "block":
         check_step(start.table, np.bincount(start.blocks(keys), weights=w, minlength=512),
                    p.table, 6, 0.97)
@@ -159,7 +161,7 @@ def test_rescale_4_to_5_fills_partition_4(kind):
     after = p.assign(keys)
     assert p.num_partitions == 5
     loads = np.bincount(after, weights=w, minlength=5)
-    assert loads[4] > 0 and tl.balance_degree(loads) >= 0.97
+    assert loads[4] > 0 and balance_degree(loads) >= 0.97
     moved = before != after
     assert set(np.unique(after[moved]).tolist()) >= {4}
     # the lower bound is 1/5 of the load; keys are moved in whole, so a bit more
@@ -180,7 +182,7 @@ def test_blocks_per_key_and_per_block_agree():
     assert by_key == by_block == as_map == as_series
     assert isinstance(by_key, BlockPartitioner) and by_key.num_blocks == 256
     check_step(start.table, per_block, by_key.table, 8, 0.97)
-    assert tl.balance_degree(np.bincount(by_key.table, weights=per_block, minlength=8)) >= 0.97
+    assert balance_degree(np.bincount(by_key.table, weights=per_block, minlength=8)) >= 0.97
     assert moved_units(start, by_key).mean() < 0.2
     assert start.table.tolist() == BlockPartitioner(8, 256).table.tolist()  # unchanged
 
@@ -194,7 +196,7 @@ def test_max_moved_fraction_caps_units_moved(caplog):
     assert "max_moved_fraction" in caplog.text
     assert moved_units(start, rebalance_minimal(start, counts, max_moved_fraction=0.0),
                        keys).sum() == 0
-    with pytest.raises(tl.InvalidArgumentError, match="at least 0.2"):
+    with pytest.raises(InvalidArgumentError, match="at least 0.2"):
         rebalance_minimal(BlockPartitioner(8, 64), counts, num_partitions=6,
                           max_moved_fraction=0.1)
 
@@ -257,16 +259,16 @@ def test_stepwise_random_rebalances_keep_every_invariant():
 
 # ---------------------------------------------------------------------- arguments
 @pytest.mark.parametrize("kwargs,error,match", [
-    ({"target_balance": 0}, tl.InvalidArgumentError, r"target_balance must be in \(0, 1\]"),
-    ({"target_balance": 1.5}, tl.InvalidArgumentError, "target_balance"),
-    ({"target_balance": "high"}, tl.InvalidArgumentTypeError, "number"),
-    ({"target_balance": True}, tl.InvalidArgumentTypeError, "number"),
-    ({"max_moved_fraction": -0.1}, tl.InvalidArgumentError, r"\[0, 1\]"),
-    ({"max_moved_fraction": 2}, tl.InvalidArgumentError, "max_moved_fraction"),
-    ({"num_partitions": 0}, tl.InvalidArgumentError, ">= 1"),
-    ({"num_partitions": 2.5}, tl.InvalidArgumentTypeError, "int"),
-    ({"unit": "row"}, tl.InvalidArgumentError, "unit must be one of key, block"),
-    ({"unit": "block"}, tl.InvalidArgumentError, "needs a BlockPartitioner"),
+    ({"target_balance": 0}, InvalidArgumentError, r"target_balance must be in \(0, 1\]"),
+    ({"target_balance": 1.5}, InvalidArgumentError, "target_balance"),
+    ({"target_balance": "high"}, InvalidArgumentTypeError, "number"),
+    ({"target_balance": True}, InvalidArgumentTypeError, "number"),
+    ({"max_moved_fraction": -0.1}, InvalidArgumentError, r"\[0, 1\]"),
+    ({"max_moved_fraction": 2}, InvalidArgumentError, "max_moved_fraction"),
+    ({"num_partitions": 0}, InvalidArgumentError, ">= 1"),
+    ({"num_partitions": 2.5}, InvalidArgumentTypeError, "int"),
+    ({"unit": "row"}, InvalidArgumentError, "unit must be one of key, block"),
+    ({"unit": "block"}, InvalidArgumentError, "needs a BlockPartitioner"),
 ])
 def test_bad_arguments_raise_typed_errors(kwargs, error, match):
     with pytest.raises(error, match=match):
@@ -274,31 +276,31 @@ def test_bad_arguments_raise_typed_errors(kwargs, error, match):
 
 
 def test_bad_inputs_raise_typed_errors():
-    with pytest.raises(tl.InvalidArgumentTypeError, match="Partitioner"):
+    with pytest.raises(InvalidArgumentTypeError, match="Partitioner"):
         rebalance_minimal("hash", {"a": 1})  # type: ignore[arg-type]
-    with pytest.raises(tl.InvalidArgumentTypeError, match="capacities"):
+    with pytest.raises(InvalidArgumentTypeError, match="capacities"):
         rebalance_minimal(tl.WeightPartitioner([50, 50], "random").fit(["a"]), {"a": 1})
-    with pytest.raises(tl.InvalidArgumentTypeError, match="mapping"):
+    with pytest.raises(InvalidArgumentTypeError, match="mapping"):
         rebalance_minimal(tl.HashPartitioner(4), ["a", "b"])
-    with pytest.raises(tl.InvalidArgumentError, match="non-negative"):
+    with pytest.raises(InvalidArgumentError, match="non-negative"):
         rebalance_minimal(tl.HashPartitioner(4), {"a": -1})
-    with pytest.raises(tl.InvalidArgumentError, match="non-negative"):
+    with pytest.raises(InvalidArgumentError, match="non-negative"):
         rebalance_minimal(tl.HashPartitioner(4), {"a": float("nan")})
-    with pytest.raises(tl.InvalidKeyTypeError):
+    with pytest.raises(InvalidKeyTypeError):
         rebalance_minimal(tl.HashPartitioner(4), {"a": 1, 2: 1})
-    with pytest.raises(tl.NullKeyError):
+    with pytest.raises(NullKeyError):
         rebalance_minimal(tl.HashPartitioner(4), {None: 1})
-    with pytest.raises(tl.InvalidKeyTypeError, match="table holds int"):
+    with pytest.raises(InvalidKeyTypeError, match="table holds int"):
         rebalance_minimal(tl.LeastKeyPartitioner(4).fit([1, 2]), {"a": 1})
-    with pytest.raises(tl.InvalidArgumentError, match="exceeds the strategy's 8 blocks"):
+    with pytest.raises(InvalidArgumentError, match="exceeds the strategy's 8 blocks"):
         rebalance_minimal(BlockPartitioner(4, 8), {"a": 1}, num_partitions=9)
-    with pytest.raises(tl.InvalidArgumentError, match=r"block ids must be in \[0, 8\)"):
+    with pytest.raises(InvalidArgumentError, match=r"block ids must be in \[0, 8\)"):
         rebalance_minimal(BlockPartitioner(4, 8), {9: 1.0}, unit="block")
-    with pytest.raises(tl.InvalidArgumentError, match="8 loads"):
+    with pytest.raises(InvalidArgumentError, match="8 loads"):
         rebalance_minimal(BlockPartitioner(4, 8), [1.0, 2.0], unit="block")
-    with pytest.raises(tl.InvalidArgumentTypeError, match="block id"):
+    with pytest.raises(InvalidArgumentTypeError, match="block id"):
         rebalance_minimal(BlockPartitioner(4, 8), {"a": 1.0}, unit="block")
-    with pytest.raises(tl.InvalidArgumentError, match="without keys"):
+    with pytest.raises(InvalidArgumentError, match="without keys"):
         moved_units(tl.HashPartitioner(2), tl.HashPartitioner(3))
 
 
@@ -310,7 +312,7 @@ def test_null_keys_load_partition_0_and_stay():
     keys = [f"k{i}" for i in range(200)]
     loads = np.bincount(p.assign(keys), weights=np.ones(200), minlength=4)
     loads[0] += 100
-    assert tl.balance_degree(loads) >= 0.5
+    assert balance_degree(loads) >= 0.5
     assert loads[0] == loads.max()
 
 

@@ -9,6 +9,7 @@ import weakref
 import pytest
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
 from trilink_spark._internal.io.files import resolve_filesystem, write_atomic
 
 
@@ -45,7 +46,7 @@ def test_hostile_dicts_are_refused_with_a_typed_error(data):
 
 
 def test_a_pid_out_of_range_or_a_float_pid_never_places_a_key():
-    with pytest.raises(tl.InvalidArgumentError, match="partition in"):
+    with pytest.raises(InvalidArgumentError, match="partition in"):
         tl.Partitioner.from_dict({"strategy": "least_key", "num_partitions": 2,
                                   "table": [["a", 2]]})
 
@@ -56,18 +57,18 @@ def test_write_atomic_leaves_no_temporary_behind(tmp_path):
     with pytest.raises(OSError):
         write_atomic(fs, path, b"data")
     assert [p.name for p in tmp_path.iterdir()] == ["dir"]
-    with pytest.raises(tl.InvalidArgumentTypeError):
+    with pytest.raises(InvalidArgumentTypeError):
         write_atomic(fs, str(tmp_path / "x"), "text")  # type: ignore[arg-type]
 
 
 def test_evaluate_strategies_refuses_a_name_string_duplicates_and_no_keys():
-    with pytest.raises(tl.InvalidArgumentTypeError, match="sequence of names"):
+    with pytest.raises(InvalidArgumentTypeError, match="sequence of names"):
         tl.evaluate_strategies({"a": 1}, 2, strategies="hash")
-    with pytest.raises(tl.InvalidArgumentError, match="twice"):
+    with pytest.raises(InvalidArgumentError, match="twice"):
         tl.evaluate_strategies({"a": 1}, 2, strategies=["hash", "hash"])
-    with pytest.raises(tl.InvalidArgumentError, match="no keys"):
+    with pytest.raises(InvalidArgumentError, match="no keys"):
         tl.evaluate_strategies({}, 2)
-    with pytest.raises(tl.InvalidArgumentError):
+    with pytest.raises(InvalidArgumentError):
         tl.evaluate_strategies({"a": 10**400}, 2)
 
 

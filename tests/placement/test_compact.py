@@ -12,6 +12,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from trilink_spark.placement import shuffle_exchanges
 from conftest import partition_layout
 from trilink_spark.placement.key_by import COMPACT_ABOVE, with_partition_id
 
@@ -106,7 +107,7 @@ def test_bad_compact_values_are_refused(spark, small, bad):
 def test_keyed_agg_over_many_partitions_keeps_one_exchange(spark, small):
     out = tl.keyed_agg(small, "k", F.sum("v").alias("s"), strategy="hash",
                        num_partitions=COMPACT_ABOVE + 1, combine="never")
-    assert tl.shuffle_exchanges(out) == 1
+    assert shuffle_exchanges(out) == 1
 
 
 @pytest.mark.connect

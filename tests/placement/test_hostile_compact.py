@@ -15,6 +15,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from trilink_spark.errors import NullKeyError, ReservedColumnError
 from conftest import partition_layout
 from trilink_spark.columns import COMPACTED_META, NUM_PARTITIONS_META
 
@@ -36,7 +37,7 @@ def test_an_empty_frame_compacts_to_one_empty_partition(spark: Any, n: int,
 # ---------------------------------------------------------------------- null keys
 def test_null_keys_refused_by_the_compaction_job_raise_null_key_error(spark: Any) -> None:
     nulls = spark.createDataFrame([(None, 1), ("a", 2)], "k string, v long")
-    with pytest.raises(tl.NullKeyError, match="null_policy='partition0'"):
+    with pytest.raises(NullKeyError, match="null_policy='partition0'"):
         tl.key_by(nulls, "k", "hash", 10_000)
 
 
@@ -128,7 +129,7 @@ def test_a_compacted_frame_feeds_keyed_agg_and_key_by_with_exact_results(spark: 
     df = spark.range(300).selectExpr("cast(id % 37 as string) k", "id v")
     placed = tl.key_by(df, "k", "hash", 256, compact="always")
     assert placed.rdd.getNumPartitions() <= 37
-    with pytest.raises(tl.ReservedColumnError):
+    with pytest.raises(ReservedColumnError):
         tl.key_by(placed, "k", "hash", 256)  # its partition column is reserved
     plain = placed.drop(tl.PARTITION_COL)
     sums = tl.keyed_agg(plain, "k", F.sum("v").alias("s"), strategy="hash",

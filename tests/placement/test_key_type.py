@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidKeyTypeError
 
 
 def test_auto_hashes_every_integer_as_long_on_both_paths():
@@ -28,9 +29,9 @@ def test_a_bound_key_type_is_kept_and_stored():
     keys = np.arange(100, 200, dtype=np.int64)
     assert back.lookup(keys).tolist() == tl.HashPartitioner(5, key_type="int").assign(
         keys.astype(np.int32)).tolist()
-    with pytest.raises(tl.InvalidKeyTypeError):
+    with pytest.raises(InvalidKeyTypeError):
         back.bind_key_type("string")
-    with pytest.raises(tl.InvalidKeyTypeError):
+    with pytest.raises(InvalidKeyTypeError):
         back.bind_key_type("long")  # long keys cannot be hashed as int
     back.bind_key_type("int")  # the same type again is fine
 
@@ -73,9 +74,9 @@ def test_table_keys_an_int_column_cannot_hold_never_duplicate_rows(spark):
 def test_an_int_strategy_refuses_a_long_column(spark):
     p = tl.LeastKeyPartitioner(4, key_type="int").fit([1])
     df = spark.createDataFrame([(1,)], "k long")
-    with pytest.raises(tl.InvalidKeyTypeError, match="bigint"):
+    with pytest.raises(InvalidKeyTypeError, match="bigint"):
         tl.key_by(df, "k", p, fit="none")
-    with pytest.raises(tl.InvalidKeyTypeError):
+    with pytest.raises(InvalidKeyTypeError):
         tl.LeastKeyPartitioner(4).fit([2**40]).bind_key_type("int")
 
 

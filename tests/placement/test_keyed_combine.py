@@ -11,6 +11,8 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError
+from trilink_spark.placement import explain_keyed_agg, shuffle_exchanges
 
 pytestmark = pytest.mark.connect
 
@@ -37,12 +39,12 @@ def _sorted(df: Any) -> list[tuple[Any, ...]]:
 ])
 def test_decomposable_aggregates_take_sparks_combine(orders: Any, make: Any) -> None:
     exprs = make()
-    plan = tl.explain_keyed_agg(orders, "k", *exprs)
+    plan = explain_keyed_agg(orders, "k", *exprs)
     assert plan.combine and "fixed-size" in plan.reason
     out = tl.keyed_agg(orders, "k", *exprs, strategy="least_count", num_partitions=4)
     assert _sorted(out) == _sorted(orders.groupBy("k").agg(*exprs))
     # Spark's own plan: no exchange beyond plain groupBy's
-    assert tl.shuffle_exchanges(out) == tl.shuffle_exchanges(orders.groupBy("k").agg(*exprs))
+    assert shuffle_exchanges(out) == shuffle_exchanges(orders.groupBy("k").agg(*exprs))
 
 
 @pytest.mark.parametrize("make, name", [
@@ -53,7 +55,7 @@ def test_decomposable_aggregates_take_sparks_combine(orders: Any, make: Any) -> 
 def test_aggregates_without_a_bounded_buffer_take_exact_placement(
         orders: Any, make: Any, name: str) -> None:
     exprs = make()
-    plan = tl.explain_keyed_agg(orders, "k", *exprs)
+    plan = explain_keyed_agg(orders, "k", *exprs)
     assert not plan.combine and name in plan.reason
     strategy = tl.LeastCountPartitioner(4)
     out = tl.keyed_agg(orders, "k", *exprs, strategy=strategy)
@@ -66,10 +68,10 @@ def test_aggregates_without_a_bounded_buffer_take_exact_placement(
 
 def test_combine_can_be_forced_either_way(orders: Any) -> None:
     exprs = [F.sum("v").alias("s")]
-    never = tl.explain_keyed_agg(orders, "k", *exprs, combine="never")
+    never = explain_keyed_agg(orders, "k", *exprs, combine="never")
     assert not never.combine
     out = tl.keyed_agg(orders, "k", *exprs, strategy="hash", num_partitions=4, combine="never")
     assert _sorted(out) == _sorted(orders.groupBy("k").agg(*exprs))
-    assert tl.explain_keyed_agg(orders, "k", F.collect_list("v"), combine="always").combine
-    with pytest.raises(tl.InvalidArgumentError, match="combine"):
+    assert explain_keyed_agg(orders, "k", F.collect_list("v"), combine="always").combine
+    with pytest.raises(InvalidArgumentError, match="combine"):
         tl.keyed_agg(orders, "k", *exprs, combine="sometimes")

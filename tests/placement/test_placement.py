@@ -8,6 +8,8 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from trilink_spark.partitioners import choose_best
+from trilink_spark.placement import shuffle_exchanges
 
 N = 5
 
@@ -21,7 +23,7 @@ def frames(spark):
 
 
 def _check_exact(placed, key, p):
-    assert tl.shuffle_exchanges(placed) == 1
+    assert shuffle_exchanges(placed) == 1
     rows = placed.select(key, tl.PARTITION_COL, F.spark_partition_id().alias("sp")).collect()
     for r in rows:
         assert r[tl.PARTITION_COL] == r["sp"]
@@ -90,10 +92,10 @@ def test_auto_chooses_and_reports(frames):
     ints, _ = frames
     res = tl.resolve_strategy(ints, "ik", "auto", N, sample_rate=0.5, min_sample=1)
     assert {s.name for s in res.scores} == {"hash", "modulo", "least_key", "least_count"}
-    best = tl.choose_best(res.scores)
+    best = choose_best(res.scores)
     assert res.partitioner.strategy_name == best.partitioner.strategy_name
     placed = tl.key_by(ints, "ik", "auto", N)
-    assert tl.shuffle_exchanges(placed) == 1
+    assert shuffle_exchanges(placed) == 1
     assert tl.partition_balance(placed).total == 600
 
 
@@ -104,7 +106,7 @@ def test_keyed_agg_equals_group_by_without_a_second_exchange(frames):
     for strategy in ("hash", "modulo", "least_key", "least_count", "auto"):
         out = tl.keyed_agg(ints, "ik", *exprs, strategy=strategy, num_partitions=N)
         assert out.columns == ["ik", "s", "c", "m"]
-        assert tl.shuffle_exchanges(out) == 1
+        assert shuffle_exchanges(out) == 1
         assert sorted(map(tuple, out.collect())) == expected
 
 
@@ -127,7 +129,7 @@ def test_keyed_apply_equals_apply_in_pandas(frames):
 
     expected = sorted(map(tuple, ints.groupBy("ik").applyInPandas(top, "ik int, v long").collect()))
     out = tl.keyed_apply(ints, "ik", top, "ik int, v long", strategy="least_count", num_partitions=N)
-    assert tl.shuffle_exchanges(out) == 1
+    assert shuffle_exchanges(out) == 1
     assert sorted(map(tuple, out.collect())) == expected
     keyed = tl.keyed_apply(ints, "ik", with_key, "ik int, n long", strategy="hash", num_partitions=N)
     exp2 = sorted(map(tuple, ints.groupBy("ik").applyInPandas(with_key, "ik int, n long").collect()))

@@ -10,6 +10,9 @@ import pandas as pd
 import pytest
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidKeyTypeError, MissingColumnError, NullKeyError
+from trilink_spark.placement import shuffle_exchanges
+from trilink_spark.switching import adaptive_foreach_batch
 
 
 def skewed_frame(spark: Any, rows: int, seed: int) -> Any:
@@ -34,9 +37,9 @@ def test_observe_df_samples_with_spark(spark: Any) -> None:
     again = tl.AdaptivePartitioner(8, sample_rate=0.05, seed=3)
     assert again.observe_df(df, "key") == sampled  # seeded
     assert set(ap.sample_view.index) <= set(range(1000))
-    with pytest.raises(tl.InvalidKeyTypeError):
+    with pytest.raises(InvalidKeyTypeError):
         ap.observe_df(spark.range(3).selectExpr("CAST(id AS double) AS key"), "key")
-    with pytest.raises(tl.MissingColumnError):
+    with pytest.raises(MissingColumnError):
         ap.observe_df(df, "nope")
 
 
@@ -46,7 +49,7 @@ def test_key_by_places_with_the_current_strategy(spark: Any) -> None:
     ap.observe_df(df, "key")
     assert ap.decide().switched
     placed = tl.key_by(df, "key", ap)
-    assert tl.shuffle_exchanges(placed) == 1
+    assert shuffle_exchanges(placed) == 1
     rows = placed.selectExpr("key", tl.PARTITION_COL, "spark_partition_id() AS pid").toPandas()
     assert (rows[tl.PARTITION_COL] == rows["pid"]).all()
     assert rows[tl.PARTITION_COL].tolist() == ap.current.assign(rows["key"].to_numpy()).tolist()
@@ -97,7 +100,7 @@ def test_foreach_batch_observes_decides_and_places(spark: Any, tmp_path: Path) -
             == strategy.assign(rows["key"].to_numpy()).tolist(),
         })
 
-    runner = tl.adaptive_foreach_batch(sink, ap, "key")
+    runner = adaptive_foreach_batch(sink, ap, "key")
     _run_stream(spark, src, tmp_path, runner)
     assert [s["rows"] for s in seen] == [5000] * 5
     assert all(s["in_place"] and s["as_strategy"] for s in seen)
@@ -112,7 +115,7 @@ def test_stateful_pipeline_never_switches(spark: Any, tmp_path: Path) -> None:
     src = _write_batches(spark, tmp_path, frames)
     ap = tl.AdaptivePartitioner(4, sample_rate=0.5, mode="quantity", quantity=1, min_sample=100)
     used: list[str] = []
-    runner = tl.adaptive_foreach_batch(lambda df, b: used.append(ap.current_name), ap, "key",
+    runner = adaptive_foreach_batch(lambda df, b: used.append(ap.current_name), ap, "key",
                                        stateful=True)
     ap.config.publish({"strategy": "least_count"})
     _run_stream(spark, src, tmp_path, runner)
@@ -129,7 +132,7 @@ def test_replayed_batch_is_placed_identically(spark: Any) -> None:
         rows = placed.select("key", tl.PARTITION_COL).collect()
         outputs.append(sorted((r[0], r[1]) for r in rows))
 
-    runner = tl.adaptive_foreach_batch(sink, ap, "key")
+    runner = adaptive_foreach_batch(sink, ap, "key")
     df = skewed_frame(spark, 3000, 9)
     runner(df, 0)
     decisions = len(ap.decisions)
@@ -141,17 +144,17 @@ def test_replayed_batch_is_placed_identically(spark: Any) -> None:
 def test_adaptive_foreach_batch_argument_errors() -> None:
     ap = tl.AdaptivePartitioner(4)
     with pytest.raises(TypeError):
-        tl.adaptive_foreach_batch("not callable", ap, "key")  # type: ignore[arg-type]
+        adaptive_foreach_batch("not callable", ap, "key")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        tl.adaptive_foreach_batch(print, tl.HashPartitioner(4), "key")  # type: ignore[arg-type]
+        adaptive_foreach_batch(print, tl.HashPartitioner(4), "key")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
-        tl.adaptive_foreach_batch(print, ap, "key", fit="always")
+        adaptive_foreach_batch(print, ap, "key", fit="always")
 
 
 def test_async_observation_informs_the_next_batch(spark: Any) -> None:
     ap = tl.AdaptivePartitioner(4, sample_rate=0.5, mode="quantity", quantity=1, min_sample=100)
     used: list[str] = []
-    runner = tl.adaptive_foreach_batch(lambda df, b: used.append(ap.current_name), ap, "key",
+    runner = adaptive_foreach_batch(lambda df, b: used.append(ap.current_name), ap, "key",
                                        observe="async")
     for batch_id in range(3):
         runner(skewed_frame(spark, 3000, batch_id), batch_id)
@@ -162,7 +165,7 @@ def test_async_observation_informs_the_next_batch(spark: Any) -> None:
 
 def test_async_observation_errors_surface(spark: Any) -> None:
     ap = tl.AdaptivePartitioner(4, sample_rate=1.0)
-    runner = tl.adaptive_foreach_batch(lambda df, b: None, ap, "key", observe="async")
+    runner = adaptive_foreach_batch(lambda df, b: None, ap, "key", observe="async")
     df = spark.createDataFrame([(1,), (None,)], "key long")
-    with pytest.raises(tl.NullKeyError):
+    with pytest.raises(NullKeyError):
         runner(df, 0)

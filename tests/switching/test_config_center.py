@@ -12,6 +12,8 @@ import pytest
 import redis
 
 import trilink_spark as tl
+from trilink_spark.errors import ConfigCenterUnavailableError, ConfigError, InvalidArgumentError
+from trilink_spark.switching import CONFIG_FIELDS, ConfigCenter, RedisConfigCenter, validate_update
 from conftest import wait_for
 from trilink_spark.cli import main
 from trilink_spark.switching.wire import encode_message
@@ -21,9 +23,9 @@ from trilink_spark.switching.wire import encode_message
 @pytest.mark.parametrize(
     "update, error",
     [
-        ({"colour": "red"}, tl.ConfigError),
-        ({"sample_rate": 0}, tl.ConfigError),
-        ({"sample_rate": 1.5}, tl.ConfigError),
+        ({"colour": "red"}, ConfigError),
+        ({"sample_rate": 0}, ConfigError),
+        ({"sample_rate": 1.5}, ConfigError),
         ({"sample_rate": "0.1"}, TypeError),
         ({"threshold": True}, TypeError),
         ({"mode": "sometimes"}, ValueError),
@@ -39,7 +41,7 @@ from trilink_spark.switching.wire import encode_message
 )
 def test_validate_update_refuses_bad_fields(update: Any, error: type[Exception]) -> None:
     with pytest.raises(error) as info:
-        tl.validate_update(update)
+        validate_update(update)
     assert isinstance(info.value, tl.TrilinkError)
 
 
@@ -50,13 +52,13 @@ def test_validate_update_accepts_every_field() -> None:
         "period_batches": None, "quantity": 10, "min_gain": 0.02, "decay": 0.0, "min_sample": 1,
         "max_offsets_per_trigger": 5000,
     }
-    assert tl.validate_update(update) == {**update, "period_s": 5.0}
-    assert set(update) == set(tl.CONFIG_FIELDS)
+    assert validate_update(update) == {**update, "period_s": 5.0}
+    assert set(update) == set(CONFIG_FIELDS)
 
 
 # ---------------------------------------------------------------------- in-process
 def test_in_process_center_versions_merge_and_notify(caplog: pytest.LogCaptureFixture) -> None:
-    center = tl.ConfigCenter()
+    center = ConfigCenter()
     seen: list[dict[str, Any]] = []
     center.subscribe(seen.append)
     assert center.publish({"mode": "quantity", "quantity": 100}) == {
@@ -76,7 +78,7 @@ def test_in_process_center_versions_merge_and_notify(caplog: pytest.LogCaptureFi
 
 
 def test_subscribe_gets_current_snapshot_and_unsubscribe_stops() -> None:
-    center = tl.ConfigCenter({"sample_rate": 0.1})
+    center = ConfigCenter({"sample_rate": 0.1})
     seen: list[dict[str, Any]] = []
     unsubscribe = center.subscribe(seen.append)
     assert seen == [{"version": 1, "sample_rate": 0.1}]
@@ -86,7 +88,7 @@ def test_subscribe_gets_current_snapshot_and_unsubscribe_stops() -> None:
 
 
 def test_failing_subscriber_does_not_stop_the_others() -> None:
-    center = tl.ConfigCenter()
+    center = ConfigCenter()
     seen: list[int] = []
 
     def broken(_: dict[str, Any]) -> None:
@@ -99,8 +101,8 @@ def test_failing_subscriber_does_not_stop_the_others() -> None:
 
 
 def test_initial_config_is_validated() -> None:
-    with pytest.raises(tl.ConfigError, match="initial config refused"):
-        tl.ConfigCenter({"mode": "never"})
+    with pytest.raises(ConfigError, match="initial config refused"):
+        ConfigCenter({"mode": "never"})
 
 
 # ---------------------------------------------------------------------- Redis
@@ -110,8 +112,8 @@ def channel(request: pytest.FixtureRequest) -> str:
 
 
 def test_redis_publish_subscribe_with_password(redis_server: Any, channel: str) -> None:
-    publisher = tl.RedisConfigCenter(redis_server.url, channel)
-    subscriber = tl.RedisConfigCenter(redis_server.url, channel)
+    publisher = RedisConfigCenter(redis_server.url, channel)
+    subscriber = RedisConfigCenter(redis_server.url, channel)
     seen: list[dict[str, Any]] = []
     try:
         subscriber.subscribe(seen.append)
@@ -130,10 +132,10 @@ def test_redis_publish_subscribe_with_password(redis_server: Any, channel: str) 
 
 
 def test_redis_restarted_job_resumes_latest_config(redis_server: Any, channel: str) -> None:
-    with tl.RedisConfigCenter(redis_server.url, channel) as publisher:
+    with RedisConfigCenter(redis_server.url, channel) as publisher:
         publisher.publish({"strategy": "least_key", "mode": "manual"})
         publisher.publish({"sample_rate": 0.5})
-    with tl.RedisConfigCenter(redis_server.url, channel) as restarted:
+    with RedisConfigCenter(redis_server.url, channel) as restarted:
         assert restarted.current() == {
             "version": 2, "strategy": "least_key", "mode": "manual", "sample_rate": 0.5}
         ap = tl.AdaptivePartitioner(4, config=restarted)
@@ -147,7 +149,7 @@ def test_redis_rejects_invalid_stale_and_unsigned_messages(
 ) -> None:
     raw = redis.Redis.from_url(redis_server.url)
     secret = "hmac-key"
-    subscriber = tl.RedisConfigCenter(redis_server.url, channel, secret=secret)
+    subscriber = RedisConfigCenter(redis_server.url, channel, secret=secret)
     seen: list[dict[str, Any]] = []
     try:
         subscriber.subscribe(seen.append)
@@ -166,7 +168,7 @@ def test_redis_rejects_invalid_stale_and_unsigned_messages(
         assert subscriber._thread is not None and subscriber._thread.is_alive()
         # a signed publisher is accepted end to end (the raw messages above stored nothing,
         # so it names a version above the one the subscriber holds)
-        with tl.RedisConfigCenter(redis_server.url, channel, secret=secret) as publisher:
+        with RedisConfigCenter(redis_server.url, channel, secret=secret) as publisher:
             assert publisher.publish({"version": 3, "quantity": 42}) is not None
         wait_for(lambda: len(seen) == 2)
         assert seen[-1] == {"version": 3, "quantity": 42}
@@ -176,10 +178,10 @@ def test_redis_rejects_invalid_stale_and_unsigned_messages(
 
 
 def test_redis_compare_and_set_under_concurrent_publishers(redis_server: Any, channel: str) -> None:
-    centers = [tl.RedisConfigCenter(redis_server.url, channel) for _ in range(4)]
+    centers = [RedisConfigCenter(redis_server.url, channel) for _ in range(4)]
     errors: list[BaseException] = []
 
-    def publish_many(center: tl.RedisConfigCenter, i: int) -> None:
+    def publish_many(center: RedisConfigCenter, i: int) -> None:
         try:
             for j in range(10):
                 assert center.publish({"quantity": 1000 * i + j + 1}) is not None
@@ -200,7 +202,7 @@ def test_redis_compare_and_set_under_concurrent_publishers(redis_server: Any, ch
 
 
 def test_redis_unreachable_keeps_config_and_reconnects(own_redis: Any, channel: str) -> None:
-    center = tl.RedisConfigCenter(own_redis.url, channel, backoff=(0.05, 0.2), socket_timeout=0.5)
+    center = RedisConfigCenter(own_redis.url, channel, backoff=(0.05, 0.2), socket_timeout=0.5)
     seen: list[dict[str, Any]] = []
     try:
         center.subscribe(seen.append)
@@ -209,7 +211,7 @@ def test_redis_unreachable_keeps_config_and_reconnects(own_redis: Any, channel: 
         wait_for(lambda: len(seen) == 1)
         own_redis.stop()
         wait_for(lambda: not center.connected.is_set())
-        with pytest.raises(tl.ConfigCenterUnavailableError, match="unreachable"):
+        with pytest.raises(ConfigCenterUnavailableError, match="unreachable"):
             center.publish({"period_s": 1})
         assert center.current()["period_s"] == 5.0
         own_redis.start()  # memory-only server: it comes back empty
@@ -225,7 +227,7 @@ def test_redis_unreachable_keeps_config_and_reconnects(own_redis: Any, channel: 
 def test_redis_down_at_start_is_not_fatal(own_redis: Any, channel: str) -> None:
     url = own_redis.url
     own_redis.stop()
-    center = tl.RedisConfigCenter(url, channel, backoff=(0.05, 0.2), socket_timeout=0.5)
+    center = RedisConfigCenter(url, channel, backoff=(0.05, 0.2), socket_timeout=0.5)
     try:
         assert center.current() == {}
         center.subscribe(lambda s: None)
@@ -238,9 +240,9 @@ def test_redis_down_at_start_is_not_fatal(own_redis: Any, channel: str) -> None:
 def test_password_never_appears_in_errors(own_redis: Any) -> None:
     url = f"redis://:topsecret@127.0.0.1:{own_redis.port}/0"
     own_redis.stop()
-    center = tl.RedisConfigCenter(url, socket_timeout=0.3)
+    center = RedisConfigCenter(url, socket_timeout=0.3)
     try:
-        with pytest.raises(tl.ConfigCenterUnavailableError) as info:
+        with pytest.raises(ConfigCenterUnavailableError) as info:
             center.publish({"mode": "manual"})
         assert "topsecret" not in str(info.value) and "***" in str(info.value)
         assert "topsecret" not in repr(center)
@@ -249,10 +251,10 @@ def test_password_never_appears_in_errors(own_redis: Any) -> None:
 
 
 def test_bad_urls_and_arguments_are_refused() -> None:
-    with pytest.raises(tl.InvalidArgumentError, match="redis://"):
-        tl.RedisConfigCenter("http://127.0.0.1:1")
+    with pytest.raises(InvalidArgumentError, match="redis://"):
+        RedisConfigCenter("http://127.0.0.1:1")
     with pytest.raises(ValueError, match="secret"):
-        tl.RedisConfigCenter("redis://127.0.0.1:1", secret="")
+        RedisConfigCenter("redis://127.0.0.1:1", secret="")
 
 
 def test_rediss_tls_url(tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -264,7 +266,7 @@ def test_rediss_tls_url(tmp_path_factory: pytest.TempPathFactory) -> None:
     except RuntimeError as err:  # a redis-server built without TLS
         pytest.skip(f"redis-server cannot serve TLS here: {err}")
     try:
-        with tl.RedisConfigCenter(server.url, "tls") as center:
+        with RedisConfigCenter(server.url, "tls") as center:
             assert center.publish({"mode": "manual"}) == {"version": 1, "mode": "manual"}
             assert center.stored() == {"version": 1, "mode": "manual"}
     finally:

@@ -19,7 +19,8 @@ import redis
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-import trilink_spark as tl
+from trilink_spark.errors import ConfigCenterUnavailableError, ConfigError, InvalidArgumentError
+from trilink_spark.switching import ConfigCenter, RedisConfigCenter, validate_update
 from trilink_spark.testing import free_port
 from conftest import wait_for
 from trilink_spark.cli import main
@@ -61,14 +62,14 @@ def test_unsigned_hostile_message_does_not_kill_the_signed_subscriber(
     redis_server: Any, raw_client: redis.Redis, channel: str, hostile: bytes
 ) -> None:
     secret = "hmac-key"
-    subscriber = tl.RedisConfigCenter(redis_server.url, channel, secret=secret)
+    subscriber = RedisConfigCenter(redis_server.url, channel, secret=secret)
     seen: list[dict[str, Any]] = []
     try:
         subscriber.subscribe(seen.append)
         wait_for(subscriber.connected.is_set)
         raw_client.publish(channel, hostile)
         wait_for(lambda: subscriber.rejected >= 1)
-        with tl.RedisConfigCenter(redis_server.url, channel, secret=secret) as publisher:
+        with RedisConfigCenter(redis_server.url, channel, secret=secret) as publisher:
             assert publisher.publish({"mode": "manual"}) is not None
         wait_for(lambda: len(seen) == 1)
         assert seen[-1]["mode"] == "manual"
@@ -84,14 +85,14 @@ def test_unsigned_hostile_message_does_not_kill_the_signed_subscriber(
 def test_hostile_message_does_not_kill_the_unsigned_subscriber(
     redis_server: Any, raw_client: redis.Redis, channel: str, hostile: bytes
 ) -> None:
-    subscriber = tl.RedisConfigCenter(redis_server.url, channel)
+    subscriber = RedisConfigCenter(redis_server.url, channel)
     seen: list[dict[str, Any]] = []
     try:
         subscriber.subscribe(seen.append)
         wait_for(subscriber.connected.is_set)
         raw_client.publish(channel, hostile)
         wait_for(lambda: subscriber.rejected >= 1)
-        with tl.RedisConfigCenter(redis_server.url, channel) as publisher:
+        with RedisConfigCenter(redis_server.url, channel) as publisher:
             assert publisher.publish({"quantity": 3}) is not None
         wait_for(lambda: len(seen) == 1)
         assert subscriber._thread is not None and subscriber._thread.is_alive()
@@ -103,7 +104,7 @@ def test_hostile_message_does_not_kill_the_unsigned_subscriber(
 def test_message_size_is_bounded_before_the_signature_or_parsing(
     redis_server: Any, raw_client: redis.Redis, channel: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    subscriber = tl.RedisConfigCenter(redis_server.url, channel, secret="k")
+    subscriber = RedisConfigCenter(redis_server.url, channel, secret="k")
     try:
         subscriber.subscribe(lambda s: None)
         wait_for(subscriber.connected.is_set)
@@ -131,7 +132,7 @@ def test_signature_is_checked_on_raw_bytes_before_any_parsing(monkeypatch: Any) 
         b"tl2." + b"0" * 64 + b"." + DEEP_20K,
     ]
     for raw in unsigned:
-        with pytest.raises(tl.ConfigError):
+        with pytest.raises(ConfigError):
             cc.decode_message(raw, secret)
 
 
@@ -141,9 +142,9 @@ def test_signed_but_hostile_payload_is_bounded(monkeypatch: Any) -> None:
     for _ in range(40):
         deep = [deep]
     for config in ({"version": 1, "mode": deep}, {"version": 10**30}):
-        with pytest.raises(tl.ConfigError):
+        with pytest.raises(ConfigError):
             cc.decode_message(_framed(config, secret), secret)
-    with pytest.raises(tl.ConfigError, match="NaN"):
+    with pytest.raises(ConfigError, match="NaN"):
         cc.decode_message(b"tl2.." + b'{"config":{"version":1,"threshold":NaN},"epoch":null}', None)
     good = cc.decode_message(_framed({"version": 2, "candidates": ["hash", "least_count"]},
                                      secret), secret)
@@ -161,12 +162,12 @@ def test_a_validator_bug_does_not_kill_the_subscriber(
             raise RuntimeError("validator bug")
         return dict(update)
 
-    subscriber = tl.RedisConfigCenter(redis_server.url, channel, validator=flaky)
+    subscriber = RedisConfigCenter(redis_server.url, channel, validator=flaky)
     try:
         seen: list[dict[str, Any]] = []
         subscriber.subscribe(seen.append)
         wait_for(subscriber.connected.is_set)
-        with tl.RedisConfigCenter(redis_server.url, channel) as publisher:
+        with RedisConfigCenter(redis_server.url, channel) as publisher:
             publisher.publish({"mode": "manual"})
             wait_for(lambda: subscriber.rejected >= 1)
             publisher.publish({"mode": "quantity"})
@@ -185,7 +186,7 @@ def test_bad_stored_snapshot_is_refused_at_construction_not_raised(
     secret: str | None
 ) -> None:
     raw_client.set(f"{channel}:config", stored)
-    with tl.RedisConfigCenter(redis_server.url, channel, secret=secret) as center:
+    with RedisConfigCenter(redis_server.url, channel, secret=secret) as center:
         assert center.current() == {}
         assert center.rejected == 1
         assert "stored config" in (center.last_rejection or "")
@@ -195,19 +196,19 @@ def test_bad_stored_snapshot_is_refused_at_construction_not_raised(
 # ---------------------------------------------------------------------- 2. versions
 @pytest.mark.parametrize("version", [LIMIT + 1, 2**63, 2**64 + 5, 10**400])
 def test_versions_above_2_53_are_refused_in_validation(version: int) -> None:
-    with pytest.raises(tl.ConfigError):
-        tl.validate_update({"version": version})
-    with pytest.raises(tl.ConfigError):
+    with pytest.raises(ConfigError):
+        validate_update({"version": version})
+    with pytest.raises(ConfigError):
         cc.accept_any({"version": version})
-    assert tl.validate_update({"version": LIMIT}) == {"version": LIMIT}
-    center = tl.ConfigCenter()
+    assert validate_update({"version": LIMIT}) == {"version": LIMIT}
+    center = ConfigCenter()
     assert center.publish({"version": version}) is None
     assert center.publish({"version": LIMIT}) is not None
     assert center.publish({"mode": "manual"}) is None  # no version left after LIMIT
 
 
 def test_huge_version_cannot_wedge_a_redis_channel(redis_server: Any, channel: str) -> None:
-    with tl.RedisConfigCenter(redis_server.url, channel) as publisher:
+    with RedisConfigCenter(redis_server.url, channel) as publisher:
         assert publisher.publish({"version": 2**63}) is None
         assert publisher.publish({"version": 2**63, "mode": "manual"}) is None
         first = publisher.publish({"mode": "manual"})
@@ -219,7 +220,7 @@ def test_huge_version_cannot_wedge_a_redis_channel(redis_server: Any, channel: s
 def test_huge_version_is_refused_on_receive(
     redis_server: Any, raw_client: redis.Redis, channel: str
 ) -> None:
-    subscriber = tl.RedisConfigCenter(redis_server.url, channel)
+    subscriber = RedisConfigCenter(redis_server.url, channel)
     seen: list[dict[str, Any]] = []
     try:
         subscriber.subscribe(seen.append)
@@ -228,7 +229,7 @@ def test_huge_version_is_refused_on_receive(
         raw_client.publish(channel, b'{"config": {"version": 9223372036854775809}}')
         wait_for(lambda: subscriber.rejected >= 2)
         assert subscriber.version == 0
-        with tl.RedisConfigCenter(redis_server.url, channel) as publisher:
+        with RedisConfigCenter(redis_server.url, channel) as publisher:
             assert publisher.publish({"mode": "quantity"}) is not None
         wait_for(lambda: len(seen) == 1)
         assert seen[-1] == {"version": 1, "mode": "quantity"}
@@ -239,10 +240,10 @@ def test_huge_version_is_refused_on_receive(
 def test_unusable_stored_version_is_replaced_by_a_new_epoch(
     redis_server: Any, raw_client: redis.Redis, channel: str
 ) -> None:
-    subscriber = tl.RedisConfigCenter(redis_server.url, channel)
+    subscriber = RedisConfigCenter(redis_server.url, channel)
     seen: list[dict[str, Any]] = []
     try:
-        with tl.RedisConfigCenter(redis_server.url, channel) as publisher:
+        with RedisConfigCenter(redis_server.url, channel) as publisher:
             for q in (1, 2, 3):
                 publisher.publish({"quantity": q})
             subscriber.subscribe(seen.append)
@@ -263,8 +264,8 @@ def test_subscriber_resynchronises_after_redis_restart_without_persistence(
     own_redis: Any, channel: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     kwargs: dict[str, Any] = {"secret": "k", "backoff": (0.05, 0.2), "socket_timeout": 0.5}
-    publisher = tl.RedisConfigCenter(own_redis.url, channel, **kwargs)
-    subscriber = tl.RedisConfigCenter(own_redis.url, channel, **kwargs)
+    publisher = RedisConfigCenter(own_redis.url, channel, **kwargs)
+    subscriber = RedisConfigCenter(own_redis.url, channel, **kwargs)
     seen: list[dict[str, Any]] = []
     try:
         subscriber.subscribe(seen.append)
@@ -287,7 +288,7 @@ def test_subscriber_resynchronises_after_redis_restart_without_persistence(
         assert publisher.publish({"quantity": 10}) == {"version": 2, "quantity": 10}
         wait_for(lambda: subscriber.current() == {"version": 2, "quantity": 10})
         # a restarted job reads the new epoch as well
-        with tl.RedisConfigCenter(own_redis.url, channel, **kwargs) as late:
+        with RedisConfigCenter(own_redis.url, channel, **kwargs) as late:
             assert late.current() == {"version": 2, "quantity": 10}
     finally:
         publisher.close()
@@ -301,8 +302,8 @@ def test_replayed_message_of_an_old_epoch_does_not_roll_back(
     captured: list[bytes] = []
     spy = redis.Redis.from_url(own_redis.url).pubsub(ignore_subscribe_messages=True)
     spy.subscribe(channel)
-    publisher = tl.RedisConfigCenter(own_redis.url, channel, **kwargs)
-    subscriber = tl.RedisConfigCenter(own_redis.url, channel, **kwargs)
+    publisher = RedisConfigCenter(own_redis.url, channel, **kwargs)
+    subscriber = RedisConfigCenter(own_redis.url, channel, **kwargs)
     try:
         subscriber.subscribe(lambda s: None)
         wait_for(subscriber.connected.is_set)
@@ -334,8 +335,8 @@ def test_replayed_message_of_an_old_epoch_does_not_roll_back(
 
 # ---------------------------------------------------------------------- 4. credentials
 def test_wrong_scheme_error_hides_the_password() -> None:
-    with pytest.raises(tl.InvalidArgumentError) as info:
-        tl.RedisConfigCenter("http://:hunter2@h:1/0")
+    with pytest.raises(InvalidArgumentError) as info:
+        RedisConfigCenter("http://:hunter2@h:1/0")
     assert "hunter2" not in str(info.value) and "***" in str(info.value)
 
 
@@ -344,10 +345,10 @@ def test_password_query_parameter_is_hidden_in_repr_errors_and_logs(
 ) -> None:
     url = f"redis://127.0.0.1:{free_port()}/0?password=hunter2"
     with caplog.at_level(logging.DEBUG, logger=LOGGER):
-        center = tl.RedisConfigCenter(url, socket_timeout=0.3)
+        center = RedisConfigCenter(url, socket_timeout=0.3)
     try:
         assert "hunter2" not in repr(center) and "password=***" in repr(center)
-        with pytest.raises(tl.ConfigCenterUnavailableError) as info:
+        with pytest.raises(ConfigCenterUnavailableError) as info:
             center.publish({"mode": "manual"})
         assert "hunter2" not in str(info.value)
         assert "unreachable" in caplog.text and "hunter2" not in caplog.text
@@ -363,8 +364,8 @@ def test_cli_error_hides_the_password(capsys: Any) -> None:
 
 def test_unusable_url_error_hides_a_raw_password() -> None:
     # urllib reads 'hunter' as a port here: redis-py's own message would quote it
-    with pytest.raises(tl.InvalidArgumentError) as info:
-        tl.RedisConfigCenter("redis://:hunter/2@h:1/0")
+    with pytest.raises(InvalidArgumentError) as info:
+        RedisConfigCenter("redis://:hunter/2@h:1/0")
     assert "hunter" not in str(info.value)
 
 
@@ -429,17 +430,17 @@ def test_redis_config_center_never_shows_a_password(form: str, pw: str) -> None:
     try:
         # the scheme refused
         for wrong in ("http", "REDIS", "redis:/"):
-            with pytest.raises(tl.InvalidArgumentError) as info:
-                tl.RedisConfigCenter(url.replace(url.split("://")[0], wrong, 1))
+            with pytest.raises(InvalidArgumentError) as info:
+                RedisConfigCenter(url.replace(url.split("://")[0], wrong, 1))
             assert _hidden(pw, str(info.value)), str(info.value)
         try:
-            center = tl.RedisConfigCenter(url, socket_timeout=0.3)
-        except tl.InvalidArgumentError as err:  # e.g. 'cache:port'
+            center = RedisConfigCenter(url, socket_timeout=0.3)
+        except InvalidArgumentError as err:  # e.g. 'cache:port'
             assert _hidden(pw, str(err)), str(err)
             return
         try:
             assert _hidden(pw, repr(center)), repr(center)
-            with pytest.raises(tl.ConfigCenterUnavailableError) as unavailable:
+            with pytest.raises(ConfigCenterUnavailableError) as unavailable:
                 center.publish({"mode": "manual"})
             assert _hidden(pw, str(unavailable.value)), str(unavailable.value)
         finally:
@@ -458,7 +459,7 @@ def test_redact_handles_what_is_not_a_url() -> None:
 
 
 def test_subscriber_thread_clears_connected_when_it_ends(redis_server: Any, channel: str) -> None:
-    center = tl.RedisConfigCenter(redis_server.url, channel)
+    center = RedisConfigCenter(redis_server.url, channel)
     center.subscribe(lambda s: None)
     wait_for(center.connected.is_set)
     center.close()
@@ -467,7 +468,7 @@ def test_subscriber_thread_clears_connected_when_it_ends(redis_server: Any, chan
 
 
 def test_concurrent_first_publishers_agree_on_one_epoch(redis_server: Any, channel: str) -> None:
-    centers = [tl.RedisConfigCenter(redis_server.url, channel) for _ in range(4)]
+    centers = [RedisConfigCenter(redis_server.url, channel) for _ in range(4)]
     barrier = threading.Barrier(len(centers))
     results: list[dict[str, Any] | None] = [None] * len(centers)
 
@@ -493,7 +494,7 @@ def test_concurrent_first_publishers_agree_on_one_epoch(redis_server: Any, chann
 def test_messages_of_earlier_releases_are_read_without_a_secret(
     redis_server: Any, raw_client: redis.Redis, channel: str
 ) -> None:
-    subscriber = tl.RedisConfigCenter(redis_server.url, channel)
+    subscriber = RedisConfigCenter(redis_server.url, channel)
     seen: list[dict[str, Any]] = []
     try:
         subscriber.subscribe(seen.append)
@@ -512,7 +513,7 @@ def test_signed_channel_of_an_earlier_release_is_taken_over_by_one_publish(
     raw_client.set(f"{channel}:config",
                    b'{"config":{"mode":"manual","version":4},"sig":"' + b"0" * 64 + b'"}')
     raw_client.set(f"{channel}:version", b"4")
-    with tl.RedisConfigCenter(redis_server.url, channel, secret="k") as center:
+    with RedisConfigCenter(redis_server.url, channel, secret="k") as center:
         assert center.current() == {}  # refused: its signature cannot be checked first
         assert center.publish({"mode": "quantity"}) == {"version": 5, "mode": "quantity"}
         assert center.stored() == {"version": 5, "mode": "quantity"}
@@ -521,9 +522,9 @@ def test_signed_channel_of_an_earlier_release_is_taken_over_by_one_publish(
 def test_publisher_with_another_secret_never_overwrites_the_stored_config(
     redis_server: Any, channel: str, capsys: Any
 ) -> None:
-    with tl.RedisConfigCenter(redis_server.url, channel, secret="right") as right:
+    with RedisConfigCenter(redis_server.url, channel, secret="right") as right:
         right.publish({"mode": "manual"})
-        with tl.RedisConfigCenter(redis_server.url, channel, secret="wrong") as wrong:
+        with RedisConfigCenter(redis_server.url, channel, secret="wrong") as wrong:
             assert wrong.publish({"mode": "quantity"}) is None
             assert "another secret" in (wrong.last_rejection or "")
         assert right.stored() == {"version": 1, "mode": "manual"}

@@ -22,6 +22,10 @@ import pytest
 from pyspark import TaskContext, cloudpickle
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
+from trilink_spark.measurement import TASK_METRIC_COLUMNS, task_metrics
+from trilink_spark.state import KeyedStateStore
+from trilink_spark.switching import LoadAwareRebalancer, RebalanceDecision
 from conftest import RunningCount
 from trilink_spark.state import store as store_module
 from trilink_spark.state.store import parse_timing
@@ -30,10 +34,10 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def _measured(p: tl.BlockPartitioner, latency: list[float], sizes: Any,
-              **kw: Any) -> tl.LoadAwareRebalancer:
+              **kw: Any) -> LoadAwareRebalancer:
     kw.setdefault("cooldown_batches", 0)
     kw.setdefault("window", 1)
-    rb = tl.LoadAwareRebalancer(**kw)
+    rb = LoadAwareRebalancer(**kw)
     rb.observe(latency, sizes, p)
     return rb
 
@@ -50,8 +54,8 @@ def _measured(p: tl.BlockPartitioner, latency: list[float], sizes: Any,
 ])
 def test_odd_typed_latencies_are_refused_and_record_nothing(latency: Any) -> None:
     p = tl.BlockPartitioner(2, num_blocks=8)
-    rb = tl.LoadAwareRebalancer(cooldown_batches=0, window=1)
-    with pytest.raises(tl.InvalidArgumentTypeError, match="latency_by_partition"):
+    rb = LoadAwareRebalancer(cooldown_batches=0, window=1)
+    with pytest.raises(InvalidArgumentTypeError, match="latency_by_partition"):
         rb.observe(latency, np.ones(8), p)
     assert rb.decide().reason == "no measurement yet"
 
@@ -65,8 +69,8 @@ def test_odd_typed_latencies_are_refused_and_record_nothing(latency: Any) -> Non
 ])
 def test_figures_too_large_to_average_are_refused(latency: Any, sizes: Any) -> None:
     p = tl.BlockPartitioner(2, num_blocks=8)
-    rb = tl.LoadAwareRebalancer(cooldown_batches=0, window=1)
-    with pytest.raises(tl.InvalidArgumentError, match="at most 1e"):
+    rb = LoadAwareRebalancer(cooldown_batches=0, window=1)
+    with pytest.raises(InvalidArgumentError, match="at most 1e"):
         rb.observe(latency, sizes, p)
     assert rb.decide().reason == "no measurement yet"
 
@@ -90,9 +94,9 @@ def test_apply_refuses_a_decision_for_another_placement() -> None:
         p.with_table([0, 0, 0, 1, 1, 1, 1, 0]),  # same shape, another table
     ]
     for other in others:
-        with pytest.raises(tl.InvalidArgumentError, match="measured a placement"):
+        with pytest.raises(InvalidArgumentError, match="measured a placement"):
             rb.apply(other, d)
-        with pytest.raises(tl.InvalidArgumentError, match="measured a placement"):
+        with pytest.raises(InvalidArgumentError, match="measured a placement"):
             rb.apply(other)
     assert rb.rounds == 0
     new = rb.apply(p, d)  # the placement it measured still works
@@ -102,21 +106,21 @@ def test_apply_refuses_a_decision_for_another_placement() -> None:
 def test_a_fresh_rebalancer_refuses_a_decision_for_another_partition_count() -> None:
     p = tl.BlockPartitioner(2, num_blocks=8)
     d = _measured(p, [300.0, 100.0], [5, 10, 20, 30, 10, 10, 10, 10]).decide()
-    with pytest.raises(tl.InvalidArgumentError, match="made for 2 partitions"):
-        tl.LoadAwareRebalancer().apply(tl.BlockPartitioner(4, num_blocks=8), d)
+    with pytest.raises(InvalidArgumentError, match="made for 2 partitions"):
+        LoadAwareRebalancer().apply(tl.BlockPartitioner(4, num_blocks=8), d)
 
 
 @pytest.mark.parametrize("decision", [
     "moves",
-    tl.RebalanceDecision("skewed", [("a", 0, 1)], "forged"),
-    tl.RebalanceDecision("skewed", [(0.5, 0, 1)], "forged"),
-    tl.RebalanceDecision("skewed", [(True, 0, 1)], "forged"),
-    tl.RebalanceDecision("skewed", [(0, 1)], "forged"),  # type: ignore[list-item]
+    RebalanceDecision("skewed", [("a", 0, 1)], "forged"),
+    RebalanceDecision("skewed", [(0.5, 0, 1)], "forged"),
+    RebalanceDecision("skewed", [(True, 0, 1)], "forged"),
+    RebalanceDecision("skewed", [(0, 1)], "forged"),  # type: ignore[list-item]
 ])
 def test_apply_refuses_malformed_decisions_with_a_typed_error(decision: Any) -> None:
     p = tl.BlockPartitioner(2, num_blocks=8)
     rb = _measured(p, [300.0, 100.0], np.ones(8))
-    with pytest.raises(tl.InvalidArgumentTypeError):
+    with pytest.raises(InvalidArgumentTypeError):
         rb.apply(p, decision)
     assert rb.rounds == 0
 
@@ -151,7 +155,7 @@ def test_deciding_on_thousands_of_partitions_and_2_20_blocks_is_n_log_n() -> Non
 def test_observing_2_20_blocks_is_linear() -> None:
     p = tl.BlockPartitioner(4, num_blocks=2**20)
     sizes = np.ones(2**20)
-    rb = tl.LoadAwareRebalancer(cooldown_batches=0, window=3)
+    rb = LoadAwareRebalancer(cooldown_batches=0, window=3)
     started = time.perf_counter()
     for _ in range(3):
         rb.observe([100.0, 100.0, 100.0, 400.0], sizes, p)
@@ -164,7 +168,7 @@ def test_observe_and_decide_from_four_threads_never_raise() -> None:
     """decide() iterated the window while observe() appended to it: 'deque mutated during
     iteration'."""
     p = tl.BlockPartitioner(8, num_blocks=256)
-    rb = tl.LoadAwareRebalancer(cooldown_batches=0, window=200)
+    rb = LoadAwareRebalancer(cooldown_batches=0, window=200)
     latency, sizes = np.linspace(100.0, 300.0, 8), np.ones(256)
     errors: list[str] = []
 
@@ -253,7 +257,7 @@ class _CountingFS:
 def test_a_huge_timing_file_is_never_read_whole(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(store_module, "MAX_TIMING_BYTES", 1000)
-    store = tl.KeyedStateStore(str(tmp_path / "s"))
+    store = KeyedStateStore(str(tmp_path / "s"))
     store.save_timing(0, 3, {"rows": 1, "process_ms": 2.0, "pad": "x" * 100_000})
     counting = _CountingFS(store.fs)
     store.fs = counting
@@ -263,21 +267,21 @@ def test_a_huge_timing_file_is_never_read_whole(tmp_path: Path,
 
 # ---------------------------------------------------------------------- task_metrics
 @pytest.mark.parametrize("kw,error", [
-    ({"stage_ids": 5}, tl.InvalidArgumentTypeError),      # used to be a bare TypeError
-    ({"stage_ids": [1.0]}, tl.InvalidArgumentTypeError),
-    ({"stage_ids": [True]}, tl.InvalidArgumentTypeError),
-    ({"job_group": b"g"}, tl.InvalidArgumentTypeError),
+    ({"stage_ids": 5}, InvalidArgumentTypeError),      # used to be a bare TypeError
+    ({"stage_ids": [1.0]}, InvalidArgumentTypeError),
+    ({"stage_ids": [True]}, InvalidArgumentTypeError),
+    ({"job_group": b"g"}, InvalidArgumentTypeError),
 ])
 def test_task_metrics_refuses_bad_arguments_with_typed_errors(
         spark: Any, kw: dict[str, Any], error: type[Exception]) -> None:
     with pytest.raises(error):
-        tl.task_metrics(spark, **kw)
+        task_metrics(spark, **kw)
 
 
 @pytest.mark.parametrize("session", [None, "spark", 3])
 def test_task_metrics_refuses_what_is_not_a_session(session: Any) -> None:
-    with pytest.raises(tl.InvalidArgumentTypeError, match="SparkSession"):
-        tl.task_metrics(session)
+    with pytest.raises(InvalidArgumentTypeError, match="SparkSession"):
+        task_metrics(session)
 
 
 def _boom(x: int) -> int:
@@ -292,14 +296,14 @@ def test_task_metrics_after_a_failed_job_lists_its_failed_tasks(spark: Any) -> N
             sc.parallelize(range(4), 2).map(_boom).collect()
     finally:
         sc.setJobGroup("", "")
-    m = tl.task_metrics(spark, job_group="tl-hostile-failed-job")
+    m = task_metrics(spark, job_group="tl-hostile-failed-job")
     assert m.attrs["unavailable"] is None
     assert "FAILED" in set(m.status) and set(m.partition) <= {0, 1}
-    assert list(m.columns) == list(tl.TASK_METRIC_COLUMNS)
+    assert list(m.columns) == list(TASK_METRIC_COLUMNS)
 
 
 # ---------------------------------------------------------------------- the keyed runtime
-class _Counting(tl.LoadAwareRebalancer):
+class _Counting(LoadAwareRebalancer):
     """A rebalancer that records every measurement it is shown."""
 
     def __init__(self, **kw: Any) -> None:
@@ -366,7 +370,7 @@ def test_a_timing_file_that_cannot_be_written_never_fails_the_batch(
         spark: Any, tmp_path: Path) -> None:
     run = tl.keyed_foreach_batch(lambda df, b: None, "k", "t", RunningCount(), 1_000_000,
                                  str(tmp_path / "s"), strategy=tl.BlockPartitioner(2, 16),
-                                 rebalancer=tl.LoadAwareRebalancer())
+                                 rebalancer=LoadAwareRebalancer())
     run(_batch(spark, 0), 0)
     Path(run.store.timing_path(0, 1)).mkdir()  # junk where the record goes
     run(_batch(spark, 1), 1)  # the task used to fail on the timing write
@@ -382,9 +386,9 @@ def test_task_timings_refuses_a_version_that_is_not_committed(spark: Any,
                                  str(tmp_path / "s"), strategy=tl.BlockPartitioner(2, 16))
     run(_batch(spark, 0), 0)
     assert run.task_timings(0).rows.sum() == 40
-    with pytest.raises(tl.InvalidArgumentError, match="not a committed version"):
+    with pytest.raises(InvalidArgumentError, match="not a committed version"):
         run.task_timings(77)  # used to answer -1 for every partition
-    with pytest.raises(tl.InvalidArgumentTypeError, match="version must be an int"):
+    with pytest.raises(InvalidArgumentTypeError, match="version must be an int"):
         run.task_timings("0")  # type: ignore[arg-type]
 
 
@@ -413,7 +417,7 @@ def test_a_task_retried_under_a_rebalancer_counts_each_row_once(spark: Any,
         run(_batch(spark, 0), 0)
     finally:
         sc.setJobGroup("", "")
-    statuses = tl.task_metrics(spark, job_group="tl-hostile-retry").status.tolist()
+    statuses = task_metrics(spark, job_group="tl-hostile-retry").status.tolist()
     assert "FAILED" in statuses  # the injected failure happened, and was retried
     assert {k: int(v["n"]) for k, v in run.state_values().items()} == _expected_counts(1)
     timings = run.task_timings()

@@ -16,25 +16,28 @@ from hypothesis import strategies as st
 from pyspark import cloudpickle
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError
+from trilink_spark.measurement import TASK_METRIC_COLUMNS, task_metrics
+from trilink_spark.switching import LoadAwareRebalancer, REBALANCE_STATES, RebalanceDecision
 from conftest import RunningCount
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def _decide(latency: list[float], sizes: Any, p: tl.BlockPartitioner, **kw: Any
-            ) -> tl.RebalanceDecision:
+            ) -> RebalanceDecision:
     kw.setdefault("cooldown_batches", 0)
     kw.setdefault("window", 1)
-    rb = tl.LoadAwareRebalancer(**kw)
+    rb = LoadAwareRebalancer(**kw)
     rb.observe(latency, sizes, p)
     return rb.decide()
 
 
-def check_decision(d: tl.RebalanceDecision, p: tl.BlockPartitioner, latency: list[float]) -> None:
+def check_decision(d: RebalanceDecision, p: tl.BlockPartitioner, latency: list[float]) -> None:
     """Invariants of every decision: a known state; moves only when skewed; each move takes
     a block from its owner, from a partition above the mean latency to one below it; a block
     moves once."""
-    assert d.state in tl.REBALANCE_STATES
+    assert d.state in REBALANCE_STATES
     assert d.reason
     if d.state != "skewed":
         assert d.moves == []
@@ -117,14 +120,14 @@ def test_max_blocks_per_round_caps_the_moves() -> None:
 
 def test_apply_moves_only_the_chosen_blocks_and_checks_the_table() -> None:
     p = tl.BlockPartitioner(2, num_blocks=8)
-    rb = tl.LoadAwareRebalancer(cooldown_batches=0, window=1)
+    rb = LoadAwareRebalancer(cooldown_batches=0, window=1)
     rb.observe([300.0, 100.0], [5, 10, 20, 30, 10, 10, 10, 10], p)
     d = rb.decide()
     new = rb.apply(p, d)
     changed = np.flatnonzero(new.table != p.table).tolist()
     assert changed == sorted(b for b, _, _ in d.moves)
     assert p.table.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]  # the input is unchanged
-    with pytest.raises(tl.InvalidArgumentError, match="does not fit this placement"):
+    with pytest.raises(InvalidArgumentError, match="does not fit this placement"):
         rb.apply(new, d)  # the same moves again: block no longer on its source
 
 
@@ -137,7 +140,7 @@ def test_apply_moves_only_the_chosen_blocks_and_checks_the_table() -> None:
 def test_bad_measurements_are_refused_and_record_nothing(bad: tuple[Any, str]) -> None:
     latency, message = bad
     p = tl.BlockPartitioner(2, num_blocks=8)
-    rb = tl.LoadAwareRebalancer(cooldown_batches=0, window=1)
+    rb = LoadAwareRebalancer(cooldown_batches=0, window=1)
     with pytest.raises(ValueError, match=message):
         rb.observe(latency, np.ones(8), p)
     assert rb.decide().reason == "no measurement yet"
@@ -145,13 +148,13 @@ def test_bad_measurements_are_refused_and_record_nothing(bad: tuple[Any, str]) -
 
 def test_bad_arguments_are_refused() -> None:
     with pytest.raises(TypeError, match="BlockPartitioner"):
-        tl.LoadAwareRebalancer().observe([1.0, 1.0], [1.0], tl.HashPartitioner(2))
+        LoadAwareRebalancer().observe([1.0, 1.0], [1.0], tl.HashPartitioner(2))
     for kw in ({"theta": 0}, {"epsilon": -1}, {"epsilon": math.inf}, {"cooldown_batches": -1},
                {"window": 0}, {"max_blocks_per_round": 0}, {"trigger_interval": "1 month"}):
         with pytest.raises(ValueError):
-            tl.LoadAwareRebalancer(**kw)
+            LoadAwareRebalancer(**kw)
     with pytest.raises(TypeError):
-        tl.LoadAwareRebalancer(theta="high")
+        LoadAwareRebalancer(theta="high")
 
 
 # ---------------------------------------------------------------------- no thrashing
@@ -163,7 +166,7 @@ def _run_rounds(rng: np.random.Generator, batches: int, noise: float,
     rows = np.full(64, 50.0)
     cost = np.ones(64)
     cost[p.table == 0] *= skew
-    rb = tl.LoadAwareRebalancer()
+    rb = LoadAwareRebalancer()
     rounds = moved = 0
     for _ in range(batches):
         latency = np.bincount(p.table, weights=rows * cost, minlength=m)
@@ -211,7 +214,7 @@ def test_every_decision_keeps_the_invariants(latency: list[float], seed: int) ->
     rng = np.random.default_rng(seed)
     p = tl.BlockPartitioner(n, num_blocks=4 * n, table=rng.integers(0, n, 4 * n))
     sizes = rng.integers(0, 50, 4 * n)
-    rb = tl.LoadAwareRebalancer(cooldown_batches=0, window=1)
+    rb = LoadAwareRebalancer(cooldown_batches=0, window=1)
     rb.observe(latency, sizes, p)
     d = rb.decide()
     check_decision(d, p, latency)
@@ -228,29 +231,29 @@ def test_task_metrics_read_spark_with_the_ui_off(spark: Any) -> None:
         spark.range(0, 1000, 1, 2).selectExpr("id % 10 AS k").groupBy("k").count().collect()
     finally:
         sc.setJobGroup("", "")
-    m = tl.task_metrics(spark, job_group="tl-metrics-test")
+    m = task_metrics(spark, job_group="tl-metrics-test")
     assert m.attrs["unavailable"] is None
-    assert list(m.columns) == list(tl.TASK_METRIC_COLUMNS)
+    assert list(m.columns) == list(TASK_METRIC_COLUMNS)
     assert set(m.status) == {"SUCCESS"}
     assert (m.duration_ms >= m.run_ms).all() and (m.run_ms >= 0).all()
     assert int(m.input_records.sum()) == 1000  # the range, read once
     # the aggregating stage read every partial result from the shuffle
     assert int(m.shuffle_read_records.sum()) > 0
     assert (m.rows == m.input_records + m.shuffle_read_records).all()
-    only = tl.task_metrics(spark, stage_ids=[int(m.stage_id.iloc[0])])
+    only = task_metrics(spark, stage_ids=[int(m.stage_id.iloc[0])])
     assert set(only.stage_id) == {int(m.stage_id.iloc[0])}
 
 
 def test_task_metrics_of_nothing_and_bad_arguments(spark: Any) -> None:
-    none = tl.task_metrics(spark, job_group="no-such-group")
+    none = task_metrics(spark, job_group="no-such-group")
     assert none.empty and none.attrs["unavailable"] is None
-    assert tl.task_metrics(spark, stage_ids=[10**9]).empty
+    assert task_metrics(spark, stage_ids=[10**9]).empty
     with pytest.raises(TypeError):
-        tl.task_metrics(spark, job_group=3)  # type: ignore[arg-type]
+        task_metrics(spark, job_group=3)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        tl.task_metrics(spark, stage_ids="12")
+        task_metrics(spark, stage_ids="12")
     with pytest.raises(ValueError):
-        tl.task_metrics(spark, stage_ids=[-1])
+        task_metrics(spark, stage_ids=[-1])
 
 
 # ---------------------------------------------------------------------- a stream
@@ -281,7 +284,7 @@ def test_a_stream_rebalances_a_slowed_partition_with_exact_results(
     owner = dict(zip(keys, p.assign(keys).tolist()))
     slow = frozenset(k for k in keys if owner[k] == 0)  # all of partition 0's keys are slow
     assert 20 < len(slow) < 100
-    rebalancer = tl.LoadAwareRebalancer()
+    rebalancer = LoadAwareRebalancer()
     run = tl.keyed_foreach_batch(lambda df, b: None, "k", "t", SlowCount(slow), 1_000_000,
                                  str(tmp_path / "state"), strategy=p, rebalancer=rebalancer)
     rng = np.random.default_rng(5)
@@ -343,7 +346,7 @@ def test_a_rebalancer_needs_a_block_placement(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="BlockPartitioner"):
         tl.keyed_foreach_batch(lambda df, b: None, "k", "t", RunningCount(), 1,
                                str(tmp_path / "s"), strategy="hash",
-                               rebalancer=tl.LoadAwareRebalancer())
+                               rebalancer=LoadAwareRebalancer())
     with pytest.raises(TypeError, match="observe, decide and apply"):
         tl.keyed_foreach_batch(lambda df, b: None, "k", "t", RunningCount(), 1,
                                str(tmp_path / "s"), strategy=tl.BlockPartitioner(2),

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError
 from benches.ysb import LOG_SCHEMA, Catalogue, Producer, ProducerError, read_log
 
 CAT = Catalogue(("c0", "c1"), (("a0",), ("a1",)))
@@ -22,14 +22,14 @@ CAT = Catalogue(("c0", "c1"), (("a0",), ("a1",)))
 
 @pytest.mark.parametrize("processes", [0, -1, True, 2.5, "2", 10**9])
 def test_processes_out_of_range(tmp_path: Path, processes: Any) -> None:
-    with pytest.raises(tl.InvalidArgumentError, match="processes must be an int >= 1"):
+    with pytest.raises(InvalidArgumentError, match="processes must be an int >= 1"):
         Producer("127.0.0.1:1", CAT, tmp_path / "e", rate=1, events=10, processes=processes)
 
 
 @pytest.mark.parametrize("kwargs", [{"rate": float("inf")}, {"rate": float("nan")},
                                     {"rate": 1, "duration": "5"}])
 def test_rates_and_durations_refused(tmp_path: Path, kwargs: dict[str, Any]) -> None:
-    with pytest.raises(tl.InvalidArgumentError):
+    with pytest.raises(InvalidArgumentError):
         Producer("127.0.0.1:1", CAT, tmp_path / "e", **kwargs)
 
 
@@ -45,16 +45,16 @@ def test_foreign_or_corrupt_parts_are_refused_by_name(tmp_path: Path) -> None:
     _part(log / "part-001.parquet")
     assert read_log(log).num_rows == 2
     (log / "part-002.parquet").write_bytes(b"\x80\x04\x95 a pickle, never loaded")
-    with pytest.raises(tl.InvalidArgumentError, match="part-002.parquet"):
+    with pytest.raises(InvalidArgumentError, match="part-002.parquet"):
         read_log(log)
     (log / "part-002.parquet").unlink()
     _part(log / "part-007.parquet")  # a stray part of another run
-    with pytest.raises(tl.InvalidArgumentError, match="part-007.parquet"):
+    with pytest.raises(InvalidArgumentError, match="part-007.parquet"):
         read_log(log)
     (log / "part-007.parquet").unlink()
     (log / "part-002.parquet").mkdir()  # a directory (a Parquet dataset) is no part
     _part(log / "part-002.parquet" / "x.parquet")
-    with pytest.raises(tl.InvalidArgumentError, match="part-002.parquet"):
+    with pytest.raises(InvalidArgumentError, match="part-002.parquet"):
         read_log(log)
 
 

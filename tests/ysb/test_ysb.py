@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError
 from benches.ysb import (LOG_SCHEMA, VARIANTS, Catalogue, Producer, check, latencies,
                          load_catalogue, parse_variants, read_log, read_windows, run_variant,
                          setup)
@@ -69,9 +69,9 @@ def test_setup_stores_every_ad_and_is_deterministic(redis_kept: RedisServer,
 
 
 def test_catalogue_refuses_foreign_json_and_bad_counts(redis_kept: RedisServer) -> None:
-    with pytest.raises(tl.InvalidArgumentError, match="campaigns"):
+    with pytest.raises(InvalidArgumentError, match="campaigns"):
         Catalogue.from_json('{"campaigns": ["a"], "ads": []}')
-    with pytest.raises(tl.InvalidArgumentError, match="not JSON"):
+    with pytest.raises(InvalidArgumentError, match="not JSON"):
         Catalogue.from_json(b"\x80\x04K\x01.")  # a pickle is refused, never loaded
     with pytest.raises(ValueError, match="campaigns must be >= 1"):
         setup(redis_kept.url, campaigns=0)
@@ -81,19 +81,19 @@ def test_catalogue_refuses_foreign_json_and_bad_counts(redis_kept: RedisServer) 
 
 def test_parse_variants() -> None:
     assert parse_variants("ahead, baseline,ahead") == ["ahead", "baseline"]
-    with pytest.raises(tl.InvalidArgumentError, match="choose from baseline"):
+    with pytest.raises(InvalidArgumentError, match="choose from baseline"):
         parse_variants("baseline,shuffle")
 
 
 def test_event_log_refuses_what_is_not_one(tmp_path: Path) -> None:
     bad = tmp_path / "log.parquet"
     bad.write_bytes(b"\x80\x04\x95 not parquet")
-    with pytest.raises(tl.InvalidArgumentError, match="not a YSB event log"):
+    with pytest.raises(InvalidArgumentError, match="not a YSB event log"):
         read_log(bad)
     other = tmp_path / "other.parquet"
     pq.write_table(pa.table({"ad_id": [1], "event_type": ["view"], "event_time": [1],
                              "partition": [0]}), other)
-    with pytest.raises(tl.InvalidArgumentError, match="YSB event log"):
+    with pytest.raises(InvalidArgumentError, match="YSB event log"):
         read_log(other)
 
 
@@ -147,7 +147,7 @@ def test_producer_processes_place_campaigns_and_log_exactly(kafka_broker: Any,
     again = Producer(kafka_broker.bootstrap, catalogue, tmp_path / "e.parquet", rate=50_000,
                      events=10, topic="ysb-placed").run()
     assert again.events == read_log(tmp_path / "e.parquet").num_rows == 10
-    with pytest.raises(tl.InvalidArgumentError, match="processes must be an int >= 1"):
+    with pytest.raises(InvalidArgumentError, match="processes must be an int >= 1"):
         Producer(kafka_broker.bootstrap, catalogue, tmp_path / "x", rate=1, events=1,
                  processes=0)
 
