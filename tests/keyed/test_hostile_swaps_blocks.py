@@ -21,7 +21,7 @@ from pyspark import cloudpickle
 
 import trilink_spark as tl
 from conftest import RunningCount
-from trilink_spark.keyed.runner import _outputs_to_batches
+from trilink_spark.keyed.task import outputs_to_batches
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -280,9 +280,9 @@ def test_outputs_keep_order_across_frames_rows_none_and_empties() -> None:
             pd.DataFrame({"k": [], "n": []}), iter([("d", 4)]), [{"k": "e", "n": 5}],
             [("f", None)], None]
     want = [("a", 1), ("x", 7), ("b", 2), ("c", 3), ("d", 4), ("e", 5), ("f", None)]
-    got = _rows(_outputs_to_batches, outs, OUT)
+    got = _rows(outputs_to_batches, outs, OUT)
     assert [(r["k"], r["n"]) for r in got] == want
-    assert _rows(_outputs_to_batches, [None, [], pd.DataFrame()], OUT) == []
+    assert _rows(outputs_to_batches, [None, [], pd.DataFrame()], OUT) == []
 
 
 @pytest.mark.parametrize("outs,want", [
@@ -300,7 +300,7 @@ def test_rows_gathered_across_calls_convert_as_each_call_alone(outs: list[Any],
     gathering the calls must not turn a long column into inexact floats or refuse a mix."""
     per_call = [r for out in outs for r in _rows(_old_outputs_to_batches, [out], OUT)]
     assert [(r["k"], r["n"]) for r in per_call] == want
-    got = _rows(_outputs_to_batches, outs, OUT)
+    got = _rows(outputs_to_batches, outs, OUT)
     assert [(r["k"], r["n"]) for r in got] == want
 
 
@@ -313,7 +313,7 @@ def test_rows_gathered_across_calls_convert_as_each_call_alone(outs: list[Any],
 ], ids=["short-then-full", "full-then-short", "too-wide", "str-row", "str-in-long"])
 def test_malformed_rows_are_a_typed_error_never_padded(outs: list[Any]) -> None:
     with pytest.raises(tl.InvalidArgumentError, match="output"):
-        list(_outputs_to_batches(outs, OUT))
+        list(outputs_to_batches(outs, OUT))
 
 
 def test_outputs_match_the_per_call_conversion_on_random_calls() -> None:
@@ -346,7 +346,7 @@ def test_outputs_match_the_per_call_conversion_on_random_calls() -> None:
             outs.append(None if r < 0.1 else [] if r < 0.2 else
                         pd.DataFrame(rows, columns=schema.names) if r < 0.35 else rows)
         want = _rows(_old_outputs_to_batches, outs, schema)
-        assert _rows(_outputs_to_batches, outs, schema) == want, outs
+        assert _rows(outputs_to_batches, outs, schema) == want, outs
 
 
 class MixedOutputs(tl.KeyedWatermarkProcessFunction):
