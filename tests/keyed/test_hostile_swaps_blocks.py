@@ -21,6 +21,7 @@ from pyspark import cloudpickle
 
 import trilink_spark as tl
 from conftest import RunningCount
+from testkit.swaps import check_invariants, die_after_writing
 from trilink_spark.keyed.task import outputs_to_batches
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -52,18 +53,8 @@ def make_batch(spark: Any, b: int, rng: np.random.Generator, keys: list[Any],
     return df, counts
 
 
-def stored_counts(run: tl.KeyedBatchFunction, version: int | None = None) -> dict[Any, int]:
-    return {("<null>" if _key(k) is None else k): int(v["n"])
-            for k, v in run.state_values(version).items()}
-
-
 def owners(run: tl.KeyedBatchFunction, version: int | None = None) -> dict[Any, int]:
     return {_key(k): p for k, p in run.owners(version).items()}
-
-
-def check_invariants(run: tl.KeyedBatchFunction, oracle: pd.Series,
-                     version: int | None = None) -> None:
-    assert stored_counts(run, version) == {k: int(v) for k, v in oracle.items()}
 
 
 def drive_fluid_swap(spark: Any, run: tl.KeyedBatchFunction, rng: np.random.Generator,
@@ -79,7 +70,7 @@ def drive_fluid_swap(spark: Any, run: tl.KeyedBatchFunction, rng: np.random.Gene
             run = hook(run, df, b)
         run(df, b)
         total = total.add(counts, fill_value=0)
-        check_invariants(run, total)
+        check_invariants(run, total, null_key="<null>")
         report = run.swaps[-1]
         assert report.batch_id == b
         placement, _ = run.store.placement_at(b)
@@ -108,7 +99,7 @@ def start_run(spark: Any, tmp_path: Path, rng: np.random.Generator, keys: list[A
     df, counts = make_batch(spark, 0, rng, keys)
     run(df, 0)
     total = counts.astype(float)
-    check_invariants(run, total)
+    check_invariants(run, total, null_key="<null>")
     return run, strategy, total
 
 
@@ -121,7 +112,7 @@ def finish(spark: Any, run: tl.KeyedBatchFunction, rng: np.random.Generator, key
     assert all(final.partition(k) == p for k, p in got.items() if k is not None)
     df, counts = make_batch(spark, b, rng, keys)  # later batches: no swap, exact counts
     run(df, b)
-    check_invariants(run, total.add(counts, fill_value=0))
+    check_invariants(run, total.add(counts, fill_value=0), null_key="<null>")
     assert run.swaps[-1].batch_id == b - 1
 
 
@@ -166,15 +157,12 @@ def test_fluid_block_grow_3_to_8_blocks_over_the_cap_across_a_restart(
     run.request_swap(num_partitions=8, mode="fluid", max_keys_per_batch=3)
     restarted: list[int] = []
 
-    def die(out: Any, b: int) -> None:
-        out.write.format("noop").mode("overwrite").save()  # the tasks ran and wrote state
-        raise RuntimeError("driver died")
-
     def restart(current: tl.KeyedBatchFunction, df: Any, b: int) -> tl.KeyedBatchFunction:
         if b != 2:
             return current
-        dying = tl.keyed_foreach_batch(die, "k", "t", Count(), 10**6, str(tmp_path / "state"),
-                                       strategy=strategy, num_partitions=3, takeover=True)
+        dying = tl.keyed_foreach_batch(die_after_writing, "k", "t", Count(), 10**6,
+                                       str(tmp_path / "state"), strategy=strategy,
+                                       num_partitions=3, takeover=True)
         with pytest.raises(Exception, match="driver died"):
             dying(df, 2)
         restarted.append(b)
