@@ -37,7 +37,8 @@ from common import best_time, write_json  # noqa: E402
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import trilink_spark as tl  # noqa: E402
-import trilink_spark.keyed.runner as runner  # noqa: E402
+import trilink_spark.keyed.batch as keyed_batch  # noqa: E402
+import trilink_spark.keyed.prepare as keyed_prepare  # noqa: E402
 import trilink_spark.merge.local as local  # noqa: E402
 
 WINDOW = 100
@@ -114,19 +115,19 @@ def main() -> None:
                           ["sensor", "window_start"]))
 
     out: dict[str, Any] = {"rows": args.rows, "partitions": 8, "cores": 2}
-    originals = (runner._partition_function, local._arrow_merge_partition)
+    originals = (keyed_batch.partition_function, local._arrow_merge_partition)
     jobs = {"a_keyed": lambda: noop(tl.keyed_process(df, "sensor", "t", kwa, delay=0,
                                                      num_partitions=8)),
             "c_pipeline_python": lambda: pipeline_c("python"),
             "c_pipeline_spark": lambda: pipeline_c("spark")}
     for name, job in jobs.items():
         where = tempfile.mkdtemp(prefix=f"profile-{name}-")
-        runner._partition_function = profiled(originals[0], where)  # type: ignore[assignment]
+        keyed_batch.partition_function = profiled(originals[0], where)  # type: ignore[assignment]
         local._arrow_merge_partition = profiled(originals[1], where)  # type: ignore[assignment]
         try:
             job()
         finally:
-            runner._partition_function, local._arrow_merge_partition = originals  # type: ignore[assignment]
+            keyed_batch.partition_function, local._arrow_merge_partition = originals  # type: ignore[assignment]
         files = [os.path.join(where, f) for f in os.listdir(where)]
         out[name] = top_entries(files)
         shutil.rmtree(where, ignore_errors=True)
@@ -146,8 +147,8 @@ def main() -> None:
         for batch in batches:
             yield batch.slice(0, 0)
 
-    tagged, *_ = runner._prepare(df, "sensor", "t", kwa, 0, None, None)
-    placed = runner._arrival_order(place_rows(tagged, "sensor", "hash", 8), None)
+    tagged, *_ = keyed_prepare.prepare(df, "sensor", "t", kwa, 0, None, None)
+    placed = keyed_prepare.arrival_order(place_rows(tagged, "sensor", "hash", 8), None)
     slot = (F.floor(F.col("t") / WINDOW) * WINDOW).alias("start")
     out["stages_s"] = {
         "native_windowed_groupBy": best(lambda: noop(df.groupBy(slot, "sensor").agg(

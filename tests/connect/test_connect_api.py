@@ -22,7 +22,7 @@ from trilink_spark.placement import ahead_key_by, is_keyed_by_source, keyed_by_s
 from trilink_spark.switching import ConfigCenter, adaptive_foreach_batch
 from conftest import ON_CONNECT, assert_same_aggregates, raw_truth
 from trilink_spark._internal.spark import compat
-from trilink_spark.keyed import runner as keyed_runner
+from trilink_spark.keyed import replan as keyed_replan
 
 pytestmark = pytest.mark.connect
 
@@ -30,9 +30,9 @@ AGGS = {"n": ("count", None), "s": ("sum", "v"), "lo": ("min", "v"), "hi": ("max
         "m": ("mean", "v")}
 SIZE, DELAY = 10, 2
 
-# keyed/runner.py counts a keyed_by_source batch's partitions with batch_df.rdd until it uses
+# keyed/replan.py counts a keyed_by_source batch's partitions with batch_df.rdd until it uses
 # trilink_spark._internal.spark.compat.num_partitions (issue 14); Spark Connect has no RDDs
-_RUNNER_USES_RDD = "batch_df.rdd" in Path(keyed_runner.__file__).read_text(encoding="utf-8")
+_RUNNER_USES_RDD = "batch_df.rdd" in Path(keyed_replan.__file__).read_text(encoding="utf-8")
 
 
 def rows_frame(n: int = 600, keys: int = 23, seed: int = 0) -> pd.DataFrame:
@@ -244,7 +244,7 @@ def test_foreach_batch_functions_by_hand(spark: Any, tmp_path: Path) -> None:
 
 
 @pytest.mark.xfail(ON_CONNECT and _RUNNER_USES_RDD, strict=True,
-                   reason="keyed/runner.py still reads batch_df.rdd (issue 14)")
+                   reason="keyed/replan.py still reads batch_df.rdd (issue 14)")
 def test_keyed_foreach_batch_on_a_source_declared_batch(spark: Any, tmp_path: Path) -> None:
     sink: list[pd.DataFrame] = []
     agg = tl.KeyedWindowAggregate(SIZE, value="v", aggs=("count", "sum"))

@@ -21,7 +21,8 @@ from pyspark import cloudpickle
 
 import trilink_spark as tl
 from conftest import RunningCount
-from trilink_spark.keyed.runner import _outputs_to_batches
+from testkit.swaps import check_invariants, die_after_writing
+from trilink_spark.keyed.task import outputs_to_batches
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -52,18 +53,8 @@ def make_batch(spark: Any, b: int, rng: np.random.Generator, keys: list[Any],
     return df, counts
 
 
-def stored_counts(run: tl.KeyedBatchFunction, version: int | None = None) -> dict[Any, int]:
-    return {("<null>" if _key(k) is None else k): int(v["n"])
-            for k, v in run.state_values(version).items()}
-
-
 def owners(run: tl.KeyedBatchFunction, version: int | None = None) -> dict[Any, int]:
     return {_key(k): p for k, p in run.owners(version).items()}
-
-
-def check_invariants(run: tl.KeyedBatchFunction, oracle: pd.Series,
-                     version: int | None = None) -> None:
-    assert stored_counts(run, version) == {k: int(v) for k, v in oracle.items()}
 
 
 def drive_fluid_swap(spark: Any, run: tl.KeyedBatchFunction, rng: np.random.Generator,
@@ -79,7 +70,7 @@ def drive_fluid_swap(spark: Any, run: tl.KeyedBatchFunction, rng: np.random.Gene
             run = hook(run, df, b)
         run(df, b)
         total = total.add(counts, fill_value=0)
-        check_invariants(run, total)
+        check_invariants(run, total, null_key="<null>")
         report = run.swaps[-1]
         assert report.batch_id == b
         placement, _ = run.store.placement_at(b)
@@ -108,7 +99,7 @@ def start_run(spark: Any, tmp_path: Path, rng: np.random.Generator, keys: list[A
     df, counts = make_batch(spark, 0, rng, keys)
     run(df, 0)
     total = counts.astype(float)
-    check_invariants(run, total)
+    check_invariants(run, total, null_key="<null>")
     return run, strategy, total
 
 
@@ -121,7 +112,7 @@ def finish(spark: Any, run: tl.KeyedBatchFunction, rng: np.random.Generator, key
     assert all(final.partition(k) == p for k, p in got.items() if k is not None)
     df, counts = make_batch(spark, b, rng, keys)  # later batches: no swap, exact counts
     run(df, b)
-    check_invariants(run, total.add(counts, fill_value=0))
+    check_invariants(run, total.add(counts, fill_value=0), null_key="<null>")
     assert run.swaps[-1].batch_id == b - 1
 
 
@@ -166,15 +157,12 @@ def test_fluid_block_grow_3_to_8_blocks_over_the_cap_across_a_restart(
     run.request_swap(num_partitions=8, mode="fluid", max_keys_per_batch=3)
     restarted: list[int] = []
 
-    def die(out: Any, b: int) -> None:
-        out.write.format("noop").mode("overwrite").save()  # the tasks ran and wrote state
-        raise RuntimeError("driver died")
-
     def restart(current: tl.KeyedBatchFunction, df: Any, b: int) -> tl.KeyedBatchFunction:
         if b != 2:
             return current
-        dying = tl.keyed_foreach_batch(die, "k", "t", Count(), 10**6, str(tmp_path / "state"),
-                                       strategy=strategy, num_partitions=3, takeover=True)
+        dying = tl.keyed_foreach_batch(die_after_writing, "k", "t", Count(), 10**6,
+                                       str(tmp_path / "state"), strategy=strategy,
+                                       num_partitions=3, takeover=True)
         with pytest.raises(Exception, match="driver died"):
             dying(df, 2)
         restarted.append(b)
@@ -280,9 +268,9 @@ def test_outputs_keep_order_across_frames_rows_none_and_empties() -> None:
             pd.DataFrame({"k": [], "n": []}), iter([("d", 4)]), [{"k": "e", "n": 5}],
             [("f", None)], None]
     want = [("a", 1), ("x", 7), ("b", 2), ("c", 3), ("d", 4), ("e", 5), ("f", None)]
-    got = _rows(_outputs_to_batches, outs, OUT)
+    got = _rows(outputs_to_batches, outs, OUT)
     assert [(r["k"], r["n"]) for r in got] == want
-    assert _rows(_outputs_to_batches, [None, [], pd.DataFrame()], OUT) == []
+    assert _rows(outputs_to_batches, [None, [], pd.DataFrame()], OUT) == []
 
 
 @pytest.mark.parametrize("outs,want", [
@@ -300,7 +288,7 @@ def test_rows_gathered_across_calls_convert_as_each_call_alone(outs: list[Any],
     gathering the calls must not turn a long column into inexact floats or refuse a mix."""
     per_call = [r for out in outs for r in _rows(_old_outputs_to_batches, [out], OUT)]
     assert [(r["k"], r["n"]) for r in per_call] == want
-    got = _rows(_outputs_to_batches, outs, OUT)
+    got = _rows(outputs_to_batches, outs, OUT)
     assert [(r["k"], r["n"]) for r in got] == want
 
 
@@ -313,7 +301,7 @@ def test_rows_gathered_across_calls_convert_as_each_call_alone(outs: list[Any],
 ], ids=["short-then-full", "full-then-short", "too-wide", "str-row", "str-in-long"])
 def test_malformed_rows_are_a_typed_error_never_padded(outs: list[Any]) -> None:
     with pytest.raises(tl.InvalidArgumentError, match="output"):
-        list(_outputs_to_batches(outs, OUT))
+        list(outputs_to_batches(outs, OUT))
 
 
 def test_outputs_match_the_per_call_conversion_on_random_calls() -> None:
@@ -346,7 +334,7 @@ def test_outputs_match_the_per_call_conversion_on_random_calls() -> None:
             outs.append(None if r < 0.1 else [] if r < 0.2 else
                         pd.DataFrame(rows, columns=schema.names) if r < 0.35 else rows)
         want = _rows(_old_outputs_to_batches, outs, schema)
-        assert _rows(_outputs_to_batches, outs, schema) == want, outs
+        assert _rows(outputs_to_batches, outs, schema) == want, outs
 
 
 class MixedOutputs(tl.KeyedWatermarkProcessFunction):

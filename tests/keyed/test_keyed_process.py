@@ -12,6 +12,7 @@ import pytest
 from pyspark.sql import types as T
 
 import trilink_spark as tl
+from testkit.windows import window_oracle
 from trilink_spark._internal.io.arrowio import write_table
 from trilink_spark.keyed.process import EVENT_TIME_COL, KeyedRuntime
 from trilink_spark.keyed.snapshot import PartitionState, decode_state, encode_state
@@ -146,19 +147,13 @@ def sensors(seed: int, sensors: int = 40, readings: int = 30, disorder: float = 
     return out.reset_index(drop=True)
 
 
-def oracle(rows: pd.DataFrame, size: int) -> pd.DataFrame:
-    start = (rows["t"] // size) * size
-    grouped = rows.assign(window_start=start).groupby(["sensor", "window_start"])["volts"]
-    return grouped.agg(["count", "sum"]).reset_index()
-
-
 def test_in_order_sensors_lose_nothing_and_match_the_oracle(spark: Any) -> None:
     rows = sensors(1)
     df = spark.createDataFrame(rows)
     agg = tl.KeyedWindowAggregate(5000, value="volts", aggs=("count", "sum"))
     got = tl.keyed_process(df, "sensor", "t", agg, delay=1000, order_by="arrival",
                            num_partitions=3).toPandas()
-    want = oracle(rows, 5000)
+    want = window_oracle(rows, 5000, "volts")
     merged = want.merge(got, on=["sensor", "window_start"], suffixes=("", "_got"), how="outer")
     assert len(merged) == len(want) == len(got)
     assert (merged["count"] == merged["count_got"]).all()
@@ -175,7 +170,7 @@ def test_out_of_order_rows_are_dropped_exactly_as_marked(spark: Any) -> None:
             .filter("NOT is_late").toPandas())
     agg = tl.KeyedWindowAggregate(5000, value="volts", aggs=("count",))
     got = tl.keyed_process(df, "sensor", "t", agg, delay=500, order_by="arrival").toPandas()
-    want = oracle(late, 5000)
+    want = window_oracle(late, 5000, "volts")
     merged = want.merge(got, on=["sensor", "window_start"], how="outer", suffixes=("", "_got"))
     assert (merged["count"] == merged["count_got"]).all()
     assert got["count"].sum() < len(rows)

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 import trilink_spark as tl
+from testkit.windows import window_oracle
 
 SIZE, DELAY = 10, 2
 
@@ -19,15 +20,9 @@ def readings(start: int, stop: int, sensors: int = 12) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["sensor", "t", "v"])
 
 
-def oracle(rows: pd.DataFrame) -> pd.DataFrame:
-    start = (rows["t"] // SIZE) * SIZE
-    return (rows.assign(window_start=start).groupby(["sensor", "window_start"])["v"]
-            .agg(["count", "sum"]).reset_index())
-
-
 def complete(rows: pd.DataFrame) -> pd.DataFrame:
     """Oracle windows every sensor's own watermark has passed."""
-    want = oracle(rows)
+    want = window_oracle(rows, SIZE, "v")
     high = rows.groupby("sensor")["t"].max() - DELAY
     return want[want["window_start"] + SIZE <= want["sensor"].map(high)]
 

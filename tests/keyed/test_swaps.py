@@ -14,6 +14,7 @@ from pyspark import cloudpickle
 
 import trilink_spark as tl
 from conftest import RunningCount
+from testkit.swaps import check_invariants, die_after_writing, stored_counts
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -36,11 +37,6 @@ def batch(spark: Any, b: int, rng: np.random.Generator, rows: int = 400) -> tupl
     return spark.createDataFrame(frame), frame["k"].value_counts()
 
 
-def stored_counts(run: tl.KeyedBatchFunction, version: int | None = None) -> dict[str, int]:
-    """Every key's stored count (``state_values`` refuses a key found in two partitions)."""
-    return {key: int(values["n"]) for key, values in run.state_values(version).items()}
-
-
 def make_run(tmp_path: Path, sink: list[pd.DataFrame] | None = None, processor: Any = None,
              **kw: Any) -> tl.KeyedBatchFunction:
     def write(df: Any, b: int) -> None:
@@ -51,12 +47,6 @@ def make_run(tmp_path: Path, sink: list[pd.DataFrame] | None = None, processor: 
     kw.setdefault("num_partitions", 4)
     return tl.keyed_foreach_batch(write, "k", "t", processor or Count(), 1_000_000,
                                   str(tmp_path / "state"), **kw)
-
-
-def check_invariants(run: tl.KeyedBatchFunction, oracle: pd.Series) -> None:
-    """Every stored key in exactly one partition, with its exact count."""
-    counts = stored_counts(run)
-    assert counts == {k: int(v) for k, v in oracle.items()}
 
 
 # ---------------------------------------------------------------------- state format
@@ -286,12 +276,8 @@ def test_batch_replayed_after_the_driver_died_mid_swap(spark: Any, tmp_path: Pat
     total = run_batches(spark, run, range(2), rng, pd.Series(dtype=float))
     df, counts = batch(spark, 2, rng)
 
-    def die(out: Any, b: int) -> None:
-        out.write.format("noop").mode("overwrite").save()  # the tasks ran and wrote state
-        raise RuntimeError("driver died")
-
-    dying = tl.keyed_foreach_batch(die, "k", "t", Count(), 1_000_000, str(tmp_path / "state"),
-                                   num_partitions=4, takeover=True)
+    dying = tl.keyed_foreach_batch(die_after_writing, "k", "t", Count(), 1_000_000,
+                                   str(tmp_path / "state"), num_partitions=4, takeover=True)
     dying.request_swap(num_partitions=5)
     with pytest.raises(Exception, match="driver died"):
         dying(df, 2)

@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 
 import trilink_spark as tl
 from trilink_spark.columns import POS_COL
-from trilink_spark.keyed.runner import _in_arrival_order
+from trilink_spark.keyed.prepare import in_arrival_order
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # classes defined here ship to tasks
 
@@ -429,14 +429,14 @@ def test_in_arrival_order_merges_runs_delivered_out_of_order() -> None:
     positions = np.concatenate(runs).astype(np.int64)
     batches = [pa.RecordBatch.from_pydict({"id": chunk, POS_COL: chunk})
                for chunk in np.array_split(positions, 5)]
-    out = _in_arrival_order(pa.Table.from_batches(batches))
+    out = in_arrival_order(pa.Table.from_batches(batches))
     assert out.column_names == ["id"]
     assert out["id"].to_pylist() == sorted(positions.tolist())
     ordered = pa.table({"id": [1, 2], POS_COL: [5, 9]})
-    assert _in_arrival_order(ordered).column_names == ["id"]
-    assert _in_arrival_order(pa.table({"id": [1]})).column_names == ["id"]
+    assert in_arrival_order(ordered).column_names == ["id"]
+    assert in_arrival_order(pa.table({"id": [1]})).column_names == ["id"]
     empty = pa.table({"id": pa.array([], pa.int64()), POS_COL: pa.array([], pa.int64())})
-    assert _in_arrival_order(empty).num_rows == 0
+    assert in_arrival_order(empty).num_rows == 0
 
 
 class Verdicts(tl.KeyedWatermarkProcessFunction):

@@ -6,7 +6,8 @@ from .watermark import keyed_watermark
 from .process import KeyedBatch, KeyedContext, KeyedRuntime, KeyedWatermarkProcessFunction
 from .process import KeyWatermarks
 from .windows import WINDOW_AGGS, KeyedWindowAggregate
-from .runner import KeyedBatchFunction, keyed_foreach_batch, keyed_process
+from .batch import keyed_process
+from .streaming import KeyedBatchFunction, keyed_foreach_batch
 from .swap import SwapReport
 
 __all__ = [

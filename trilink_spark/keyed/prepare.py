@@ -1,0 +1,163 @@
+"""The driver side of a keyed run, shared by the batch and the streaming runner.
+
+:func:`prepare` checks the arguments and tags each row with its arrival position and event
+time; :func:`arrival_order` and :func:`in_arrival_order` put each placed partition back in
+arrival order (Spark side and Python side); :func:`in_place` keeps a frame declared with
+:func:`~trilink_spark.keyed_by_source` where it was read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..columns import EVENT_TIME_COL, PARTITION_COL, POS_COL, check_user_columns
+from ..columns import check_atomic_key, column_of, require_columns
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..eventtime import delay_in_units, event_time_micros
+from ..placement.source import check_source_layout
+from .process import KeyedWatermarkProcessFunction
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["check_processor", "prepare", "arrival_order", "in_arrival_order", "in_place"]
+
+
+def check_processor(processor: object) -> None:
+    """Refuse a ``processor`` that is not a :class:`KeyedWatermarkProcessFunction`.
+
+    Raises
+    ------
+    InvalidArgumentTypeError
+        Naming the type given.
+    """
+    if not isinstance(processor, KeyedWatermarkProcessFunction):
+        raise InvalidArgumentTypeError(
+            f"processor must be a KeyedWatermarkProcessFunction, got {type(processor).__name__}"
+        )
+
+
+def prepare(
+    df: DataFrame,
+    key: str,
+    event_time: str,
+    processor: KeyedWatermarkProcessFunction,
+    delay: Any,
+    order_by: str | None,
+    idle_timeout: Any,
+) -> tuple[DataFrame, float, float, Any, Any]:
+    """Check a keyed run's arguments against ``df`` and tag its rows for the placement.
+
+    Returns
+    -------
+    tagged : pyspark.sql.DataFrame
+        The key, the columns the processor reads (all of them when its ``input_columns()``
+        is None) and ``order_by``, plus the arrival position (:data:`POS_COL`) and the event
+        time in the column's units (:data:`EVENT_TIME_COL`).
+    delay_units, idle_units : float
+        ``delay`` and the idle timeout (default 4 x ``delay``; ``math.inf`` never) in the
+        event-time column's units.
+    out_schema : pyspark.sql.types.StructType
+        The processor's ``output_schema``, parsed.
+    arrow_schema : pyarrow.Schema
+        The same as Arrow, in the session's time zone.
+
+    Raises
+    ------
+    InvalidArgumentTypeError, InvalidArgumentError
+        A processor of the wrong type or without an ``output_schema``, a bad delay or idle
+        timeout.
+    MissingColumnError, ReservedColumnError, InvalidKeyTypeError
+        A missing or reserved column, a key that is not atomic.
+
+    Notes
+    -----
+    Runs on the driver, once per run (per micro-batch when streaming); binds the processor
+    to the frame's schema.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    check_processor(processor)
+    require_columns(df, [key], "key column")
+    require_columns(df, [order_by], "order_by column")
+    check_user_columns(df)
+    check_atomic_key(df, key)
+    et_col, kind = event_time_micros(df, event_time)
+    delay_units = delay_in_units(delay, kind)
+    if idle_timeout is None:
+        idle_units = 4 * delay_units if delay_units > 0 else math.inf
+    else:
+        idle_units = (delay_in_units(idle_timeout, kind, "idle_timeout")
+                      if idle_timeout != math.inf else math.inf)
+    processor.bind(df.schema, key, event_time, kind)
+    if processor.output_schema is None:
+        raise InvalidArgumentError(f"{type(processor).__name__} has no output_schema")
+    schema = processor.output_schema
+    parsed = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
+    if not isinstance(parsed, StructType):
+        raise InvalidArgumentTypeError(f"output_schema must describe a struct, got {schema!r}")
+    out_schema = parsed
+    timezone = df.sparkSession.conf.get("spark.sql.session.timeZone")
+    arrow_schema = to_arrow_schema(out_schema, timezone=timezone)
+    wanted = processor.input_columns()
+    if wanted is None:  # the hooks may read any column
+        carried = [F.col("*")]
+    else:  # only what the processor reads crosses the exchange and into Python
+        listed = (None if isinstance(wanted, (str, bytes)) or not isinstance(wanted, Iterable)
+                  else list(wanted))  # read once: a generator would be empty the 2nd time
+        if listed is None or not all(isinstance(c, str) for c in listed):
+            raise InvalidArgumentTypeError(
+                f"{type(processor).__name__}.input_columns() must return a list of column "
+                f"names or None, got {wanted!r:.80}")
+        wanted = listed
+        require_columns(df, wanted, "input column")
+        names = list(dict.fromkeys([key, *wanted, *([order_by] if order_by else [])]))
+        carried = [column_of(c) for c in names]
+    tagged = df.select(*carried, F.monotonically_increasing_id().alias(POS_COL),
+                       et_col.alias(EVENT_TIME_COL))
+    return tagged, delay_units, idle_units, out_schema, arrow_schema
+
+
+def arrival_order(placed: DataFrame, order_by: str | None) -> DataFrame:
+    """``placed`` without the placement's column, in arrival order within each partition.
+
+    With ``order_by``, Spark sorts each partition by (``order_by``, arrival position) and the
+    position stays behind. Without it, the arrival position (:data:`POS_COL`) crosses into
+    Python instead and the task puts its rows in that order (:func:`in_arrival_order`):
+    after the exchange a partition holds one increasing run of positions per map task, which
+    a stable numpy sort merges in O(rows log runs), where Spark's sort of the whole rows cost
+    about a fifth of the keyed job (benches/RESULTS.md, §18)."""
+    if order_by is None:
+        keep = [column_of(c) for c in placed.columns if c != PARTITION_COL]
+        return placed.select(*keep)
+    ordered = placed.sortWithinPartitions(order_by, POS_COL)
+    keep = [column_of(c) for c in placed.columns if c not in (PARTITION_COL, POS_COL)]
+    return ordered.select(*keep)
+
+
+def in_arrival_order(table: Any) -> Any:
+    """A partition's Arrow table in arrival order, without :data:`POS_COL` (a table without
+    it is already in order: Spark sorted it). O(rows log runs) for rows that arrive as a few
+    increasing runs of positions, O(rows log rows) at worst."""
+    if POS_COL not in table.column_names:
+        return table
+    positions = table[POS_COL].to_numpy()
+    rest = table.drop_columns([POS_COL])
+    if len(positions) < 2 or bool(np.all(positions[1:] > positions[:-1])):
+        return rest
+    return rest.take(np.argsort(positions, kind="stable"))
+
+
+def in_place(declared: DataFrame, key: str, tagged: DataFrame) -> DataFrame:
+    """Ahead KeyBy: ``tagged`` stays where it was read; its partition id is the input one."""
+    from pyspark.sql import functions as F
+
+    check_source_layout(declared, key)
+    placed: DataFrame = tagged.withColumn(PARTITION_COL, F.spark_partition_id())
+    return placed

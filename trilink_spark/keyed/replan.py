@@ -1,0 +1,274 @@
+"""Which placement a keyed micro-batch runs with, and the decisions that become swaps.
+
+A micro-batch of :func:`~trilink_spark.keyed_foreach_batch` runs with the placement stored
+with its state: the first batch's (:func:`first_placement`), the input's own under Ahead KeyBy
+(:func:`source_placement`), or the one a swap (:mod:`trilink_spark.keyed.swap`) moves the
+state to. A swap comes from :meth:`~trilink_spark.KeyedBatchFunction.request_swap`, from an
+adaptive strategy's switch (:func:`adaptive_request`), from a ``num_partitions`` changed at a
+restart (:func:`restart_request`), from a rebalancer's decision (:func:`rebalancer_decision`,
+:func:`rebalance_target`), or goes on with a fluid swap under way (:func:`resume_request`).
+
+The adaptive strategy and the rebalancer are used by what they do (``unwrap`` and
+``before_batch``; ``observe``, ``decide`` and ``apply``): keyed processing never imports the
+control plane that defines :class:`~trilink_spark.AdaptivePartitioner` and
+:class:`~trilink_spark.LoadAwareRebalancer`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .._internal.spark.compat import num_partitions
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
+from ..partitioners import BlockPartitioner, Partitioner
+from ..placement.key_by import resolve_strategy
+from ..state.store import KeyedStateStore
+from .prepare import in_place
+from .swap import SwapReport, SwapRequest
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["Placed", "check_rebalancer", "first_placement", "source_placement",
+           "replayed_placement", "stored_placement", "resume_request", "adaptive_request",
+           "restart_request", "rebalancer_decision", "rebalance_target", "swap_report"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Placed:
+    """The placement of one micro-batch (:meth:`KeyedBatchFunction._placement`).
+
+    Attributes
+    ----------
+    strategy : Partitioner
+        The placement the batch's rows go by.
+    prev_partitions : int
+        Partitions at the version the batch starts from.
+    plan : dict or None
+        The swap plan, when the batch moves state.
+    moves : pyarrow.Table or None
+        Its moves (key, from, to).
+    new : bool
+        Whether the placement starts at this batch.
+    """
+
+    strategy: Partitioner
+    prev_partitions: int
+    plan: dict[str, Any] | None
+    moves: Any
+    new: bool
+
+
+def check_rebalancer(rebalancer: Any, strategy: Any) -> None:
+    """Refuse a rebalancer without ``observe``, ``decide`` and ``apply``, or one given with a
+    placement other than a :class:`~trilink_spark.BlockPartitioner`.
+
+    Raises
+    ------
+    InvalidArgumentTypeError
+        A method is missing (they are named).
+    InvalidArgumentError
+        ``strategy`` is not a BlockPartitioner.
+    """
+    missing = [m for m in ("observe", "decide", "apply")
+               if not callable(getattr(rebalancer, m, None))]
+    if missing:
+        raise InvalidArgumentTypeError(
+            f"rebalancer must have observe, decide and apply (a tl.LoadAwareRebalancer); "
+            f"{type(rebalancer).__name__} lacks {', '.join(missing)}")
+    if not isinstance(strategy, BlockPartitioner):
+        raise InvalidArgumentError(
+            "a rebalancer moves key blocks: pass strategy=tl.BlockPartitioner(n), got "
+            f"{strategy if isinstance(strategy, str) else type(strategy).__name__!r}")
+
+
+def first_placement(store: KeyedStateStore, batch_df: DataFrame, key: str, batch_id: int,
+                    configured: str | Partitioner, partitions: int | None) -> Partitioner:
+    """The first batch's placement, stored before any task runs; decided once (an earlier
+    attempt's is reused). An adaptive strategy decides on this batch first.
+
+    Raises
+    ------
+    StateCorruptError
+        The state path holds an older release's ``strategy.json`` without a manifest.
+    """
+    stored, _ = store.load_placement(batch_id, missing_ok=True)
+    if stored is not None:
+        return stored
+    if store.load_strategy() is not None:
+        raise StateCorruptError(
+            f"state at {store.path} has a strategy.json but no manifest: it was "
+            "written by an older trilink-spark; start from a new state_path")
+    if isinstance(configured, Partitioner) and configured.unwrap() is not configured:
+        configured.before_batch(batch_df, key, batch_id)  # adaptive: decide
+        configured = configured.unwrap().copy()
+    strategy = resolve_strategy(batch_df, key, configured, partitions).partitioner
+    store.save_placement(batch_id, strategy, strategy.num_partitions)
+    return strategy
+
+
+def source_placement(store: KeyedStateStore, batch_df: DataFrame, key: str,
+                     tagged: DataFrame, prev: int | None) -> tuple[DataFrame, int]:
+    """Ahead KeyBy: each input (Kafka) partition keeps its rows and its own state.
+
+    Returns ``tagged`` placed where it was read, and the input's partition count (on Spark
+    Connect one Spark job counts them).
+
+    Raises
+    ------
+    InvalidArgumentError
+        The state was placed by ``key_by``, or the input's partition count changed.
+    """
+    placed = in_place(batch_df, key, tagged)
+    partitions = num_partitions(batch_df)  # Spark Connect: one Spark job
+    if prev is None:
+        return placed, partitions
+    stored, stored_partitions = store.placement_at(prev)
+    if stored is not None:
+        raise InvalidArgumentError(
+            f"state at {store.path} was placed by key_by; a keyed_by_source stream "
+            "needs its own state_path"
+        )
+    if partitions != stored_partitions:
+        raise InvalidArgumentError(
+            f"state at {store.path} has {stored_partitions} partitions, but this "
+            f"micro-batch has {partitions} input partitions; the topic's partition count "
+            "changed, which would strand that state"
+        )
+    return placed, partitions
+
+
+def replayed_placement(store: KeyedStateStore, batch_id: int) -> Placed | None:
+    """The placement an earlier attempt of ``batch_id`` decided with a swap plan (a replay
+    never decides again), or None."""
+    plan = store.load_plan(batch_id)
+    if plan is None:
+        return None
+    _, before = store.placement_at(int(plan["prev"]))
+    return Placed(Partitioner.from_dict(plan["placement"]), before, plan,
+                  store.load_moves(batch_id), True)
+
+
+def stored_placement(store: KeyedStateStore, prev: int
+                     ) -> tuple[Partitioner, int, dict[str, Any] | None]:
+    """The placement at version ``prev``, its partition count, and the plan of a fluid swap
+    still under way at ``prev`` (None when there is none).
+
+    Raises
+    ------
+    InvalidArgumentError
+        The state was placed by ``keyed_by_source``.
+    """
+    current, prev_partitions = store.placement_at(prev)
+    if current is None:
+        raise InvalidArgumentError(
+            f"state at {store.path} was placed by keyed_by_source; a key_by stream "
+            "needs its own state_path")
+    last = store.load_plan(prev)
+    unfinished = last if last is not None and not last["complete"] else None
+    return current, prev_partitions, unfinished
+
+
+def resume_request(unfinished: dict[str, Any]) -> tuple[SwapRequest, Partitioner]:
+    """The next step of the fluid swap ``unfinished`` plans, and the target it goes on to."""
+    resume = SwapRequest(None, None, "none", "fluid", unfinished.get("max_keys_per_batch"))
+    return resume, Partitioner.from_dict(unfinished["target"])
+
+
+def adaptive_request(configured: Any, batch_df: DataFrame, key: str, batch_id: int,
+                     current: Partitioner) -> SwapRequest | None:
+    """An adaptive strategy decides before each new batch; a switch becomes a request.
+
+    ``configured`` is adaptive when it is a Partitioner whose ``unwrap()`` is another one;
+    it then sees the batch (``before_batch``). Returns a request (a sync swap to a copy of
+    what it wraps now) when that differs from ``current`` in type or partition count, else
+    None.
+    """
+    if not isinstance(configured, Partitioner) or configured.unwrap() is configured:
+        return None
+    configured.before_batch(batch_df, key, batch_id)
+    wanted = configured.unwrap()
+    if type(wanted) is type(current) and wanted.num_partitions == current.num_partitions:
+        return None
+    logger.info("batch %d: the adaptive strategy switched to %s; swapping state",
+                batch_id, type(wanted).__name__)
+    return SwapRequest(wanted.copy(), None, "none", "sync", None)
+
+
+def restart_request(store: KeyedStateStore, wanted: int | None,
+                    current: Partitioner) -> SwapRequest | None:
+    """A sync swap to ``wanted`` partitions when a restart gave another ``num_partitions``
+    than the state has, else None."""
+    if wanted is None or wanted == current.num_partitions:
+        return None
+    logger.info("state at %s has %d partitions; num_partitions=%d: swapping",
+                store.path, current.num_partitions, wanted)
+    return SwapRequest.checked(None, wanted, "minimal", "sync", None)
+
+
+def rebalancer_decision(rebalancer: Any, store: KeyedStateStore, batch_id: int,
+                        current: Partitioner, partitions: int) -> Any:
+    """Show ``rebalancer`` what each task of ``batch_id`` measured (its time, and its rows
+    per block summed into block sizes) and return its decision.
+
+    None (logged; nothing decided) without a block placement, when a partition left no
+    timing, or when a timing counts rows of a block the placement does not have.
+    """
+    if not isinstance(current, BlockPartitioner):
+        logger.warning("batch %d: the rebalancer needs a BlockPartitioner placement, the "
+                       "state is placed by %s; nothing decided", batch_id,
+                       type(current).__name__)
+        return None
+    timings = [store.timing(p, batch_id) for p in range(partitions)]
+    if any(t is None for t in timings):
+        logger.warning("batch %d: no timing from partition(s) %s; nothing decided",
+                       batch_id, [p for p, t in enumerate(timings) if t is None])
+        return None
+    latency = [float(t["process_ms"]) for t in timings if t is not None]
+    sizes = np.zeros(current.num_blocks, dtype=np.float64)
+    for p, t in enumerate(timings):
+        per_block = None if t is None else t.get("block_rows")
+        if per_block is None:
+            continue
+        blocks = np.asarray(per_block["blocks"], dtype=np.int64)
+        if blocks.size and int(blocks.max()) >= current.num_blocks:
+            logger.warning("batch %d: partition %d's timing counts rows of block %d, but "
+                           "the placement has %d blocks (not this batch's record); "
+                           "nothing decided", batch_id, p, int(blocks.max()),
+                           current.num_blocks)
+            return None
+        np.add.at(sizes, blocks, np.asarray(per_block["rows"], dtype=np.float64))
+    rebalancer.observe(latency, sizes, current)
+    return rebalancer.decide()
+
+
+def rebalance_target(rebalancer: Any, store: KeyedStateStore, batch_id: int,
+                     current: Partitioner, decision: Any, pending: bool) -> Partitioner | None:
+    """The placement a decision with moves swaps to at the next batch, or None: no moves,
+    or (logged) a swap ``pending`` or still under way, which the moves wait for."""
+    if not decision.moves:
+        return None
+    last = store.load_plan(batch_id)
+    if pending or (last is not None and not last["complete"]):
+        logger.info("batch %d: a swap is pending or under way; the moves wait", batch_id)
+        return None
+    target: Partitioner = rebalancer.apply(current, decision)
+    return target
+
+
+def swap_report(plan: dict[str, Any], batch_id: int, moved_bytes: int,
+                seconds: float) -> SwapReport:
+    """The :class:`SwapReport` of a batch that ran ``plan``."""
+    return SwapReport(
+        batch_id=batch_id, mode=str(plan["mode"]),
+        partitions_before=int(plan["partitions_before"]),
+        partitions_after=int(plan["partitions_after"]),
+        keys_total=int(plan["keys_total"]),
+        moved_keys=int(plan["moved_keys"]), moved_bytes=moved_bytes,
+        complete=bool(plan["complete"]), seconds=seconds)

@@ -1,0 +1,458 @@
+"""Run a keyed process function on each micro-batch of a Structured Streaming query.
+
+:func:`keyed_foreach_batch` returns a :class:`KeyedBatchFunction`, the ``foreachBatch``
+callable: it places each micro-batch as :func:`~trilink_spark.keyed_process` does and keeps
+each partition's state (watermarks, timers, window accumulators, user state) between
+micro-batches in a :class:`~trilink_spark.KeyedStateStore`, versioned by batch id. What it
+calls: :mod:`~trilink_spark.keyed.prepare` (arguments, arrival order),
+:mod:`~trilink_spark.keyed.replan` (the batch's placement and the swaps decided for it),
+:mod:`~trilink_spark.keyed.task` and :mod:`~trilink_spark.keyed.stateio` (each partition's
+task and its state), :mod:`~trilink_spark.keyed.commit` (the manifest) and
+:mod:`~trilink_spark.keyed.observe` (what the committed state says).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .._internal.optiming import operator_timer
+from .._internal.spark.compat import streaming_query_id
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..partitioners import BlockPartitioner, Partitioner
+from ..placement.key_by import place_rows
+from ..placement.source import is_keyed_by_source
+from ..state.store import KeyedStateStore, StatefulBatchFunction
+from .commit import claim, commit_batch, runner_config, start_version
+from .observe import read_state_values, read_task_timings, sum_counters
+from .prepare import arrival_order, check_processor, prepare
+from .process import KeyedWatermarkProcessFunction
+from .replan import Placed, adaptive_request, check_rebalancer, first_placement
+from .replan import rebalance_target, rebalancer_decision, replayed_placement
+from .replan import restart_request, resume_request, source_placement, stored_placement
+from .replan import swap_report
+from .stateio import StateIO, state_types
+from .swap import SwapReport, SwapRequest, plan_swap, write_segments
+from .task import partition_function
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["KeyedBatchFunction", "keyed_foreach_batch"]
+
+logger = logging.getLogger(__name__)
+
+
+class KeyedBatchFunction(StatefulBatchFunction):
+    """The ``foreachBatch`` callable of :func:`keyed_foreach_batch`.
+
+    Attributes
+    ----------
+    swaps : list of SwapReport
+        One report per batch that moved state (:meth:`request_swap`).
+    """
+
+    def __init__(self, func: Callable[[DataFrame, int], Any], store: KeyedStateStore,
+                 options: dict[str, Any]) -> None:
+        super().__init__(func, store, options)
+        self.token = uuid.uuid4().hex
+        self.swaps: list[SwapReport] = []
+        #: ``(batch_id, decision)`` of every batch the rebalancer judged, each batch once.
+        self.rebalances: list[tuple[int, Any]] = []
+        self._rebalanced_through: int | None = None  # the last batch the rebalancer saw
+        self._request: SwapRequest | None = None
+        self._lock = threading.Lock()
+        self._checked = False
+        self._types: tuple[Any, Any] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ swaps
+    def request_swap(self, strategy: str | Partitioner | None = None, *,
+                     num_partitions: int | None = None, refit: str = "minimal",
+                     mode: str = "sync", max_keys_per_batch: int | None = None) -> None:
+        """Change the placement (strategy or partition count) at the next micro-batch.
+
+        Parameters
+        ----------
+        strategy : str or Partitioner, optional
+            The new placement; default the current one, re-fitted.
+        num_partitions : int, optional
+            The new partition count (a rescale).
+        refit : {"minimal", "none"}
+            ``"minimal"`` (default): :func:`~trilink_spark.rebalance_minimal` from the current
+            (or given) placement, with the stored keys' row counts as loads, so only the keys
+            needed for balance move. ``"none"``: the given strategy as it is (a table
+            strategy without a table is fitted on the stored keys' counts).
+        mode : {"sync", "fluid"}
+            ``"sync"`` moves every key at the next batch. ``"fluid"`` moves at most
+            ``max_keys_per_batch`` per batch, heaviest first, until done.
+        max_keys_per_batch : int, optional
+            Required for ``"fluid"``.
+
+        Raises
+        ------
+        InvalidArgumentError
+            Bad arguments, or a fluid swap still under way.
+
+        Notes
+        -----
+        Nothing happens until the next batch: then the driver plans the swap from the stored
+        keys (O(keys)), one small Spark job writes the moved keys' state as segments, and
+        each task of the batch starts from its own state minus outgoing keys plus incoming
+        ones. Only moved keys' state is rewritten; the query never stops. A report is
+        appended to :attr:`swaps`.
+
+        Examples
+        --------
+        >>> run.request_swap(num_partitions=8)  # doctest: +SKIP
+        >>> run.request_swap("least_count", mode="fluid", max_keys_per_batch=1000)  # doctest: +SKIP
+        """
+        request = SwapRequest.checked(strategy, num_partitions, refit, mode, max_keys_per_batch)
+        manifest = self.store.read_manifest()
+        committed = [] if manifest is None else manifest.get("committed", [])
+        last = self.store.load_plan(int(committed[-1])) if committed else None
+        if last is not None and not last["complete"]:
+            raise InvalidArgumentError(
+                "a fluid swap is under way; request another once run.swaps[-1].complete is "
+                "True (or call run.cancel_swap() to drop a pending request)")
+        with self._lock:
+            self._request = request
+
+    def cancel_swap(self) -> SwapRequest | None:
+        """Drop the swap requested for the next batch (one under way goes on); returns it."""
+        with self._lock:
+            request, self._request = self._request, None
+        return request
+
+    @property
+    def pending_swap(self) -> SwapRequest | None:
+        """The swap requested for the next batch, if any."""
+        return self._request
+
+    # ------------------------------------------------------------------ the batch
+
+    # ------------------------------------------------------------------ the batch
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        started = time.perf_counter()
+        o = self.options
+        tagged, delay_units, idle_units, out_schema, arrow_schema = prepare(
+            batch_df, o["key"], o["event_time"], o["processor"], o["delay"], o["order_by"],
+            o["idle_timeout"],
+        )
+        if self._types is None:  # a stream's schema is fixed: parse the state types once
+            self._types = state_types(batch_df, o["key"], o["processor"])
+        key_type, value_type = self._types
+        config = runner_config(o, delay_units, idle_units, value_type)
+        query = streaming_query_id(batch_df)
+        manifest = self.store.read_manifest()
+        claim(self.store, manifest, self.token, query, config, o["takeover"])
+        prev = start_version(self.store, manifest, batch_id)
+        source = is_keyed_by_source(batch_df, o["key"])
+        swap_plan: dict[str, Any] | None = None
+        moved_bytes = 0
+        if source:
+            placed, partitions = source_placement(self.store, batch_df, o["key"], tagged, prev)
+            prev_partitions = partitions
+            new_placement = prev is None
+            if new_placement:
+                self.store.save_placement(batch_id, None, partitions)
+        else:
+            chosen = self._placement(batch_df, batch_id, prev)
+            prev_partitions, swap_plan, new_placement = (chosen.prev_partitions, chosen.plan,
+                                                         chosen.new)
+            placed = place_rows(tagged, o["key"], chosen.strategy, fit="none")
+            partitions = chosen.strategy.num_partitions
+            if swap_plan is not None:
+                planned = time.perf_counter()
+                moved_bytes = write_segments(batch_df.sparkSession, self.store, batch_id,
+                                             int(swap_plan["prev"]), chosen.moves)
+                logger.info("batch %d: swap planned in %.3f s, segments written in %.3f s",
+                            batch_id, planned - started, time.perf_counter() - planned)
+        blocks = None if source else chosen.strategy
+        io = StateIO(self.store, batch_id, prev, prev_partitions, swap_plan is not None,
+                     key_type, value_type,
+                     blocks if isinstance(blocks, BlockPartitioner) else None)
+        placed = arrival_order(placed, o["order_by"])
+        fn = partition_function(o["processor"], o["key"], delay_units, idle_units,
+                                arrow_schema, io, operator_timer(batch_df.sparkSession, "keyed"))
+        out = placed.mapInArrow(fn, out_schema)
+        self.func(out, batch_id)
+        listed = self._ensure_written(out, batch_id, partitions, fill=io.carry_forward)
+        self._commit(batch_id, prev, query, config, new_placement)
+        self.store.prune(partitions, batch_id, keep_from=prev, listed=listed)
+        if o.get("rebalancer") is not None and not source:
+            self._rebalance(batch_id, chosen.strategy, partitions)
+        if swap_plan is not None:
+            self.swaps.append(swap_report(swap_plan, batch_id, moved_bytes,
+                                          time.perf_counter() - started))
+
+    def _commit(self, batch_id: int, prev: int | None, query: str | None,
+                config: dict[str, Any], new_placement: bool) -> None:
+        """Record the batch as committed (after every partition wrote it)."""
+        commit_batch(self.store, batch_id, prev, self.token, query, config,
+                     self.options["takeover"], new_placement)
+        self._checked = True
+
+    def _placement(self, batch_df: DataFrame, batch_id: int, prev: int | None) -> Placed:
+        """The placement of ``batch_id``, and the swap plan when it moves state. A new
+        placement (the first batch's, or a swap's) is stored before any task runs."""
+        replayed = replayed_placement(self.store, batch_id)
+        if replayed is not None:  # decided by an earlier attempt of this batch: never re-decide
+            return replayed
+        o = self.options
+        if prev is None:
+            first = first_placement(self.store, batch_df, o["key"], batch_id, o["strategy"],
+                                    o["num_partitions"])
+            return Placed(first, 0, None, None, True)
+        current, prev_partitions, unfinished = stored_placement(self.store, prev)
+        request, target = self._pending(batch_df, batch_id, current, unfinished)
+        if request is None:
+            return Placed(current, prev_partitions, None, None, False)
+        try:
+            plan, moves, placement = plan_swap(self.store, batch_id, prev, current, request,
+                                               target)
+            self.store.save_placement(batch_id, placement, placement.num_partitions)
+            self.store.save_plan(batch_id, plan, moves)
+        finally:  # planned or not, a request is used once: it never blocks later batches
+            with self._lock:
+                if self._request is request:
+                    self._request = None
+        logger.info("batch %d: swap %s, %d of %d keys move, %d -> %d partitions", batch_id,
+                    plan["mode"], plan["moved_keys"], plan["keys_total"],
+                    plan["partitions_before"], plan["partitions_after"])
+        return Placed(placement, prev_partitions, plan, moves, True)
+
+    def _pending(self, batch_df: DataFrame, batch_id: int, current: Partitioner,
+                 unfinished: dict[str, Any] | None
+                 ) -> tuple[SwapRequest | None, Partitioner | None]:
+        """The swap to run now, and the target it resumes: an unfinished fluid swap, else a
+        request (an adaptive strategy's switch included), else a changed ``num_partitions``
+        given at a restart."""
+        if unfinished is not None:
+            if self._request is not None:
+                raise InvalidArgumentError(
+                    "a fluid swap is under way; request another once run.swaps[-1].complete "
+                    "is True")
+            return resume_request(unfinished)
+        self._adapt(batch_df, batch_id, current)
+        with self._lock:
+            request = self._request
+        if request is None and not self._checked:
+            request = restart_request(self.store, self.options["num_partitions"], current)
+        return request, None
+
+    def _adapt(self, batch_df: DataFrame, batch_id: int, current: Partitioner) -> None:
+        """An adaptive strategy decides before each new batch; a switch becomes a request."""
+        if self._request is not None:
+            return
+        request = adaptive_request(self.options["strategy"], batch_df, self.options["key"],
+                                   batch_id, current)
+        if request is not None:
+            with self._lock:
+                self._request = request
+
+    def _rebalance(self, batch_id: int, current: Partitioner, partitions: int) -> None:
+        """Show the rebalancer this batch's figures; a decision with moves becomes a swap
+        at the next batch (only the moved blocks' state travels).
+
+        Each batch is shown once: a replayed batch (the same ``batch_id`` again) is not
+        measured twice. A measurement never fails the batch, which is committed already:
+        missing or malformed figures, and any error of the rebalancer, are logged and
+        nothing is decided."""
+        if self._rebalanced_through is not None and batch_id <= self._rebalanced_through:
+            logger.info("batch %d: replayed; the rebalancer saw it already", batch_id)
+            return
+        self._rebalanced_through = batch_id
+        try:
+            self._rebalance_batch(batch_id, current, partitions)
+        except Exception as err:  # noqa: BLE001 - a measurement never fails the query
+            logger.warning("batch %d: rebalancer skipped (%s: %s)", batch_id,
+                           type(err).__name__, err)
+
+    def _rebalance_batch(self, batch_id: int, current: Partitioner, partitions: int) -> None:
+        """One judgement of the rebalancer (:meth:`_rebalance`), kept in :attr:`rebalances`;
+        a decision with moves becomes a swap request unless one is pending or under way."""
+        rebalancer = self.options["rebalancer"]
+        decision = rebalancer_decision(rebalancer, self.store, batch_id, current, partitions)
+        if decision is None:
+            return
+        self.rebalances.append((batch_id, decision))
+        logger.info("batch %d: rebalancer: %s", batch_id, decision.reason)
+        target = rebalance_target(rebalancer, self.store, batch_id, current, decision,
+                                  self._request is not None)
+        if target is not None:
+            self.request_swap(target, refit="none")
+
+    # ------------------------------------------------------------------ inspection
+    def task_timings(self, version: int | None = None) -> Any:
+        """What each task of a committed batch measured of its own work.
+
+        Parameters
+        ----------
+        version : int, optional
+            A committed batch (the newest by default; the state keeps the newest two).
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per partition: ``partition``, ``rows`` (rows it processed),
+            ``process_ms`` (its keyed work: load state, run the hooks, encode state) and
+            ``blocks`` (how many blocks it got rows of, -1 without a block placement). A
+            partition without a record (carried forward: no task ran) has ``-1`` figures.
+
+        Raises
+        ------
+        InvalidArgumentTypeError
+            ``version`` is not an int.
+        InvalidArgumentError
+            ``version`` is not a committed batch (the committed ones are named).
+
+        Notes
+        -----
+        Reads each partition's timing file, beside its state version (O(partitions)); no
+        Spark job, no listener.
+
+        Examples
+        --------
+        >>> run.task_timings()  # doctest: +SKIP
+           partition  rows  process_ms  blocks
+        0          0  2000       412.5      31
+        1          1  1990       130.2      33
+        """
+        return read_task_timings(self.store, version)
+
+    def counters(self) -> dict[str, int]:
+        """Rows, late rows (key watermark) and late rows by the partition watermark, summed
+        over the partitions' latest committed state."""
+        return sum_counters(self.store)
+
+    def owners(self, version: int | None = None) -> dict[Any, int]:
+        """``{key: partition}`` of the newest (or a given) committed version."""
+        return self.store.owners(version)
+
+    def state_values(self, version: int | None = None) -> dict[Any, dict[str, Any]]:
+        """Every key's stored values (``ctx.set_state``) in the newest (or a given) committed
+        version: ``{key: {name: value}}``.
+
+        Raises
+        ------
+        StateCorruptError
+            A key is stored in two partitions, or a file is missing or corrupt.
+
+        Notes
+        -----
+        Cost: reads the version's state files once more (O(state)); for inspection and tests.
+
+        Examples
+        --------
+        >>> run.state_values()  # doctest: +SKIP
+        {'u0001': {'n': 412}, 'u0002': {'n': 97}}
+        """
+        return read_state_values(self.store, version)
+
+
+def keyed_foreach_batch(
+    func: Callable[[DataFrame, int], Any],
+    key: str,
+    event_time: str,
+    processor: KeyedWatermarkProcessFunction,
+    delay: Any,
+    state_path: str,
+    *,
+    order_by: str | None = None,
+    strategy: str | Partitioner = "hash",
+    num_partitions: int | None = None,
+    idle_timeout: Any = None,
+    filesystem: Any = None,
+    keep_versions: int = 10,
+    takeover: bool = False,
+    rebalancer: Any = None,
+) -> KeyedBatchFunction:
+    """A ``foreachBatch`` function running ``processor`` with state kept across micro-batches.
+
+    Parameters
+    ----------
+    func : callable
+        ``func(output_df, batch_id)``: ``output_df`` holds what the hooks emitted for the batch.
+    key, event_time, processor, delay, order_by, idle_timeout
+        As :func:`keyed_process`.
+    state_path : str
+        Directory (local path or URI such as ``s3://bucket/prefix``) of the state.
+    strategy, num_partitions
+        Placement, decided at the first batch and stored with the state (table strategies
+        with their table). It changes only through a swap (:meth:`KeyedBatchFunction.request_swap`);
+        a restart with another ``num_partitions`` swaps to it at its first batch. An
+        :class:`~trilink_spark.AdaptivePartitioner` executes its switches as swaps.
+    filesystem : pyarrow.fs.FileSystem, optional
+        Default: inferred from ``state_path``.
+    keep_versions : int
+        State versions kept per partition (older ones are deleted; what a replay of the
+        newest batch needs is always kept).
+    takeover : bool
+        Take over a state path another runner wrote (it must have stopped for good). Without
+        it a second writer is refused with :class:`~trilink_spark.StateOwnershipError`; a
+        restarted query (same query id) is the same writer.
+    rebalancer : LoadAwareRebalancer, optional
+        Moves key blocks from slow partitions to fast ones (needs ``strategy`` to be a
+        :class:`~trilink_spark.BlockPartitioner`). After every batch it sees each task's own
+        timing and rows per block (:meth:`KeyedBatchFunction.task_timings`); a decision
+        with moves becomes a swap at the next batch, in which only the moved blocks' state
+        travels. Every decision is logged and kept in ``run.rebalances``.
+
+    Returns
+    -------
+    KeyedBatchFunction
+
+    Notes
+    -----
+    Guarantees. Each task loads its partition's state as of the last committed batch (the
+    manifest says which), processes the batch, and writes version ``batch_id`` (an Arrow table
+    with one row per key, written to a temporary file, then renamed). The batch is committed
+    in the manifest once every partition wrote it. Replaying a batch id (a retried task, a
+    restarted query re-running its last batch) starts again from the same committed version,
+    so it produces the same state and output: with an idempotent or transactional sink the
+    pipeline is exactly once. A missing version is an error (never a silent restart from an
+    older one), as are a second writer and a restart with another configuration (key, event
+    time, delay, processor settings). If ``func`` does not compute the output, it is computed
+    once more (to a no-op sink) so the state still advances.
+
+    Swaps: :meth:`KeyedBatchFunction.request_swap` changes the strategy or partition count at
+    the next batch boundary, moving only the keys whose partition changes, with their state,
+    exactly once (module :mod:`trilink_spark.keyed.swap`).
+
+    Ahead KeyBy: when the stream's key column is declared with
+    :func:`~trilink_spark.keyed_by_source` (a ``trilink-kafka`` read of a topic written with
+    :func:`~trilink_spark.ahead_key_by`), every micro-batch is processed where it was read, with
+    no shuffle, and each Kafka partition keeps its own state; ``strategy`` is not used. A
+    change in the topic's partition count is refused rather than stranding state.
+
+    Examples
+    --------
+    >>> run = tl.keyed_foreach_batch(write, "sensor", "ts", tl.KeyedWindowAggregate(10.0),
+    ...                              delay=2.0, state_path="/tmp/state")  # doctest: +SKIP
+    >>> stream.writeStream.foreachBatch(run).start()  # doctest: +SKIP
+    """
+    if not callable(func):
+        raise InvalidArgumentTypeError(f"func must be callable, got {type(func).__name__}")
+    check_processor(processor)
+    if rebalancer is not None:
+        check_rebalancer(rebalancer, strategy)
+    store = KeyedStateStore(state_path, filesystem=filesystem, keep_versions=keep_versions)
+    options = {
+        "key": key, "event_time": event_time, "processor": processor, "delay": delay,
+        "order_by": order_by, "strategy": strategy, "num_partitions": num_partitions,
+        "idle_timeout": idle_timeout, "takeover": bool(takeover), "rebalancer": rebalancer,
+    }
+    return KeyedBatchFunction(func, store, options)
