@@ -1,6 +1,5 @@
 """Keyed event time: per-key watermarks, timers, keyed process functions and their runners."""
 
-from ..columns import EVENT_TIME_COL
 from .timers import TimerService
 from .watermark import keyed_watermark
 from .process import KeyedBatch, KeyedContext, KeyedRuntime, KeyedWatermarkProcessFunction
@@ -11,7 +10,6 @@ from .streaming import KeyedBatchFunction, keyed_foreach_batch
 from .swap import SwapReport
 
 __all__ = [
-    "EVENT_TIME_COL",
     "TimerService",
     "keyed_watermark",
     "KeyedBatch",
