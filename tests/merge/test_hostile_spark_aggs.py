@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 import trilink_spark as tl
 from conftest import greedy_group_bounds
-from trilink_spark.merge.algebra import parse_aggs, specs_for_partials
+from trilink_spark.merge.expressions import parse_aggs, specs_for_partials
 
 pytestmark = pytest.mark.connect
 

@@ -26,8 +26,8 @@ from .local import DEFAULT_MAX_GROUPS, plan_merge, read_partition, source_rows, 
 from .._internal.optiming import OperatorTimer, Stopwatch, operator_timer, task_identity
 from .redis_store import RedisStore
 from ..columns import column_of, quoted
-from .algebra import AggSpec, finalize_frame, merge_partial_frames, parse_aggs
-from .algebra import spark_aggregate
+from .expressions import AggSpec, parse_aggs, spark_aggregate
+from .partials import finalize_frame, merge_partial_frames
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

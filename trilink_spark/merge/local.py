@@ -1,7 +1,7 @@
 """Local Merge: time-slot pre-aggregation on the map side, before the keyed exchange.
 
 Trilink paper, §4.3 (1), Figure 11 (b), Table 7. Within each input partition, rows of one key
-in one time slot are merged into one partial row (see :mod:`~trilink_spark.merge.algebra`)
+in one time slot are merged into one partial row (see :mod:`~trilink_spark.merge.aggregates`)
 before anything is shuffled. A merged row carries the largest event time of its rows, so watermarks
 downstream stay right, and a flush emits its slots in time order. When a buffer is flushed
 depends on the mode:
@@ -62,7 +62,8 @@ from .._internal.optiming import OperatorTimer, Stopwatch, operator_timer, task_
 from ..eventtime import SPARK_TIME_TYPES, delay_in_units, event_time_micros, from_units
 from ..eventtime import MAX_EXACT, event_time_whole
 from ..columns import column_of, quoted
-from .algebra import AggSpec, arrow_partials, parse_aggs, partial_groups
+from .expressions import AggSpec, parse_aggs
+from .partials import arrow_partials, partial_groups
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -564,7 +565,7 @@ class ArrowMerge:
     modes; see :func:`local_merge`).
 
     Each batch is partially aggregated by Arrow's hash aggregation as it comes
-    (:func:`~trilink_spark.merge.algebra.arrow_partials`), then held as partial rows; a flush
+    (:func:`~trilink_spark.merge.partials.arrow_partials`), then held as partial rows; a flush
     merges the held partials and emits them in slot order. ``add`` returns the flushes a
     batch completes; ``finish`` the last one. Memory holds the partial rows buffered (at most
     ``max_groups`` groups in at most twice as many partial rows, or ``quantity`` rows' worth)
@@ -979,7 +980,7 @@ def local_merge(
         Spark Column aggregates (``[F.sum("v").alias("s"), F.count("*")]``), Spark's dict
         form (``{"v": "sum"}``) or ``{name: (func, column)}``; funcs: count, sum, min, max,
         mean (avg), first, last or a :class:`~trilink_spark.Combine` (see
-        :func:`~trilink_spark.merge.algebra.parse_aggs`).
+        :func:`~trilink_spark.merge.expressions.parse_aggs`).
     mode : {"auto", "groups", "quantity", "periodic", "punctuation"}
         When buffers flush (module docs). ``"auto"``: the mode the arguments ask for
         (``punctuation`` given: punctuation; ``delay``: periodic; ``quantity``: quantity),
@@ -1015,7 +1016,7 @@ def local_merge(
         time is null, NaN or +-inf are kept, merged per key into a slot of their own
         (``slot_start`` and the event time null), so ``merge_partials`` still equals
         aggregating the raw rows; null and NaN keys and values follow Spark (see
-        :mod:`~trilink_spark.merge.algebra`: NaN is a value, ``max`` NaN-first, sums with
+        :mod:`~trilink_spark.merge.aggregates`: NaN is a value, ``max`` NaN-first, sums with
         ``inf`` are ``inf``).
 
     Raises
