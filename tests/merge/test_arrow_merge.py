@@ -16,7 +16,9 @@ from pyspark.sql import functions as F
 import trilink_spark as tl
 from trilink_spark.columns import ET_COL
 from trilink_spark.merge.partials import arrow_partials
-from trilink_spark.merge.local import SLOT, ArrowMerge, arrow_to_pandas, partition_partials
+from trilink_spark.merge.arrow_engine import ArrowMerge
+from trilink_spark.merge.pandas_engine import arrow_to_pandas, partition_partials
+from trilink_spark.merge.plan import SLOT
 from trilink_spark.merge.local import plan_merge
 
 AGGS = {"n": ("count", None), "nv": ("count", "v"), "s": ("sum", "v"), "si": ("sum", "i"),

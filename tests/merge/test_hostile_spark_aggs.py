@@ -232,7 +232,7 @@ def test_streaming_frames_take_column_aggregates(spark: Any) -> None:
 ])
 def test_group_bounds_on_extreme_codes_follow_the_greedy_definition(
         codes: list[int], max_groups: int) -> None:
-    from trilink_spark.merge.local import flush_bounds
+    from trilink_spark.merge.bounds import flush_bounds
 
     array = np.array(codes, dtype=np.int64)
     got = flush_bounds(np.zeros(len(codes)), "groups", 0, 0.0, None, array, max_groups)
@@ -241,7 +241,7 @@ def test_group_bounds_on_extreme_codes_follow_the_greedy_definition(
 
 @pytest.mark.parametrize("max_groups", [0, -1, True, 1.5, None])
 def test_a_max_groups_below_one_is_refused_not_a_hang(max_groups: Any) -> None:
-    from trilink_spark.merge.local import flush_bounds
+    from trilink_spark.merge.bounds import flush_bounds
 
     with pytest.raises(tl.InvalidArgumentError, match="max_groups"):
         flush_bounds(np.zeros(3), "groups", 0, 0.0, None, np.array([1, 2, 3]), max_groups)
@@ -262,7 +262,7 @@ def _best_time(fn: Any, repeats: int = 3) -> float:
 
 @pytest.mark.parametrize("layout", ["random", "sorted", "one_group_per_flush"])
 def test_group_bounds_scale_linearly(layout: str) -> None:
-    from trilink_spark.merge.local import flush_bounds
+    from trilink_spark.merge.bounds import flush_bounds
 
     rng = np.random.default_rng(7)
     sizes = [50_000, 200_000, 800_000] if layout != "one_group_per_flush" else \
@@ -283,7 +283,8 @@ def test_group_bounds_scale_linearly(layout: str) -> None:
 
 
 def test_no_flush_holds_more_than_max_groups_and_the_merge_stays_exact(spark: Any) -> None:
-    from trilink_spark.merge.local import arrow_to_pandas, partition_partials, plan_merge
+    from trilink_spark.merge.local import plan_merge
+    from trilink_spark.merge.pandas_engine import arrow_to_pandas, partition_partials
 
     rng = np.random.default_rng(11)
     n = 3000

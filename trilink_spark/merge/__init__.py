@@ -2,7 +2,8 @@
 
 from .aggregates import AGGREGATES, Combine
 from .partials import merge_partials
-from .local import MERGE_MODES, local_merge
+from .bounds import MERGE_MODES
+from .local import local_merge
 from .stream import LocalMergeBatchFunction, local_merge_foreach_batch
 from .redis_store import RedisStore
 from .global_merge import GLOBAL_STORES, global_merge

@@ -54,7 +54,7 @@ from .._internal.urls import redact, scrub
 from .aggregates import RedisOp
 from .expressions import AggSpec, specs_for_partials
 from .partials import finalize_frame, merge_partial_frames
-from .local import arrow_to_pandas, to_arrow
+from .pandas_engine import arrow_to_pandas, to_arrow
 
 if TYPE_CHECKING:
     import pyarrow as pa
