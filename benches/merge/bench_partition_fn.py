@@ -62,7 +62,8 @@ def _best(fn: Any, batches: list[Any], repeat: int) -> tuple[float, int, int]:
 def main() -> None:
     from pyspark.sql import SparkSession
 
-    import trilink_spark.merge.local as local
+    from trilink_spark.merge.arrow_engine import arrow_merge_partition
+    from trilink_spark.merge.pandas_engine import merge_partition
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="250000,1000000,4000000")
@@ -78,9 +79,9 @@ def main() -> None:
     for dense in (True, False):
         for rows in [int(s) for s in args.sizes.split(",")]:
             batches = _batches(rows, dense)
-            pandas_s, pandas_out, pandas_n = _best(local._merge_partition(plan), batches,
+            pandas_s, pandas_out, pandas_n = _best(merge_partition(plan), batches,
                                                    args.repeat)
-            arrow_s, arrow_out, arrow_n = _best(local._arrow_merge_partition(plan), batches,
+            arrow_s, arrow_out, arrow_n = _best(arrow_merge_partition(plan), batches,
                                                 args.repeat)
             if pandas_n != rows or arrow_n != rows:  # every row counted once by both
                 raise SystemExit(f"rows counted: pandas {pandas_n}, arrow {arrow_n} of {rows}")

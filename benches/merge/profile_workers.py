@@ -115,7 +115,7 @@ def main() -> None:
                           ["sensor", "window_start"]))
 
     out: dict[str, Any] = {"rows": args.rows, "partitions": 8, "cores": 2}
-    originals = (keyed_batch.partition_function, local._arrow_merge_partition)
+    originals = (keyed_batch.partition_function, local.arrow_merge_partition)
     jobs = {"a_keyed": lambda: noop(tl.keyed_process(df, "sensor", "t", kwa, delay=0,
                                                      num_partitions=8)),
             "c_pipeline_python": lambda: pipeline_c("python"),
@@ -123,11 +123,11 @@ def main() -> None:
     for name, job in jobs.items():
         where = tempfile.mkdtemp(prefix=f"profile-{name}-")
         keyed_batch.partition_function = profiled(originals[0], where)  # type: ignore[assignment]
-        local._arrow_merge_partition = profiled(originals[1], where)  # type: ignore[assignment]
+        local.arrow_merge_partition = profiled(originals[1], where)  # type: ignore[assignment]
         try:
             job()
         finally:
-            keyed_batch.partition_function, local._arrow_merge_partition = originals  # type: ignore[assignment]
+            keyed_batch.partition_function, local.arrow_merge_partition = originals  # type: ignore[assignment]
         files = [os.path.join(where, f) for f in os.listdir(where)]
         out[name] = top_entries(files)
         shutil.rmtree(where, ignore_errors=True)

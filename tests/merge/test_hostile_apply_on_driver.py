@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 import trilink_spark as tl
-from trilink_spark.merge.algebra import parse_aggs
+from trilink_spark.merge.expressions import parse_aggs
 from trilink_spark.merge.redis_store import lean_client
 from trilink_spark.testing import free_port
 

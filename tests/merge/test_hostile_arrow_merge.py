@@ -24,17 +24,10 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 import trilink_spark as tl
 from trilink_spark.columns import ET_COL
-from trilink_spark.merge.local import (
-    _FEW_PIECES,
-    SLOT,
-    ArrowMerge,
-    MergePlan,
-    _arrow_merge_partition,
-    arrow_to_pandas,
-    partition_partials,
-    plan_merge,
-    to_arrow,
-)
+from trilink_spark.merge.arrow_engine import _FEW_PIECES, ArrowMerge, arrow_merge_partition
+from trilink_spark.merge.local import plan_merge
+from trilink_spark.merge.pandas_engine import arrow_to_pandas, partition_partials, to_arrow
+from trilink_spark.merge.plan import SLOT, MergePlan
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # task functions defined here
 
@@ -385,10 +378,10 @@ def test_empty_batches_and_an_empty_partition(spark: Any) -> None:
     aggs = {"n": ("count", None), "s": ("sum", "l")}
     plan, schema = _plan(spark, "k bigint, t double, l bigint", "k", aggs)
     none = pa.RecordBatch.from_pylist([], schema=schema)
-    assert list(_arrow_merge_partition(plan)(iter([]))) == []
-    assert list(_arrow_merge_partition(plan)(iter([none, none]))) == []
+    assert list(arrow_merge_partition(plan)(iter([]))) == []
+    assert list(arrow_merge_partition(plan)(iter([none, none]))) == []
     rows = _source(plan, schema, {"k": [1, 1], "l": [2, 3]}, [1.0, 2.0])
-    out = list(_arrow_merge_partition(plan)(iter([none, *rows.to_batches(), none])))
+    out = list(arrow_merge_partition(plan)(iter([none, *rows.to_batches(), none])))
     assert pa.Table.from_batches(out).select(["k", "n", "s"]).to_pylist() == [
         {"k": 1, "n": 2, "s": 5}]
 
@@ -527,9 +520,9 @@ def test_a_partition_run_again_after_a_failure_gives_the_same_rows(spark: Any) -
         raise RuntimeError("task killed")
 
     with pytest.raises(RuntimeError, match="killed"):
-        list(_arrow_merge_partition(plan)(failing()))
-    again = pa.Table.from_batches(list(_arrow_merge_partition(plan)(iter(batches))))
-    clean = pa.Table.from_batches(list(_arrow_merge_partition(plan)(iter(batches))))
+        list(arrow_merge_partition(plan)(failing()))
+    again = pa.Table.from_batches(list(arrow_merge_partition(plan)(iter(batches))))
+    clean = pa.Table.from_batches(list(arrow_merge_partition(plan)(iter(batches))))
     assert again.equals(clean)
     assert sum(again["n"].to_pylist()) == 50
 

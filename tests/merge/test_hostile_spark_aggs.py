@@ -17,7 +17,8 @@ from pyspark.sql import functions as F
 
 import trilink_spark as tl
 from conftest import greedy_group_bounds
-from trilink_spark.merge.algebra import parse_aggs, specs_for_partials
+from testkit.frames import rows
+from trilink_spark.merge.expressions import parse_aggs, specs_for_partials
 
 pytestmark = pytest.mark.connect
 
@@ -26,18 +27,6 @@ ODD = ["my col", "a.b", "f(x)", "x as y", "é€ ✓", "a__b", "a`b", "abs(v)", 
 
 def _q(name: str) -> Any:
     return F.col("`" + name.replace("`", "``") + "`")
-
-
-def _canon(value: Any) -> Any:
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        return round(value, 9) + 0.0  # -0.0 as 0.0
-    return value
-
-
-def _rows(df: Any) -> list[tuple[Any, ...]]:
-    return sorted((tuple(_canon(x) for x in row) for row in df.collect()), key=repr)
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +45,12 @@ def _both_merges_equal_groupby(df: Any, cols: list[Any], glob: bool = True) -> N
     expected = df.groupBy("k").agg(*cols)
     merged = tl.merge_partials(tl.local_merge(df, "k", "t", 25.0, cols), "k", cols)
     assert merged.columns == expected.columns
-    assert _rows(merged) == _rows(expected)
+    assert rows(merged) == rows(expected)
     if not glob:
         return
     result = tl.global_merge(df, "k", cols)
     assert result is not None and result.columns == expected.columns
-    assert _rows(result) == _rows(expected)
+    assert rows(result) == rows(expected)
 
 
 def test_odd_column_names_merge_under_sparks_names(odd: Any) -> None:
@@ -103,14 +92,14 @@ def test_expr_and_count_forms_equal_groupby(odd: Any, make: Any) -> None:
 
 
 def test_first_and_last_forms_follow_event_time(spark: Any) -> None:
-    rows = [("a", 3.0, 30.0), ("a", 1.0, None), ("a", 2.0, 20.0), ("a", 4.0, None),
+    data = [("a", 3.0, 30.0), ("a", 1.0, None), ("a", 2.0, 20.0), ("a", 4.0, None),
             ("b", 5.0, None)]
-    df = spark.createDataFrame(rows, "k string, t double, v double").orderBy("t").coalesce(1)
+    df = spark.createDataFrame(data, "k string, t double, v double").orderBy("t").coalesce(1)
     cols = [F.expr("first(v) ignore nulls"), F.expr("last(v, true)").alias("l"),
             F.first("v", True).alias("f2"), F.expr("first_value(v, true)").alias("fv")]
     merged = tl.merge_partials(tl.local_merge(df, "k", "t", 100.0, cols), "k", cols)
     assert merged.columns == ["k", "first(v)", "l", "f2", "fv"]
-    assert _rows(merged) == [("a", 20.0, 30.0, 20.0, 20.0), ("b", None, None, None, None)]
+    assert rows(merged) == [("a", 20.0, 30.0, 20.0, 20.0), ("b", None, None, None, None)]
     with pytest.raises(tl.InvalidArgumentError, match="ignorenulls=True"):
         tl.local_merge(df, "k", "t", 10.0, [F.expr("first(v) respect nulls")])
 
@@ -146,17 +135,17 @@ def test_values_nan_inf_null_and_keys_nan_null_signed_zero(spark: Any) -> None:
     nan, inf = float("nan"), float("inf")
     keys = [nan, None, 0.0, -0.0, inf, -inf, 1.0]
     values = [nan, None, inf, -inf, 1.0, -0.0, 2.5, 1e308, 1e308]
-    rows = [(k, float(i * len(values) + j), v) for i, k in enumerate(keys)
+    data = [(k, float(i * len(values) + j), v) for i, k in enumerate(keys)
             for j, v in enumerate(values)]
-    random.Random(0).shuffle(rows)
-    df = spark.createDataFrame(rows, "k double, t double, v double").repartition(3)
+    random.Random(0).shuffle(data)
+    df = spark.createDataFrame(data, "k double, t double, v double").repartition(3)
     cols = [F.sum("v"), F.count("v"), F.count("*"), F.min("v"), F.max("v"), F.avg("v")]
-    expected = _rows(df.groupBy("k").agg(*cols))
+    expected = rows(df.groupBy("k").agg(*cols))
     for max_groups in (1, 2, 1_000_000):
         partial = tl.local_merge(df, "k", "t", 5.0, cols, max_groups=max_groups)
-        assert _rows(tl.merge_partials(partial, "k", cols)) == expected
+        assert rows(tl.merge_partials(partial, "k", cols)) == expected
     glob = tl.global_merge(df, "k", cols)
-    assert glob is not None and _rows(glob) == expected
+    assert glob is not None and rows(glob) == expected
     # the signed zero key comes back as Spark shows it
     zero = [r["k"] for r in glob.collect() if r["k"] == 0.0]
     assert len(zero) == 1 and math.copysign(1.0, zero[0]) == 1.0
@@ -209,7 +198,7 @@ def test_mixed_forms_in_one_list(odd: Any) -> None:
     merged = tl.merge_partials(tl.local_merge(odd, "k", "t", 30.0, cols), "k", cols)
     expected = odd.groupBy("k").agg(F.sum("v").alias("s"), F.count("*").alias("n"),
                                     F.max(_q("my col")).alias("m"))
-    assert _rows(merged) == _rows(expected)
+    assert rows(merged) == rows(expected)
 
 
 def test_streaming_frames_take_column_aggregates(spark: Any) -> None:
@@ -232,7 +221,7 @@ def test_streaming_frames_take_column_aggregates(spark: Any) -> None:
 ])
 def test_group_bounds_on_extreme_codes_follow_the_greedy_definition(
         codes: list[int], max_groups: int) -> None:
-    from trilink_spark.merge.local import flush_bounds
+    from trilink_spark.merge.bounds import flush_bounds
 
     array = np.array(codes, dtype=np.int64)
     got = flush_bounds(np.zeros(len(codes)), "groups", 0, 0.0, None, array, max_groups)
@@ -241,7 +230,7 @@ def test_group_bounds_on_extreme_codes_follow_the_greedy_definition(
 
 @pytest.mark.parametrize("max_groups", [0, -1, True, 1.5, None])
 def test_a_max_groups_below_one_is_refused_not_a_hang(max_groups: Any) -> None:
-    from trilink_spark.merge.local import flush_bounds
+    from trilink_spark.merge.bounds import flush_bounds
 
     with pytest.raises(tl.InvalidArgumentError, match="max_groups"):
         flush_bounds(np.zeros(3), "groups", 0, 0.0, None, np.array([1, 2, 3]), max_groups)
@@ -262,7 +251,7 @@ def _best_time(fn: Any, repeats: int = 3) -> float:
 
 @pytest.mark.parametrize("layout", ["random", "sorted", "one_group_per_flush"])
 def test_group_bounds_scale_linearly(layout: str) -> None:
-    from trilink_spark.merge.local import flush_bounds
+    from trilink_spark.merge.bounds import flush_bounds
 
     rng = np.random.default_rng(7)
     sizes = [50_000, 200_000, 800_000] if layout != "one_group_per_flush" else \
@@ -283,16 +272,17 @@ def test_group_bounds_scale_linearly(layout: str) -> None:
 
 
 def test_no_flush_holds_more_than_max_groups_and_the_merge_stays_exact(spark: Any) -> None:
-    from trilink_spark.merge.local import arrow_to_pandas, partition_partials, plan_merge
+    from trilink_spark.merge.local import plan_merge
+    from trilink_spark.merge.pandas_engine import arrow_to_pandas, partition_partials
 
     rng = np.random.default_rng(11)
     n = 3000
     keys = rng.choice([0.0, -0.0, 1.0, 2.0, 3.0, np.nan, np.inf] + list(range(4, 60)), n)
-    rows = [(None if i % 97 == 0 else float(k), float(rng.integers(0, 300)),
+    data = [(None if i % 97 == 0 else float(k), float(rng.integers(0, 300)),
              float(rng.normal())) for i, k in enumerate(keys)]
-    df = spark.createDataFrame(rows, "k double, t double, v double").repartition(2)
+    df = spark.createDataFrame(data, "k double, t double, v double").repartition(2)
     aggs = [F.sum("v").alias("s"), F.count("*").alias("n"), F.max("v").alias("m")]
-    expected = _rows(df.groupBy("k").agg(*aggs))
+    expected = rows(df.groupBy("k").agg(*aggs))
     for max_groups in (1, 7, 64, 10**9):
         src, plan = plan_merge(df, "k", "t", 40.0, aggs, max_groups=max_groups)
         assert plan.mode == "groups"
@@ -300,4 +290,4 @@ def test_no_flush_holds_more_than_max_groups_and_the_merge_stays_exact(spark: An
         per_flush = np.bincount(flushed.flush)
         assert per_flush.max() <= max_groups  # one partial row per group of a flush
         partial = tl.local_merge(df, "k", "t", 40.0, aggs, max_groups=max_groups)
-        assert _rows(tl.merge_partials(partial, "k", aggs)) == expected, max_groups
+        assert rows(tl.merge_partials(partial, "k", aggs)) == expected, max_groups

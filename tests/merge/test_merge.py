@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 import trilink_spark as tl
 from conftest import assert_same_aggregates as same
 from conftest import raw_truth
-from trilink_spark.merge.local import flush_bounds
+from trilink_spark.merge.bounds import flush_bounds
 
 AGGS = {"n": ("count", None), "s": ("sum", "v"), "lo": ("min", "v"), "hi": ("max", "v"),
         "m": ("mean", "v")}

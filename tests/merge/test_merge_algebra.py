@@ -9,12 +9,13 @@ import pandas as pd
 import pytest
 
 import trilink_spark as tl
-from trilink_spark.merge import algebra
-from trilink_spark.merge.algebra import (
-    AGGREGATE_CLASSES, AggSpec, Combine, CombineAggregate, Count, First, Last, Max, Mean, Min,
-    Stddev, Sum, Variance, finalize_frame, merge_partial_frames, parse_aggs, partial_frame,
-    specs_for_partials,
+from trilink_spark.merge import aggregates
+from trilink_spark.merge.aggregates import (
+    AGGREGATE_CLASSES, Combine, CombineAggregate, Count, First, Last, Max, Mean, Min, Stddev, Sum,
+    Variance,
 )
+from trilink_spark.merge.expressions import AggSpec, parse_aggs, specs_for_partials
+from trilink_spark.merge.partials import finalize_frame, merge_partial_frames, partial_frame
 from trilink_spark.merge.redis_store import RedisStore
 
 #: tl.SOURCE_AGGREGATES as it was written out by hand before the algebra derived it.
@@ -125,7 +126,7 @@ def test_no_private_name_crosses_modules() -> None:
     import ast
     import pathlib
 
-    root = pathlib.Path(algebra.__file__).resolve().parent.parent
+    root = pathlib.Path(aggregates.__file__).resolve().parent.parent
     for path in list((root / "merge").glob("*.py")) + [root / "placement" / "source.py"]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom):

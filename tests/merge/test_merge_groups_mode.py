@@ -12,7 +12,8 @@ from pyspark.sql import functions as F
 
 import trilink_spark as tl
 from conftest import greedy_group_bounds
-from trilink_spark.merge.local import flush_bounds, plan_merge
+from trilink_spark.merge.bounds import flush_bounds
+from trilink_spark.merge.local import plan_merge
 
 
 @pytest.mark.parametrize("seed", range(40))

@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
-from trilink_spark.merge.algebra import parse_aggs
+from trilink_spark.merge.expressions import parse_aggs
 
 pytestmark = pytest.mark.connect
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import trilink_spark as tl
 from trilink_spark._internal.io.arrowio import write_table
 from trilink_spark.columns import ET_COL, POS_COL, PUNCT_COL, SLOT_COL
-from trilink_spark.merge.local import arrow_to_pandas
+from trilink_spark.merge.pandas_engine import arrow_to_pandas
 from trilink_spark.merge.stream import TAIL_KIND, decode_tail, encode_tail
 
 AGGS = {"n": ("count", None), "s": ("sum", "v"), "lo": ("min", "v")}

@@ -13,7 +13,7 @@ import redis
 
 import trilink_spark as tl
 from trilink_spark.merge import redis_store
-from trilink_spark.merge.algebra import parse_aggs
+from trilink_spark.merge.expressions import parse_aggs
 
 
 def counters(client: Any) -> dict[str, int]:

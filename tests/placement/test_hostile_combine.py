@@ -6,7 +6,6 @@ every plan; the choice is safe from several threads."""
 
 from __future__ import annotations
 
-import math
 import sys
 import threading
 from typing import Any
@@ -18,23 +17,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.functions import pandas_udf
 
 import trilink_spark as tl
+from testkit.frames import rows
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 MODES = ("auto", "always", "never")
 NAN, INF = float("nan"), float("inf")
-
-
-def _canon(value: Any) -> Any:
-    if isinstance(value, float):
-        return "NaN" if math.isnan(value) else round(value, 9) + 0.0
-    if isinstance(value, list):
-        return sorted((_canon(v) for v in value), key=repr)
-    return value
-
-
-def _rows(df: Any) -> list[tuple[Any, ...]]:
-    return sorted((tuple(_canon(x) for x in row) for row in df.collect()), key=repr)
 
 
 def _mean(v: pd.Series) -> float:
@@ -74,7 +62,7 @@ def test_every_mode_equals_groupby_on_hostile_keys(hostile: Any, which: str) -> 
         out = tl.keyed_agg(hostile, "k", *exprs, strategy="hash", num_partitions=3,
                            combine=mode, null_policy="partition0")
         assert out.columns == expected.columns, mode
-        assert _rows(out) == _rows(expected), (which, mode)
+        assert rows(out) == rows(expected), (which, mode)
 
 
 def test_udafs_and_distinct_take_exact_placement_with_a_short_reason(hostile: Any) -> None:
@@ -87,14 +75,14 @@ def test_udafs_and_distinct_take_exact_placement_with_a_short_reason(hostile: An
 
 def test_string_keys_with_a_table_strategy(spark: Any) -> None:
     keys = ["", " ", "é", "🙂", "x" * 100_000, "a\x00b", None, "A", "a"]
-    rows = [(k, float(i * j)) for i, k in enumerate(keys) for j in range(i + 1)]
-    df = spark.createDataFrame(rows, "k string, v double").repartition(2)
+    data = [(k, float(i * j)) for i, k in enumerate(keys) for j in range(i + 1)]
+    df = spark.createDataFrame(data, "k string, v double").repartition(2)
     for exprs in ([F.sum("v"), F.count("*")], [F.collect_list("v").alias("l")]):
-        expected = _rows(df.groupBy("k").agg(*exprs))
+        expected = rows(df.groupBy("k").agg(*exprs))
         for mode in MODES:
             out = tl.keyed_agg(df, "k", *exprs, strategy="least_count", num_partitions=4,
                                combine=mode, null_policy="partition0")
-            assert _rows(out) == expected, mode
+            assert rows(out) == expected, mode
 
 
 def test_empty_frames_give_empty_results_in_every_mode(spark: Any) -> None:
@@ -106,14 +94,14 @@ def test_empty_frames_give_empty_results_in_every_mode(spark: Any) -> None:
 
 
 def test_keyed_by_source_frames_group_signed_zeros_as_one_key(spark: Any) -> None:
-    rows = [(k, float(v)) for k in [NAN, None, 0.0, -0.0, 1.0] for v in range(4)]
-    base = spark.createDataFrame(rows, "k double, v double").repartition(3, "k")
+    data = [(k, float(v)) for k in [NAN, None, 0.0, -0.0, 1.0] for v in range(4)]
+    base = spark.createDataFrame(data, "k double, v double").repartition(3, "k")
     declared = tl.keyed_by_source(base, "k")
     exprs = [F.sum("v"), F.count("*"), F.max("v"), F.count_distinct("v").alias("d")]
-    expected = _rows(base.groupBy("k").agg(*exprs))
+    expected = rows(base.groupBy("k").agg(*exprs))
     for mode in MODES:
         out = tl.keyed_agg(declared, "k", *exprs, combine=mode)
-        assert _rows(out) == expected, mode
+        assert rows(out) == expected, mode
         assert tl.shuffle_exchanges(out) == tl.shuffle_exchanges(declared)  # still no exchange
         plan = tl.explain_keyed_agg(declared, "k", *exprs, combine=mode)
         assert not plan.combine and "keyed_by_source" in plan.reason
@@ -133,15 +121,15 @@ def test_an_aggregate_named_like_the_partition_column_survives(hostile: Any) -> 
         out = tl.keyed_agg(hostile, "k", *exprs, strategy="hash", combine=mode,
                            null_policy="partition0")
         assert out.columns == expected.columns, mode
-        assert _rows(out) == _rows(expected), mode
+        assert rows(out) == rows(expected), mode
 
 
 def test_an_aggregate_named_like_the_key(hostile: Any) -> None:
     exprs = [F.count("*").alias("k")]
-    expected = _rows(hostile.groupBy("k").agg(*exprs))
+    expected = rows(hostile.groupBy("k").agg(*exprs))
     for mode in MODES:
         out = tl.keyed_agg(hostile, "k", *exprs, combine=mode, null_policy="partition0")
-        assert out.columns == ["k", "k"] and _rows(out) == expected, mode
+        assert out.columns == ["k", "k"] and rows(out) == expected, mode
 
 
 @pytest.mark.parametrize("kwargs, error", [
@@ -166,8 +154,8 @@ def test_bad_placement_arguments_fail_whichever_plan_is_picked(hostile: Any, kwa
 def test_null_keys_under_the_default_policy(hostile: Any) -> None:
     # Spark's combine keeps the null key's group, as groupBy does; exact placement follows the
     # null policy ('error' by default), and says so by name
-    expected = _rows(hostile.groupBy("k").agg(F.sum("v")))
-    assert _rows(tl.keyed_agg(hostile, "k", F.sum("v"))) == expected
+    expected = rows(hostile.groupBy("k").agg(F.sum("v")))
+    assert rows(tl.keyed_agg(hostile, "k", F.sum("v"))) == expected
     with pytest.raises(Exception, match="NullKeyError"):
         tl.keyed_agg(hostile, "k", F.sum("v"), combine="never").collect()
 
@@ -183,14 +171,14 @@ def _fail_first_attempt(v: pd.Series) -> pd.Series:
 
 def test_a_task_failing_once_changes_nothing(spark: Any) -> None:
     flaky = pandas_udf(_fail_first_attempt, "double")  # type: ignore[call-overload]
-    rows = [(f"k{i % 17}", float(i)) for i in range(600)]
-    df = spark.createDataFrame(rows, "k string, v double").repartition(3)
+    data = [(f"k{i % 17}", float(i)) for i in range(600)]
+    df = spark.createDataFrame(data, "k string, v double").repartition(3)
     exprs = [F.sum("v").alias("s"), F.collect_list("v").alias("l")]
-    expected = _rows(df.groupBy("k").agg(*exprs))
+    expected = rows(df.groupBy("k").agg(*exprs))
     for mode in ("always", "never"):
         out = tl.keyed_agg(df.withColumn("v", flaky("v")), "k", *exprs,
                            strategy="least_count", num_partitions=4, combine=mode)
-        assert _rows(out) == expected, mode
+        assert rows(out) == expected, mode
 
 
 def test_explain_from_threads_keeps_stdout_and_answers(hostile: Any) -> None:

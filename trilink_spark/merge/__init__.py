@@ -1,7 +1,9 @@
 """Merging partial aggregates: the aggregate algebra, Local Merge, Global Merge and its stores."""
 
-from .algebra import AGGREGATES, Combine, merge_partials
-from .local import MERGE_MODES, local_merge
+from .aggregates import AGGREGATES, Combine
+from .partials import merge_partials
+from .bounds import MERGE_MODES
+from .local import local_merge
 from .stream import LocalMergeBatchFunction, local_merge_foreach_batch
 from .redis_store import RedisStore
 from .global_merge import GLOBAL_STORES, global_merge

@@ -20,14 +20,16 @@ from ..columns import CONST_TIME_COL, GROUP_COL, PARTITION_COL, check_atomic_key
 from ..columns import check_user_columns, require_columns
 from ..errors import ArithmeticOverflowError, InvalidArgumentError, InvalidArgumentTypeError
 from ..errors import StoreUnavailableError
-from .local import SLOT, arrow_to_pandas, check_merge_names, local_merge, partition_flushes
-from .local import partition_partials
-from .local import DEFAULT_MAX_GROUPS, plan_merge, read_partition, source_rows, to_arrow
+from .bounds import DEFAULT_MAX_GROUPS
+from .local import check_merge_names, local_merge, plan_merge
+from .pandas_engine import arrow_to_pandas, partition_flushes, partition_partials, read_partition
+from .pandas_engine import source_rows, to_arrow
+from .plan import SLOT
 from .._internal.optiming import OperatorTimer, Stopwatch, operator_timer, task_identity
 from .redis_store import RedisStore
 from ..columns import column_of, quoted
-from .algebra import AggSpec, finalize_frame, merge_partial_frames, parse_aggs
-from .algebra import spark_aggregate
+from .expressions import AggSpec, parse_aggs, spark_aggregate
+from .partials import finalize_frame, merge_partial_frames
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -28,8 +28,9 @@ from .._internal.spark.compat import num_partitions
 from ..errors import InvalidArgumentTypeError, StateCorruptError
 from .._internal.optiming import OperatorTimer, Stopwatch, operator_timer
 from ..state.store import KeyedStateStore, StatefulBatchFunction
-from .local import MergePlan, partition_partials, plan_merge, read_partition, source_rows
-from .local import to_arrow
+from .local import plan_merge
+from .pandas_engine import partition_partials, read_partition, source_rows, to_arrow
+from .plan import MergePlan
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -51,7 +52,7 @@ def encode_tail(tail: pd.DataFrame) -> bytes:
     ----------
     tail : pandas.DataFrame
         Rows of one partition after its last flush point (any number, zero included), with
-        the dtypes :func:`~trilink_spark.merge.local.arrow_to_pandas` gives. Its index is not
+        the dtypes :func:`~trilink_spark.merge.pandas_engine.arrow_to_pandas` gives. Its index is not
         stored: it is positional (a slice of the partition's ``RangeIndex``) and every reader
         renumbers it (:func:`decode_tail` gives a fresh ``RangeIndex``).
 

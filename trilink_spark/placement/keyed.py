@@ -19,7 +19,7 @@ from .._internal.validation import check_num_partitions
 from ..columns import PARTITION_COL
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..partitioners.keys import check_null_policy
-from ..merge.algebra import combinable
+from ..merge.expressions import combinable
 from ..partitioners import Partitioner
 from ..partitioners.base import resolve_strategy_name
 from .key_by import FIT_MODES, key_by
@@ -60,7 +60,7 @@ def explain_keyed_agg(df: DataFrame, key: str, *exprs: Column, combine: str = "a
     """The plan :func:`keyed_agg` picks for ``exprs``, and why (nothing runs).
 
     ``"auto"`` combines when every aggregate has a fixed-size partial buffer (count, sum, min,
-    max, avg, first, last, stddev, ...: :data:`~trilink_spark.merge.algebra.SPARK_COMBINABLE`)
+    max, avg, first, last, stddev, ...: :data:`~trilink_spark.merge.expressions.SPARK_COMBINABLE`)
     and places exactly otherwise (collect_list, percentiles, DISTINCT aggregates, UDAFs):
     there a hot key's rows cannot be shrunk on the map side, and a balanced placement bounds
     the slowest task instead.

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..columns import ARG_COL, require_columns
 from .._internal.spark.compat import is_connect
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, KeysNotGroupedError
-from ..merge.algebra import arrow_aggregates
+from ..merge.aggregates import arrow_aggregates
 from .._internal.spark.plan import shuffle_exchanges
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ __all__ = [
 _MARK = "trilink_spark.keyed_by_source"
 
 #: Spark aggregate functions :func:`source_agg` computes per partition (Arrow hash aggregates),
-#: as the aggregate classes of :mod:`~trilink_spark.merge.algebra` name them.
+#: as the aggregate classes of :mod:`~trilink_spark.merge.aggregates` name them.
 SOURCE_AGGREGATES: dict[str, str] = arrow_aggregates()
 
 
