@@ -3,8 +3,8 @@
 A Structured Streaming query on ``local[2]`` reads JSON files (one file per trigger,
 ``maxFilesPerTrigger=1``, a 1-second trigger), passes every row through a Python UDF that
 costs 0.4 ms per row (stage 0), counts per key
-(stage 1, after the exchange) and writes to a no-op sink. A ``tl.BottleneckListener`` feeds a
-``tl.BottleneckAdvisor`` (window 3, warm-up 2, ``trigger_interval="1 second"``: a file source
+(stage 1, after the exchange) and writes to a no-op sink. A ``BottleneckListener`` feeds a
+``BottleneckAdvisor`` (window 3, warm-up 2, ``trigger_interval="1 second"``: a file source
 reports no backlog, so a batch outgrowing its trigger is the unmet flow) with each batch's
 progress and stages.
 
@@ -34,6 +34,7 @@ from common import write_json  # noqa: E402
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import trilink_spark as tl  # noqa: E402
+from trilink_spark.advice import BottleneckAdvisor, BottleneckListener  # noqa: E402
 
 LOW, HIGH = 200, 8_000
 COST_S = 0.0004
@@ -60,9 +61,9 @@ def main() -> None:
         time.sleep(COST_S)
         return v
 
-    advisor = tl.BottleneckAdvisor(window_batches=3, warmup_batches=2, slots=2,
+    advisor = BottleneckAdvisor(window_batches=3, warmup_batches=2, slots=2,
                                    trigger_interval="1 second")
-    listener = tl.BottleneckListener(advisor, spark)
+    listener = BottleneckListener(advisor, spark)
     spark.streams.addListener(listener)
     write_file(inbox, 0, LOW)
     stream = (spark.readStream.schema("k long, v long").option("maxFilesPerTrigger", 1)

@@ -40,6 +40,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 import trilink_spark as tl  # noqa: E402
+from trilink_spark.kafka import read_kafka  # noqa: E402
 from trilink_spark.kafka import client as after  # noqa: E402
 from benches.ysb import Producer, setup  # noqa: E402
 from trilink_spark.testing import KafkaBroker, RedisServer, create_topic  # noqa: E402
@@ -143,7 +144,7 @@ def main() -> None:
             spark = tl.get_session("local[2]", app_name="bench-kafka-source",
                                    shuffle_partitions=args.partitions)
             spark.sparkContext.setLogLevel("ERROR")
-            df = tl.read_kafka(spark, broker.bootstrap, topic)
+            df = read_kafka(spark, broker.bootstrap, topic)
             seconds, n = best_of(df.count, args.repeat)
             results["spark_count"] = {"records": n, "seconds": seconds, "records_per_s": n / seconds,
                                       "records_per_s_per_partition": n / seconds / args.partitions,

@@ -59,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import write_json  # noqa: E402
 
 import trilink_spark as tl  # noqa: E402
+from trilink_spark.keyed import KeyedContext  # noqa: E402
 
 KEYS = 100_000
 ROWS = 4_000  # rows per steady batch
@@ -73,7 +74,7 @@ class Count(tl.KeyedWatermarkProcessFunction):
     output_schema = "k string, n long"
     state_schema = "n long"
 
-    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: tl.KeyedContext) -> Any:
+    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: KeyedContext) -> Any:
         n = ctx.get_state("n", 0) + len(rows)
         ctx.set_state("n", n)
         return [(key, n)]

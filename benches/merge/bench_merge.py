@@ -35,6 +35,8 @@ from common import run, write_json  # noqa: E402
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import trilink_spark as tl  # noqa: E402
+from trilink_spark.merge import RedisStore  # noqa: E402
+from trilink_spark.placement import shuffle_exchanges  # noqa: E402
 from trilink_spark.testing import redis_server  # noqa: E402
 
 SENSORS, READINGS, WINDOW = 10_000, 200, 100
@@ -91,7 +93,7 @@ def main() -> None:
     c["n"] = c["n"].astype("int64")
 
     with redis_server() as url:
-        store = tl.RedisStore(url, "fig17")
+        store = RedisStore(url, "fig17")
         keyed = df.withColumn("sensor_window",
                               F.concat_ws(":", "sensor", (F.floor(F.col("t") / WINDOW) * WINDOW)))
         d, sec_d, bytes_d = run(spark, "fig17-d", lambda: tl.global_merge(
@@ -113,7 +115,7 @@ def main() -> None:
                                  "round_trips_per_1000_rows": round_trips / rows * 1000},
     }
     out["equal_to_a"] = equal
-    out["local_merge_exchanges"] = tl.shuffle_exchanges(partial_plan)
+    out["local_merge_exchanges"] = shuffle_exchanges(partial_plan)
     print(json.dumps(out, indent=1))
     df.unpersist()
     spark.stop()

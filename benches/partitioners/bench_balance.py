@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import RESULTS, write_json  # noqa: E402
 
 import trilink_spark as tl  # noqa: E402
+from trilink_spark.partitioners import balance_degree, choose_best, extra_compute_time  # noqa: E402
 from trilink_spark.partitioners.scenarios import PAPER_SCENARIOS, make_scenario, records  # noqa: E402
 
 N = 60
@@ -60,11 +61,11 @@ def main() -> dict:
         flink = np.bincount(flink_keyby(sc.keys, N), weights=sc.counts, minlength=N)
         entry = {s.name: s.to_dict(with_loads=False) for s in scores}
         entry["flink_keyby"] = {
-            "balance_degree": tl.balance_degree(flink),
-            "extra_compute_time": tl.extra_compute_time(flink),
+            "balance_degree": balance_degree(flink),
+            "extra_compute_time": extra_compute_time(flink),
         }
         entry["keyed_bound"] = scores[0].keyed_bound
-        entry["best"] = tl.choose_best(scores).name
+        entry["best"] = choose_best(scores).name
         entry["distinct_keys"] = int((sc.counts > 0).sum())
         entry["loads"] = {s.name: s.loads.tolist() for s in scores}
         scenarios[name] = entry
@@ -82,9 +83,9 @@ def main() -> dict:
         pct = share(loads)
         hist = np.histogram(np.clip(pct, bins[0], bins[-1]), bins=bins)[0].tolist()
         table3[label] = {
-            "balance_degree": tl.balance_degree(loads),
+            "balance_degree": balance_degree(loads),
             "max_over_min_extra": float(loads.max() / loads.min() - 1),
-            "extra_compute_time": tl.extra_compute_time(loads),
+            "extra_compute_time": extra_compute_time(loads),
             "min_pct": float(pct.min()),
             "max_pct": float(pct.max()),
             "subtasks_per_load_bin": hist,

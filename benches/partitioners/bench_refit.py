@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import median_time, write_json  # noqa: E402
 
 import trilink_spark as tl  # noqa: E402
+from trilink_spark.partitioners import balance_degree, keyed_bound  # noqa: E402
 from trilink_spark.partitioners import BlockPartitioner, moved_units, rebalance_minimal  # noqa: E402
 from trilink_spark.partitioners.scenarios import make_scenario  # noqa: E402
 
@@ -55,10 +56,10 @@ def zipf_from_hash(s: float) -> dict:
         t_fresh = time.perf_counter() - t0
         rows.append({
             "seed": seed,
-            "keyed_bound": tl.keyed_bound(w, 8),
-            "hash_balance": tl.balance_degree(_loads(start, keys, w)),
-            "minimal_balance": tl.balance_degree(_loads(minimal, keys, w)),
-            "fresh_balance": tl.balance_degree(_loads(fresh, keys, w)),
+            "keyed_bound": keyed_bound(w, 8),
+            "hash_balance": balance_degree(_loads(start, keys, w)),
+            "minimal_balance": balance_degree(_loads(minimal, keys, w)),
+            "fresh_balance": balance_degree(_loads(fresh, keys, w)),
             "minimal_moved_keys": float(moved_units(start, minimal, keys).mean()),
             "fresh_moved_keys": float(moved_units(start, fresh, keys).mean()),
             "minimal_moved_records": float(w[moved_units(start, minimal, keys)].sum() / w.sum()),
@@ -109,8 +110,8 @@ def rescales() -> dict:
             entry[name] = {
                 "moved_keys": float(moved.mean()),
                 "moved_records": float(w[moved].sum() / w.sum()),
-                "balance_before": tl.balance_degree(_loads(before, keys, w)),
-                "balance_after": tl.balance_degree(_loads(after, keys, w)),
+                "balance_before": balance_degree(_loads(before, keys, w)),
+                "balance_after": balance_degree(_loads(after, keys, w)),
             }
         entry["blocks_minimal_refit"]["moved_blocks"] = float(moved_units(b_old, b_new).mean())
         entry["ratio_hash_over_minimal"] = (entry["pmod_hash"]["moved_keys"]
@@ -151,12 +152,12 @@ def scaling() -> dict:
             "block_units_seconds": seconds,
             "block_units_us_per_unit_log_unit": seconds / (units * math.log2(units)) * 1e6,
             "blocks_moved": int(moved_units(start, result).sum()),
-            "balance_before": tl.balance_degree(np.bincount(start.table, w, SCALING_PARTITIONS)),
-            "balance_after": tl.balance_degree(np.bincount(result.table, w, SCALING_PARTITIONS)),
+            "balance_before": balance_degree(np.bincount(start.table, w, SCALING_PARTITIONS)),
+            "balance_after": balance_degree(np.bincount(result.table, w, SCALING_PARTITIONS)),
             "rescale_seconds": grow_seconds,
             "rescale_us_per_unit_log_unit": grow_seconds / (units * math.log2(units)) * 1e6,
             "rescale_blocks_moved": int(moved_units(start, grown.with_table(grown.table)).sum()),
-            "rescale_balance_after": tl.balance_degree(np.bincount(grown.table, w, grow)),
+            "rescale_balance_after": balance_degree(np.bincount(grown.table, w, grow)),
             "keys_from_hash": len(counts),
             "keys_from_hash_seconds": key_seconds,
             "fresh_least_count_seconds": fresh_seconds,

@@ -42,6 +42,10 @@ from common import RESULTS, run, write_json  # noqa: E402
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import trilink_spark as tl  # noqa: E402
+from trilink_spark.kafka import read_kafka  # noqa: E402
+from trilink_spark.partitioners import balance_degree, kafka_default_partition, keyed_bound  # noqa: E402
+from trilink_spark.placement import ahead_key_by, keyed_by_source, shuffle_exchanges  # noqa: E402
+from trilink_spark import kafka as tl_kafka  # noqa: E402
 from trilink_spark.testing import create_topic, kafka_broker  # noqa: E402
 from trilink_spark.partitioners.scenarios import PAPER_SCENARIOS, make_scenario, records  # noqa: E402
 
@@ -56,17 +60,17 @@ def balance_part(num_records: int) -> dict[str, Any]:
         stream = records(sc, seed=0)
         per_n: dict[str, Any] = {}
         for n in PARTITIONS:
-            loads = np.bincount(tl.kafka_default_partition(sc.keys, n), weights=sc.counts,
+            loads = np.bincount(kafka_default_partition(sc.keys, n), weights=sc.counts,
                                 minlength=n)
             scores = {s.name: round(s.balance_degree, 4) for s in tl.evaluate_strategies(stream, n)}
             # Table 4: records that key_by (Spark's hash) moves off their Kafka partition,
             # for topics written with Kafka's default partitioner and with LeastCount
             spark_hash = tl.HashPartitioner(n, key_type="long").assign(sc.keys)
             least = tl.LeastCountPartitioner(n, history=sc.as_mapping()).assign(sc.keys)
-            murmur = tl.kafka_default_partition(sc.keys, n)
+            murmur = kafka_default_partition(sc.keys, n)
             total = sc.counts.sum()
-            per_n[str(n)] = {"kafka_murmur2": round(tl.balance_degree(loads), 4), **scores,
-                             "keyed_bound": round(tl.keyed_bound(sc.as_mapping(), n), 4),
+            per_n[str(n)] = {"kafka_murmur2": round(balance_degree(loads), 4), **scores,
+                             "keyed_bound": round(keyed_bound(sc.as_mapping(), n), 4),
                              "key_by_cross_share": {
                                  "topic_by_murmur2": round(
                                      float(sc.counts[spark_hash != murmur].sum() / total), 4),
@@ -87,11 +91,11 @@ def write_topic(spark: Any, bootstrap: str, topic: str, n: int, keys: np.ndarray
     create_topic(bootstrap, topic, n)
     amounts = (np.arange(len(keys)) * 7919 % 1000).astype(np.int64)
     df = spark.createDataFrame(pa.table({"user": keys, "amount": amounts})).repartition(2)
-    placed = tl.ahead_key_by(df, "user", tl.LeastCountPartitioner(n))
+    placed = ahead_key_by(df, "user", tl.LeastCountPartitioner(n))
     start = time.perf_counter()
     (placed.selectExpr("CAST(user AS STRING) AS key", "CAST(amount AS STRING) AS value",
                        "partition")
-     .write.format(tl.KAFKA_SOURCE).mode("append").option("kafka.bootstrap.servers", bootstrap)
+     .write.format(tl_kafka.SOURCE_NAME).mode("append").option("kafka.bootstrap.servers", bootstrap)
      .option("topic", topic).option("numPartitions", n).save())
     return {"write_seconds": round(time.perf_counter() - start, 2)}
 
@@ -114,7 +118,7 @@ def _broker_runs(bootstrap: str, num_records: int, repeat: int) -> dict[str, Any
             info = write_topic(spark, bootstrap, topic, n, keys)
 
             def read() -> Any:
-                raw = tl.read_kafka(spark, bootstrap, topic, num_partitions=n)
+                raw = read_kafka(spark, bootstrap, topic, num_partitions=n)
                 return raw.select(F.col("key").cast("string").cast("long").alias("user"),
                                   F.col("value").cast("string").cast("long").alias("amount"),
                                   "partition")
@@ -123,7 +127,7 @@ def _broker_runs(bootstrap: str, num_records: int, repeat: int) -> dict[str, Any
                 return [F.count("*").alias("n"), F.sum("amount").alias("total")]
 
             def ahead() -> Any:
-                return tl.keyed_agg(tl.keyed_by_source(read(), "user"), "user", *aggs())
+                return tl.keyed_agg(keyed_by_source(read(), "user"), "user", *aggs())
 
             def shuffled() -> Any:
                 return tl.keyed_agg(read(), "user", *aggs(), strategy="hash", num_partitions=n)
@@ -157,8 +161,8 @@ def _broker_runs(bootstrap: str, num_records: int, repeat: int) -> dict[str, Any
                 "kafka_partition_balance": round(min(loads) / max(loads), 4),
                 "cross_share": {**{k: round(v / num_records, 4) for k, v in crossing.items()},
                                 "one_minus_one_over_n": round(1 - 1 / n, 4)},
-                "exchanges": {"ahead_keyby": tl.shuffle_exchanges(ahead()),
-                              "key_by": tl.shuffle_exchanges(shuffled())},
+                "exchanges": {"ahead_keyby": shuffle_exchanges(ahead()),
+                              "key_by": shuffle_exchanges(shuffled())},
                 "shuffle_bytes": {"ahead_keyby": shuffle["ahead"], "key_by": shuffle["keyby"]},
                 "seconds_median": {k: round(v, 3) for k, v in med.items()},
                 "seconds_all": {k: [round(x, 3) for x in v] for k, v in seconds.items()},

@@ -37,6 +37,8 @@ from common import median_time, write_json  # noqa: E402
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import trilink_spark as tl  # noqa: E402
+from trilink_spark.partitioners import keyed_bound  # noqa: E402
+from trilink_spark.placement import explain_keyed_agg  # noqa: E402
 from trilink_spark.partitioners.scenarios import make_scenario, scenario_frame  # noqa: E402
 
 ROWS = 5_000_000
@@ -117,7 +119,7 @@ def skew(spark) -> dict:
     df = scenario_frame(spark, sc_data, "k").withColumn("v", F.rand(1)).cache()
     df.count()
     schema = "k long, n long, acc double"
-    out = {"keyed_bound": tl.keyed_bound(sc_data.counts, SKEW_PARTITIONS)}
+    out = {"keyed_bound": keyed_bound(sc_data.counts, SKEW_PARTITIONS)}
     for strategy in ("hash", "auto"):
         resolved = tl.resolve_strategy(df, "k", strategy, SKEW_PARTITIONS, sample_rate=0.05)
         desc = f"skew-{strategy}"
@@ -184,7 +186,7 @@ def skew_combine(spark) -> dict:
     out = {}
     for label, make in cases.items():
         exprs = make(df)
-        plan = tl.explain_keyed_agg(df, "k", *exprs)
+        plan = explain_keyed_agg(df, "k", *exprs)
         row = {"combine": plan.combine, "reason": plan.reason}
         for route in ("groupBy", "keyed_agg"):
             desc = f"combine-{label}-{route}"

@@ -34,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import RESULTS, median_time, write_json  # noqa: E402
 
 import trilink_spark as tl  # noqa: E402
+from trilink_spark.partitioners import balance_degree  # noqa: E402
+from trilink_spark.switching import adaptive_foreach_batch  # noqa: E402
 from trilink_spark.partitioners.scenarios import PAPER_SCENARIOS, make_scenario  # noqa: E402
 
 N = 16
@@ -156,7 +158,7 @@ def decision_quality(seeds: int = 5, partitions: int = 60) -> dict[str, Any]:
             p = ap.unwrap(refit=True).copy()
             if p.is_stateful:
                 p.fit(full if isinstance(p, tl.LeastCountPartitioner) else keys)
-            chosen = tl.balance_degree(np.bincount(p.assign(keys), weights, partitions))
+            chosen = balance_degree(np.bincount(p.assign(keys), weights, partitions))
             scores = tl.evaluate_strategies(full, partitions)
             best = max(scores, key=lambda s: s.balance_degree)
             rows.append({
@@ -183,7 +185,7 @@ def sampling_overhead(rows: int = 5_000_000, repeat: int = 9) -> dict[str, Any]:
     for mode in ("off", "sync", "async"):
         ap = tl.AdaptivePartitioner(8, sample_rate=0.01, mode="threshold",
                                     initial=tl.HashPartitioner(8))
-        runners[mode] = tl.adaptive_foreach_batch(count, ap, "key", observe=mode)
+        runners[mode] = adaptive_foreach_batch(count, ap, "key", observe=mode)
     batch_ids = iter(range(10**6))
     for runner in runners.values():  # warm-up
         runner(df, next(batch_ids))

@@ -21,7 +21,7 @@ Groups:
 1.1 and 0.1, which leave a 2-partition gap below about 20 % alone).
 
 Reported per strategy: per-batch max task time (the keyed runtime's own timing, and Spark's
-``executorRunTime`` of the keyed stage from ``tl.task_metrics``), total time, rounds of moves,
+``executorRunTime`` of the keyed stage from ``task_metrics``), total time, rounds of moves,
 moved keys and state bytes moved, and the ratios against the best fixed strategy.
 
 Run: ``python benches/switching/bench_rebalance.py`` (writes
@@ -47,6 +47,8 @@ from common import write_json  # noqa: E402
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import trilink_spark as tl  # noqa: E402
+from trilink_spark.measurement import task_metrics  # noqa: E402
+from trilink_spark.switching import LoadAwareRebalancer  # noqa: E402
 
 QUICK = "quick" in sys.argv[1:]
 BATCHES = 3 if QUICK else 20
@@ -115,7 +117,7 @@ def run_strategy(spark: Any, name: str, strategy: Any, rebalancer: Any, batches:
             df.unpersist()
             total += seconds
             timings = run.task_timings()
-            metrics = tl.task_metrics(spark, job_group=group)
+            metrics = task_metrics(spark, job_group=group)
             # the keyed stage: its tasks read the shuffle (the placed rows)
             keyed = metrics[metrics.shuffle_read_records > 0]
             spark_max = int(keyed.groupby("stage_id").run_ms.max().max()) if len(keyed) else -1
@@ -182,8 +184,8 @@ def main() -> None:
         for group, entries in setups.items():
             results = []
             for name, strategy, rb in entries:
-                rebalancer = (None if rb is None else tl.LoadAwareRebalancer(theta=1.05, epsilon=0.05)
-                              if rb == "tight" else tl.LoadAwareRebalancer())
+                rebalancer = (None if rb is None else LoadAwareRebalancer(theta=1.05, epsilon=0.05)
+                              if rb == "tight" else LoadAwareRebalancer())
                 results.append(run_strategy(spark, f"{group}/{factor_name}/{name}",
                                             strategy, rebalancer, batches, family, factor))
             fixed = [r for r in results if not r["strategy"].split("/")[-1].startswith("rebalancer")]

@@ -36,6 +36,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 import trilink_spark as tl  # noqa: E402
+from trilink_spark.kafka import read_kafka  # noqa: E402
 from benches.common import write_json  # noqa: E402
 from benches.ysb import VARIANTS, Producer, run_variant, setup  # noqa: E402
 from benches.ysb.runner import SUSTAINED_RULE  # noqa: E402
@@ -70,7 +71,7 @@ def source_alone(spark: Any, bootstrap: str, cat: Any, work: Path, events: int,
     create_topic(bootstrap, "source-alone", partitions)
     Producer(bootstrap, cat, work / "alone.parquet", rate=1e9, events=events,
              topic="source-alone").run()
-    df = tl.read_kafka(spark, bootstrap, "source-alone")
+    df = read_kafka(spark, bootstrap, "source-alone")
     df.count()  # warm-up
     times = []
     for _ in range(3):

@@ -35,7 +35,7 @@ CATALOGUE_KEY = "ysb:catalogue"
 def redis_client(url: str, timeout: float = 5.0, lean: bool = False) -> Any:
     """A ``redis.Redis`` for ``url``; refuses a URL that is not ``redis://``/``rediss://``.
 
-    ``lean``: the client :class:`~trilink_spark.RedisStore` uses (no handshake commands, each
+    ``lean``: the client :class:`~trilink_spark.merge.RedisStore` uses (no handshake commands, each
     request in one write; :func:`~trilink_spark.merge.redis_store.lean_client`), else
     redis-py's defaults, as a user's own code gets them."""
     import redis
@@ -85,7 +85,7 @@ class Catalogue:
     @classmethod
     def from_json(cls, text: str | bytes) -> Catalogue:
         """The catalogue :meth:`to_json` wrote; anything else is refused with
-        :class:`~trilink_spark.InvalidArgumentError`."""
+        :class:`~trilink_spark.errors.InvalidArgumentError`."""
         try:
             data = json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -186,7 +186,7 @@ def setup(redis_url: str, campaigns: int = 100, ads_per_campaign: int = 10,
 def load_catalogue(redis_url: str) -> Catalogue:
     """The catalogue :func:`setup` stored in Redis.
 
-    Raises :class:`~trilink_spark.InvalidArgumentError` when there is none (or it is not
+    Raises :class:`~trilink_spark.errors.InvalidArgumentError` when there is none (or it is not
     one). Cost: one round trip.
     """
     client = redis_client(redis_url)

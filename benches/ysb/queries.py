@@ -23,7 +23,7 @@ Variants (:data:`VARIANTS`):
     :func:`~trilink_spark.local_merge` pre-aggregates per campaign and window slot inside each
     input partition first, so the keyed exchange carries partial counts, not events.
 ``global_merge``
-    :func:`~trilink_spark.global_merge` into a :class:`~trilink_spark.RedisStore`: no keyed
+    :func:`~trilink_spark.global_merge` into a :class:`~trilink_spark.merge.RedisStore`: no keyed
     exchange at all. Each partition's partial counts come back to the driver (at most
     campaigns x open windows rows per partition) and the store adds every partition's flush,
     each exactly once by its marker, with ``time_updated`` (the store's ``updated_field``) and
@@ -32,7 +32,7 @@ Variants (:data:`VARIANTS`):
 ``ahead``
     Ahead KeyBy: the producer placed events by campaign
     (:class:`~benches.ysb.Producer` with ``placement=``), the query declares it with
-    :func:`~trilink_spark.keyed_by_source` and counts inside each Kafka partition: 0
+    :func:`~trilink_spark.placement.keyed_by_source` and counts inside each Kafka partition: 0
     exchanges.
 
 Exactly once: the baseline by idempotent absolute writes over Spark's checkpointed state;
@@ -52,8 +52,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from trilink_spark import Partitioner, RedisStore, global_merge, key_by, keyed_agg
-from trilink_spark import keyed_by_source, local_merge, read_kafka, shuffle_exchanges
+from trilink_spark import Partitioner, global_merge, key_by, keyed_agg, local_merge
+from trilink_spark.kafka import read_kafka
+from trilink_spark.merge import RedisStore
+from trilink_spark.placement import keyed_by_source, shuffle_exchanges
 from trilink_spark._internal.urls import redact
 from trilink_spark.columns import PARTITION_COL
 from trilink_spark.errors import InvalidArgumentError, StoreUnavailableError

@@ -13,6 +13,7 @@ import pytest
 from pyspark import cloudpickle
 
 import trilink_spark as tl
+from trilink_spark.keyed import KeyedContext
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -28,7 +29,7 @@ class SumV(tl.KeyedWatermarkProcessFunction):
     def input_columns(self) -> Any:
         return self.names() if callable(self.names) else self.names
 
-    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: tl.KeyedContext) -> Any:
+    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: KeyedContext) -> Any:
         seen = ",".join(sorted(c for c in rows.columns if not c.startswith("_tl")))
         return [(key, float(rows["v"].sum()), seen)]
 

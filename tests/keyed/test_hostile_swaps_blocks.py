@@ -20,6 +20,8 @@ import pytest
 from pyspark import cloudpickle
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError
+from trilink_spark.keyed import KeyedBatchFunction, KeyedContext
 from conftest import RunningCount
 from testkit.swaps import check_invariants, die_after_writing
 from trilink_spark.keyed.task import outputs_to_batches
@@ -36,7 +38,7 @@ def _key(k: Any) -> Any:
     return None if isinstance(k, float) and math.isnan(k) else k
 
 
-def make_run(tmp_path: Path, **kw: Any) -> tl.KeyedBatchFunction:
+def make_run(tmp_path: Path, **kw: Any) -> KeyedBatchFunction:
     kw.setdefault("num_partitions", 8)
     return tl.keyed_foreach_batch(lambda df, b: df.collect(), "k", "t", Count(), 10**6,
                                   str(tmp_path / "state"), **kw)
@@ -53,13 +55,13 @@ def make_batch(spark: Any, b: int, rng: np.random.Generator, keys: list[Any],
     return df, counts
 
 
-def owners(run: tl.KeyedBatchFunction, version: int | None = None) -> dict[Any, int]:
+def owners(run: KeyedBatchFunction, version: int | None = None) -> dict[Any, int]:
     return {_key(k): p for k, p in run.owners(version).items()}
 
 
-def drive_fluid_swap(spark: Any, run: tl.KeyedBatchFunction, rng: np.random.Generator,
+def drive_fluid_swap(spark: Any, run: KeyedBatchFunction, rng: np.random.Generator,
                      keys: list[Any], total: pd.Series, start: int, cap: int,
-                     hook: Any = None) -> tuple[tl.KeyedBatchFunction, pd.Series, int]:
+                     hook: Any = None) -> tuple[KeyedBatchFunction, pd.Series, int]:
     """Run batches until the fluid swap completes, checking every step against the oracle.
     ``hook(run, df, b)`` runs before batch ``b`` and may hand back another runner."""
     b, moved_blocks = start, set()
@@ -92,7 +94,7 @@ def drive_fluid_swap(spark: Any, run: tl.KeyedBatchFunction, rng: np.random.Gene
 
 
 def start_run(spark: Any, tmp_path: Path, rng: np.random.Generator, keys: list[Any],
-              before: int) -> tuple[tl.KeyedBatchFunction, tl.BlockPartitioner, pd.Series]:
+              before: int) -> tuple[KeyedBatchFunction, tl.BlockPartitioner, pd.Series]:
     strategy = tl.BlockPartitioner(before, num_blocks=8, null_policy="partition0")
     run = make_run(tmp_path, strategy=strategy, num_partitions=before)
     total = pd.Series(dtype=float)
@@ -103,7 +105,7 @@ def start_run(spark: Any, tmp_path: Path, rng: np.random.Generator, keys: list[A
     return run, strategy, total
 
 
-def finish(spark: Any, run: tl.KeyedBatchFunction, rng: np.random.Generator, keys: list[Any],
+def finish(spark: Any, run: KeyedBatchFunction, rng: np.random.Generator, keys: list[Any],
            total: pd.Series, b: int, after: int) -> None:
     final, n = run.store.placement_at(b - 1)
     assert isinstance(final, tl.BlockPartitioner) and n == after
@@ -126,8 +128,8 @@ def test_fluid_block_shrink_8_to_3_with_null_keys_and_a_replayed_step(
     run.request_swap(num_partitions=3, mode="fluid", max_keys_per_batch=6)
     replayed: list[int] = []
 
-    def replay_first_step(current: tl.KeyedBatchFunction, df: Any, b: int
-                          ) -> tl.KeyedBatchFunction:
+    def replay_first_step(current: KeyedBatchFunction, df: Any, b: int
+                          ) -> KeyedBatchFunction:
         if b == 2:  # replay step 1 (a restarted query re-runs its last batch): no change
             swap_dir = tmp_path / "state" / "swaps" / f"{1:012d}"
             plan = (swap_dir / "plan.json").read_bytes()
@@ -157,7 +159,7 @@ def test_fluid_block_grow_3_to_8_blocks_over_the_cap_across_a_restart(
     run.request_swap(num_partitions=8, mode="fluid", max_keys_per_batch=3)
     restarted: list[int] = []
 
-    def restart(current: tl.KeyedBatchFunction, df: Any, b: int) -> tl.KeyedBatchFunction:
+    def restart(current: KeyedBatchFunction, df: Any, b: int) -> KeyedBatchFunction:
         if b != 2:
             return current
         dying = tl.keyed_foreach_batch(die_after_writing, "k", "t", Count(), 10**6,
@@ -300,7 +302,7 @@ def test_rows_gathered_across_calls_convert_as_each_call_alone(outs: list[Any],
     [[("a", "x")]],
 ], ids=["short-then-full", "full-then-short", "too-wide", "str-row", "str-in-long"])
 def test_malformed_rows_are_a_typed_error_never_padded(outs: list[Any]) -> None:
-    with pytest.raises(tl.InvalidArgumentError, match="output"):
+    with pytest.raises(InvalidArgumentError, match="output"):
         list(outputs_to_batches(outs, OUT))
 
 
@@ -343,7 +345,7 @@ class MixedOutputs(tl.KeyedWatermarkProcessFunction):
 
     output_schema = "k string, n long"
 
-    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: tl.KeyedContext) -> Any:
+    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: KeyedContext) -> Any:
         kind = int(key[1:]) % 6
         if kind == 0:
             return None
@@ -359,7 +361,7 @@ class MixedOutputs(tl.KeyedWatermarkProcessFunction):
 
 
 class ShortRow(MixedOutputs):
-    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: tl.KeyedContext) -> Any:
+    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: KeyedContext) -> Any:
         return [(key,)] if key == "k7" else [(key, 1)]
 
 
@@ -424,7 +426,7 @@ def test_fluid_swap_resumed_from_a_key_overlay_over_blocks(tmp_path: Path) -> No
 class CountLong(tl.KeyedWatermarkProcessFunction):
     output_schema = "k long, n long"
 
-    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: tl.KeyedContext) -> Any:
+    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: KeyedContext) -> Any:
         return [(_key(key), len(rows))]
 
 

@@ -12,6 +12,9 @@ import pytest
 from pyspark.sql import types as T
 
 import trilink_spark as tl
+from trilink_spark.errors import MissingColumnError
+from trilink_spark.keyed import KeyedContext
+from trilink_spark import columns as tl_columns
 from testkit.windows import window_oracle
 from trilink_spark._internal.io.arrowio import write_table
 from trilink_spark.keyed.process import EVENT_TIME_COL, KeyedRuntime
@@ -105,15 +108,15 @@ class TimerEcho(tl.KeyedWatermarkProcessFunction):
 
     output_schema = "k string, kind string, at double"
 
-    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: tl.KeyedContext) -> Any:
-        for ts in rows[tl.EVENT_TIME_COL]:
+    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: KeyedContext) -> Any:
+        for ts in rows[tl_columns.EVENT_TIME_COL]:
             ctx.register_timer(int(ts) + 5)
         return None
 
-    def process_late(self, key: Any, rows: pd.DataFrame, ctx: tl.KeyedContext) -> Any:
-        return [(key, "late", float(t)) for t in rows[tl.EVENT_TIME_COL]]
+    def process_late(self, key: Any, rows: pd.DataFrame, ctx: KeyedContext) -> Any:
+        return [(key, "late", float(t)) for t in rows[tl_columns.EVENT_TIME_COL]]
 
-    def on_timer(self, key: Any, timestamp: int, ctx: tl.KeyedContext) -> Any:
+    def on_timer(self, key: Any, timestamp: int, ctx: KeyedContext) -> Any:
         assert ctx.watermark >= timestamp
         return [(key, "timer", float(timestamp))]
 
@@ -195,7 +198,7 @@ def test_argument_errors(spark: Any) -> None:
     df = spark.createDataFrame([("a", 1, 1.0)], "k string, t long, v double")
     with pytest.raises(TypeError):
         tl.keyed_process(df, "k", "t", "count", delay=1)  # type: ignore[arg-type]
-    with pytest.raises(tl.MissingColumnError):
+    with pytest.raises(MissingColumnError):
         tl.keyed_process(df, "k", "t", tl.KeyedWindowAggregate(5, value="nope", aggs=("sum",)), 1)
     with pytest.raises(ValueError):
         tl.KeyedWindowAggregate(5, aggs=("median",))

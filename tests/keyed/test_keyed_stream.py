@@ -10,6 +10,9 @@ import pandas as pd
 import pytest
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError
+from trilink_spark.keyed import KeyedBatchFunction
+from trilink_spark.placement import keyed_by_source
 from testkit.windows import window_oracle
 
 SIZE, DELAY = 10, 2
@@ -27,7 +30,7 @@ def complete(rows: pd.DataFrame) -> pd.DataFrame:
     return want[want["window_start"] + SIZE <= want["sensor"].map(high)]
 
 
-def runner(tmp_path: Path, sink: list[pd.DataFrame], **kw: Any) -> tl.KeyedBatchFunction:
+def runner(tmp_path: Path, sink: list[pd.DataFrame], **kw: Any) -> KeyedBatchFunction:
     agg = tl.KeyedWindowAggregate(SIZE, value="v", aggs=("count", "sum"))
     return tl.keyed_foreach_batch(lambda df, b: sink.append(df.toPandas()), "sensor", "t", agg,
                                   DELAY, str(tmp_path / "state"), num_partitions=3, **kw)
@@ -76,7 +79,7 @@ def test_restart_resumes_from_stored_state(spark: Any, tmp_path: Path) -> None:
     want = complete(readings(0, 30)).sort_values(["sensor", "window_start"])
     assert got[["sensor", "window_start", "count"]].values.tolist() == \
         want[["sensor", "window_start", "count"]].values.tolist()
-    with pytest.raises(tl.InvalidArgumentError, match="configuration"):  # another window size
+    with pytest.raises(InvalidArgumentError, match="configuration"):  # another window size
         agg = tl.KeyedWindowAggregate(SIZE * 2, value="v", aggs=("count", "sum"))
         tl.keyed_foreach_batch(print, "sensor", "t", agg, DELAY, str(tmp_path / "state"),
                                num_partitions=3, takeover=True)(
@@ -134,7 +137,7 @@ def test_streaming_query_with_keyed_windows(spark: Any, tmp_path: Path) -> None:
 def declared(spark: Any, rows: pd.DataFrame, partitions: int) -> Any:
     """A batch whose sensors are whole per partition, declared as a keyed source."""
     placed = spark.createDataFrame(rows).repartition(partitions, "sensor")
-    return tl.keyed_by_source(placed, "sensor")
+    return keyed_by_source(placed, "sensor")
 
 
 def test_source_keyed_state_refuses_a_changed_partition_count(spark: Any,

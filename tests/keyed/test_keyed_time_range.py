@@ -6,6 +6,7 @@ import pytest
 from pyspark.sql.utils import CapturedException
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidKeyTypeError
 
 
 class Count(tl.KeyedWatermarkProcessFunction):
@@ -36,8 +37,8 @@ def test_times_up_to_2_53_stay_exact(spark):
 
 def test_nested_keys_are_refused_with_a_typed_error(spark):
     df = spark.createDataFrame([((1, "x"), 1.0)], "k struct<a:int,b:string>, t double")
-    with pytest.raises(tl.InvalidKeyTypeError, match="struct"):
+    with pytest.raises(InvalidKeyTypeError, match="struct"):
         tl.keyed_process(df, "k", "t", Count(), 1.0)
     arr = spark.createDataFrame([([1], 1.0)], "k array<int>, t double")
-    with pytest.raises(tl.InvalidKeyTypeError, match="array"):
+    with pytest.raises(InvalidKeyTypeError, match="array"):
         tl.keyed_process(arr, "k", "t", Count(), 1.0)

@@ -13,6 +13,9 @@ import pytest
 from pyspark import cloudpickle
 
 import trilink_spark as tl
+from trilink_spark.errors import StateCorruptError, StateOwnershipError, StateTypeError
+from trilink_spark.keyed import KeyedBatchFunction
+from trilink_spark.measurement import task_metrics
 from conftest import RunningCount
 from testkit.swaps import check_invariants, die_after_writing, stored_counts
 
@@ -38,7 +41,7 @@ def batch(spark: Any, b: int, rng: np.random.Generator, rows: int = 400) -> tupl
 
 
 def make_run(tmp_path: Path, sink: list[pd.DataFrame] | None = None, processor: Any = None,
-             **kw: Any) -> tl.KeyedBatchFunction:
+             **kw: Any) -> KeyedBatchFunction:
     def write(df: Any, b: int) -> None:
         rows = df.toPandas()
         if sink is not None:
@@ -93,11 +96,11 @@ def test_declared_state_type_refuses_a_value_that_does_not_fit() -> None:
     rt = KeyedRuntime(Count(), "k", 1.0, float("inf"), value_fields={"n": pa.int64()})
     ctx = KeyedContext(rt, "a")
     ctx.set_state("n", 3)
-    with pytest.raises(tl.StateTypeError, match="'n' of key 'a'"):
+    with pytest.raises(StateTypeError, match="'n' of key 'a'"):
         ctx.set_state("n", "three")
-    with pytest.raises(tl.StateTypeError, match="not declared"):
+    with pytest.raises(StateTypeError, match="not declared"):
         ctx.set_state("m", 1)
-    assert isinstance(tl.StateTypeError("x"), TypeError)
+    assert isinstance(StateTypeError("x"), TypeError)
     assert rt.values == {"a": {"n": 3}}  # the refused values changed nothing
 
 
@@ -125,7 +128,7 @@ def test_foreign_arrow_file_is_refused(spark: Any, tmp_path: Path) -> None:
         w.write_table(pa.table({"x": [1]}))
     (tmp_path / "state" / "partition=00002" / "000000000000.state").write_bytes(
         sink.getvalue().to_pybytes())
-    with pytest.raises(tl.StateCorruptError, match="partition=00002"):
+    with pytest.raises(StateCorruptError, match="partition=00002"):
         run.owners()
 
 
@@ -155,7 +158,7 @@ def test_a_second_writer_is_refused(spark: Any, tmp_path: Path) -> None:
     first = make_run(tmp_path)
     first(batch(spark, 0, rng)[0], 0)
     second = make_run(tmp_path)
-    with pytest.raises(tl.StateOwnershipError, match="another runner"):
+    with pytest.raises(StateOwnershipError, match="another runner"):
         second(batch(spark, 1, rng)[0], 1)
     first(batch(spark, 1, rng)[0], 1)  # the owner goes on
 
@@ -164,12 +167,12 @@ def test_junk_in_the_manifest_is_refused(spark: Any, tmp_path: Path) -> None:
     run = make_run(tmp_path)
     run(batch(spark, 0, np.random.default_rng(7))[0], 0)
     (tmp_path / "state" / "manifest.json").write_text("{not json")
-    with pytest.raises(tl.StateCorruptError, match="manifest.json"):
+    with pytest.raises(StateCorruptError, match="manifest.json"):
         run(batch(spark, 1, np.random.default_rng(8))[0], 1)
 
 
 # ---------------------------------------------------------------------- swaps
-def run_batches(spark: Any, run: tl.KeyedBatchFunction, batches: range, rng: Any,
+def run_batches(spark: Any, run: KeyedBatchFunction, batches: range, rng: Any,
                 total: pd.Series) -> pd.Series:
     for b in batches:
         df, counts = batch(spark, b, rng)
@@ -316,7 +319,7 @@ def test_task_failure_during_a_swap_batch_is_retried_with_the_same_result(
             total = total.add(counts, fill_value=0)
     finally:
         sc.setJobGroup("", "")
-    tasks = tl.task_metrics(spark, job_group="tl-swap-retry")
+    tasks = task_metrics(spark, job_group="tl-swap-retry")
     failed = tasks[tasks.status == "FAILED"]
     assert len(failed) > 0 and set(failed.attempt) == {0}, tasks  # it failed, and was retried
     assert stored_counts(run) == {k: int(v) for k, v in total.items()}

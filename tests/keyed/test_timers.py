@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import trilink_spark as tl
+from trilink_spark.keyed import TimerService
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_random_operations_match_a_brute_force_model(seed: int) -> None:
     rng = random.Random(seed)
-    timers = tl.TimerService()
+    timers = TimerService()
     model: set[tuple[int, int]] = set()  # (key, ts)
     for _ in range(400):
         op = rng.random()
@@ -44,16 +44,16 @@ def test_random_operations_match_a_brute_force_model(seed: int) -> None:
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.tuples(st.text(max_size=3), st.integers(-10**12, 10**12)), max_size=60))
 def test_snapshot_round_trip_and_firing_order(pairs: list[tuple[str, int]]) -> None:
-    timers = tl.TimerService()
+    timers = TimerService()
     for key, ts in pairs:
         timers.register(key, ts)
-    again = tl.TimerService.from_list(timers.to_list())
+    again = TimerService.from_list(timers.to_list())
     again._check()
     assert again.to_list() == timers.to_list() == sorted(set(pairs), key=lambda p: (p[1], p[0]))
 
 
 def test_timers_registered_while_firing_fire_when_due() -> None:
-    timers = tl.TimerService()
+    timers = TimerService()
     timers.register("a", 1)
     fired = []
     for key, ts in timers.pop_due(10):
@@ -65,7 +65,7 @@ def test_timers_registered_while_firing_fire_when_due() -> None:
 
 
 def test_bad_timestamps_are_refused() -> None:
-    timers = tl.TimerService()
+    timers = TimerService()
     with pytest.raises(TypeError):
         timers.register("a", 1.5)  # type: ignore[arg-type]
     with pytest.raises(TypeError):

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 import trilink_spark as tl
+from trilink_spark.errors import MissingColumnError
 
 
 def model(rows: pd.DataFrame, delay: float, group_of: Any) -> pd.DataFrame:
@@ -118,9 +119,9 @@ def test_null_event_times_are_neither_late_nor_counted(spark: Any) -> None:
 
 def test_argument_errors(spark: Any) -> None:
     df = spark.createDataFrame([("a", 1)], "k string, t long")
-    with pytest.raises(tl.MissingColumnError):
+    with pytest.raises(MissingColumnError):
         tl.keyed_watermark(df, "nope", "t", 1)
-    with pytest.raises(tl.MissingColumnError):
+    with pytest.raises(MissingColumnError):
         tl.keyed_watermark(df, "k", "t", 1, order_by="nope")
     with pytest.raises(TypeError):
         tl.keyed_watermark(df, "k", "k", 1)

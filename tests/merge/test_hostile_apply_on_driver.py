@@ -11,6 +11,8 @@ import pyarrow as pa
 import pytest
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError, StoreUnavailableError
+from trilink_spark.merge import RedisStore
 from trilink_spark.merge.expressions import parse_aggs
 from trilink_spark.merge.redis_store import lean_client
 from trilink_spark.testing import free_port
@@ -41,27 +43,27 @@ def got(frame: Any) -> dict[Any, tuple[int, int]]:
 
 def test_bad_arguments_are_refused_typed(spark: Any, redis_server: Any) -> None:
     df = hostile(spark)
-    store = tl.RedisStore(redis_server.url, "hostile:args")
+    store = RedisStore(redis_server.url, "hostile:args")
     for bad in ("nonsense", "DRIVER", None, ["driver"], ""):
-        with pytest.raises(tl.InvalidArgumentError, match="apply_on must be one of"):
+        with pytest.raises(InvalidArgumentError, match="apply_on must be one of"):
             tl.global_merge(df, "k", AGGS, store=store, apply_on=bad)  # type: ignore[arg-type]
     for field in ("n", "s", "s__n"):  # a partial column's name
-        clash = tl.RedisStore(redis_server.url, "hostile:args", updated_field=field)
-        with pytest.raises(tl.InvalidArgumentError, match="updated_field"):
+        clash = RedisStore(redis_server.url, "hostile:args", updated_field=field)
+        with pytest.raises(InvalidArgumentError, match="updated_field"):
             tl.global_merge(df, "k", AGGS, store=clash, apply_on="driver")
     for field in ("", "__v", "__token", 5):
-        with pytest.raises(tl.InvalidArgumentError, match="updated_field"):
-            tl.RedisStore(redis_server.url, "x", updated_field=field)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="updated_field"):
+            RedisStore(redis_server.url, "x", updated_field=field)  # type: ignore[arg-type]
     for timeout in (0, -1, float("nan"), float("inf"), True, "2"):
-        with pytest.raises(tl.InvalidArgumentError, match="socket_timeout"):
-            tl.RedisStore(redis_server.url, "x", socket_timeout=timeout)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="socket_timeout"):
+            RedisStore(redis_server.url, "x", socket_timeout=timeout)  # type: ignore[arg-type]
 
 
 def test_hostile_keys_apply_once_whatever_the_mode_replaying(spark: Any,
                                                             redis_server: Any) -> None:
     """null, empty, 1 MB and emoji keys; a batch replayed in its own mode and in the other;
     the key's name as updated_field (the key is not a hash field)."""
-    store = tl.RedisStore(redis_server.url, "hostile:keys", updated_field="k")
+    store = RedisStore(redis_server.url, "hostile:keys", updated_field="k")
     store.clear()
     df = hostile(spark).repartition(3)
     try:
@@ -73,7 +75,7 @@ def test_hostile_keys_apply_once_whatever_the_mode_replaying(spark: Any,
             assert got(tl.global_merge(df, "k", AGGS, store=store, apply_on=mode,
                                        batch_id=1)) == truth()
             assert store.applied_flushes() == applied
-        tasks_first = tl.RedisStore(redis_server.url, "hostile:keys2")
+        tasks_first = RedisStore(redis_server.url, "hostile:keys2")
         tasks_first.clear()
         tl.global_merge(df, "k", AGGS, store=tasks_first, apply_on="tasks", batch_id=-7,
                         read=False)
@@ -81,7 +83,7 @@ def test_hostile_keys_apply_once_whatever_the_mode_replaying(spark: Any,
                                    batch_id=-7)) == truth()
         # the general (two-trip) path: a mean and a max of the 1 MB keys, replayed
         general = {"m": ("mean", "v"), "mx": ("max", "k")}
-        twice = tl.RedisStore(redis_server.url, "hostile:keys3", updated_field="when")
+        twice = RedisStore(redis_server.url, "hostile:keys3", updated_field="when")
         twice.clear()
         for _ in range(2):
             rows = {r.k: (r.m, r.mx) for r in tl.global_merge(
@@ -93,7 +95,7 @@ def test_hostile_keys_apply_once_whatever_the_mode_replaying(spark: Any,
 
 
 def test_a_batch_without_rows(spark: Any, redis_server: Any) -> None:
-    store = tl.RedisStore(redis_server.url, "hostile:empty")
+    store = RedisStore(redis_server.url, "hostile:empty")
     store.clear()
     empty = spark.createDataFrame([], "k string, v long")
     for _ in range(2):  # replayed too
@@ -109,9 +111,9 @@ def test_redis_down_during_apply_then_rerun_applies_the_rest_once(spark: Any,
     from pyspark.sql import functions as F
 
     df = hostile(spark).coalesce(2)
-    store = tl.RedisStore(own_redis.url, "hostile:down", socket_timeout=1.0)
+    store = RedisStore(own_redis.url, "hostile:down", socket_timeout=1.0)
     own_redis.stop()
-    with pytest.raises(tl.StoreUnavailableError, match="batch 5"):
+    with pytest.raises(StoreUnavailableError, match="batch 5"):
         tl.global_merge(df, "k", AGGS, store=store, apply_on="driver", batch_id=5)
     own_redis.start()
     assert store.applied_flushes() == 0  # nothing half-applied
@@ -144,10 +146,10 @@ def test_passwords_never_leak(spark: Any, redis_server: Any,
                               caplog: pytest.LogCaptureFixture) -> None:
     dead = free_port()
     caplog.set_level(logging.DEBUG)
-    store = tl.RedisStore(f"redis://:{PW}@127.0.0.1:{dead}/0", "hostile:pw",
+    store = RedisStore(f"redis://:{PW}@127.0.0.1:{dead}/0", "hostile:pw",
                           socket_timeout=0.5)
     assert PW not in repr(store)
-    with pytest.raises(tl.StoreUnavailableError) as err:
+    with pytest.raises(StoreUnavailableError) as err:
         tl.global_merge(hostile(spark), "k", AGGS, store=store, apply_on="driver")
     assert PW not in str(err.value) and PW not in repr(err.value)
     urls = [f"redis://:{PW}@127.0.0.1:{dead}/0", f"redis://127.0.0.1:{dead}/0?password={PW}",
@@ -160,14 +162,14 @@ def test_passwords_never_leak(spark: Any, redis_server: Any,
         assert PW not in str(failure.value)
         client.close()
     for url in (f"http://:{PW}@127.0.0.1:{dead}/0", PW, ""):
-        with pytest.raises(tl.InvalidArgumentError) as wrong:
+        with pytest.raises(InvalidArgumentError) as wrong:
             lean_client(url)
         assert PW not in str(wrong.value)
     for url in (None, 5, f"redis://:{PW}@x".encode()):
-        with pytest.raises(tl.InvalidArgumentTypeError) as typed:
+        with pytest.raises(InvalidArgumentTypeError) as typed:
             lean_client(url)  # type: ignore[arg-type]
         assert PW not in str(typed.value)
-    with pytest.raises(tl.InvalidArgumentError, match="timeout"):
+    with pytest.raises(InvalidArgumentError, match="timeout"):
         lean_client(redis_server.url, timeout=0)
     wrong_pw = lean_client(redis_server.url.replace(PW, PW + "x"), timeout=1.0)
     with pytest.raises(Exception) as denied:

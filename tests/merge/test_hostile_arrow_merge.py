@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 import trilink_spark as tl
+from trilink_spark.errors import ArithmeticOverflowError, InvalidArgumentError
 from trilink_spark.columns import ET_COL
 from trilink_spark.merge.arrow_engine import _FEW_PIECES, ArrowMerge, arrow_merge_partition
 from trilink_spark.merge.local import plan_merge
@@ -403,12 +404,12 @@ def test_long_sums_beyond_2_53_are_exact_and_beyond_2_63_refused(spark: Any) -> 
             assert got[2]["m"] == -(2.0**63)  # a long beyond 2**53 averages as a double
     # the total of one batch passes 2**63: refused, as the pandas path refuses it
     over = _source(plan, schema, {"k": [1, 1, 1], "l": [2**62, 2**62, 1]}, [1.0, 2.0, 3.0])
-    with pytest.raises(tl.ArithmeticOverflowError, match="overflows bigint"):
+    with pytest.raises(ArithmeticOverflowError, match="overflows bigint"):
         _arrow_run(plan, _cuts(over, "one"))
-    with pytest.raises(tl.ArithmeticOverflowError, match="overflows bigint"):
+    with pytest.raises(ArithmeticOverflowError, match="overflows bigint"):
         _pandas_run(plan, over)
     # ... and when only the merge of two batches' partials passes it
-    with pytest.raises(tl.ArithmeticOverflowError, match="overflows bigint"):
+    with pytest.raises(ArithmeticOverflowError, match="overflows bigint"):
         _arrow_run(plan, _cuts(over, "single"))
     # each flush of quantity mode is within range: no error, the exchange's merge decides
     split = _source(plan_q, schema, {"k": [1, 1, 1, 1], "l": [2**62, 2**62 - 1, 2**62, 0]},
@@ -417,7 +418,7 @@ def test_long_sums_beyond_2_53_are_exact_and_beyond_2_63_refused(spark: Any) -> 
     assert sums == [2**63 - 1, 2**62]
     # below -2**63 too
     under = _source(plan, schema, {"k": [7, 7], "l": [-(2**63), -1]}, [1.0, 2.0])
-    with pytest.raises(tl.ArithmeticOverflowError):
+    with pytest.raises(ArithmeticOverflowError):
         _arrow_run(plan, _cuts(under, "single"))
 
 
@@ -649,7 +650,7 @@ def test_a_key_named_like_an_output_column_is_refused_before_the_job(
     df = spark.createDataFrame([], "slot_start bigint, t double, v bigint")
     try:
         plan_merge(df, key, event_time, 10.0, {"n": ("count", None)})
-    except tl.InvalidArgumentError:
+    except InvalidArgumentError:
         return
     raise AssertionError("planned a merge whose output has two columns of one name")
 

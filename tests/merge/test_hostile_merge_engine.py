@@ -28,6 +28,8 @@ from pyspark import cloudpickle
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError
+from trilink_spark.merge import Combine
 from trilink_spark.columns import POS_COL
 from trilink_spark.keyed.prepare import in_arrival_order
 
@@ -347,7 +349,7 @@ def test_a_key_named_like_an_output_column_never_gives_wrong_rows(spark: Any, ke
     try:
         rows = tl.local_merge(df.coalesce(1), key, event_time, 10.0, {"n": ("count", None)},
                               engine="spark").collect()
-    except tl.InvalidArgumentError:
+    except InvalidArgumentError:
         return
     except Exception as err:  # a failed job is no wrong row
         assert "Duplicate" in str(err) or "ambiguous" in str(err).lower() or "AMBIGUOUS" in \
@@ -398,10 +400,10 @@ def test_what_the_spark_engine_cannot_run_is_refused_or_left_to_python(spark: An
     df = spark.createDataFrame([(1, 1, True, 1.0), (1, 2, False, 2.0)],
                                "k long, t long, p boolean, v double")
     refused = [({"punctuation": "p"}, {"n": ("count", None)}, "punctuation mode"),
-               ({}, {"c": (tl.Combine(np.sum), "v")}, "aggregate 'c'"),
+               ({}, {"c": (Combine(np.sum), "v")}, "aggregate 'c'"),
                ({}, {"x": ("last", "v"), "n": ("count", None)}, "aggregate 'x'")]
     for kw, aggs, why in refused:
-        with pytest.raises(tl.InvalidArgumentError, match=why):
+        with pytest.raises(InvalidArgumentError, match=why):
             tl.local_merge(df, "k", "t", 10, aggs, engine="spark", **kw)
     key = "spark.trilink.mergeEngine"
     try:

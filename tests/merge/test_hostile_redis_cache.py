@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import trilink_spark as tl
+from trilink_spark.merge import RedisStore
 
 
 def counts(out: Any) -> dict[Any, int]:
@@ -15,7 +16,7 @@ def counts(out: Any) -> dict[Any, int]:
 
 def test_a_restarted_server_is_reconnected_and_scripts_reloaded(spark: Any, own_redis: Any) -> None:
     df = spark.createDataFrame([(i % 3, i) for i in range(30)], "k int, v bigint").coalesce(2)
-    store = tl.RedisStore(own_redis.url, "t:restart", socket_timeout=2.0)
+    store = RedisStore(own_redis.url, "t:restart", socket_timeout=2.0)
     aggs = {"n": ("count", None), "s": ("sum", "v")}
     first = tl.global_merge(df, "k", aggs, store=store, batch_id=0)
     assert first is not None and counts(first) == {0: 10, 1: 10, 2: 10}

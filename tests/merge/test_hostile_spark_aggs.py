@@ -16,6 +16,7 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
 from conftest import greedy_group_bounds
 from testkit.frames import rows
 from trilink_spark.merge.expressions import parse_aggs, specs_for_partials
@@ -100,7 +101,7 @@ def test_first_and_last_forms_follow_event_time(spark: Any) -> None:
     merged = tl.merge_partials(tl.local_merge(df, "k", "t", 100.0, cols), "k", cols)
     assert merged.columns == ["k", "first(v)", "l", "f2", "fv"]
     assert rows(merged) == [("a", 20.0, 30.0, 20.0, 20.0), ("b", None, None, None, None)]
-    with pytest.raises(tl.InvalidArgumentError, match="ignorenulls=True"):
+    with pytest.raises(InvalidArgumentError, match="ignorenulls=True"):
         tl.local_merge(df, "k", "t", 10.0, [F.expr("first(v) respect nulls")])
 
 
@@ -126,7 +127,7 @@ def test_count_of_a_literal_beside_a_column_named_like_it(odd: Any) -> None:
 ])
 def test_what_is_not_a_plain_aggregate_of_a_column_is_refused(odd: Any, make: Any,
                                                              match: str) -> None:
-    with pytest.raises(tl.InvalidArgumentError, match=match) as err:
+    with pytest.raises(InvalidArgumentError, match=match) as err:
         tl.local_merge(odd, "k", "t", 10.0, [make()])
     assert isinstance(err.value, ValueError)
 
@@ -176,7 +177,7 @@ def test_integer_and_decimal_values_with_dict_form(spark: Any) -> None:
     (lambda: [F.sum("v").alias("")], "name"),
 ])
 def test_name_collisions_are_refused_with_the_name(odd: Any, cols: Any, match: str) -> None:
-    with pytest.raises(tl.InvalidArgumentError, match=match):
+    with pytest.raises(InvalidArgumentError, match=match):
         tl.local_merge(odd, "k", "t", 10.0, cols())
 
 
@@ -188,7 +189,7 @@ def test_names_with_double_underscores_inside_are_fine(odd: Any) -> None:
 @pytest.mark.parametrize("aggs", [lambda: [1], lambda: ["sum"], lambda: [None], lambda: 5,
                                   lambda: "sum(v)", lambda: [F.sum("v"), 3]])
 def test_shapes_that_are_no_aggregates_are_refused_typed(spark: Any, aggs: Any) -> None:
-    with pytest.raises(tl.InvalidArgumentTypeError) as err:
+    with pytest.raises(InvalidArgumentTypeError) as err:
         parse_aggs(aggs(), ["k", "v"])
     assert isinstance(err.value, TypeError)
 
@@ -209,7 +210,7 @@ def test_streaming_frames_take_column_aggregates(spark: Any) -> None:
     _, plan = plan_merge(stream, "k", "timestamp", "10 seconds",
                          [F.sum("value").alias("s"), F.count("*")])
     assert [s.name for s in plan.specs] == ["s", "count(1)"]
-    with pytest.raises(tl.InvalidArgumentError, match="(?i)distinct"):
+    with pytest.raises(InvalidArgumentError, match="(?i)distinct"):
         plan_merge(stream, "k", "timestamp", "10 seconds", [F.count_distinct("value")])
 
 
@@ -232,9 +233,9 @@ def test_group_bounds_on_extreme_codes_follow_the_greedy_definition(
 def test_a_max_groups_below_one_is_refused_not_a_hang(max_groups: Any) -> None:
     from trilink_spark.merge.bounds import flush_bounds
 
-    with pytest.raises(tl.InvalidArgumentError, match="max_groups"):
+    with pytest.raises(InvalidArgumentError, match="max_groups"):
         flush_bounds(np.zeros(3), "groups", 0, 0.0, None, np.array([1, 2, 3]), max_groups)
-    with pytest.raises(tl.InvalidArgumentError, match="quantity"):
+    with pytest.raises(InvalidArgumentError, match="quantity"):
         flush_bounds(np.zeros(3), "quantity", 0, 0.0, None)
 
 

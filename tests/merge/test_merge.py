@@ -10,6 +10,9 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from trilink_spark.errors import MissingColumnError
+from trilink_spark.merge import Combine, local_merge_foreach_batch
+from trilink_spark.placement import shuffle_exchanges
 from conftest import assert_same_aggregates as same
 from conftest import raw_truth
 from trilink_spark.merge.bounds import flush_bounds
@@ -49,7 +52,7 @@ def test_merged_rows_carry_max_event_time_and_leave_in_slot_order(spark: Any) ->
     pdf = random_frame(2, n=2000)
     df = spark.createDataFrame(pdf).coalesce(1)
     partial = tl.local_merge(df, "k", "t", 100, AGGS, quantity=10_000).toPandas()
-    assert tl.shuffle_exchanges(tl.local_merge(df, "k", "t", 100, AGGS)) == 0
+    assert shuffle_exchanges(tl.local_merge(df, "k", "t", 100, AGGS)) == 0
     slots = (pdf["t"] // 100) * 100
     want = pdf.assign(slot_start=slots).groupby(["k", "slot_start"])["t"].max()
     got = partial.set_index(["k", "slot_start"])["t"]
@@ -75,7 +78,7 @@ def test_first_and_last_follow_event_time_then_arrival(spark: Any) -> None:
 def test_user_defined_combine(spark: Any) -> None:
     pdf = pd.DataFrame({"k": [1, 1, 2, 2, 2], "t": [1, 2, 3, 4, 5], "bits": [1, 2, 4, 4, 8]})
     df = spark.createDataFrame(pdf).repartition(2)
-    aggs = {"mask": (tl.Combine(np.bitwise_or.reduce, "bigint"), "bits")}
+    aggs = {"mask": (Combine(np.bitwise_or.reduce, "bigint"), "bits")}
     got = tl.merge_partials(tl.local_merge(df, "k", "t", 10, aggs, quantity=1), "k", aggs)
     assert sorted(tuple(r) for r in got.collect()) == [(1, 3), (2, 12)]
 
@@ -111,7 +114,7 @@ def test_argument_errors(spark: Any) -> None:
         tl.local_merge(df, "k", "t", 10, AGGS, mode="periodic")
     with pytest.raises(ValueError):
         tl.local_merge(df, "k", "t", 0, AGGS)
-    with pytest.raises(tl.MissingColumnError):
+    with pytest.raises(MissingColumnError):
         tl.local_merge(df, "nope", "t", 10, AGGS)
     with pytest.raises(ValueError):
         tl.global_merge(df, "k", AGGS, store="zookeeper")
@@ -121,7 +124,7 @@ def test_streaming_buffers_carry_across_micro_batches(spark: Any, tmp_path: Any)
     pdf = random_frame(5, n=3000)
     parts = [pdf.iloc[i * 1000:(i + 1) * 1000] for i in range(3)]
     emitted: list[pd.DataFrame] = []
-    run = tl.local_merge_foreach_batch(lambda df, b: emitted.append(df.toPandas()), "k", "t",
+    run = local_merge_foreach_batch(lambda df, b: emitted.append(df.toPandas()), "k", "t",
                                        100, AGGS, str(tmp_path / "merge"), quantity=700)
     for batch_id, part in enumerate(parts):
         run(spark.createDataFrame(part).coalesce(1), batch_id)

@@ -9,6 +9,9 @@ import pandas as pd
 import pytest
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError
+from trilink_spark.merge import AGGREGATES
+from trilink_spark.placement import SOURCE_AGGREGATES
 from trilink_spark.merge import aggregates
 from trilink_spark.merge.aggregates import (
     AGGREGATE_CLASSES, Combine, CombineAggregate, Count, First, Last, Max, Mean, Min, Stddev, Sum,
@@ -18,7 +21,7 @@ from trilink_spark.merge.expressions import AggSpec, parse_aggs, specs_for_parti
 from trilink_spark.merge.partials import finalize_frame, merge_partial_frames, partial_frame
 from trilink_spark.merge.redis_store import RedisStore
 
-#: tl.SOURCE_AGGREGATES as it was written out by hand before the algebra derived it.
+#: SOURCE_AGGREGATES as it was written out by hand before the algebra derived it.
 FORMER_SOURCE_AGGREGATES = {
     "count": "count", "sum": "sum", "avg": "mean", "mean": "mean", "min": "min", "max": "max",
     "first": "first", "first_value": "first", "last": "last", "last_value": "last",
@@ -28,10 +31,10 @@ FORMER_SOURCE_AGGREGATES = {
 
 
 def test_registry_names_and_public_constants_stay() -> None:
-    assert tl.AGGREGATES == ("count", "sum", "min", "max", "mean", "first", "last")
-    assert tl.SOURCE_AGGREGATES == FORMER_SOURCE_AGGREGATES
-    assert isinstance(tl.SOURCE_AGGREGATES, dict)
-    assert [AGGREGATE_CLASSES[n] for n in tl.AGGREGATES] == [Count, Sum, Min, Max, Mean, First,
+    assert AGGREGATES == ("count", "sum", "min", "max", "mean", "first", "last")
+    assert SOURCE_AGGREGATES == FORMER_SOURCE_AGGREGATES
+    assert isinstance(SOURCE_AGGREGATES, dict)
+    assert [AGGREGATE_CLASSES[n] for n in AGGREGATES] == [Count, Sum, Min, Max, Mean, First,
                                                            Last]
     assert not Stddev.mergeable and not Variance.mergeable
     assert AggSpec("s", "sum", "v").aggregate.__class__ is Sum
@@ -49,21 +52,21 @@ def test_every_aggregate_has_one_type_per_partial_column() -> None:
 
 @pytest.mark.parametrize("func", ["stddev", "variance"])
 def test_unmergeable_aggregates_are_refused_clearly(spark: Any, func: str) -> None:
-    with pytest.raises(tl.InvalidArgumentError, match=f"{func}.*no exact partial form"):
+    with pytest.raises(InvalidArgumentError, match=f"{func}.*no exact partial form"):
         parse_aggs({"x": (func, "v")}, ["v"])
     df = spark.createDataFrame([(1, 1, 1.0)], "k long, t long, v double")
-    with pytest.raises(tl.InvalidArgumentError, match="keyed_agg"):
+    with pytest.raises(InvalidArgumentError, match="keyed_agg"):
         tl.local_merge(df, "k", "t", 10, {"x": (func, "v")})
-    with pytest.raises(tl.InvalidArgumentError):
+    with pytest.raises(InvalidArgumentError):
         Stddev("x", "v").partial_types("double")
 
 
 def test_unknown_aggregates_and_columns_still_raise() -> None:
-    with pytest.raises(tl.InvalidArgumentError, match="unknown aggregate"):
+    with pytest.raises(InvalidArgumentError, match="unknown aggregate"):
         parse_aggs({"x": ("median", "v")}, ["v"])
-    with pytest.raises(tl.InvalidArgumentError, match="unknown aggregate"):
+    with pytest.raises(InvalidArgumentError, match="unknown aggregate"):
         parse_aggs([("x", ["sum"], "v")], ["v"])
-    with pytest.raises(tl.InvalidArgumentError, match="needs a column"):
+    with pytest.raises(InvalidArgumentError, match="needs a column"):
         parse_aggs({"x": ("first", None)}, ["v"])
     assert [s.column for s in specs_for_partials({"n": ("count", None), "s": ("sum", "v")})] \
         == [None, "_"]
@@ -118,7 +121,7 @@ def test_redis_form_comes_from_the_aggregates() -> None:
     hashes = [{b"s": b"0.1", b"s__n": b"1", b"f": b"2.5"}, {}]
     assert Sum("s", "v").redis_decode(hashes)["s__n"] == [1, 0]
     assert First("f", "v").redis_decode(hashes) == {"f": [2.5, None]}
-    with pytest.raises(tl.InvalidArgumentError, match="Combine"):
+    with pytest.raises(InvalidArgumentError, match="Combine"):
         RedisStore.ops(parse_aggs(AGGS, ["v", "b"]))
 
 

@@ -16,6 +16,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError
 from trilink_spark.merge.local import MERGE_ENGINES
 
 AGGS = {"n": ("count", None), "nv": ("count", "v"), "s": ("sum", "v"), "si": ("sum", "i"),
@@ -139,9 +140,9 @@ def test_spark_engine_refuses_what_it_cannot_run(spark: Any) -> None:
         ({"order_by": "t"}, aggs, "order_by"),
         ({}, {"f": ("first", "v")}, "aggregate 'f'")]
     for kwargs, chosen, why in cases:
-        with pytest.raises(tl.InvalidArgumentError, match=why):
+        with pytest.raises(InvalidArgumentError, match=why):
             tl.local_merge(df, "k", "t", 10, chosen, engine="spark", **kwargs)
-    with pytest.raises(tl.InvalidArgumentError, match="engine must be one of python, spark"):
+    with pytest.raises(InvalidArgumentError, match="engine must be one of python, spark"):
         tl.local_merge(df, "k", "t", 10, aggs, engine="jvm")
     with pytest.raises(TypeError):
         tl.local_merge(df, "k", "t", 10, aggs, engine=1)  # type: ignore[arg-type]
@@ -151,7 +152,7 @@ def test_spark_engine_refuses_what_it_cannot_run(spark: Any) -> None:
 def test_spark_engine_refuses_a_stream(spark: Any) -> None:
     stream = spark.readStream.format("rate").load().selectExpr("value % 3 AS k",
                                                                "timestamp AS t")
-    with pytest.raises(tl.InvalidArgumentError, match="streaming DataFrame"):
+    with pytest.raises(InvalidArgumentError, match="streaming DataFrame"):
         tl.local_merge(stream, "k", "t", "10 seconds", {"n": ("count", None)}, engine="spark")
 
 
@@ -165,7 +166,7 @@ def test_the_conf_picks_the_engine_and_falls_back_where_it_cannot_run(spark: Any
         first = tl.local_merge(df, "k", "t", 10, {"f": ("first", "v")})  # Python runs it
         assert sum(r.f is not None for r in first.collect()) >= 1
         spark.conf.set(key, "fast")
-        with pytest.raises(tl.InvalidArgumentError, match="spark.trilink.mergeEngine"):
+        with pytest.raises(InvalidArgumentError, match="spark.trilink.mergeEngine"):
             tl.local_merge(df, "k", "t", 10, {"n": ("count", None)})
     finally:
         spark.conf.unset(key)

@@ -11,6 +11,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
 from conftest import greedy_group_bounds
 from trilink_spark.merge.bounds import flush_bounds
 from trilink_spark.merge.local import plan_merge
@@ -31,7 +32,7 @@ def test_group_bounds_match_the_greedy_definition(seed: int) -> None:
 
 
 def test_group_bounds_need_codes() -> None:
-    with pytest.raises(tl.InvalidArgumentError, match="group code"):
+    with pytest.raises(InvalidArgumentError, match="group code"):
         flush_bounds(np.zeros(3), "groups", 0, 0.0, None)
 
 
@@ -67,7 +68,7 @@ def test_max_groups_bounds_buffered_groups_and_stays_exact(spark: Any) -> None:
     assert bounded.count() > whole.count()
     got = tl.merge_partials(bounded, "sensor", aggs).orderBy("sensor").collect()
     assert got == tl.merge_partials(whole, "sensor", aggs).orderBy("sensor").collect()
-    with pytest.raises(tl.InvalidArgumentTypeError, match="max_groups"):
+    with pytest.raises(InvalidArgumentTypeError, match="max_groups"):
         tl.local_merge(df, "sensor", "ts", 10.0, aggs, max_groups=0)
 
 
@@ -81,5 +82,5 @@ def test_streams_keep_the_quantity_mode_and_batches_take_groups(spark: Any) -> N
     assert plan.mode == "groups"
     _, plan = plan_merge(batch, "id", "t", 5.0, {"n": ("count", None)}, "quantity")
     assert plan.mode == "quantity"
-    with pytest.raises(tl.InvalidArgumentError, match="auto"):
+    with pytest.raises(InvalidArgumentError, match="auto"):
         plan_merge(batch, "id", "t", 5.0, {"n": ("count", None)}, "sometimes")

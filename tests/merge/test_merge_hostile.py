@@ -11,6 +11,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from trilink_spark.errors import ArithmeticOverflowError, InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError, ReservedColumnError
 
 
 def norm(rows: Any) -> list[tuple[Any, ...]]:
@@ -85,7 +86,7 @@ def test_result_types_and_long_sums_follow_spark(spark: Any) -> None:
 def test_long_sum_overflow_is_a_typed_error(spark: Any) -> None:
     df = spark.createDataFrame([(1, 2**62), (1, 2**62)], "k long, i long").coalesce(1)
     aggs = {"si": ("sum", "i")}
-    with pytest.raises(tl.ArithmeticOverflowError, match="overflows bigint"):
+    with pytest.raises(ArithmeticOverflowError, match="overflows bigint"):
         tl.global_merge(df, "k", aggs)
     split = spark.createDataFrame(  # one row per partition: the driver's merge overflows
         spark.sparkContext.parallelize([(1, 2**62), (1, 2**62)], 2), "k long, i long")
@@ -97,27 +98,27 @@ def test_bad_arguments_are_trilink_errors_before_any_job(spark: Any) -> None:
     df = spark.createDataFrame([(1, 1, 1.0, "a")], "k long, t long, v double, s string")
     nested = df.select(F.struct("k").alias("k"), F.array("k").alias("a"), "t", "v")
     for key in ("k", "a"):
-        with pytest.raises(tl.InvalidKeyTypeError, match=key):
+        with pytest.raises(InvalidKeyTypeError, match=key):
             tl.local_merge(nested, key, "t", 10, {"n": ("count", None)})
-        with pytest.raises(tl.InvalidKeyTypeError):
+        with pytest.raises(InvalidKeyTypeError):
             tl.global_merge(nested, key, {"n": ("count", None)})
     for name in ("k", "t", "slot_start"):
-        with pytest.raises(tl.InvalidArgumentError, match=name):
+        with pytest.raises(InvalidArgumentError, match=name):
             tl.local_merge(df, "k", "t", 10, {name: ("sum", "v")})
     for name in ("k", "slot_start"):
-        with pytest.raises(tl.InvalidArgumentError, match=name):
+        with pytest.raises(InvalidArgumentError, match=name):
             tl.global_merge(df, "k", {name: ("sum", "v")})
-    with pytest.raises(tl.InvalidArgumentError, match="'t'"):
+    with pytest.raises(InvalidArgumentError, match="'t'"):
         tl.global_merge(df, "k", {"t": ("sum", "v")}, event_time="t")
     for func in ("sum", "mean"):
-        with pytest.raises(tl.InvalidArgumentTypeError, match="'s' is string"):
+        with pytest.raises(InvalidArgumentTypeError, match="'s' is string"):
             tl.local_merge(df, "k", "t", 10, {"x": (func, "s")})
-        with pytest.raises(tl.InvalidArgumentTypeError, match="'s' is string"):
+        with pytest.raises(InvalidArgumentTypeError, match="'s' is string"):
             tl.global_merge(df, "k", {"x": (func, "s")})
     reserved = df.withColumnRenamed("v", tl.PARTITION_COL)
-    with pytest.raises(tl.ReservedColumnError):
+    with pytest.raises(ReservedColumnError):
         tl.local_merge(reserved, "k", "t", 10, {"n": ("count", None)})
-    with pytest.raises(tl.ReservedColumnError):
+    with pytest.raises(ReservedColumnError):
         tl.global_merge(reserved, "k", {"n": ("count", None)})
-    with pytest.raises(tl.ReservedColumnError):
+    with pytest.raises(ReservedColumnError):
         tl.global_merge(df, "k", {"_tl_x": ("sum", "v")})

@@ -11,6 +11,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
 from trilink_spark.merge.expressions import parse_aggs
 
 pytestmark = pytest.mark.connect
@@ -90,7 +91,7 @@ def test_global_merge_takes_column_aggregates(spark: Any) -> None:
 ])
 def test_aggregates_that_cannot_merge_exactly_are_refused_by_name(spark: Any, make: Any,
                                                                  name: str) -> None:
-    with pytest.raises(tl.InvalidArgumentError, match=name) as err:
+    with pytest.raises(InvalidArgumentError, match=name) as err:
         parse_aggs([make()], ["k", "v"])
     assert "keyed_agg" in str(err.value)
 
@@ -98,7 +99,7 @@ def test_aggregates_that_cannot_merge_exactly_are_refused_by_name(spark: Any, ma
 def test_count_distinct_is_refused(spark: Any) -> None:
     df = _frame(spark)
     for col in (F.count_distinct("v"), F.count_distinct("v").alias("n")):
-        with pytest.raises(tl.InvalidArgumentError, match="(?i)distinct"):
+        with pytest.raises(InvalidArgumentError, match="(?i)distinct"):
             tl.local_merge(df, "k", "t", 10.0, [col])
 
 
@@ -111,18 +112,18 @@ def test_count_distinct_is_refused(spark: Any) -> None:
 ])
 def test_what_is_not_a_plain_aggregate_of_a_column_is_refused(spark: Any, make: Any,
                                                              match: str) -> None:
-    with pytest.raises(tl.InvalidArgumentError, match=match):
+    with pytest.raises(InvalidArgumentError, match=match):
         parse_aggs([make()], ["k", "v"])
 
 
 def test_dict_form_errors_name_the_entry() -> None:
-    with pytest.raises(tl.InvalidArgumentError, match="collect_list"):
+    with pytest.raises(InvalidArgumentError, match="collect_list"):
         parse_aggs({"v": "collect_list"}, ["v"])
-    with pytest.raises(tl.InvalidArgumentError, match="not in"):
+    with pytest.raises(InvalidArgumentError, match="not in"):
         parse_aggs({"x": "sum"}, ["v"])
-    with pytest.raises(tl.InvalidArgumentError, match="only count"):
+    with pytest.raises(InvalidArgumentError, match="only count"):
         parse_aggs({"*": "sum"}, ["v"])
-    with pytest.raises(tl.InvalidArgumentTypeError):
+    with pytest.raises(InvalidArgumentTypeError):
         parse_aggs({"v": "sum", "w": ("sum", "w")}, ["v", "w"])
 
 

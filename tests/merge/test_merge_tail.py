@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentTypeError, StateCorruptError
+from trilink_spark.merge import local_merge_foreach_batch
 from trilink_spark._internal.io.arrowio import write_table
 from trilink_spark.columns import ET_COL, POS_COL, PUNCT_COL, SLOT_COL
 from trilink_spark.merge.pandas_engine import arrow_to_pandas
@@ -135,7 +136,7 @@ def test_tail_bytes_depend_on_the_rows_only() -> None:
     # the index is positional: a tail sliced at row 1 and the same rows renumbered are one tail
     assert encode_tail(rows.iloc[1:]) == encode_tail(rows.iloc[1:].reset_index(drop=True))
     assert decode_tail(encode_tail(rows.iloc[1:]), WHERE).index.equals(pd.RangeIndex(2))
-    with pytest.raises(tl.InvalidArgumentTypeError, match="RangeIndex"):  # never dropped silently
+    with pytest.raises(InvalidArgumentTypeError, match="RangeIndex"):  # never dropped silently
         encode_tail(rows.set_index(["k", POS_COL]))
 
 
@@ -181,7 +182,7 @@ def bad_tails(tmp_path: Path) -> dict[str, tuple[bytes, str]]:
 
 def test_bad_tail_bytes_raise_state_corrupt_naming_what_they_are(tmp_path: Path) -> None:
     for name, (data, what) in bad_tails(tmp_path).items():
-        with pytest.raises(tl.StateCorruptError) as err:
+        with pytest.raises(StateCorruptError) as err:
             decode_tail(data, WHERE)
         message = str(err.value)
         assert message.startswith(WHERE), (name, message)
@@ -190,7 +191,7 @@ def test_bad_tail_bytes_raise_state_corrupt_naming_what_they_are(tmp_path: Path)
 
 
 def test_buffered_counts_stored_rows_and_refuses_what_is_not_a_tail(tmp_path: Path) -> None:
-    run = tl.local_merge_foreach_batch(lambda df, b: None, "k", "t", 10, AGGS,
+    run = local_merge_foreach_batch(lambda df, b: None, "k", "t", 10, AGGS,
                                        str(tmp_path / "state"))
     rows = arrow_to_pandas(pa.table({"k": pa.array([1, 2, 3]), ET_COL: pa.array([1.0, 2, 3]),
                                      SLOT_COL: pa.array([0.0, 0, 0])}))
@@ -202,7 +203,7 @@ def test_buffered_counts_stored_rows_and_refuses_what_is_not_a_tail(tmp_path: Pa
     assert run.buffered() == 3
     marker = tmp_path / "marker"
     run.store.save(3, 4, pickle.dumps(Bomb(marker)))
-    with pytest.raises(tl.StateCorruptError, match="merge tail of partition 3 .*a Python pickle"):
+    with pytest.raises(StateCorruptError, match="merge tail of partition 3 .*a Python pickle"):
         run.buffered()
     assert not marker.exists()
 
@@ -215,7 +216,7 @@ def frame(n: int, start: int = 0) -> pd.DataFrame:
 
 
 def test_stream_tail_is_not_unpickled(spark: Any, tmp_path: Path) -> None:
-    run = tl.local_merge_foreach_batch(lambda df, b: df.collect(), "k", "t", 10, AGGS,
+    run = local_merge_foreach_batch(lambda df, b: df.collect(), "k", "t", 10, AGGS,
                                        str(tmp_path / "state"), quantity=40)
     run(spark.createDataFrame(frame(100)).coalesce(1), 0)
     assert run.buffered() == 20
@@ -224,9 +225,9 @@ def test_stream_tail_is_not_unpickled(spark: Any, tmp_path: Path) -> None:
     with pytest.raises(Exception, match=r"(?s)StateCorruptError.*merge tail of partition 0 "
                                         r"\(newest state before batch 1\).*a Python pickle"):
         run(spark.createDataFrame(frame(100, 100)).coalesce(1), 1)
-    with pytest.raises(tl.StateCorruptError, match="partition 0 .*never unpickles"):
+    with pytest.raises(StateCorruptError, match="partition 0 .*never unpickles"):
         run.flush_remaining()
-    with pytest.raises(tl.StateCorruptError, match="partition 0"):
+    with pytest.raises(StateCorruptError, match="partition 0"):
         run.buffered()
     assert not marker.exists()  # neither the executor nor the driver ran it
 
@@ -235,7 +236,7 @@ def test_stream_tail_is_not_unpickled(spark: Any, tmp_path: Path) -> None:
 def test_stream_refuses_a_bad_tail_and_never_starts_empty(spark: Any, tmp_path: Path,
                                                           bad: str) -> None:
     emitted: list[int] = []
-    run = tl.local_merge_foreach_batch(lambda df, b: emitted.append(df.count()), "k", "t", 10,
+    run = local_merge_foreach_batch(lambda df, b: emitted.append(df.count()), "k", "t", 10,
                                        AGGS, str(tmp_path / "state"), quantity=40)
     run(spark.createDataFrame(frame(100)).coalesce(1), 0)
     data, what = bad_tails(tmp_path)[bad]
@@ -250,7 +251,7 @@ def test_empty_tail_is_stored_and_differs_from_no_tail(spark: Any, tmp_path: Pat
     pdf = frame(30).assign(mark=False)
     pdf.loc[29, "mark"] = True  # the last row ends a flush: nothing stays buffered
     emitted: list[pd.DataFrame] = []
-    run = tl.local_merge_foreach_batch(lambda df, b: emitted.append(df.toPandas()), "k", "t", 10,
+    run = local_merge_foreach_batch(lambda df, b: emitted.append(df.toPandas()), "k", "t", 10,
                                        AGGS, str(tmp_path / "state"), mode="punctuation",
                                        punctuation="mark")
     run(spark.createDataFrame(pdf).coalesce(1), 0)
@@ -267,11 +268,11 @@ def test_empty_tail_is_stored_and_differs_from_no_tail(spark: Any, tmp_path: Pat
 
 def test_tail_of_another_query_is_refused(spark: Any, tmp_path: Path) -> None:
     path = str(tmp_path / "state")
-    first = tl.local_merge_foreach_batch(lambda df, b: df.collect(), "k", "t", 10, AGGS, path,
+    first = local_merge_foreach_batch(lambda df, b: df.collect(), "k", "t", 10, AGGS, path,
                                          quantity=40)
     first(spark.createDataFrame(frame(100)).coalesce(1), 0)
     other_aggs = {"n": ("count", None), "w": ("max", "w")}
-    second = tl.local_merge_foreach_batch(lambda df, b: df.collect(), "k", "t", 10, other_aggs,
+    second = local_merge_foreach_batch(lambda df, b: df.collect(), "k", "t", 10, other_aggs,
                                           path, quantity=40)
     rows = frame(100, 100).rename(columns={"v": "w"})
     with pytest.raises(Exception, match=r"(?s)StateCorruptError.*another query's buffers"):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import trilink_spark as tl
+from trilink_spark.errors import ArithmeticOverflowError
 
 AGGS = {"n": ("count", None), "nv": ("count", "v"), "s": ("sum", "v"), "lo": ("min", "v"),
         "hi": ("max", "v"), "m": ("mean", "v"), "si": ("sum", "i")}
@@ -58,7 +59,7 @@ def test_the_native_merge_equals_the_algebra(spark: Any, seed: int) -> None:
 
 def test_an_integral_sum_that_overflows_is_the_typed_error_on_both_paths(spark: Any) -> None:
     big = spark.createDataFrame([(1, 2**62), (1, 2**62), (1, 2**62)], "k int, i bigint")
-    with pytest.raises(tl.ArithmeticOverflowError):
+    with pytest.raises(ArithmeticOverflowError):
         tl.global_merge(big, "k", {"s": ("sum", "i")}).collect()
     with pytest.raises(Exception, match="ArithmeticOverflowError"):  # from a task
         tl.global_merge(big, "k", {"s": ("sum", "i"), "f": ("first", "i")}).collect()

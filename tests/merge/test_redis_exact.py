@@ -15,6 +15,7 @@ from pyspark import cloudpickle
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from trilink_spark.merge import RedisStore
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -44,7 +45,7 @@ def test_redis_flush_with_inf_is_all_or_nothing_and_follows_spark(
     want = norm(df.groupBy("k").agg(F.count(F.lit(1)).alias("n"), F.sum("v").alias("s"),
                                     F.min("v").alias("lo"), F.max("v").alias("hi"),
                                     F.avg("v").alias("m")).collect())
-    store = tl.RedisStore(redis_server.url, "t:inf")
+    store = RedisStore(redis_server.url, "t:inf")
     store.clear()
     try:
         for _ in range(2):  # a rerun of the batch changes nothing
@@ -62,7 +63,7 @@ def test_redis_flush_that_fails_leaves_nothing_and_a_rerun_applies_it(
 ) -> None:
     df = spark.createDataFrame([("a", 2**62), ("b", 1), ("a", 2**62)], "k string, v long")
     aggs = {"n": ("count", None), "s": ("sum", "v")}
-    store = tl.RedisStore(redis_server.url, "t:overflow")
+    store = RedisStore(redis_server.url, "t:overflow")
     store.clear()
     try:
         try:
@@ -125,7 +126,7 @@ def test_redis_round_trips_every_key_and_value_exactly(
         F.count(F.lit(1)).alias("n"), F.sum("i").alias("si"), F.max("i").alias("hi"),
         F.sum("v").alias("sv"), F.min("v").alias("lo"), F.sum("d").alias("sd"),
         F.min("s").alias("ms"), F.avg("i").alias("m"))
-    store = tl.RedisStore(redis_server.url, "t:exact-types")
+    store = RedisStore(redis_server.url, "t:exact-types")
     store.clear()
     try:
         got = tl.global_merge(df, "k", AGGS, store=store, batch_id=1, quantity=3)

@@ -12,6 +12,8 @@ import pytest
 import redis
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError, StoreUnavailableError
+from trilink_spark.merge import RedisStore
 from trilink_spark.merge import redis_store
 from trilink_spark.merge.expressions import parse_aggs
 
@@ -34,7 +36,7 @@ def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
 def counting_store(url: str, prefix: str) -> tuple[Any, Any]:
     """A cleared store of counts per string key, with its types (as global_merge sets them)."""
     specs = parse_aggs({"n": ("count", None)}, ["k"])
-    store = tl.RedisStore(url, prefix)
+    store = RedisStore(url, prefix)
     store.clear()
     store.bind_schema(pa.schema([("k", pa.string()), ("n", pa.int64())]))
     store.set_meta("k", "string", specs)
@@ -96,8 +98,8 @@ def test_a_client_that_failed_is_dropped_and_a_flushed_script_is_run_again(
         before = counters(monitor)
         assert store.apply(deltas(["a"], [1]), "k", specs, "m1")
         assert delta(before, counters(monitor))["reads"] == 2  # NOSCRIPT, then EVAL
-        broken = tl.RedisStore("redis://127.0.0.1:1/0", "t:x", socket_timeout=0.2)
-        with pytest.raises(tl.StoreUnavailableError):
+        broken = RedisStore("redis://127.0.0.1:1/0", "t:x", socket_timeout=0.2)
+        with pytest.raises(StoreUnavailableError):
             broken.apply(deltas(["a"], [1]), "k", specs, "m0")
         assert broken._client is None and broken._client_key not in redis_store._clients
         assert store.read_frame(specs, "k")["n"].tolist() == [2]
@@ -119,7 +121,7 @@ def test_driver_apply_is_one_round_trip_per_batch_exactly_once_in_either_mode(
     df = _frame(spark, 2_000)
     aggs = {"n": ("count", None)}
     want = sorted(tuple(r) for r in df.groupBy("k").agg(F.count(F.lit(1)).alias("n")).collect())
-    store = tl.RedisStore(redis_server.url, "t:driver", updated_field="t")
+    store = RedisStore(redis_server.url, "t:driver", updated_field="t")
     store.clear()
     try:
         tl.global_merge(df, "k", aggs, store=store, batch_id=0, read=False,
@@ -149,7 +151,7 @@ def test_driver_apply_merges_other_aggregates_in_two_round_trips(
     df = _frame(spark, 1_000, with_nulls=True)
     aggs = {"n": ("count", None), "lo": ("min", "d"), "hi": ("max", "v"), "m": ("mean", "d"),
             "s": ("sum", "v")}
-    store = tl.RedisStore(redis_server.url, "t:driver-general")
+    store = RedisStore(redis_server.url, "t:driver-general")
     store.clear()
     try:
         want = tl.global_merge(df, "k", aggs)  # the driver store
@@ -170,10 +172,10 @@ def test_driver_apply_merges_other_aggregates_in_two_round_trips(
 
 def test_driver_apply_refuses_bad_arguments(spark: Any, redis_server: Any) -> None:
     df = _frame(spark, 10)
-    with pytest.raises(tl.InvalidArgumentError, match="apply_on must be one of"):
+    with pytest.raises(InvalidArgumentError, match="apply_on must be one of"):
         tl.global_merge(df, "k", {"n": ("count", None)}, apply_on="executors")
-    with pytest.raises(tl.InvalidArgumentError, match="updated_field"):
-        tl.RedisStore(redis_server.url, "t:x", updated_field="__v")
-    store = tl.RedisStore(redis_server.url, "t:x", updated_field="n")
-    with pytest.raises(tl.InvalidArgumentError, match="also a partial column"):
+    with pytest.raises(InvalidArgumentError, match="updated_field"):
+        RedisStore(redis_server.url, "t:x", updated_field="__v")
+    store = RedisStore(redis_server.url, "t:x", updated_field="n")
+    with pytest.raises(InvalidArgumentError, match="also a partial column"):
         tl.global_merge(df, "k", {"n": ("count", None)}, store=store, apply_on="driver")

@@ -12,6 +12,8 @@ from pyspark import cloudpickle
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from trilink_spark.errors import StoreUnavailableError
+from trilink_spark.merge import Combine, RedisStore
 from conftest import assert_same_aggregates as same
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -35,7 +37,7 @@ def truth(df: Any) -> pd.DataFrame:
                                 F.avg("v").alias("m")).orderBy("k").toPandas())
 
 
-class FailOnce(tl.RedisStore):
+class FailOnce(RedisStore):
     """Fails the first attempt of partition 0 right after its first flush was applied."""
 
     def apply(self, deltas: pd.DataFrame, key: str, specs: Any, marker: str) -> bool:
@@ -50,7 +52,7 @@ class FailOnce(tl.RedisStore):
 
 def test_global_merge_into_redis_equals_group_by(spark: Any, redis_server: Any) -> None:
     df = frame(spark)
-    store = tl.RedisStore(redis_server.url, "t:exact")
+    store = RedisStore(redis_server.url, "t:exact")
     got = tl.global_merge(df, "k", AGGS, store=store, quantity=1000)
     assert got is not None
     same(got.toPandas(), truth(df))
@@ -62,7 +64,7 @@ def test_global_merge_into_redis_equals_group_by(spark: Any, redis_server: Any) 
 
 def test_replayed_batch_never_counts_twice(spark: Any, redis_server: Any) -> None:
     df = frame(spark, 1)
-    store = tl.RedisStore(redis_server.url, "t:replay")
+    store = RedisStore(redis_server.url, "t:replay")
     tl.global_merge(df, "k", AGGS, store=store, batch_id=11, read=False)
     flushes = store.applied_flushes()
     got = tl.global_merge(df, "k", AGGS, store=store, batch_id=11)
@@ -89,8 +91,8 @@ def test_unreachable_redis_is_a_clear_error_and_a_retry_completes(
     df = frame(spark, 3)
     url = own_redis.url
     own_redis.stop()
-    store = tl.RedisStore(url, "t:down", socket_timeout=0.5)
-    with pytest.raises(tl.StoreUnavailableError, match="unreachable"):
+    store = RedisStore(url, "t:down", socket_timeout=0.5)
+    with pytest.raises(StoreUnavailableError, match="unreachable"):
         tl.global_merge(df, "k", AGGS, store=store, batch_id=1)
     own_redis.start()
     got = tl.global_merge(df, "k", AGGS, store=store, batch_id=1)
@@ -101,8 +103,8 @@ def test_unreachable_redis_is_a_clear_error_and_a_retry_completes(
 
 def test_combines_are_refused_before_any_task(spark: Any, redis_server: Any) -> None:
     df = spark.createDataFrame([(1, 1, 3)], "k long, t long, v long")
-    store = tl.RedisStore(redis_server.url, "t:combine")
+    store = RedisStore(redis_server.url, "t:combine")
     with pytest.raises(ValueError, match="Combine"):
-        tl.global_merge(df, "k", {"x": (tl.Combine(np.bitwise_or.reduce, "bigint"), "v")},
+        tl.global_merge(df, "k", {"x": (Combine(np.bitwise_or.reduce, "bigint"), "v")},
                         store=store)
     assert store.applied_flushes() == 0

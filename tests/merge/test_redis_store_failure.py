@@ -11,6 +11,8 @@ import pytest
 from pyspark import cloudpickle
 
 import trilink_spark as tl
+from trilink_spark.errors import StoreUnavailableError
+from trilink_spark.merge import RedisStore
 from trilink_spark.testing import free_port  # a port nobody listens on
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -18,7 +20,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 AGGS = {"n": ("count", None), "s": ("sum", "v")}
 
 
-class TasksOnly(tl.RedisStore):
+class TasksOnly(RedisStore):
     """Writes nothing from the driver, so that every Redis call is a task's ``apply``."""
 
     def set_meta(self, key: str, spark_type: str, specs: Any) -> None:
@@ -41,11 +43,11 @@ def frame(spark: Any) -> Any:
 def test_unreachable_redis_in_the_tasks_raises_store_unavailable(spark: Any) -> None:
     url = f"redis://:hunter2-secret@127.0.0.1:{free_port()}/0"
     store = TasksOnly(url, "t:tasks-down", socket_timeout=0.5)
-    with pytest.raises(tl.StoreUnavailableError) as info:
+    with pytest.raises(StoreUnavailableError) as info:
         tl.global_merge(frame(spark), "k", AGGS, store=store, batch_id=42, quantity=500,
                         read=False)
     message = str(info.value)
-    assert type(info.value) is tl.StoreUnavailableError
+    assert type(info.value) is StoreUnavailableError
     assert "during batch 42" in message and "unreachable" in message
     assert "partition(s)" in message  # reported by the tasks' status rows
     assert "hunter2-secret" not in message and "127.0.0.1" in message
@@ -55,5 +57,5 @@ def test_other_task_errors_are_not_taken_for_a_store_failure(spark: Any) -> None
     store = NotAStoreError("redis://127.0.0.1:1/0", "t:other")
     with pytest.raises(Exception) as info:
         tl.global_merge(frame(spark), "k", AGGS, store=store, batch_id=1, read=False)
-    assert not isinstance(info.value, tl.StoreUnavailableError)
+    assert not isinstance(info.value, StoreUnavailableError)
     assert "only named here" in str(info.value)

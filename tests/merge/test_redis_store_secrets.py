@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError, StoreUnavailableError
+from trilink_spark.merge import RedisStore
 
 
 @pytest.mark.parametrize("url", [
@@ -15,11 +16,11 @@ import trilink_spark as tl
 ])
 def test_no_password_in_errors_or_repr(url):
     try:
-        store = tl.RedisStore(url, socket_timeout=0.2)
-    except tl.InvalidArgumentError as err:
+        store = RedisStore(url, socket_timeout=0.2)
+    except InvalidArgumentError as err:
         assert "hunter2" not in str(err)
         return
     assert "hunter2" not in repr(store)
-    with pytest.raises(tl.StoreUnavailableError) as info:
+    with pytest.raises(StoreUnavailableError) as info:
         store.applied_flushes()
     assert "hunter2" not in str(info.value)

@@ -11,6 +11,10 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError, NullKeyError
+from trilink_spark.partitioners import CANDIDATES, strategy_names
+from trilink_spark.placement import physical_plan, shuffle_exchanges
+from trilink_spark.switching import validate_update
 from trilink_spark.partitioners import BlockPartitioner, OverlayPartitioner
 from trilink_spark.partitioners.base import resolve_strategy_name, strategy_class
 from trilink_spark.partitioners.block import MAX_BLOCKS, range_table
@@ -74,12 +78,12 @@ def test_assign_partition_and_blocks_agree_for_every_key_kind(keys):
 
 
 def test_nulls_follow_the_null_policy():
-    with pytest.raises(tl.NullKeyError):
+    with pytest.raises(NullKeyError):
         BlockPartitioner(N).assign(["a", None])
     p = BlockPartitioner(N, null_policy="partition0")
     assert p.assign(["a", None]).tolist()[1] == 0
     assert p.blocks(["a", None]).tolist()[1] == -1
-    with pytest.raises(tl.NullKeyError, match="no block"):
+    with pytest.raises(NullKeyError, match="no block"):
         p.block_of(None)
 
 
@@ -95,7 +99,7 @@ def test_round_trips_through_json_pickle_and_the_registry():
     assert restored.assign(keys).tolist() == p.assign(keys).tolist()
     assert pickle.loads(pickle.dumps(p)).assign(keys).tolist() == p.assign(keys).tolist()
     assert strategy_class("block") is BlockPartitioner
-    assert resolve_strategy_name("Block") == "block" and "block" in tl.strategy_names()
+    assert resolve_strategy_name("Block") == "block" and "block" in strategy_names()
     # the table is what a rebalance learns: fresh() goes back to the range table
     assert p.fresh().table.tolist() == range_table(N, 64).tolist()
     assert p.fresh().key_type == "string"
@@ -112,7 +116,7 @@ def test_round_trips_through_json_pickle_and_the_registry():
 ])
 def test_bad_arguments_raise_value_errors(bad):
     args = {"num_blocks": 4, **bad}
-    with pytest.raises(tl.InvalidArgumentError):
+    with pytest.raises(InvalidArgumentError):
         BlockPartitioner(4, **args)
 
 
@@ -126,7 +130,7 @@ def test_bad_arguments_raise_value_errors(bad):
 ])
 def test_bad_types_raise_type_errors(bad):
     args = {"num_blocks": 4, **bad}
-    with pytest.raises(tl.InvalidArgumentTypeError):
+    with pytest.raises(InvalidArgumentTypeError):
         BlockPartitioner(4, **args)
 
 
@@ -134,9 +138,9 @@ def test_fewer_blocks_than_partitions_is_refused_with_the_way_out():
     with pytest.raises(ValueError, match=r"num_blocks \(4096\) must be >= num_partitions"):
         BlockPartitioner(5000)
     assert BlockPartitioner(5000, num_blocks=5000).num_blocks == 5000
-    with pytest.raises(tl.InvalidArgumentError, match=r"in \[0, 2\)"):
+    with pytest.raises(InvalidArgumentError, match=r"in \[0, 2\)"):
         BlockPartitioner(2, 4).blocks_of_partition(2)
-    with pytest.raises(tl.InvalidArgumentError):
+    with pytest.raises(InvalidArgumentError):
         tl.Partitioner.from_dict({"strategy": "block", "num_partitions": 2, "table": [0, 5]})
 
 
@@ -145,7 +149,7 @@ def test_the_catalogue_offers_it_by_name_but_never_by_default():
     assert isinstance(p, BlockPartitioner) and p.key_type == "long"
     assert build("block", 6000).num_blocks == 6000
     assert candidate_of(p) == "block"
-    assert "block" in tl.CANDIDATES
+    assert "block" in CANDIDATES
     for kind in ("int", "long", "string", "binary", None):
         assert "block" not in default_candidates(kind)
         assert "block" not in default_candidates(kind, sequence=True, weights=True)
@@ -154,7 +158,7 @@ def test_the_catalogue_offers_it_by_name_but_never_by_default():
                                     strategies=["hash", "block"])
     assert [s.name for s in scores] == ["hash", "block"]
     assert "block" not in [s.name for s in tl.evaluate_strategies({1: 1, 2: 2}, 2)]
-    assert tl.validate_update({"strategy": "block"})
+    assert validate_update({"strategy": "block"})
 
 
 # ---------------------------------------------------------------------- Spark
@@ -179,7 +183,7 @@ def test_key_by_places_every_row_where_assign_says(frame, key, kt):
     for p in (BlockPartitioner(N, key_type=kt),
               BlockPartitioner(N, 4096, rng.integers(0, N, 4096), key_type=kt)):
         placed = tl.key_by(frame, key, p)
-        assert tl.shuffle_exchanges(placed) == 1
+        assert shuffle_exchanges(placed) == 1
         rows, keys = _rows(placed, key)
         assert all(r["sp"] == r[tl.PARTITION_COL] for r in rows)
         assert [r["sp"] for r in rows] == p.assign(keys).tolist()
@@ -195,7 +199,7 @@ def test_auto_key_type_follows_the_column_like_spark(frame):
 @pytest.mark.connect
 def test_key_by_by_name_binds_the_column_type(frame):
     placed = tl.key_by(frame, "ik", "block", 5)
-    assert tl.shuffle_exchanges(placed) == 1
+    assert shuffle_exchanges(placed) == 1
     rows, keys = _rows(placed, "ik")
     expected = BlockPartitioner(5, key_type="int").assign(keys)
     assert [r["sp"] for r in rows] == expected.tolist()
@@ -209,7 +213,7 @@ def test_the_table_literal_is_folded_and_plans_fast(frame):
     p = BlockPartitioner(N, 4096, np.random.default_rng(0).integers(0, N, 4096))
     start = time.perf_counter()
     placed = tl.key_by(frame, "sk", p)
-    plan = tl.physical_plan(placed)
+    plan = physical_plan(placed)
     seconds = time.perf_counter() - start
     assert "split(" not in plan  # folded into one constant array, not split per row
     assert seconds < 10.0, seconds
@@ -221,6 +225,6 @@ def test_an_overlay_on_blocks_places_rows_too(frame):
     keys = [r["sk"] for r in frame.select("sk").distinct().limit(40).collect()]
     p = OverlayPartitioner(base, {k: i % 9 for i, k in enumerate(keys)}, num_partitions=9)
     placed = tl.key_by(frame, "sk", p)
-    assert tl.shuffle_exchanges(placed) == 1
+    assert shuffle_exchanges(placed) == 1
     rows, got = _rows(placed, "sk")
     assert [r["sp"] for r in rows] == p.assign(got).tolist()

@@ -17,6 +17,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.functions import pandas_udf
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError, UnknownStrategyError
+from trilink_spark.placement import explain_keyed_agg, keyed_by_source, shuffle_exchanges
 from testkit.frames import rows
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -66,11 +68,11 @@ def test_every_mode_equals_groupby_on_hostile_keys(hostile: Any, which: str) -> 
 
 
 def test_udafs_and_distinct_take_exact_placement_with_a_short_reason(hostile: Any) -> None:
-    plan = tl.explain_keyed_agg(hostile, "k", mean_udf("v"))
+    plan = explain_keyed_agg(hostile, "k", mean_udf("v"))
     assert not plan.combine and plan.reason.startswith("_mean(")
     assert "StackTrace" not in plan.reason and len(plan.reason) < 200
-    assert not tl.explain_keyed_agg(hostile, "k", F.count_distinct("v")).combine
-    assert tl.explain_keyed_agg(hostile, "k", F.sum("v"), F.count("v")).combine
+    assert not explain_keyed_agg(hostile, "k", F.count_distinct("v")).combine
+    assert explain_keyed_agg(hostile, "k", F.sum("v"), F.count("v")).combine
 
 
 def test_string_keys_with_a_table_strategy(spark: Any) -> None:
@@ -96,21 +98,21 @@ def test_empty_frames_give_empty_results_in_every_mode(spark: Any) -> None:
 def test_keyed_by_source_frames_group_signed_zeros_as_one_key(spark: Any) -> None:
     data = [(k, float(v)) for k in [NAN, None, 0.0, -0.0, 1.0] for v in range(4)]
     base = spark.createDataFrame(data, "k double, v double").repartition(3, "k")
-    declared = tl.keyed_by_source(base, "k")
+    declared = keyed_by_source(base, "k")
     exprs = [F.sum("v"), F.count("*"), F.max("v"), F.count_distinct("v").alias("d")]
     expected = rows(base.groupBy("k").agg(*exprs))
     for mode in MODES:
         out = tl.keyed_agg(declared, "k", *exprs, combine=mode)
         assert rows(out) == expected, mode
-        assert tl.shuffle_exchanges(out) == tl.shuffle_exchanges(declared)  # still no exchange
-        plan = tl.explain_keyed_agg(declared, "k", *exprs, combine=mode)
+        assert shuffle_exchanges(out) == shuffle_exchanges(declared)  # still no exchange
+        plan = explain_keyed_agg(declared, "k", *exprs, combine=mode)
         assert not plan.combine and "keyed_by_source" in plan.reason
 
 
 def test_keyed_by_source_refuses_what_it_cannot_compute_per_partition(spark: Any) -> None:
-    declared = tl.keyed_by_source(spark.range(10).withColumn("k", F.col("id") % 3), "k")
+    declared = keyed_by_source(spark.range(10).withColumn("k", F.col("id") % 3), "k")
     for expr in (mean_udf(F.col("id").cast("double")), F.collect_list("id")):
-        with pytest.raises(tl.InvalidArgumentError, match="key_by"):
+        with pytest.raises(InvalidArgumentError, match="key_by"):
             tl.keyed_agg(declared, "k", expr)
 
 
@@ -133,15 +135,15 @@ def test_an_aggregate_named_like_the_key(hostile: Any) -> None:
 
 
 @pytest.mark.parametrize("kwargs, error", [
-    ({"strategy": "bogus"}, tl.UnknownStrategyError),
-    ({"strategy": 3}, tl.InvalidArgumentTypeError),
-    ({"num_partitions": 0}, tl.InvalidArgumentError),
-    ({"num_partitions": -3}, tl.InvalidArgumentError),
-    ({"num_partitions": 2.5}, tl.InvalidArgumentTypeError),
-    ({"null_polcy": "partition0"}, tl.InvalidArgumentTypeError),
-    ({"null_policy": "ignore"}, tl.InvalidArgumentError),
-    ({"fit": "sometimes"}, tl.InvalidArgumentError),
-    ({"strategy": tl.HashPartitioner(4), "num_partitions": 5}, tl.InvalidArgumentError),
+    ({"strategy": "bogus"}, UnknownStrategyError),
+    ({"strategy": 3}, InvalidArgumentTypeError),
+    ({"num_partitions": 0}, InvalidArgumentError),
+    ({"num_partitions": -3}, InvalidArgumentError),
+    ({"num_partitions": 2.5}, InvalidArgumentTypeError),
+    ({"null_polcy": "partition0"}, InvalidArgumentTypeError),
+    ({"null_policy": "ignore"}, InvalidArgumentError),
+    ({"fit": "sometimes"}, InvalidArgumentError),
+    ({"strategy": tl.HashPartitioner(4), "num_partitions": 5}, InvalidArgumentError),
 ])
 def test_bad_placement_arguments_fail_whichever_plan_is_picked(hostile: Any, kwargs: Any,
                                                              error: type) -> None:
@@ -190,7 +192,7 @@ def test_explain_from_threads_keeps_stdout_and_answers(hostile: Any) -> None:
 
     def work(i: int) -> None:
         exprs, want = cases[i % len(cases)]
-        got = tl.explain_keyed_agg(hostile, "k", *exprs).combine
+        got = explain_keyed_agg(hostile, "k", *exprs).combine
         with lock:
             answers.append((got, want))
 
@@ -205,7 +207,7 @@ def test_explain_from_threads_keeps_stdout_and_answers(hostile: Any) -> None:
 
 def test_combine_argument_is_checked_first(hostile: Any) -> None:
     for bad in ("sometimes", None, True, "AUTO"):
-        with pytest.raises(tl.InvalidArgumentError, match="combine"):
+        with pytest.raises(InvalidArgumentError, match="combine"):
             tl.keyed_agg(hostile, "k", F.sum("v"), combine=bad)
-        with pytest.raises(tl.InvalidArgumentError, match="combine"):
-            tl.explain_keyed_agg(hostile, "k", F.sum("v"), combine=bad)
+        with pytest.raises(InvalidArgumentError, match="combine"):
+            explain_keyed_agg(hostile, "k", F.sum("v"), combine=bad)

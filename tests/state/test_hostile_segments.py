@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentTypeError, StateCorruptError
 from trilink_spark._internal.io.arrowio import open_table, write_table
 from trilink_spark.keyed.stateio import StateIO
 from trilink_spark.keyed.snapshot import NULL_KEY, PartitionState, cut_segments, decode_state
@@ -115,7 +116,7 @@ def test_foreign_segment_with_the_same_row_counts_is_refused(tmp_path: Path) -> 
     shutil.copyfile(_segment(tmp_path, 0), _segment(tmp_path, 1))
     io = _io(store, 1, 4)
     for p in (2, 3):
-        with pytest.raises(tl.StateCorruptError, match="segment-00001"):
+        with pytest.raises(StateCorruptError, match="segment-00001"):
             io.load(p)
 
 
@@ -133,7 +134,7 @@ def test_segment_index_pointing_at_another_destination_is_refused(tmp_path: Path
     metadata[b"trilink.segment_index"] = b"[[3, 1], [2, 1]]"
     path.write_bytes(write_table(pa.Table.from_batches(
         table.to_batches(), schema=table.schema.with_metadata(metadata)), STATE_KIND))
-    with pytest.raises(tl.StateCorruptError, match="segment-00000"):
+    with pytest.raises(StateCorruptError, match="segment-00000"):
         _io(store, 1, 4).load(2)
 
 
@@ -143,7 +144,7 @@ def test_segment_holding_a_key_twice_is_refused(tmp_path: Path) -> None:
     assert _keys_and_values(_io(store, 1, 4).load(2)) == {"g": 200, "a": 0, "b": 1}
     twice = pa.concat_tables([_table(["a"]), _table(["a"])])  # 'b' replaced by 'a' again
     store.save_segment(1, 0, {2: twice})
-    with pytest.raises(tl.StateCorruptError, match="segment-00000"):
+    with pytest.raises(StateCorruptError, match="segment-00000"):
         _io(store, 1, 4).load(2)
 
 
@@ -207,7 +208,7 @@ def test_every_truncation_of_a_segment_is_named(tmp_path: Path) -> None:
             if cut == data:
                 continue
             path.write_bytes(cut)
-            with pytest.raises(tl.StateCorruptError, match="segment-00000"):
+            with pytest.raises(StateCorruptError, match="segment-00000"):
                 store.load_segment(1, 0, 2)
 
 
@@ -224,7 +225,7 @@ def test_random_byte_damage_is_never_a_raw_error(tmp_path: Path) -> None:
         for dest in (2, 5):
             try:
                 table = store.load_segment(1, 0, dest)
-            except tl.StateCorruptError as err:
+            except StateCorruptError as err:
                 assert "segment-00000" in str(err)
                 refused += 1
             else:  # no checksum: a damaged name or value may read back, but never more rows
@@ -244,7 +245,7 @@ def test_a_damaged_value_byte_is_detected(tmp_path: Path) -> None:
     marker = (0x5A5A5A5A5A).to_bytes(8, "little")
     assert data.count(marker) == 1
     path.write_bytes(data.replace(marker, (0x5A5A5A5A5B).to_bytes(8, "little")))
-    with pytest.raises(tl.StateCorruptError):
+    with pytest.raises(StateCorruptError):
         store.load_segment(1, 0, 2)
 
 
@@ -259,15 +260,15 @@ def test_a_directory_in_place_of_a_segment_is_a_store_error(tmp_path: Path) -> N
 def test_open_table_refuses_bad_arguments_and_batch_numbers() -> None:
     data = write_table(pa.Table.from_batches([pa.record_batch({"x": [1]}),
                                               pa.record_batch({"x": [2, 3]})]), "example")
-    with pytest.raises(tl.InvalidArgumentTypeError):
+    with pytest.raises(InvalidArgumentTypeError):
         open_table(data, "example", "w")  # type: ignore[arg-type]
-    with pytest.raises(tl.StateCorruptError, match="state file"):
+    with pytest.raises(StateCorruptError, match="state file"):
         open_table(pa.BufferReader(data), "keyed-state", "state file")  # another kind
     stored = open_table(pa.BufferReader(data), "example", "w")
     assert stored.read([1, 0]).column("x").to_pylist() == [2, 3, 1]
     assert stored.read([]).num_rows == 0
     for bad in ([2], [-1], [True], ["0"]):
-        with pytest.raises(tl.StateCorruptError, match="record batches"):
+        with pytest.raises(StateCorruptError, match="record batches"):
             stored.read(bad)
 
 
@@ -328,7 +329,7 @@ def test_malformed_fluid_plan_fields_are_state_corrupt_errors(tmp_path: Path, fi
     assert store.load_plan(1) == plan
     plan[field] = value
     path.write_text(json.dumps(plan))
-    with pytest.raises(tl.StateCorruptError, match="plan.json"):
+    with pytest.raises(StateCorruptError, match="plan.json"):
         store.load_plan(1)
 
 

@@ -23,6 +23,8 @@ import pytest
 from pyspark import cloudpickle
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError, StateCorruptError, StateStoreError, StateTypeError
+from trilink_spark.keyed import KeyedBatchFunction, KeyedContext
 from trilink_spark._internal.io.arrowio import write_table
 from trilink_spark.keyed.snapshot import PartitionState, decode_state, encode_state
 from trilink_spark.keyed.snapshot import merge_in, split_out
@@ -39,7 +41,7 @@ class N(tl.KeyedWatermarkProcessFunction):
     output_schema = "n long"
     state_schema = "n long"
 
-    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: tl.KeyedContext) -> Any:
+    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: KeyedContext) -> Any:
         n = ctx.get_state("n", 0) + len(rows)
         ctx.set_state("n", n)
         return [(n,)]
@@ -89,7 +91,7 @@ def test_odd_keys_round_trip_exactly(keys: list[Any]) -> None:
 
 
 def test_mixed_key_kinds_are_a_typed_error() -> None:
-    with pytest.raises(tl.StateTypeError):
+    with pytest.raises(StateTypeError):
         encode_state(_state([1, "a"]))
 
 
@@ -105,7 +107,7 @@ def test_json_state_keeps_nan_inf_huge_ints_and_nesting() -> None:
 def test_declared_schema_refuses_values_that_do_not_fit() -> None:
     typed = pa.struct([("x", pa.int64())])
     for bad in (2**63, "s", [1]):
-        with pytest.raises(tl.StateTypeError):
+        with pytest.raises(StateTypeError):
             encode_state(_state(["a"], {"x": bad}), value_type=typed)
 
 
@@ -118,7 +120,7 @@ def test_typed_nan_state_value_survives() -> None:
 def test_json_state_with_non_str_dict_keys_is_refused_or_exact() -> None:
     try:
         back = decode_state(encode_state(_state(["a"], {"v": {1: 2}})))
-    except tl.StateTypeError:
+    except StateTypeError:
         return
     assert back.values["a"]["v"] == {1: 2}
 
@@ -144,14 +146,14 @@ def test_split_out_and_merge_in_keep_every_row_once() -> None:
 def test_corrupt_manifest_is_state_corrupt_error(tmp_path: Path, body: bytes) -> None:
     store = make_store(tmp_path, KEYS)
     (tmp_path / "state" / "manifest.json").write_bytes(body)
-    with pytest.raises(tl.StateCorruptError, match="manifest.json"):
+    with pytest.raises(StateCorruptError, match="manifest.json"):
         store.owners()
 
 
 def test_deeply_nested_manifest_is_state_corrupt_error(tmp_path: Path) -> None:
     store = make_store(tmp_path, KEYS)
     (tmp_path / "state" / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)
-    with pytest.raises(tl.StateCorruptError):
+    with pytest.raises(StateCorruptError):
         store.read_manifest()
 
 
@@ -162,18 +164,18 @@ def test_deeply_nested_manifest_is_state_corrupt_error(tmp_path: Path) -> None:
 def test_corrupt_placement_is_state_corrupt_error(tmp_path: Path, body: Any) -> None:
     store = make_store(tmp_path, KEYS)
     (tmp_path / "state" / "placements" / f"{0:012d}.json").write_text(json.dumps(body))
-    with pytest.raises(tl.StateCorruptError, match="placements"):
+    with pytest.raises(StateCorruptError, match="placements"):
         store.placement_at(0)
 
 
 def test_missing_placement_and_segment_and_moves_are_named(tmp_path: Path) -> None:
     store = make_store(tmp_path, KEYS)
     (tmp_path / "state" / "placements" / f"{0:012d}.json").unlink()
-    with pytest.raises(tl.StateCorruptError, match="missing"):
+    with pytest.raises(StateCorruptError, match="missing"):
         store.placement_at(0)
-    with pytest.raises(tl.StateCorruptError, match="moves"):
+    with pytest.raises(StateCorruptError, match="moves"):
         store.load_moves(3)
-    with pytest.raises(tl.StateCorruptError, match="segment"):
+    with pytest.raises(StateCorruptError, match="segment"):
         store.load_segment(3, 0, 1)
 
 
@@ -184,9 +186,9 @@ def test_corrupt_moves_and_segments_are_named(tmp_path: Path, junk: bytes) -> No
     swap.mkdir(parents=True)
     (swap / "moves.state").write_bytes(junk)
     (swap / "segment-00000.state").write_bytes(junk)
-    with pytest.raises(tl.StateCorruptError, match="moves.state"):
+    with pytest.raises(StateCorruptError, match="moves.state"):
         store.load_moves(1)
-    with pytest.raises(tl.StateCorruptError, match="segment-00000"):
+    with pytest.raises(StateCorruptError, match="segment-00000"):
         store.load_segment(1, 0, 1)
 
 
@@ -199,7 +201,7 @@ def test_segment_file_reads_only_its_destination(tmp_path: Path) -> None:
     assert path.stat().st_size == written
     assert store.load_segment(4, 0, 2).column("key").to_pylist() == ["a", "b"]
     assert store.load_segment(4, 0, 5).column("key").to_pylist() == ["c"]
-    with pytest.raises(tl.StateCorruptError, match="no segment for partition 3"):
+    with pytest.raises(StateCorruptError, match="no segment for partition 3"):
         store.load_segment(4, 0, 3)
 
 
@@ -219,7 +221,7 @@ def test_segment_file_with_a_bad_index_is_refused(tmp_path: Path, index: bytes) 
     path.write_bytes(write_table(pa.Table.from_batches(table.to_batches(),
                                                        schema=table.schema.with_metadata(
                                                            metadata)), STATE_KIND))
-    with pytest.raises(tl.StateCorruptError, match="segment-00000"):
+    with pytest.raises(StateCorruptError, match="segment-00000"):
         store.load_segment(4, 0, 2)
 
 
@@ -227,17 +229,17 @@ def test_state_file_of_another_kind_is_refused(tmp_path: Path) -> None:
     store = make_store(tmp_path, KEYS)
     table = encode_state(_state(["a"]))
     store.save(1, 0, write_table(table, "swap-moves"))
-    with pytest.raises(tl.StateCorruptError, match="partition=00001"):
+    with pytest.raises(StateCorruptError, match="partition=00001"):
         store.owners()
 
 
 def test_junk_names_in_the_store_are_refused(tmp_path: Path) -> None:
     store = make_store(tmp_path, KEYS)
     (tmp_path / "state" / "partition=00001" / "latest.state").write_bytes(b"x")
-    with pytest.raises(tl.StateCorruptError, match="latest.state"):
+    with pytest.raises(StateCorruptError, match="latest.state"):
         store.versions(1)
     (tmp_path / "state" / "partition=abc").mkdir()
-    with pytest.raises(tl.StateCorruptError, match="partition=abc"):
+    with pytest.raises(StateCorruptError, match="partition=abc"):
         store.partitions()
 
 
@@ -257,7 +259,7 @@ def _bad_tables() -> list[Any]:
 @pytest.mark.parametrize("index", range(6), ids=["high-str", "timers-str", "values-int",
                                                    "high-null", "counters-str", "tables-list"])
 def test_malformed_state_table_is_state_corrupt_error(index: int) -> None:
-    with pytest.raises(tl.StateCorruptError):
+    with pytest.raises(StateCorruptError):
         decode_state(_bad_tables()[index], "state P")
 
 
@@ -266,7 +268,7 @@ def test_malformed_state_table_is_state_corrupt_error(index: int) -> None:
 def test_key_table_of_foreign_state_is_state_corrupt_error(tmp_path: Path, table: Any) -> None:
     store = make_store(tmp_path, KEYS)
     store.save_table(1, 0, table)
-    with pytest.raises(tl.StateCorruptError):
+    with pytest.raises(StateCorruptError):
         store.owners()
 
 
@@ -277,7 +279,7 @@ def test_key_table_of_foreign_state_is_state_corrupt_error(tmp_path: Path, table
 def test_inconsistent_placement_is_state_corrupt_error(tmp_path: Path, body: Any) -> None:
     store = make_store(tmp_path, KEYS)
     (tmp_path / "state" / "placements" / f"{0:012d}.json").write_text(json.dumps(body))
-    with pytest.raises(tl.StateCorruptError):
+    with pytest.raises(StateCorruptError):
         store.placement_at(0)
 
 
@@ -287,7 +289,7 @@ def test_incomplete_plan_is_state_corrupt_error(tmp_path: Path, plan: Any) -> No
     swap = tmp_path / "state" / "swaps" / f"{1:012d}"
     swap.mkdir(parents=True)
     (swap / "plan.json").write_text(json.dumps(plan))
-    with pytest.raises(tl.StateCorruptError):
+    with pytest.raises(StateCorruptError):
         store.load_plan(1)
 
 
@@ -297,7 +299,7 @@ def test_read_only_state_path_is_a_store_error(tmp_path: Path) -> None:
     ro.mkdir()
     ro.chmod(0o500)
     try:
-        with pytest.raises(tl.StateStoreError):
+        with pytest.raises(StateStoreError):
             KeyedStateStore(str(ro))
     finally:
         ro.chmod(0o700)
@@ -330,13 +332,13 @@ def test_bad_request_swap_arguments_are_typed_errors(tmp_path: Path, kwargs: Any
 
 def test_request_swap_to_overlay_by_name_is_refused(tmp_path: Path) -> None:
     run = tl.keyed_foreach_batch(lambda df, b: None, "k", "t", N(), 1.0, str(tmp_path / "s"))
-    with pytest.raises(tl.InvalidArgumentError):
+    with pytest.raises(InvalidArgumentError):
         run.request_swap("overlay")
 
 
 def test_request_swap_checks_the_partition_limit_when_asked(tmp_path: Path) -> None:
     run = tl.keyed_foreach_batch(lambda df, b: None, "k", "t", N(), 1.0, str(tmp_path / "s"))
-    with pytest.raises(tl.InvalidArgumentError):
+    with pytest.raises(InvalidArgumentError):
         run.request_swap(num_partitions=10**9)
 
 
@@ -384,7 +386,7 @@ def test_request_swap_during_a_fluid_swap_is_refused_when_asked(tmp_path: Path) 
                                  str(tmp_path / "state"), num_partitions=4)
     try:
         run.request_swap(num_partitions=2)
-    except tl.InvalidArgumentError:
+    except InvalidArgumentError:
         return
     run._pending(placement, 1)  # the next batch must not fail because of the request
 
@@ -455,13 +457,13 @@ def test_plan_swap_grows_about_linearly(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------- with Spark
-def _runner(tmp_path: Path, name: str, **kw: Any) -> tl.KeyedBatchFunction:
+def _runner(tmp_path: Path, name: str, **kw: Any) -> KeyedBatchFunction:
     kw.setdefault("num_partitions", 2)
     return tl.keyed_foreach_batch(lambda df, b: df.collect(), "k", "t", N(), 10**6,
                                   str(tmp_path / name), **kw)
 
 
-def _stored(run: tl.KeyedBatchFunction) -> list[tuple[Any, int]]:
+def _stored(run: KeyedBatchFunction) -> list[tuple[Any, int]]:
     manifest = run.store.read_manifest()
     version = manifest["committed"][-1]
     _, partitions = run.store.placement_at(version)

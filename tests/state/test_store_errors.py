@@ -5,13 +5,15 @@ from __future__ import annotations
 import pytest
 
 import trilink_spark as tl
+from trilink_spark.errors import StateCorruptError, StateStoreError
+from trilink_spark.state import KeyedStateStore
 
 
 def test_junk_version_file_is_named(tmp_path):
-    store = tl.KeyedStateStore(str(tmp_path))
+    store = KeyedStateStore(str(tmp_path))
     store.save(0, 3, b"x")
     (tmp_path / "partition=00000" / "notes.state").write_text("hello")
-    with pytest.raises(tl.StateCorruptError, match="notes.state"):
+    with pytest.raises(StateCorruptError, match="notes.state"):
         store.versions(0)
     # files that are not versions at all (a crashed writer's temporary) are not state
     (tmp_path / "partition=00000" / "notes.state").unlink()
@@ -20,9 +22,9 @@ def test_junk_version_file_is_named(tmp_path):
 
 
 def test_non_numeric_partition_directory_is_named(tmp_path):
-    store = tl.KeyedStateStore(str(tmp_path))
+    store = KeyedStateStore(str(tmp_path))
     (tmp_path / "partition=abc").mkdir()
-    with pytest.raises(tl.StateCorruptError, match="partition=abc"):
+    with pytest.raises(StateCorruptError, match="partition=abc"):
         store.partitions()
     (tmp_path / "partition=abc").rmdir()
     (tmp_path / "other").mkdir()  # not a partition directory: ignored
@@ -32,16 +34,16 @@ def test_non_numeric_partition_directory_is_named(tmp_path):
 def test_unwritable_state_path_is_refused_on_the_driver(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("a file where a directory should be")
-    with pytest.raises(tl.StateStoreError, match="cannot be written"):
-        tl.KeyedStateStore(str(blocker / "state"))
-    assert isinstance(tl.StateStoreError("x"), OSError)
+    with pytest.raises(StateStoreError, match="cannot be written"):
+        KeyedStateStore(str(blocker / "state"))
+    assert isinstance(StateStoreError("x"), OSError)
 
 
 def test_corrupt_strategy_file_is_named(tmp_path):
-    store = tl.KeyedStateStore(str(tmp_path))
+    store = KeyedStateStore(str(tmp_path))
     store.save_strategy(tl.LeastKeyPartitioner(2).fit(["a"]))
     assert store.load_strategy().partition("a") == 0
     for junk in ("{not json", '{"strategy": "nope"}', '["a list"]', '{"strategy": "least_key"'):
         (tmp_path / "strategy.json").write_text(junk)
-        with pytest.raises(tl.StateCorruptError, match="strategy.json"):
+        with pytest.raises(StateCorruptError, match="strategy.json"):
             store.load_strategy()
