@@ -175,7 +175,7 @@ def check_atomic_key(df: Any, key: str) -> None:
     """Refuse a key column of a nested type (struct, array, map) where keys are grouped in
     Python: such values are not hashable there.
 
-    Raises :class:`~trilink_spark.InvalidKeyTypeError` naming the column and its type. O(1).
+    Raises :class:`~trilink_spark.errors.InvalidKeyTypeError` naming the column and its type. O(1).
     """
     from pyspark.sql import types as T
 

@@ -50,8 +50,8 @@ SPARK_TIME_TYPES: dict[str, str] = {
 def time_kind(df: DataFrame, column: str) -> str:
     """``"timestamp"``, ``"integral"`` or ``"fractional"`` for an event-time column of ``df``.
 
-    Raises :class:`~trilink_spark.MissingColumnError` for an unknown column and
-    :class:`~trilink_spark.InvalidArgumentTypeError` for a column of another type.
+    Raises :class:`~trilink_spark.errors.MissingColumnError` for an unknown column and
+    :class:`~trilink_spark.errors.InvalidArgumentTypeError` for a column of another type.
     """
     from pyspark.sql import types as T
 
@@ -109,7 +109,7 @@ def event_time_whole(df: DataFrame, column: str) -> Column | None:
     whole = F.unix_micros(col.cast("timestamp")) if kind == "timestamp" else col.cast("long")
     # doubles hold integers exactly up to 2**53: refuse what would silently round
     message = (
-        f"trilink_spark.InvalidArgumentError: event time column {column!r} has a value beyond "
+        f"trilink_spark.errors.InvalidArgumentError: event time column {column!r} has a value beyond "
         f"+-2**53 {'microseconds' if kind == 'timestamp' else 'units'}, which cannot be "
         "represented exactly; convert it first (for nanosecond epochs: a timestamp column, "
         "or the value divided by 1000 as microseconds)"

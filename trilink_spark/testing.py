@@ -1,7 +1,7 @@
 """Real servers for testing a pipeline on one machine: ``redis-server`` and a Kafka broker.
 
-A pipeline that writes to Redis (:class:`~trilink_spark.RedisStore`, a
-:class:`~trilink_spark.RedisConfigCenter`) or reads and writes Kafka (``trilink-kafka``) is
+A pipeline that writes to Redis (:class:`~trilink_spark.merge.RedisStore`, a
+:class:`~trilink_spark.switching.RedisConfigCenter`) or reads and writes Kafka (``trilink-kafka``) is
 best tested against the real servers, not mocks. This module starts them as throwaway child
 processes, in the spirit of ``bytewax.testing``:
 
@@ -16,7 +16,7 @@ processes, in the spirit of ``bytewax.testing``:
 Every server listens on 127.0.0.1 only, on a free port the kernel gives, and is stopped on
 leaving its ``with`` block, errors included (SIGTERM, then SIGKILL if it hangs): no process
 is left behind. A missing server binary or wheel raises
-:class:`~trilink_spark.MissingDependencyError`; a server that exits on start or does not
+:class:`~trilink_spark.errors.MissingDependencyError`; a server that exits on start or does not
 accept connections in time raises :class:`ServerStartError`.
 
 Examples
@@ -335,7 +335,7 @@ class KafkaBroker(_Server):
     --------
     >>> with KafkaBroker() as broker:  # doctest: +SKIP
     ...     broker.create_topic("orders", 8)
-    ...     tl.write_kafka(df, broker.bootstrap, "orders")
+    ...     kafka.write_kafka(df, broker.bootstrap, "orders")
     """
 
     name = "tansu"
@@ -396,8 +396,9 @@ def redis_server(*, password: str | None = None, tls: bool = False, append_only:
     Examples
     --------
     >>> import trilink_spark as tl
+    >>> from trilink_spark.merge import RedisStore
     >>> with redis_server() as url:  # doctest: +SKIP
-    ...     store = tl.RedisStore(url, "orders")
+    ...     store = RedisStore(url, "orders")
     ...     tl.global_merge(df, "customer", {"n": ("count", None)}, store=store).count()
     """
     with RedisServer(workdir, binary, password=password, tls=tls,
@@ -432,9 +433,10 @@ def kafka_broker(*, binary: str | None = None,
     Examples
     --------
     >>> import trilink_spark as tl
+    >>> from trilink_spark.kafka import write_kafka
     >>> with kafka_broker() as bootstrap:  # doctest: +SKIP
     ...     create_topic(bootstrap, "orders", 8)
-    ...     tl.write_kafka(placed, bootstrap, "orders", num_partitions=8)
+    ...     write_kafka(placed, bootstrap, "orders", num_partitions=8)
     """
     with KafkaBroker(binary, workdir) as broker:
         yield broker.bootstrap

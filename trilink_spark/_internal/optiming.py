@@ -212,7 +212,7 @@ class Stopwatch:
 def timing_root(spark: Any) -> str | None:
     """The timing directory :data:`OPERATOR_TIMING_CONF` names (surrounding whitespace
     stripped), or None when it is unset, empty or cannot be read. The operators and
-    :class:`~trilink_spark.BottleneckListener` both read it here, so they agree on it."""
+    :class:`~trilink_spark.advice.BottleneckListener` both read it here, so they agree on it."""
     try:
         root = spark.conf.get(OPERATOR_TIMING_CONF, None)
     except Exception as err:  # noqa: BLE001 - a conf Spark cannot read means no timing
@@ -441,6 +441,6 @@ def read_operator_timings(root: str) -> pd.DataFrame:
 
     Examples
     --------
-    >>> tl.read_operator_timings("/tmp/timings").groupby("operator").busy_ms.sum()  # doctest: +SKIP
+    >>> measurement.read_operator_timings("/tmp/timings").groupby("operator").busy_ms.sum()  # doctest: +SKIP
     """
     return OperatorTimingReader(root)._read(only_new=False)

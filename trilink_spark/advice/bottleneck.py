@@ -356,12 +356,12 @@ class BottleneckAdvisor:
 
     def observe_stages(self, metrics: pd.DataFrame, *, seconds: float | None = None,
                        close: bool = False) -> None:
-        """Take the tasks of one batch's stages (:func:`~trilink_spark.task_metrics`).
+        """Take the tasks of one batch's stages (:func:`~trilink_spark.measurement.task_metrics`).
 
         Parameters
         ----------
         metrics : pandas.DataFrame
-            :func:`~trilink_spark.task_metrics` rows of the batch's stages; each stage becomes
+            :func:`~trilink_spark.measurement.task_metrics` rows of the batch's stages; each stage becomes
             node ``"stage i"`` by its position (lowest stage id first). Failed attempts are
             ignored; an empty frame records nothing. With :data:`EXCHANGE_COLUMNS`, each
             shuffle becomes an ``"exchange"`` node: ``"exchange after stage i"`` for what
@@ -377,17 +377,17 @@ class BottleneckAdvisor:
         Raises
         ------
         InvalidArgumentTypeError
-            ``metrics`` is not a frame with :data:`~trilink_spark.TASK_METRIC_COLUMNS`, or a
+            ``metrics`` is not a frame with :data:`~trilink_spark.measurement.TASK_METRIC_COLUMNS`, or a
             figure column holds something other than numbers, duplicate column names, or
             only some of :data:`EXCHANGE_COLUMNS` (give all three or none).
         InvalidArgumentError
             A successful task without a stage id. Missing figures (NaN) count as ``-1``
-            (not recorded), as :func:`~trilink_spark.task_metrics` writes them.
+            (not recorded), as :func:`~trilink_spark.measurement.task_metrics` writes them.
         """
         if not isinstance(metrics, pd.DataFrame) or not set(STAGE_COLUMNS) <= set(
                 metrics.columns):
             raise InvalidArgumentTypeError(
-                "metrics must be a tl.task_metrics frame (columns "
+                "metrics must be a measurement.task_metrics frame (columns "
                 f"{', '.join(STAGE_COLUMNS)})")
         _unique_columns(metrics, "metrics")
         present = [c for c in EXCHANGE_COLUMNS if c in metrics.columns]
@@ -469,8 +469,8 @@ class BottleneckAdvisor:
 
     def observe_timings(self, timings: pd.DataFrame) -> None:
         """Take the records trilink operators wrote of their own work
-        (:func:`~trilink_spark.read_operator_timings`, or an
-        :class:`~trilink_spark.OperatorTimingReader`'s ``new()``) for the current batch.
+        (:func:`~trilink_spark.measurement.read_operator_timings`, or an
+        :class:`~trilink_spark.measurement.OperatorTimingReader`'s ``new()``) for the current batch.
 
         Each operator (``local_merge``, ``global_merge``, ``keyed``) becomes a node: rows in,
         its own busy milliseconds, tasks. When the stage it ran in was observed
@@ -491,7 +491,7 @@ class BottleneckAdvisor:
         if not isinstance(timings, pd.DataFrame) or not set(OPERATOR_TIMING_COLUMNS) <= set(
                 timings.columns):
             raise InvalidArgumentTypeError(
-                "timings must be a tl.read_operator_timings frame (columns "
+                "timings must be a measurement.read_operator_timings frame (columns "
                 f"{', '.join(OPERATOR_TIMING_COLUMNS)})")
         _unique_columns(timings, "timings")
         if not len(timings):
@@ -732,14 +732,14 @@ class BottleneckAdvisor:
                     actions.append({
                         "action": "shrink what crosses the exchange", "node": name,
                         "setting": "tl.local_merge before the keyed stage, or Ahead KeyBy "
-                                   "(tl.ahead_key_by + tl.keyed_by_source: no exchange)",
+                                   "(placement.ahead_key_by + placement.keyed_by_source: no exchange)",
                         "expected": f"{n.rows_per_batch:.0f} rows per batch cross the "
                                     "shuffle; pre-aggregation sends one row per key and slot"})
             elif n.kind == "exchange":
                 actions.append({
                     "action": "shrink what crosses the exchange", "node": name,
                     "setting": "tl.local_merge before the keyed stage, or Ahead KeyBy "
-                               "(tl.ahead_key_by + tl.keyed_by_source: no exchange)",
+                               "(placement.ahead_key_by + placement.keyed_by_source: no exchange)",
                     "expected": f"{n.rows_per_batch:.0f} rows per batch are written to and "
                                 "fetched from the shuffle; pre-aggregation sends one row per "
                                 "key and slot, Ahead KeyBy none"})
@@ -787,7 +787,7 @@ class BottleneckListener:
     ----------
     advisor : BottleneckAdvisor
     spark : pyspark.sql.SparkSession, optional
-        Classic session: each batch's stages are read with :func:`~trilink_spark.task_metrics`
+        Classic session: each batch's stages are read with :func:`~trilink_spark.measurement.task_metrics`
         (the query's run id is the job group of its batches). Without it only progress is
         used.
     timings : str, optional
@@ -799,13 +799,13 @@ class BottleneckListener:
 
     Notes
     -----
-    Register with ``spark.streams.addListener(tl.BottleneckListener(advisor, spark))``.
+    Register with ``spark.streams.addListener(advice.BottleneckListener(advisor, spark))``.
     Errors inside the callbacks are logged, never raised into Spark's listener bus.
 
     Examples
     --------
-    >>> advisor = tl.BottleneckAdvisor()  # doctest: +SKIP
-    >>> spark.streams.addListener(tl.BottleneckListener(advisor, spark))  # doctest: +SKIP
+    >>> advisor = advice.BottleneckAdvisor()  # doctest: +SKIP
+    >>> spark.streams.addListener(advice.BottleneckListener(advisor, spark))  # doctest: +SKIP
     >>> print(advisor.report())  # doctest: +SKIP
     """
 

@@ -5,7 +5,7 @@ strategy would do. With no arguments it runs the Trilink paper's four scenarios 
 ``trilink-spark config get|set`` reads or publishes the dynamic configuration
 (:mod:`trilink_spark.cli.config`). ``trilink-spark advise --progress progress.jsonl`` reads
 saved ``StreamingQueryProgress`` events (one JSON object per line) and prints the bottleneck
-report of :class:`~trilink_spark.BottleneckAdvisor`.
+report of :class:`~trilink_spark.advice.BottleneckAdvisor`.
 
 Examples
 --------

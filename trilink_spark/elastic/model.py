@@ -6,7 +6,7 @@ operators ``O_i``, each with an input buffer of ``BS`` tuples and ``PN`` paralle
 ``P_unit`` tuples/s, observed once per window of ``dt`` seconds. The functions here are the
 paper's equations, one each, on plain numbers, so that the simulator
 (:func:`~trilink_spark.elastic.simulate`) and the Spark advisor
-(:class:`~trilink_spark.ElasticityAdvisor`) share them.
+(:class:`~trilink_spark.elastic.ElasticityAdvisor`) share them.
 
 Rates are tuples per second; buffers, and the admission bounds of Eq. 5 and Algorithm 1, are
 tuples (the paper mixes the two in Eq. 5; the units here make its terms add up).

@@ -1,6 +1,6 @@
 """The ``trilink-kafka`` sink: rows to one Kafka topic, honouring a ``partition`` column.
 
-Batch writes (``df.write.format("trilink-kafka")``, :func:`~trilink_spark.write_kafka`) and
+Batch writes (``df.write.format("trilink-kafka")``, :func:`~trilink_spark.kafka.write_kafka`) and
 streaming writes (``writeStream.format("trilink-kafka")``). Like Spark's own Kafka sink, a
 stream is written at least once: a micro-batch Spark replays after a failure is sent again.
 """
@@ -39,7 +39,7 @@ class _KafkaSender:
     """Rows with ``value`` and optional ``key`` and ``partition`` columns, sent to one topic.
 
     ``key``/``value`` may be string or binary. A ``partition`` column (as
-    :func:`~trilink_spark.ahead_key_by` adds) is honoured; a value outside the topic's
+    :func:`~trilink_spark.placement.ahead_key_by` adds) is honoured; a value outside the topic's
     partitions fails the write with :class:`~trilink_spark.errors.PartitionCountError`. Without
     it, Kafka's default partitioner places the key (murmur2). Each task flushes and checks every
     acknowledgement before it reports success.

@@ -2,8 +2,8 @@
 
 Reading gives **exactly one Spark partition per Kafka partition, in partition order** (Spark
 partition ``i`` holds Kafka partition ``i``), with the columns of Spark's own Kafka source. A
-topic written by :func:`~trilink_spark.ahead_key_by` therefore arrives with every key whole on
-one Spark partition, which :func:`~trilink_spark.keyed_by_source` declares, so the keyed stage
+topic written by :func:`~trilink_spark.placement.ahead_key_by` therefore arrives with every key whole on
+one Spark partition, which :func:`~trilink_spark.placement.keyed_by_source` declares, so the keyed stage
 runs without a shuffle (Trilink paper, §4.3 (3), Figure 11 (d)).
 
 Batch and streaming reads are supported. A stream's offsets are per-partition Kafka offsets
@@ -80,7 +80,7 @@ def read_kafka(
         ``maxOffsetsPerTriggerPath``: a cap file read before every micro-batch; its cap, when
         set, replaces ``max_records_per_trigger`` while the query runs
         (:func:`~trilink_spark.kafka.admission.write_trigger_cap`,
-        :func:`~trilink_spark.follow_trigger_cap`). Streams only.
+        :func:`~trilink_spark.elastic.follow_trigger_cap`). Streams only.
 
     Returns
     -------
@@ -96,7 +96,7 @@ def read_kafka(
 
     Examples
     --------
-    >>> df = tl.read_kafka(spark, "127.0.0.1:9092", "events")  # doctest: +SKIP
+    >>> df = kafka.read_kafka(spark, "127.0.0.1:9092", "events")  # doctest: +SKIP
     >>> df.rdd.getNumPartitions()  # one per Kafka partition  # doctest: +SKIP
     8
     """
@@ -135,7 +135,7 @@ def write_kafka(
     """Append ``df`` to ``topic`` with the ``trilink-kafka`` sink.
 
     ``df`` has a ``value`` column and optionally ``key`` (string or binary) and ``partition``
-    (e.g. from :func:`~trilink_spark.ahead_key_by`), as for Spark's Kafka sink.
+    (e.g. from :func:`~trilink_spark.placement.ahead_key_by`), as for Spark's Kafka sink.
     The broker and the topic are checked on the driver first, as in :func:`read_kafka`: an
     unreachable broker, a missing topic or a partition count other than ``num_partitions``
     fails here with a typed error before anything is written. A ``partition`` value outside
@@ -148,8 +148,8 @@ def write_kafka(
 
     Examples
     --------
-    >>> placed = tl.ahead_key_by(orders, "customer", "modulo", 8)  # doctest: +SKIP
-    >>> tl.write_kafka(placed.selectExpr("CAST(customer AS STRING) AS key",
+    >>> placed = placement.ahead_key_by(orders, "customer", "modulo", 8)  # doctest: +SKIP
+    >>> kafka.write_kafka(placed.selectExpr("CAST(customer AS STRING) AS key",
     ...                                  "CAST(amount AS STRING) AS value", "partition"),
     ...                "127.0.0.1:9092", "orders", num_partitions=8)  # doctest: +SKIP
     """

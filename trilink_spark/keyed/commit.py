@@ -4,7 +4,7 @@ Each micro-batch of :func:`~trilink_spark.keyed_foreach_batch` checks the manife
 runs (:func:`claim`: no second writer, no changed configuration; :func:`start_version`: the
 version it starts from) and records itself once every partition wrote its version
 (:func:`commit_batch`). The manifest is read and written through
-:class:`~trilink_spark.KeyedStateStore`; it holds the owner (runner token and query id), the
+:class:`~trilink_spark.state.KeyedStateStore`; it holds the owner (runner token and query id), the
 configuration, the committed versions (the newest two) and the batches that started a
 placement.
 """

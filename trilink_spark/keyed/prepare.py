@@ -3,7 +3,7 @@
 :func:`prepare` checks the arguments and tags each row with its arrival position and event
 time; :func:`arrival_order` and :func:`in_arrival_order` put each placed partition back in
 arrival order (Spark side and Python side); :func:`in_place` keeps a frame declared with
-:func:`~trilink_spark.keyed_by_source` where it was read.
+:func:`~trilink_spark.placement.keyed_by_source` where it was read.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ restart (:func:`restart_request`), from a rebalancer's decision (:func:`rebalanc
 The adaptive strategy and the rebalancer are used by what they do (``unwrap`` and
 ``before_batch``; ``observe``, ``decide`` and ``apply``): keyed processing never imports the
 control plane that defines :class:`~trilink_spark.AdaptivePartitioner` and
-:class:`~trilink_spark.LoadAwareRebalancer`.
+:class:`~trilink_spark.switching.LoadAwareRebalancer`.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def check_rebalancer(rebalancer: Any, strategy: Any) -> None:
                if not callable(getattr(rebalancer, m, None))]
     if missing:
         raise InvalidArgumentTypeError(
-            f"rebalancer must have observe, decide and apply (a tl.LoadAwareRebalancer); "
+            f"rebalancer must have observe, decide and apply (a switching.LoadAwareRebalancer); "
             f"{type(rebalancer).__name__} lacks {', '.join(missing)}")
     if not isinstance(strategy, BlockPartitioner):
         raise InvalidArgumentError(

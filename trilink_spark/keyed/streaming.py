@@ -3,7 +3,7 @@
 :func:`keyed_foreach_batch` returns a :class:`KeyedBatchFunction`, the ``foreachBatch``
 callable: it places each micro-batch as :func:`~trilink_spark.keyed_process` does and keeps
 each partition's state (watermarks, timers, window accumulators, user state) between
-micro-batches in a :class:`~trilink_spark.KeyedStateStore`, versioned by batch id. What it
+micro-batches in a :class:`~trilink_spark.state.KeyedStateStore`, versioned by batch id. What it
 calls: :mod:`~trilink_spark.keyed.prepare` (arguments, arrival order),
 :mod:`~trilink_spark.keyed.replan` (the batch's placement and the swaps decided for it),
 :mod:`~trilink_spark.keyed.task` and :mod:`~trilink_spark.keyed.stateio` (each partition's
@@ -91,7 +91,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
         num_partitions : int, optional
             The new partition count (a rescale).
         refit : {"minimal", "none"}
-            ``"minimal"`` (default): :func:`~trilink_spark.rebalance_minimal` from the current
+            ``"minimal"`` (default): :func:`~trilink_spark.partitioners.rebalance_minimal` from the current
             (or given) placement, with the stored keys' row counts as loads, so only the keys
             needed for balance move. ``"none"``: the given strategy as it is (a table
             strategy without a table is fitted on the stored keys' counts).
@@ -402,7 +402,7 @@ def keyed_foreach_batch(
         newest batch needs is always kept).
     takeover : bool
         Take over a state path another runner wrote (it must have stopped for good). Without
-        it a second writer is refused with :class:`~trilink_spark.StateOwnershipError`; a
+        it a second writer is refused with :class:`~trilink_spark.errors.StateOwnershipError`; a
         restarted query (same query id) is the same writer.
     rebalancer : LoadAwareRebalancer, optional
         Moves key blocks from slow partitions to fast ones (needs ``strategy`` to be a
@@ -433,8 +433,8 @@ def keyed_foreach_batch(
     exactly once (module :mod:`trilink_spark.keyed.swap`).
 
     Ahead KeyBy: when the stream's key column is declared with
-    :func:`~trilink_spark.keyed_by_source` (a ``trilink-kafka`` read of a topic written with
-    :func:`~trilink_spark.ahead_key_by`), every micro-batch is processed where it was read, with
+    :func:`~trilink_spark.placement.keyed_by_source` (a ``trilink-kafka`` read of a topic written with
+    :func:`~trilink_spark.placement.ahead_key_by`), every micro-batch is processed where it was read, with
     no shuffle, and each Kafka partition keeps its own state; ``strategy`` is not used. A
     change in the topic's partition count is refused rather than stranding state.
 

@@ -20,7 +20,7 @@ first / last    ``name``, ``name__t`` (event time),         the value at the sma
 
 Nulls in the value column are skipped, as Spark skips them. Types and non-finite values follow
 Spark's ``groupBy().agg()``: a sum of an integral column is a bigint, computed exactly (a sum
-beyond 64 bits raises :class:`~trilink_spark.ArithmeticOverflowError` naming the aggregate, as
+beyond 64 bits raises :class:`~trilink_spark.errors.ArithmeticOverflowError` naming the aggregate, as
 Spark's ANSI mode fails the query), of a float or double a double (``inf`` and NaN propagate),
 of a decimal(p, s) a decimal(min(38, p + 10), s); a mean is a double; count a bigint; min, max,
 first and last keep the input type. In frames with pandas' nullable dtypes (what the merges
@@ -153,7 +153,7 @@ class Aggregate:
     The pandas methods are vectorised over groups (one group-by per aggregate column, or one
     sort); a :class:`Combine` calls Python once per group. Aggregates with ``mergeable`` False
     have no partial form: their type, pandas, Spark and Redis methods raise
-    :class:`~trilink_spark.InvalidArgumentError`.
+    :class:`~trilink_spark.errors.InvalidArgumentError`.
 
     Examples
     --------

@@ -479,8 +479,8 @@ def parse_aggs(aggs: Any, columns: Sequence[str], df: DataFrame | None = None
     """Validate ``aggs``, in any of these forms:
 
     - ``{name: (func, column)}`` (``column`` None for a count of rows), or a sequence of
-      ``(name, func, column)``; ``func`` one of :data:`~trilink_spark.AGGREGATES` or a
-      :class:`~trilink_spark.Combine`;
+      ``(name, func, column)``; ``func`` one of :data:`~trilink_spark.merge.AGGREGATES` or a
+      :class:`~trilink_spark.merge.Combine`;
     - Spark's dict form ``{column: "func"}`` (``{"v": "sum", "*": "count"}``), named as Spark
       names it (``sum(v)``, ``avg(v)`` for mean, ``count(1)``);
     - Spark Column aggregates, one or a sequence: ``F.sum("v").alias("s")``, ``F.count("*")``,
@@ -495,10 +495,10 @@ def parse_aggs(aggs: Any, columns: Sequence[str], df: DataFrame | None = None
     Names may hold any character (``__`` too) but may not start with ``__``, and no two
     aggregates may write the same column (a name, or a partial column such as ``s__n``).
 
-    Raises :class:`~trilink_spark.InvalidArgumentError` for an unknown aggregate, one with no
+    Raises :class:`~trilink_spark.errors.InvalidArgumentError` for an unknown aggregate, one with no
     exact partial form (stddev, variance, collect_list, percentiles, DISTINCT aggregates: the
     message names it and points to ``keyed_agg``), an aggregate of an expression, a missing or
-    unknown column, or repeated names; :class:`~trilink_spark.InvalidArgumentTypeError` for
+    unknown column, or repeated names; :class:`~trilink_spark.errors.InvalidArgumentTypeError` for
     another shape.
 
     Notes

@@ -73,7 +73,7 @@ def global_merge(
         As for :func:`~trilink_spark.local_merge`.
     store : "driver" or RedisStore
         Where deltas are merged: the driver (embedded default) or Redis, exactly once per
-        ``(batch_id, partition, flush)`` (see :class:`~trilink_spark.RedisStore`).
+        ``(batch_id, partition, flush)`` (see :class:`~trilink_spark.merge.RedisStore`).
     mode, quantity, delay, punctuation, max_groups
         When a partition flushes its deltas (see :func:`~trilink_spark.local_merge`; the
         default ``"auto"`` flushes each partition once unless it holds more than
@@ -269,7 +269,7 @@ def _result_schema(df: DataFrame, key: str, specs: list[AggSpec]) -> str:
 
 
 #: One row per partition from the tasks of a Redis global merge; ``error`` is the message of a
-#: :class:`~trilink_spark.StoreUnavailableError` that stopped the partition, else null.
+#: :class:`~trilink_spark.errors.StoreUnavailableError` that stopped the partition, else null.
 STATUS_SCHEMA = "partition int, flushes int, applied int, error string"
 
 
@@ -385,7 +385,7 @@ def _apply_partition(plan: Any, store: RedisStore, run_id: str,
                      timer: OperatorTimer | None = None) -> Any:
     """The task of a Redis global merge: one ``store.apply`` per flush, then a status row.
 
-    A :class:`~trilink_spark.StoreUnavailableError` stops the partition's flushes and is
+    A :class:`~trilink_spark.errors.StoreUnavailableError` stops the partition's flushes and is
     reported in the status row (the driver raises it); any other exception fails the task.
     """
     def run(batches: Any) -> Any:

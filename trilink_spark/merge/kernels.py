@@ -4,7 +4,7 @@
 The functions give Spark's numeric kind and ``sum`` type of a column type
 (:func:`numeric_kind`, :func:`sum_type`), exact 64-bit sums of integers per group in numpy
 (:func:`exact_int_sums`, :func:`join_halves`) and in Spark (:func:`spark_exact_sum`), and the
-failure of a sum beyond its type (:class:`~trilink_spark.ArithmeticOverflowError`, as Spark's
+failure of a sum beyond its type (:class:`~trilink_spark.errors.ArithmeticOverflowError`, as Spark's
 ANSI mode fails the query; :func:`spark_overflow` in Spark).
 """
 
@@ -122,12 +122,12 @@ def spark_exact_sum(value: Column, what: str) -> Column:
 
 def spark_overflow(message: str, dtype: str) -> Column:
     """An expression of type ``dtype`` that fails the query with ``message``, named as
-    :class:`~trilink_spark.ArithmeticOverflowError` (Spark cannot raise a Python exception:
+    :class:`~trilink_spark.errors.ArithmeticOverflowError` (Spark cannot raise a Python exception:
     the task's error carries the name, as the event-time and null-key checks do)."""
     from pyspark.sql import functions as F
 
     failed: Column = F.raise_error(
-        F.lit("trilink_spark.ArithmeticOverflowError: " + message)).cast(dtype)
+        F.lit("trilink_spark.errors.ArithmeticOverflowError: " + message)).cast(dtype)
     return failed
 
 

@@ -109,7 +109,7 @@ def local_merge(
     aggs : Column, sequence or mapping
         Spark Column aggregates (``[F.sum("v").alias("s"), F.count("*")]``), Spark's dict
         form (``{"v": "sum"}``) or ``{name: (func, column)}``; funcs: count, sum, min, max,
-        mean (avg), first, last or a :class:`~trilink_spark.Combine` (see
+        mean (avg), first, last or a :class:`~trilink_spark.merge.Combine` (see
         :func:`~trilink_spark.merge.expressions.parse_aggs`).
     mode : {"auto", "groups", "quantity", "periodic", "punctuation"}
         When buffers flush (module docs). ``"auto"``: the mode the arguments ask for
@@ -154,7 +154,7 @@ def local_merge(
     InvalidArgumentError
         An aggregate named like the key, the event time or ``slot_start``, or a bad mode or
         slot; ``engine="spark"`` for a call it cannot run (the message says why);
-        :class:`~trilink_spark.ReservedColumnError` for a column or aggregate named
+        :class:`~trilink_spark.errors.ReservedColumnError` for a column or aggregate named
         ``_tl_*``.
     InvalidArgumentTypeError
         ``sum`` or ``mean`` of a non-numeric column (the message names it and its type).

@@ -271,8 +271,8 @@ def lean_client(url: str, timeout: float = 5.0) -> Any:
     --------
     >>> client = lean_client("redis://127.0.0.1:6379/0")  # doctest: +SKIP
 
-    Raises :class:`~trilink_spark.InvalidArgumentTypeError` for a ``url`` that is not a str
-    or a ``timeout`` that is not a number, and :class:`~trilink_spark.InvalidArgumentError`
+    Raises :class:`~trilink_spark.errors.InvalidArgumentTypeError` for a ``url`` that is not a str
+    or a ``timeout`` that is not a number, and :class:`~trilink_spark.errors.InvalidArgumentError`
     for another scheme than ``redis://``, ``rediss://`` or ``unix://`` or a timeout not
     above 0 (the message quotes the URL with its credentials redacted).
     """
@@ -380,7 +380,7 @@ class RedisStore:
     every digit. Nulls in values are skipped as Spark skips them; NaN is a value (``max`` is
     NaN when a key has one, Spark's order). A flush applies wholly or not at all: a failure
     (Redis unreachable, an integral sum beyond 64 bits, raised as
-    :class:`~trilink_spark.ArithmeticOverflowError`) leaves nothing of it and no
+    :class:`~trilink_spark.errors.ArithmeticOverflowError`) leaves nothing of it and no
     marker, so a rerun of the batch applies it.
 
     Cost: one round trip per flush of a partition when its aggregates all add as 64-bit
@@ -495,8 +495,8 @@ class RedisStore:
         """The Redis form of the aggregates: (partial column, merge, hash field) per value
         stored, as each aggregate gives it (see :mod:`~trilink_spark.merge.aggregates`).
 
-        Raises :class:`~trilink_spark.InvalidArgumentError` for an aggregate Redis cannot
-        merge (a :class:`~trilink_spark.Combine`). Cost: O(aggregates), no Redis call.
+        Raises :class:`~trilink_spark.errors.InvalidArgumentError` for an aggregate Redis cannot
+        merge (a :class:`~trilink_spark.merge.Combine`). Cost: O(aggregates), no Redis call.
 
         Examples
         --------
@@ -538,7 +538,7 @@ class RedisStore:
         """Apply one flush's partial rows wholly, unless ``marker`` was applied before.
 
         Returns True when applied, False when the marker was already known. Raises
-        :class:`~trilink_spark.StoreUnavailableError` when Redis cannot be reached (or stays
+        :class:`~trilink_spark.errors.StoreUnavailableError` when Redis cannot be reached (or stays
         contended), and ArithmeticOverflowError for an integral sum beyond 64 bits; in every
         failure nothing of the flush is written. Cost: one round trip when the aggregates all
         add as 64-bit integers, else two (class notes).

@@ -3,14 +3,14 @@
 In a stream, a flush should not be forced at the end of every micro-batch: the rows after a
 partition's last flush point stay buffered and are merged with the next micro-batch's rows of
 the same input partition (stable with sources whose partitions are stable, such as Kafka).
-Buffers live in a :class:`~trilink_spark.KeyedStateStore`, versioned by batch id, so a replayed
+Buffers live in a :class:`~trilink_spark.state.KeyedStateStore`, versioned by batch id, so a replayed
 batch starts from the same buffer and gives the same output.
 
 A buffer (a partition's *tail*: the rows after its last flush point, with the internal position,
 event-time and slot columns) is stored as Arrow IPC bytes tagged ``merge-tail`` (see
 :mod:`~trilink_spark._internal.io.arrowio`, :func:`encode_tail` and :func:`decode_tail`), never as a pickle:
 stored bytes are data, and bytes that are not such a tail raise
-:class:`~trilink_spark.StateCorruptError` naming the partition and batch.
+:class:`~trilink_spark.errors.StateCorruptError` naming the partition and batch.
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ class LocalMergeBatchFunction(StatefulBatchFunction):
     def buffered(self) -> int:
         """Rows held in the buffers now (over every partition's newest state).
 
-        Raises :class:`~trilink_spark.StateCorruptError` for a stored tail that is not one.
+        Raises :class:`~trilink_spark.errors.StateCorruptError` for a stored tail that is not one.
         Cost: per partition, one read and one validation of its Arrow data (row counts; no
         pandas conversion).
         """
@@ -268,7 +268,7 @@ def local_merge_foreach_batch(
 
     Examples
     --------
-    >>> run = tl.local_merge_foreach_batch(write, "sensor", "ts", 60.0, aggs,
+    >>> run = merge.local_merge_foreach_batch(write, "sensor", "ts", 60.0, aggs,
     ...                                    state_path="/tmp/merge-state")  # doctest: +SKIP
     >>> stream.writeStream.foreachBatch(run).start()  # doctest: +SKIP
     """

@@ -180,7 +180,7 @@ class BlockPartitioner(Partitioner):
     def block_of(self, key: Any) -> int:
         """Block of one key, ``pmod(hash(key), num_blocks)``. O(len(key)).
 
-        Raises :class:`~trilink_spark.NullKeyError` for ``None``: a null key has no block.
+        Raises :class:`~trilink_spark.errors.NullKeyError` for ``None``: a null key has no block.
         """
         k = normalize_key(key)
         if k is None:

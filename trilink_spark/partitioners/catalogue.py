@@ -97,7 +97,7 @@ def register_candidate(candidate: Candidate) -> None:
 
 
 def candidate_names() -> tuple[str, ...]:
-    """Every candidate, in report order (:data:`~trilink_spark.CANDIDATES`)."""
+    """Every candidate, in report order (:data:`~trilink_spark.partitioners.CANDIDATES`)."""
     return tuple(_CATALOGUE)
 
 
@@ -157,8 +157,8 @@ def build(
 ) -> Partitioner:
     """An unfitted strategy of candidate ``name`` on ``n`` partitions. O(n).
 
-    Raises :class:`~trilink_spark.UnknownStrategyError` for a name not in the catalogue and
-    :class:`~trilink_spark.InvalidArgumentError` when it needs ``weights`` and has none.
+    Raises :class:`~trilink_spark.errors.UnknownStrategyError` for a name not in the catalogue and
+    :class:`~trilink_spark.errors.InvalidArgumentError` when it needs ``weights`` and has none.
     """
     c = _candidate(name)
     if c.needs_weights and weights is None:

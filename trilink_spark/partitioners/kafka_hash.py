@@ -2,7 +2,7 @@
 
 This is where a producer with no partitioner of its own (Java client's default,
 ``kafka-python``'s ``DefaultPartitioner``) puts a keyed record: the Hash baseline on the Kafka
-side, against which :func:`~trilink_spark.ahead_key_by`'s strategies are measured.
+side, against which :func:`~trilink_spark.placement.ahead_key_by`'s strategies are measured.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def write_strategy(filesystem: Any, path: str, strategy: Partitioner) -> None:
 def read_strategy(filesystem: Any, path: str) -> Partitioner | None:
     """The strategy stored at ``path`` by :func:`write_strategy`, or None when there is none.
 
-    Raises :class:`~trilink_spark.StateCorruptError` naming the file when it is not a stored
+    Raises :class:`~trilink_spark.errors.StateCorruptError` naming the file when it is not a stored
     strategy (truncated, corrupt or foreign).
     """
     from pyarrow import fs

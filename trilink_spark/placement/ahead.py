@@ -98,11 +98,11 @@ def ahead_key_by(
     assignment stored at ``assignment_path`` by a batch run), and keys it does not know get
     Spark's hash placement. Registers the
     ``trilink-kafka`` source with the session, so the result can be written without Spark's
-    JVM Kafka connector (:func:`~trilink_spark.write_kafka`).
+    JVM Kafka connector (:func:`~trilink_spark.kafka.write_kafka`).
 
     Examples
     --------
-    >>> out = tl.ahead_key_by(events, "user", "least_count", 8,
+    >>> out = placement.ahead_key_by(events, "user", "least_count", 8,
     ...                       assignment_path="/data/user-assignment.json")  # doctest: +SKIP
     >>> out.selectExpr("CAST(user AS STRING) AS key", "payload AS value", "partition") \\
     ...    .write.format("kafka").option("topic", "events").save()  # doctest: +SKIP

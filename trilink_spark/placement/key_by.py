@@ -67,7 +67,7 @@ def key_kind(df: DataFrame, key: str) -> tuple[str | None, DataType]:
     """The key kind a strategy sees for column ``key`` (``"int"``, ``"long"``, ``"string"``,
     ``"binary"``, or ``None`` for any other type) and the column's Spark type.
 
-    Raises :class:`~trilink_spark.MissingColumnError` when ``key`` is not a column. O(columns).
+    Raises :class:`~trilink_spark.errors.MissingColumnError` when ``key`` is not a column. O(columns).
     """
     from pyspark.sql import types as T
 
@@ -162,7 +162,7 @@ def resolve_strategy(
     ``"auto"`` samples the key column (Bernoulli, ``sample_rate``, seeded) and counts the sample
     per key in one Spark job; when the sample has fewer than ``min_sample`` rows it counts every
     row instead. Every candidate (hash, modulo for integer keys, least_key, least_count) is scored
-    on those counts, and :func:`~trilink_spark.choose_best` picks one: a table strategy only if it
+    on those counts, and :func:`~trilink_spark.partitioners.choose_best` picks one: a table strategy only if it
     beats the best stateless one by more than ``min_gain``.
     """
     from pyspark.sql import DataFrame
@@ -287,7 +287,7 @@ def _null_guard(pid: Column, key_col: Column, policy: str, nullable: bool, key: 
     if policy == "partition0":
         return F.when(key_col.isNull(), F.lit(0)).otherwise(pid)
     message = (
-        f"trilink_spark.NullKeyError: null value in key column {key!r}; drop null keys or "
+        f"trilink_spark.errors.NullKeyError: null value in key column {key!r}; drop null keys or "
         "pass null_policy='partition0'"
     )
     return F.when(key_col.isNull(), F.raise_error(F.lit(message))).otherwise(pid)
@@ -457,7 +457,7 @@ def _used_partitions(placed: DataFrame, key: str) -> list[int]:
     try:
         rows = placed.select(PARTITION_COL).distinct().collect()
     except Exception as err:
-        if "trilink_spark.NullKeyError" in str(err):
+        if "trilink_spark.errors.NullKeyError" in str(err):
             raise NullKeyError(
                 f"column {key!r} has null keys; drop them or pass null_policy='partition0'"
             ) from None

@@ -3,7 +3,7 @@ keys whole and balanced.
 
 Both place the rows with :func:`~trilink_spark.key_by` (one exchange) and then group by
 ``(partition, key)``, which the placement already satisfies, so Spark adds no second exchange.
-On a frame declared with :func:`~trilink_spark.keyed_by_source` they run inside each input
+On a frame declared with :func:`~trilink_spark.placement.keyed_by_source` they run inside each input
 partition with no exchange at all.
 """
 
@@ -71,7 +71,7 @@ def explain_keyed_agg(df: DataFrame, key: str, *exprs: Column, combine: str = "a
 
     Examples
     --------
-    >>> tl.explain_keyed_agg(df, "k", F.sum("v"))  # doctest: +SKIP
+    >>> placement.explain_keyed_agg(df, "k", F.sum("v"))  # doctest: +SKIP
     KeyedAggPlan(combine=True, reason='every aggregate has a fixed-size partial buffer: ...')
     """
     if combine not in COMBINE_CHOICES:
@@ -125,7 +125,7 @@ def keyed_agg(
     input partition. Exact placement: the one shuffle of :func:`key_by` (every row); the
     aggregation groups by ``(partition, key)``, which
     the placement already satisfies, so Spark adds no second exchange. On a frame declared with
-    :func:`~trilink_spark.keyed_by_source` there is no shuffle at all: the strategy is not used
+    :func:`~trilink_spark.placement.keyed_by_source` there is no shuffle at all: the strategy is not used
     and each input partition is aggregated where it is (see
     :func:`~trilink_spark.placement.source.source_agg` for the functions supported there). A key's
     aggregate is computed whole on its partition: choose a balanced strategy when keys are
@@ -227,7 +227,7 @@ def keyed_apply(
     Cost: the one shuffle of :func:`key_by`, then Arrow batches to Python workers as in
     ``applyInPandas``; every row of a key is in memory at once on one worker (PySpark's own
     warning for grouped-map skew applies: a balanced strategy spreads heavy keys apart). On a
-    frame declared with :func:`~trilink_spark.keyed_by_source`: no shuffle, each input
+    frame declared with :func:`~trilink_spark.placement.keyed_by_source`: no shuffle, each input
     partition is grouped where it is.
 
     Examples

@@ -1,6 +1,6 @@
 """Ahead KeyBy, reading side: keyed processing on rows the source already grouped by key.
 
-When producers placed every key on one Kafka partition (:func:`~trilink_spark.ahead_key_by`)
+When producers placed every key on one Kafka partition (:func:`~trilink_spark.placement.ahead_key_by`)
 and the job reads one Spark partition per Kafka partition (``trilink-kafka``), every key is
 already whole on one input partition. :func:`keyed_by_source` declares that;
 :func:`~trilink_spark.keyed_agg`, :func:`~trilink_spark.keyed_apply` and
@@ -58,7 +58,7 @@ def keyed_by_source(df: DataFrame, key: str, *, verify: bool = False,
     ----------
     df : pyspark.sql.DataFrame
         Typically a ``trilink-kafka`` read of a topic written with
-        :func:`~trilink_spark.ahead_key_by`, after parsing key and value.
+        :func:`~trilink_spark.placement.ahead_key_by`, after parsing key and value.
     key : str
         The key column the producers placed by.
     verify : bool
@@ -80,10 +80,10 @@ def keyed_by_source(df: DataFrame, key: str, *, verify: bool = False,
 
     Examples
     --------
-    >>> events = tl.read_kafka(spark, "127.0.0.1:9092", "events")  # doctest: +SKIP
+    >>> events = kafka.read_kafka(spark, "127.0.0.1:9092", "events")  # doctest: +SKIP
     >>> parsed = events.selectExpr("CAST(key AS STRING) AS user", "value")  # doctest: +SKIP
-    >>> keyed = tl.keyed_by_source(parsed, "user", verify=True)  # doctest: +SKIP
-    >>> tl.shuffle_exchanges(tl.keyed_agg(keyed, "user", F.count("*")))  # doctest: +SKIP
+    >>> keyed = placement.keyed_by_source(parsed, "user", verify=True)  # doctest: +SKIP
+    >>> placement.shuffle_exchanges(tl.keyed_agg(keyed, "user", F.count("*")))  # doctest: +SKIP
     0
     """
     from pyspark.sql import DataFrame

@@ -14,7 +14,7 @@ Every file is written to a temporary name and renamed, so readers see whole file
 state version is a table with one row per key (column ``key``) and whatever per-key columns
 its writer keeps; partition-wide values travel in the table's schema metadata. Loading a file
 parses Arrow and JSON only: nothing stored is unpickled or evaluated, and a truncated, corrupt
-or foreign file raises :class:`~trilink_spark.StateCorruptError` naming it.
+or foreign file raises :class:`~trilink_spark.errors.StateCorruptError` naming it.
 """
 
 from __future__ import annotations
@@ -86,11 +86,11 @@ class KeyedStateStore:
     Executors need access to the path (local mode: any directory; a cluster: a shared
     filesystem). A file ``<name>.state`` whose name is not a version, or a
     ``partition=<name>`` directory whose name is not a number, is not this store's: reading
-    the store then raises :class:`~trilink_spark.StateCorruptError` naming it.
+    the store then raises :class:`~trilink_spark.errors.StateCorruptError` naming it.
 
     Examples
     --------
-    >>> store = tl.KeyedStateStore("/tmp/state")  # doctest: +SKIP
+    >>> store = state.KeyedStateStore("/tmp/state")  # doctest: +SKIP
     >>> store.owners()  # doctest: +SKIP
     {'sensor-1': 0, 'sensor-2': 3}
     """

@@ -74,7 +74,7 @@ class AdaptivePartitioner(Partitioner):
     ----------
     num_partitions : int
     strategies : sequence of str, optional
-        Candidates (names of :data:`~trilink_spark.CANDIDATES`, without
+        Candidates (names of :data:`~trilink_spark.partitioners.CANDIDATES`, without
         ``least_count_no_history``). Default: hash, modulo (integer keys only), least_key,
         least_count, and weight / weight_random when ``weights`` are given.
     sample_rate : float
@@ -119,7 +119,7 @@ class AdaptivePartitioner(Partitioner):
     keys). Memory: the view holds the keys of the last few observations (see ``decay``), and a
     current table strategy keeps its history map. Switching changes where keys go: use it for
     pipelines whose keyed state does not outlive a micro-batch
-    (:func:`~trilink_spark.adaptive_foreach_batch` refuses to switch a stateful one).
+    (:func:`~trilink_spark.switching.adaptive_foreach_batch` refuses to switch a stateful one).
 
     Thread safety: every method may be called from several threads. Placement (``partition``,
     ``assign``, ``fit``, ``spark_column``) and every decision or configuration change hold the
@@ -236,7 +236,7 @@ class AdaptivePartitioner(Partitioner):
 
     @property
     def current_name(self) -> str:
-        """Name of :attr:`current` (a :data:`~trilink_spark.CANDIDATES` entry)."""
+        """Name of :attr:`current` (a :data:`~trilink_spark.partitioners.CANDIDATES` entry)."""
         return self._current_name
 
     @property
@@ -405,7 +405,7 @@ class AdaptivePartitioner(Partitioner):
         Returns the number of sampled rows. Cost: one single-stage Spark job that scans ``df``
         once and ships the sampled keys (``sample_rate`` x rows of them) to the driver as Arrow,
         where they are counted in C++ (``pyarrow.compute.value_counts``). Null keys count as
-        records; with ``null_policy="error"`` they raise :class:`~trilink_spark.NullKeyError`.
+        records; with ``null_policy="error"`` they raise :class:`~trilink_spark.errors.NullKeyError`.
         """
         import pyarrow.compute as pc
 
@@ -662,7 +662,7 @@ class AdaptivePartitioner(Partitioner):
     def batch_boundary(self) -> dict[str, Any] | None:
         """Mark a micro-batch boundary: apply a pending config update and count the batch.
 
-        Returns the snapshot applied, if any. :func:`~trilink_spark.adaptive_foreach_batch`
+        Returns the snapshot applied, if any. :func:`~trilink_spark.switching.adaptive_foreach_batch`
         calls it before each batch; call it yourself between batches otherwise.
         """
         with self._lock:

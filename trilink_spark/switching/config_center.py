@@ -3,7 +3,7 @@
 Seed 002 §4.2.2 publishes configuration changes over a publish/subscribe channel to the KeyBy
 operator, so an operator can lower the sample rate or pin a strategy without restarting the job.
 Here the subscriber is an :class:`~trilink_spark.AdaptivePartitioner` (through
-:func:`~trilink_spark.adaptive_foreach_batch`), and the channel is either in-process
+:func:`~trilink_spark.switching.adaptive_foreach_batch`), and the channel is either in-process
 (:class:`ConfigCenter`, the default) or Redis pub/sub (:class:`RedisConfigCenter`).
 
 Every configuration is a full snapshot: a ``publish(update)`` merges the update into the latest
@@ -25,7 +25,8 @@ The wire format (``tl2``: a signed, bounded, canonical JSON line) and the valida
 Examples
 --------
 >>> import trilink_spark as tl
->>> center = tl.ConfigCenter()
+>>> from trilink_spark.switching import ConfigCenter
+>>> center = ConfigCenter()
 >>> seen = []
 >>> unsubscribe = center.subscribe(seen.append)
 >>> center.publish({"sample_rate": 0.05, "mode": "quantity"})["version"]
@@ -82,8 +83,8 @@ class ConfigCenter:
         A first configuration, accepted as version 1 (validated like any update).
     validator : callable, optional
         ``validator(update) -> checked copy`` that raises
-        :class:`~trilink_spark.ConfigError`; default: the checks of
-        :data:`~trilink_spark.CONFIG_FIELDS` (:func:`~trilink_spark.validate_update`).
+        :class:`~trilink_spark.errors.ConfigError`; default: the checks of
+        :data:`~trilink_spark.switching.CONFIG_FIELDS` (:func:`~trilink_spark.switching.validate_update`).
 
     Notes
     -----
@@ -370,9 +371,10 @@ class RedisConfigCenter(ConfigCenter):
     Examples
     --------
     >>> import trilink_spark as tl
-    >>> center = tl.RedisConfigCenter("redis://:pw@127.0.0.1:6390/0", secret="s")  # doctest: +SKIP
+    >>> from trilink_spark.switching import RedisConfigCenter
+    >>> center = RedisConfigCenter("redis://:pw@127.0.0.1:6390/0", secret="s")  # doctest: +SKIP
     >>> center.publish({"strategy": "least_count", "mode": "manual"})  # doctest: +SKIP
-    >>> tl.RedisConfigCenter("http://:hunter2@h:1/0")
+    >>> RedisConfigCenter("http://:hunter2@h:1/0")
     Traceback (most recent call last):
     ...
     trilink_spark.errors.InvalidArgumentError: url must be a redis://, rediss:// or unix:// URL, got 'http://:***@h:1/0'
@@ -480,7 +482,7 @@ class RedisConfigCenter(ConfigCenter):
         """Read the stored snapshot now and accept it if newer, or if of another epoch
         (resynchronisation); returns :meth:`current`.
 
-        Raises :class:`~trilink_spark.ConfigCenterUnavailableError` when Redis cannot be
+        Raises :class:`~trilink_spark.errors.ConfigCenterUnavailableError` when Redis cannot be
         reached. Cost: one round trip.
         """
         stored = self._fetch()
@@ -500,7 +502,7 @@ class RedisConfigCenter(ConfigCenter):
         """Validate, merge into the stored snapshot, store and publish (compare-and-set).
 
         Returns the accepted snapshot or ``None`` when refused (logged, :attr:`last_rejection`).
-        Raises :class:`~trilink_spark.ConfigCenterUnavailableError` when Redis cannot be reached:
+        Raises :class:`~trilink_spark.errors.ConfigCenterUnavailableError` when Redis cannot be reached:
         nothing was stored or published then. On an empty Redis (first use, or a restart
         without persistence) it starts a new epoch. A stored snapshot signed with another
         secret is never overwritten (the update is refused); one refused for another reason

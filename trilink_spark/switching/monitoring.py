@@ -49,7 +49,7 @@ def denoised_balance(
         Noise variance per unit of load: ``1/p - 1`` for a Bernoulli sample at rate ``p``
         (0 when the loads are exact).
     capacity : sequence of float, optional
-        Partition weights, as for :func:`~trilink_spark.balance_degree`.
+        Partition weights, as for :func:`~trilink_spark.partitioners.balance_degree`.
     significance : float
         Spread beyond the noise counts only when it exceeds this many standard errors of the
         spread that noise alone would show (``noise * sqrt(2 / (n - 1))`` for ``n``

@@ -241,8 +241,9 @@ class LoadAwareRebalancer:
     Examples
     --------
     >>> import trilink_spark as tl
+    >>> from trilink_spark.switching import LoadAwareRebalancer
     >>> p = tl.BlockPartitioner(2, num_blocks=8)
-    >>> rb = tl.LoadAwareRebalancer(cooldown_batches=0, window=1)
+    >>> rb = LoadAwareRebalancer(cooldown_batches=0, window=1)
     >>> rb.observe([300.0, 100.0], [5, 10, 20, 30, 10, 10, 10, 10], p)
     >>> d = rb.decide()
     >>> d.state, d.moves

@@ -1,6 +1,6 @@
 """The fields of a run-time configuration and their checks (the config center's validator).
 
-A :class:`~trilink_spark.ConfigCenter` validates every update with :func:`validate_update`
+A :class:`~trilink_spark.switching.ConfigCenter` validates every update with :func:`validate_update`
 unless it is given another validator. The strategies an update may pin are the catalogue's
 (:mod:`trilink_spark.partitioners.catalogue`).
 """
@@ -122,10 +122,10 @@ CONFIG_FIELDS: dict[str, Callable[[Any, str], Any]] = {
 
 
 def validate_update(update: Any) -> dict[str, Any]:
-    """A checked copy of a configuration update; raises :class:`~trilink_spark.ConfigError`.
+    """A checked copy of a configuration update; raises :class:`~trilink_spark.errors.ConfigError`.
 
-    Every error is a :class:`~trilink_spark.ConfigError` (or its subclass
-    :class:`~trilink_spark.ConfigTypeError`), whatever the update holds; the values it quotes
+    Every error is a :class:`~trilink_spark.errors.ConfigError` (or its subclass
+    :class:`~trilink_spark.errors.ConfigTypeError`), whatever the update holds; the values it quotes
     are shortened.
 
     Notes

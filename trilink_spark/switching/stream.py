@@ -162,7 +162,7 @@ def adaptive_foreach_batch(
     copy of the returned function: decisions are taken (and logged) there, and this object's
     :attr:`~AdaptiveBatchFunction.last_decision` and the partitioner's ``decisions`` stay
     as they were in the client. A partitioner given a config center is refused there
-    (:class:`~trilink_spark.ConnectUnsupportedError`): the center could not reach the copy.
+    (:class:`~trilink_spark.errors.ConnectUnsupportedError`): the center could not reach the copy.
     Called by hand (``f(batch_df, batch_id)``) it works the same on both kinds of session.
 
     Examples
@@ -171,7 +171,7 @@ def adaptive_foreach_batch(
     >>> def write(placed, batch_id):  # doctest: +SKIP
     ...     placed.groupBy(tl.PARTITION_COL, "user").count().write.mode("append").parquet(out)
     >>> stream.writeStream.foreachBatch(
-    ...     tl.adaptive_foreach_batch(write, ap, "user")).start()  # doctest: +SKIP
+    ...     switching.adaptive_foreach_batch(write, ap, "user")).start()  # doctest: +SKIP
     """
     if not callable(func):
         raise InvalidArgumentTypeError(f"func must be callable, got {type(func).__name__}")

@@ -3,7 +3,7 @@
 A configuration center (:mod:`trilink_spark.switching.config_center`) sends and stores every
 snapshot as one message: this module signs, frames, bounds and parses it, and holds the
 validator a center uses when it is given none (:func:`set_default_validator`; the package
-installs :func:`~trilink_spark.validate_update`).
+installs :func:`~trilink_spark.switching.validate_update`).
 
 Wire format (``tl2``), one line of ASCII::
 
@@ -101,7 +101,7 @@ def describe_error(err: BaseException, limit: int = 200) -> str:
 
 def check_version(version: Any) -> int:
     """A snapshot's version: an ``int`` in ``[1, MAX_VERSION]``, else a
-    :class:`~trilink_spark.ConfigError` (:class:`~trilink_spark.ConfigTypeError` for another
+    :class:`~trilink_spark.errors.ConfigError` (:class:`~trilink_spark.errors.ConfigTypeError` for another
     type). O(1)."""
     if isinstance(version, bool) or not isinstance(version, int):
         raise ConfigTypeError(f"version must be an integer, got {type(version).__name__}")
@@ -133,7 +133,7 @@ _default_validator: Validator = accept_any
 
 def set_default_validator(validator: Validator) -> None:
     """The validator of centers created without one (the package installs the checks of
-    :data:`~trilink_spark.CONFIG_FIELDS` when it is imported)."""
+    :data:`~trilink_spark.switching.CONFIG_FIELDS` when it is imported)."""
     global _default_validator
     if not callable(validator):
         raise InvalidArgumentTypeError("validator must be callable")
@@ -148,7 +148,7 @@ def default_validator() -> Validator:
 # ---------------------------------------------------------------------- the format
 def secret_bytes(secret: str | bytes | None) -> bytes | None:
     """A center's secret as bytes (``None`` for none); an empty or non-text secret is an
-    :class:`~trilink_spark.InvalidArgumentError`. O(len(secret))."""
+    :class:`~trilink_spark.errors.InvalidArgumentError`. O(len(secret))."""
     if secret is None:
         return None
     if isinstance(secret, str):
@@ -228,7 +228,7 @@ def decode_snapshot(raw: object, secret: bytes | None,
 
     As :func:`decode_message`, with the secret already as bytes (:func:`secret_bytes`), the
     epoch returned too, and a validator that raises something else than
-    :class:`~trilink_spark.ConfigError` left to the caller; a message signed with another
+    :class:`~trilink_spark.errors.ConfigError` left to the caller; a message signed with another
     secret raises :class:`SignatureMismatch`. O(len(raw)).
     """
     if isinstance(raw, str):

@@ -26,7 +26,7 @@ Every other metadata key of the table (for instance the ``pandas`` key that
 ``t``, schema metadata included. A kind whose columns change incompatibly takes a new kind name
 (``"keyed-state.v2"``), so that an old reader refuses the new files rather than misreading them.
 
-:func:`read_table` raises :class:`~trilink_spark.StateCorruptError`, naming ``where`` and what
+:func:`read_table` raises :class:`~trilink_spark.errors.StateCorruptError`, naming ``where`` and what
 the bytes look like, for bytes that are empty, random, a pickle (it is not unpickled), an Arrow
 IPC stream, a truncated or corrupt Arrow file, an Arrow file without the tag (another program's)
 or with another kind or version. It never returns an empty table for bad bytes: "no stored
@@ -264,7 +264,7 @@ class StoredTable:
 
     def read(self, batches: list[int] | None = None) -> pa.Table:
         """The stored rows of record batches ``batches`` (all when None), in that order,
-        fully validated; :class:`~trilink_spark.StateCorruptError` for a corrupt layout.
+        fully validated; :class:`~trilink_spark.errors.StateCorruptError` for a corrupt layout.
 
         Cost: reads only those batches' bytes (plus the footer, read at open), O(their size).
         """

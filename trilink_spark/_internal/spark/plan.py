@@ -33,7 +33,7 @@ def physical_plan(df: DataFrame) -> str:
 
     Examples
     --------
-    >>> print(tl.physical_plan(spark.range(3)))  # doctest: +SKIP
+    >>> print(placement.physical_plan(spark.range(3)))  # doctest: +SKIP
     *(1) Range (0, 3, step=1, splits=2)
     """
     text = plan_text(df, "simple").strip("\n")
@@ -55,7 +55,8 @@ def shuffle_exchanges(df: DataFrame) -> int:
     Examples
     --------
     >>> import trilink_spark as tl  # doctest: +SKIP
-    >>> tl.shuffle_exchanges(tl.keyed_agg(df, "k", F.count("*")))  # doctest: +SKIP
+    >>> from trilink_spark.placement import shuffle_exchanges
+    >>> shuffle_exchanges(tl.keyed_agg(df, "k", F.count("*")))  # doctest: +SKIP
     1
     """
     plan = physical_plan(df)
