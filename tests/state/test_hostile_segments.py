@@ -21,7 +21,7 @@ import pytest
 import trilink_spark as tl
 from trilink_spark.errors import InvalidArgumentTypeError, StateCorruptError
 from trilink_spark._internal.io.arrowio import open_table, write_table
-from trilink_spark.keyed.stateio import StateIO
+from trilink_spark.keyed.task import StateIO
 from trilink_spark.keyed.snapshot import NULL_KEY, PartitionState, cut_segments, decode_state
 from trilink_spark.keyed.snapshot import encode_state
 from trilink_spark.keyed.swap import SwapRequest, _segment_function, plan_swap

@@ -3,16 +3,20 @@
 :func:`keyed_foreach_batch` returns a :class:`KeyedBatchFunction`, the ``foreachBatch``
 callable: it places each micro-batch as :func:`~trilink_spark.keyed_process` does and keeps
 each partition's state (watermarks, timers, window accumulators, user state) between
-micro-batches in a :class:`~trilink_spark.state.KeyedStateStore`, versioned by batch id. What it
-calls: :mod:`~trilink_spark.keyed.prepare` (arguments, arrival order),
-:mod:`~trilink_spark.keyed.replan` (the batch's placement and the swaps decided for it),
-:mod:`~trilink_spark.keyed.task` and :mod:`~trilink_spark.keyed.stateio` (each partition's
-task and its state), :mod:`~trilink_spark.keyed.commit` (the manifest) and
-:mod:`~trilink_spark.keyed.observe` (what the committed state says).
+micro-batches in a :class:`~trilink_spark.state.KeyedStateStore`, versioned by batch id.
+
+This module also holds the manifest protocol (:func:`claim`: one writer and one
+configuration; :func:`start_version`: the version a batch starts from; :func:`commit_batch`:
+the commit once every partition wrote its version) and what committed state says
+(:func:`read_task_timings`, :func:`sum_counters`, :func:`read_state_values`). What it calls:
+:mod:`~trilink_spark.keyed.prepare` (arguments, arrival order), :mod:`~trilink_spark.keyed.replan`
+(the batch's placement and the swaps decided for it) and :mod:`~trilink_spark.keyed.task`
+(each partition's task and its state I/O).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -20,24 +24,24 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .._internal.optiming import operator_timer
 from .._internal.spark.compat import streaming_query_id
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
+from ..errors import StateOwnershipError
 from ..partitioners import BlockPartitioner, Partitioner
 from ..placement.key_by import place_rows
 from ..placement.source import is_keyed_by_source
 from ..state.store import KeyedStateStore, StatefulBatchFunction
-from .commit import claim, commit_batch, runner_config, start_version
-from .observe import read_state_values, read_task_timings, sum_counters
 from .prepare import arrival_order, check_processor, prepare
 from .process import KeyedWatermarkProcessFunction
-from .replan import Placed, adaptive_request, check_rebalancer, first_placement
-from .replan import rebalance_target, rebalancer_decision, replayed_placement
-from .replan import restart_request, resume_request, source_placement, stored_placement
-from .replan import swap_report
-from .stateio import StateIO, state_types
+from .replan import Placed, adaptive_request, check_rebalancer, first_placement, rebalance_target
+from .replan import rebalancer_decision, replayed_placement, restart_request, resume_request
+from .replan import source_placement, stored_placement, swap_report
+from .snapshot import decode_state, read_counters
 from .swap import SwapReport, SwapRequest, plan_swap, write_segments
-from .task import partition_function
+from .task import StateIO, partition_function, state_types
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -456,3 +460,209 @@ def keyed_foreach_batch(
         "idle_timeout": idle_timeout, "takeover": bool(takeover), "rebalancer": rebalancer,
     }
     return KeyedBatchFunction(func, store, options)
+
+
+def runner_config(options: dict[str, Any], delay_units: float, idle_units: float,
+                  value_type: Any) -> dict[str, Any]:
+    """The configuration a keyed stream's state is written with (stored in the manifest).
+
+    Parameters
+    ----------
+    options : dict
+        The runner's options (``key``, ``event_time``, ``order_by``, ``processor``).
+    delay_units, idle_units : float
+        The delay and idle timeout in the event-time column's units.
+    value_type : pyarrow.StructType or None
+        The processor's declared ``state_schema``.
+
+    Returns
+    -------
+    dict
+        JSON values only (a value JSON cannot hold is stored as its ``str``), so it compares
+        equal to itself read back from the manifest.
+    """
+    processor = options["processor"]
+    config = {
+        "key": options["key"], "event_time": options["event_time"],
+        "order_by": options["order_by"], "delay": delay_units, "idle_timeout": idle_units,
+        "processor": f"{type(processor).__module__}.{type(processor).__qualname__}",
+        "processor_config": processor.state_config(),
+        "state_schema": None if value_type is None else str(value_type),
+    }
+    out: dict[str, Any] = json.loads(json.dumps(config, default=str))
+    return out
+
+
+def claim(store: KeyedStateStore, manifest: dict[str, Any] | None, token: str,
+          query: str | None, config: dict[str, Any], takeover: bool) -> None:
+    """Refuse a second writer and a changed configuration (checked at each batch).
+
+    Parameters
+    ----------
+    store : KeyedStateStore
+    manifest : dict or None
+        As just read (None: a new state path, nothing to check).
+    token, query : str
+        The runner's token and its streaming query's id (None outside a query).
+    config : dict
+        :func:`runner_config` of this run.
+    takeover : bool
+        Take the state path over from another writer.
+
+    Raises
+    ------
+    StateOwnershipError
+        Another runner (another token and query) owns the state, without ``takeover``.
+    InvalidArgumentError
+        The state was written with another configuration (the changed settings are named).
+    """
+    if manifest is None:
+        return
+    owner = manifest.get("owner") or {}
+    ours = owner.get("token") == token or (query is not None and owner.get("query") == query)
+    if owner and not ours and not takeover:
+        raise StateOwnershipError(
+            f"state at {store.path} is written by another runner (query "
+            f"{owner.get('query') or 'none'}, runner {owner.get('token')}); this is query "
+            f"{query or 'none'}, runner {token}. One writer per state path: give this "
+            "query its own state_path, or pass takeover=True once the other has stopped "
+            "for good"
+        )
+    stored = manifest.get("config")
+    if stored is not None and json.dumps(stored, sort_keys=True) != json.dumps(
+            config, sort_keys=True):
+        changed = sorted(k for k in set(stored) | set(config)
+                         if stored.get(k) != config.get(k))
+        raise InvalidArgumentError(
+            f"state at {store.path} was written with another configuration "
+            f"({', '.join(f'{k}: {stored.get(k)!r} -> {config.get(k)!r}' for k in changed)})"
+            "; restore the original settings or start from a new state_path"
+        )
+
+
+def start_version(store: KeyedStateStore, manifest: dict[str, Any] | None,
+                  batch_id: int) -> int | None:
+    """The committed version batch ``batch_id`` starts from (None: empty state).
+
+    A replayed batch starts again from the version before it, never from its own.
+
+    Raises
+    ------
+    StateCorruptError
+        The state is at a batch after ``batch_id`` (the query's checkpoint is older).
+    """
+    committed = [] if manifest is None else [int(c) for c in manifest.get("committed", [])]
+    if committed and batch_id < committed[-1]:
+        raise StateCorruptError(
+            f"state at {store.path} is at batch {committed[-1]}, ahead of batch "
+            f"{batch_id}: the query's checkpoint is older than its state; restore the "
+            "checkpoint or start from a new state_path")
+    earlier = [c for c in committed if c < batch_id]
+    return earlier[-1] if earlier else None
+
+
+def commit_batch(store: KeyedStateStore, batch_id: int, prev: int | None, token: str,
+                 query: str | None, config: dict[str, Any], takeover: bool,
+                 new_placement: bool) -> None:
+    """Record ``batch_id`` as committed (after every partition wrote it).
+
+    The manifest is read again and :func:`claim` checked again first: another writer may have
+    taken the path while the batch ran. The committed versions become ``prev`` and
+    ``batch_id``; ``new_placement`` adds ``batch_id`` to the batches that started a placement.
+    """
+    manifest = store.read_manifest() or {}
+    claim(store, manifest or None, token, query, config, takeover)
+    placements = sorted(set(manifest.get("placements", [])) | (
+        {batch_id} if new_placement else set()))
+    manifest.update({
+        "owner": {"token": token, "query": query},
+        "config": config,
+        "committed": [c for c in (prev, batch_id) if c is not None],
+        "placements": placements,
+    })
+    store.write_manifest(manifest)
+
+
+def read_task_timings(store: KeyedStateStore, version: int | None = None) -> Any:
+    """What each task of a committed batch measured of its own work.
+
+    Parameters
+    ----------
+    store : KeyedStateStore
+    version : int, optional
+        A committed batch (the newest by default).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``partition``, ``rows``, ``process_ms``, ``blocks``
+        (:meth:`~trilink_spark.KeyedBatchFunction.task_timings`).
+
+    Raises
+    ------
+    InvalidArgumentTypeError
+        ``version`` is not an int.
+    InvalidArgumentError
+        ``version`` is not a committed batch (the committed ones are named).
+    """
+    import pandas as pd
+
+    if version is not None and (isinstance(version, bool)
+                                or not isinstance(version, (int, np.integer))):
+        raise InvalidArgumentTypeError(
+            f"version must be an int (a committed batch id) or None, got "
+            f"{type(version).__name__}")
+    manifest = store.read_manifest() or {}
+    committed = [int(c) for c in manifest.get("committed") or []]
+    if version is not None and int(version) not in committed:
+        raise InvalidArgumentError(
+            f"batch {version} is not a committed version of {store.path}; the "
+            f"committed ones are {committed}")
+    if not committed:
+        return pd.DataFrame({"partition": [], "rows": [], "process_ms": [], "blocks": []})
+    at, partitions = store.committed_layout(None if version is None else int(version))
+    rows = []
+    for p in range(partitions):
+        t = store.timing(p, at)
+        if t is None:
+            rows.append((p, -1, -1.0, -1))
+            continue
+        per_block = t.get("block_rows")
+        rows.append((p, int(t["rows"]), float(t["process_ms"]),
+                     -1 if per_block is None else len(per_block["blocks"])))
+    return pd.DataFrame(rows, columns=["partition", "rows", "process_ms", "blocks"])
+
+
+def sum_counters(store: KeyedStateStore) -> dict[str, int]:
+    """Rows, late rows (key watermark) and late rows by the partition watermark, summed
+    over the partitions' latest committed state (zeros before the first commit).
+    O(partitions) state reads."""
+    total = {"rows": 0, "late": 0, "late_partition": 0}
+    if not (store.read_manifest() or {}).get("committed"):
+        return total
+    version, partitions = store.committed_layout()
+    for p in range(partitions):
+        found = read_counters(store.load_table(p, version), store.version_path(p, version))
+        for name in total:
+            total[name] += found.get(name, 0)
+    return total
+
+
+def read_state_values(store: KeyedStateStore, version: int | None = None
+                 ) -> dict[Any, dict[str, Any]]:
+    """Every key's stored values in the newest (or a given) committed version:
+    ``{key: {name: value}}`` (:meth:`~trilink_spark.KeyedBatchFunction.state_values`).
+
+    Raises
+    ------
+    StateCorruptError
+        A key is stored in two partitions, or a file is missing or corrupt.
+    """
+    owners = store.owners(version)
+    manifest = store.read_manifest() or {}
+    at = int(manifest["committed"][-1]) if version is None else version
+    out: dict[Any, dict[str, Any]] = {}
+    for p in sorted(set(owners.values())):
+        where = store.version_path(p, at)
+        out.update(decode_state(store.load_table(p, at), where).values)
+    return out
