@@ -50,10 +50,10 @@ def run(bootstrap: str) -> None:
     topic = new_topic(bootstrap, PARTITIONS)
     with tempfile.TemporaryDirectory() as state:
         placed = ahead_key_by(orders, "customer", "least_count", PARTITIONS,
-                                 assignment_path=f"{state}/customers.json")
+                              assignment_path=f"{state}/customers.json")
         write_kafka(placed.selectExpr("CAST(customer AS STRING) AS key",
-                                         "CAST(amount AS STRING) AS value", "partition"),
-                       bootstrap, topic, num_partitions=PARTITIONS)
+                                      "CAST(amount AS STRING) AS value", "partition"),
+                    bootstrap, topic, num_partitions=PARTITIONS)
 
     raw = read_kafka(spark, bootstrap, topic, num_partitions=PARTITIONS)
     read = raw.select(F.col("key").cast("string").cast("long").alias("customer"),

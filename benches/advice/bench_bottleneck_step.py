@@ -62,7 +62,7 @@ def main() -> None:
         return v
 
     advisor = BottleneckAdvisor(window_batches=3, warmup_batches=2, slots=2,
-                                   trigger_interval="1 second")
+                                trigger_interval="1 second")
     listener = BottleneckListener(advisor, spark)
     spark.streams.addListener(listener)
     write_file(inbox, 0, LOW)

@@ -127,7 +127,7 @@ def main(kind: str) -> int:
                                  str(tmp / "keyed-src"))
     check("keyed_foreach_batch[source](by hand)", lambda: (kfs(declared, 0), sink)[1])
     lm = local_merge_foreach_batch(lambda d, b: sink.append(d.count()), "k", "t", 100, aggs,
-                                      str(tmp / "merge"))
+                                   str(tmp / "merge"))
     check("local_merge_foreach_batch(by hand)", lambda: (lm(df, 0), lm(df, 1), sink)[2])
 
     # the same functions inside a real streaming query
@@ -180,8 +180,8 @@ def main(kind: str) -> int:
             broker.create_topic("survey", 4)
             check("register_kafka_source", lambda: register_kafka_source(spark))
             out = ahead_key_by(df.selectExpr("CAST(k AS STRING) AS key",
-                                                "CAST(v AS STRING) AS value", "k"),
-                                  "k", "modulo", 4).drop("k")
+                                             "CAST(v AS STRING) AS value", "k"),
+                               "k", "modulo", 4).drop("k")
             check("write_kafka", lambda: write_kafka(out, broker.bootstrap, "survey"))
             check("read_kafka", lambda: read_kafka(spark, broker.bootstrap, "survey").count())
     except MissingDependencyError:

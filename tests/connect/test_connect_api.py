@@ -171,7 +171,7 @@ def test_global_merge_into_redis(frame: Any, redis_server: Any, spark: Any) -> N
 
 def test_ahead_key_by_and_keyed_by_source(spark: Any, frame: Any, tmp_path: Path) -> None:
     out = ahead_key_by(frame, "k", "least_count", 4,
-                          assignment_path=str(tmp_path / "assignment.json"))
+                       assignment_path=str(tmp_path / "assignment.json"))
     placed = dict(tl.key_by(frame, "k", tl.Partitioner.from_json(
         (tmp_path / "assignment.json").read_text()), fit="none")
         .select("k", tl.PARTITION_COL).distinct().collect())
@@ -234,7 +234,7 @@ def test_foreach_batch_functions_by_hand(spark: Any, tmp_path: Path) -> None:
 
     merged: list[pd.DataFrame] = []
     lm = local_merge_foreach_batch(lambda d, b: merged.append(d.toPandas()), "k", "t", 50,
-                                      AGGS, str(tmp_path / "merge"), quantity=97)
+                                   AGGS, str(tmp_path / "merge"), quantity=97)
     pdf = rows_frame()
     halves = [pdf.iloc[:300], pdf.iloc[300:]]
     for batch_id, half in enumerate(halves):
@@ -325,7 +325,7 @@ def test_kafka_round_trip_without_a_shuffle(spark: Any, kafka_broker: Any, frame
     kafka_broker.create_topic(topic, 4)
     placed = ahead_key_by(frame, "k", "modulo", 4)
     write_kafka(placed.selectExpr("CAST(k AS STRING) AS key", "CAST(t AS STRING) AS value",
-                                     "partition"), kafka_broker.bootstrap, topic)
+                                  "partition"), kafka_broker.bootstrap, topic)
     raw = read_kafka(spark, kafka_broker.bootstrap, topic)  # one partition per Kafka one
     read = raw.selectExpr("CAST(CAST(key AS STRING) AS LONG) AS k",
                           "CAST(CAST(value AS STRING) AS LONG) AS t")

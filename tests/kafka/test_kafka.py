@@ -158,7 +158,7 @@ def test_spark_side_ahead_key_by_round_trip(spark: Any, kafka_broker: Any, tmp_p
     rows = [(u, f"order-{u}-{i}") for u in range(120) for i in range(u % 6 + 1)]
     orders = spark.createDataFrame(rows, "user long, payload string")
     out = ahead_key_by(orders, "user", "least_count", N_PARTITIONS,
-                          assignment_path=str(tmp_path / "assignment.json"))
+                       assignment_path=str(tmp_path / "assignment.json"))
     (out.selectExpr("CAST(user AS STRING) AS key", "payload AS value", "partition")
         .write.format(tl_kafka.SOURCE_NAME).mode("append")
         .option("kafka.bootstrap.servers", kafka_broker.bootstrap).option("topic", topic)
@@ -209,7 +209,7 @@ def test_stream_resumes_without_loss_or_duplicates(spark: Any, kafka_broker: Any
 
     def run() -> None:
         stream = read_kafka(spark, kafka_broker.bootstrap, topic, streaming=True,
-                               starting_offsets="earliest", max_records_per_trigger=250)
+                            starting_offsets="earliest", max_records_per_trigger=250)
         query = (stream.writeStream.foreachBatch(collect)
                  .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
         try:
@@ -248,7 +248,7 @@ def test_unreachable_broker_and_partition_count(spark: Any, kafka_broker: Any) -
 
     producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap,
                              partitioner=KafkaPythonPartitioner(tl.ModuloPartitioner(4),
-                                                                   key_decoder=int))
+                                                                key_decoder=int))
     try:
         with pytest.raises(PartitionCountError, match="3 partitions"):
             producer.send(topic, key=b"5", value=b"x").get(timeout=10)
@@ -256,7 +256,7 @@ def test_unreachable_broker_and_partition_count(spark: Any, kafka_broker: Any) -
         producer.close()
     # and so does the Spark writer
     frame = ahead_key_by(spark.createDataFrame([(u,) for u in range(8)], "user long"),
-                            "user", "modulo", 4)
+                         "user", "modulo", 4)
     writer = (frame.selectExpr("CAST(user AS STRING) AS value", "partition").write
               .format(tl_kafka.SOURCE_NAME).mode("append")
               .option("kafka.bootstrap.servers", kafka_broker.bootstrap).option("topic", topic))
@@ -349,7 +349,7 @@ def test_keyed_foreach_batch_keeps_state_per_kafka_partition(spark: Any, kafka_b
     run = tl.keyed_foreach_batch(write, "sensor", "t", tl.KeyedWindowAggregate(10.0),
                                  delay=0.0, state_path=str(tmp_path / "state"))
     stream = read_kafka(spark, kafka_broker.bootstrap, topic, streaming=True,
-                           starting_offsets="earliest", max_records_per_trigger=700)
+                        starting_offsets="earliest", max_records_per_trigger=700)
     readings = stream.select(F.col("key").cast("string").cast("long").alias("sensor"),
                              F.col("value").cast("string").cast("long").alias("t"))
     query = (keyed_by_source(readings, "sensor").writeStream.foreachBatch(run)
@@ -372,7 +372,7 @@ def test_stream_rekeyed_into_another_topic(spark: Any, kafka_broker: Any, tmp_pa
     produce(kafka_broker, source, [(i % 37, str(i).encode()) for i in range(500)])
     strategy = tl.LeastKeyPartitioner(N_PARTITIONS).fit(list(range(30)))  # 7 keys it never saw
     stream = read_kafka(spark, kafka_broker.bootstrap, source, streaming=True,
-                           starting_offsets="earliest")
+                        starting_offsets="earliest")
     users = stream.select(F.col("key").cast("string").cast("long").alias("user"), "value")
     with pytest.raises(ValueError, match="learnt first"):
         ahead_key_by(users, "user", tl.LeastKeyPartitioner(N_PARTITIONS))
@@ -401,10 +401,10 @@ def test_json_offsets_select_ranges(spark: Any, kafka_broker: Any, placed_topic:
     start = {topic: {"0": 5, "1": -1}}  # 2 and 3 left out: earliest
     end = {topic: {"0": 20, "3": 7}}  # 1 and 2 left out: latest
     part = read_kafka(spark, kafka_broker.bootstrap, topic,
-                         starting_offsets=json.dumps(start), ending_offsets=json.dumps(end))
+                      starting_offsets=json.dumps(start), ending_offsets=json.dumps(end))
     got = {p: sorted(o for q, o in part.select("partition", "offset").collect() if q == p)
            for p in range(N_PARTITIONS)}
     assert got == {0: list(range(5, 20)), 1: [], 2: list(range(ends[2])), 3: list(range(7))}
     with pytest.raises(Exception, match="ending offset 1 is before starting offset 5"):
         read_kafka(spark, kafka_broker.bootstrap, topic, starting_offsets=json.dumps(start),
-                      ending_offsets=json.dumps({topic: {"0": 1}})).count()
+                   ending_offsets=json.dumps({topic: {"0": 1}})).count()

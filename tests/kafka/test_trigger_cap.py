@@ -93,14 +93,14 @@ def test_a_running_stream_follows_the_advised_cap(spark: Any, kafka_broker: Any,
         sizes.append(len(rows))
         if len(sizes) == 3:  # the advisor asks for more while the query runs
             results.append(apply_advice(None, Advice(1, 300, "raise the cap"),
-                                           dry_run=False, config_center=center))
+                                        dry_run=False, config_center=center))
         if len(sizes) == 5:  # and lifts it: the stream's own maxOffsetsPerTrigger again
             results.append(apply_advice(None, Advice(1, None, "lift the cap"),
-                                           dry_run=False, config_center=center))
+                                        dry_run=False, config_center=center))
 
     stream = read_kafka(spark, kafka_broker.bootstrap, topic, streaming=True,
-                           starting_offsets="earliest", max_records_per_trigger=50,
-                           max_records_per_trigger_path=path)
+                        starting_offsets="earliest", max_records_per_trigger=50,
+                        max_records_per_trigger_path=path)
     query = (stream.writeStream.foreachBatch(collect)
              .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
     try:

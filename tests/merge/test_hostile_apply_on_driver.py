@@ -147,7 +147,7 @@ def test_passwords_never_leak(spark: Any, redis_server: Any,
     dead = free_port()
     caplog.set_level(logging.DEBUG)
     store = RedisStore(f"redis://:{PW}@127.0.0.1:{dead}/0", "hostile:pw",
-                          socket_timeout=0.5)
+                       socket_timeout=0.5)
     assert PW not in repr(store)
     with pytest.raises(StoreUnavailableError) as err:
         tl.global_merge(hostile(spark), "k", AGGS, store=store, apply_on="driver")

@@ -125,7 +125,7 @@ def test_streaming_buffers_carry_across_micro_batches(spark: Any, tmp_path: Any)
     parts = [pdf.iloc[i * 1000:(i + 1) * 1000] for i in range(3)]
     emitted: list[pd.DataFrame] = []
     run = local_merge_foreach_batch(lambda df, b: emitted.append(df.toPandas()), "k", "t",
-                                       100, AGGS, str(tmp_path / "merge"), quantity=700)
+                                    100, AGGS, str(tmp_path / "merge"), quantity=700)
     for batch_id, part in enumerate(parts):
         run(spark.createDataFrame(part).coalesce(1), batch_id)
     flushed = pd.concat(emitted, ignore_index=True)

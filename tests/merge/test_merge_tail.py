@@ -192,7 +192,7 @@ def test_bad_tail_bytes_raise_state_corrupt_naming_what_they_are(tmp_path: Path)
 
 def test_buffered_counts_stored_rows_and_refuses_what_is_not_a_tail(tmp_path: Path) -> None:
     run = local_merge_foreach_batch(lambda df, b: None, "k", "t", 10, AGGS,
-                                       str(tmp_path / "state"))
+                                    str(tmp_path / "state"))
     rows = arrow_to_pandas(pa.table({"k": pa.array([1, 2, 3]), ET_COL: pa.array([1.0, 2, 3]),
                                      SLOT_COL: pa.array([0.0, 0, 0])}))
     rows[POS_COL] = np.arange(3, dtype=np.int64)
@@ -217,7 +217,7 @@ def frame(n: int, start: int = 0) -> pd.DataFrame:
 
 def test_stream_tail_is_not_unpickled(spark: Any, tmp_path: Path) -> None:
     run = local_merge_foreach_batch(lambda df, b: df.collect(), "k", "t", 10, AGGS,
-                                       str(tmp_path / "state"), quantity=40)
+                                    str(tmp_path / "state"), quantity=40)
     run(spark.createDataFrame(frame(100)).coalesce(1), 0)
     assert run.buffered() == 20
     marker = tmp_path / "marker"
@@ -237,7 +237,7 @@ def test_stream_refuses_a_bad_tail_and_never_starts_empty(spark: Any, tmp_path: 
                                                           bad: str) -> None:
     emitted: list[int] = []
     run = local_merge_foreach_batch(lambda df, b: emitted.append(df.count()), "k", "t", 10,
-                                       AGGS, str(tmp_path / "state"), quantity=40)
+                                    AGGS, str(tmp_path / "state"), quantity=40)
     run(spark.createDataFrame(frame(100)).coalesce(1), 0)
     data, what = bad_tails(tmp_path)[bad]
     run.store.save(0, 0, data)
@@ -252,8 +252,8 @@ def test_empty_tail_is_stored_and_differs_from_no_tail(spark: Any, tmp_path: Pat
     pdf.loc[29, "mark"] = True  # the last row ends a flush: nothing stays buffered
     emitted: list[pd.DataFrame] = []
     run = local_merge_foreach_batch(lambda df, b: emitted.append(df.toPandas()), "k", "t", 10,
-                                       AGGS, str(tmp_path / "state"), mode="punctuation",
-                                       punctuation="mark")
+                                    AGGS, str(tmp_path / "state"), mode="punctuation",
+                                    punctuation="mark")
     run(spark.createDataFrame(pdf).coalesce(1), 0)
     stored = run.store.latest(0)
     assert stored is not None  # an empty tail is stored, not "no tail"
@@ -269,11 +269,11 @@ def test_empty_tail_is_stored_and_differs_from_no_tail(spark: Any, tmp_path: Pat
 def test_tail_of_another_query_is_refused(spark: Any, tmp_path: Path) -> None:
     path = str(tmp_path / "state")
     first = local_merge_foreach_batch(lambda df, b: df.collect(), "k", "t", 10, AGGS, path,
-                                         quantity=40)
+                                      quantity=40)
     first(spark.createDataFrame(frame(100)).coalesce(1), 0)
     other_aggs = {"n": ("count", None), "w": ("max", "w")}
     second = local_merge_foreach_batch(lambda df, b: df.collect(), "k", "t", 10, other_aggs,
-                                          path, quantity=40)
+                                       path, quantity=40)
     rows = frame(100, 100).rename(columns={"v": "w"})
     with pytest.raises(Exception, match=r"(?s)StateCorruptError.*another query's buffers"):
         second(spark.createDataFrame(rows).coalesce(1), 1)

@@ -30,11 +30,11 @@ def test_partition_column_is_the_key_by_placement(spark: Any, strategy: str) -> 
 def test_table_assignment_survives_between_runs(spark: Any, tmp_path: Path) -> None:
     path = str(tmp_path / "assignment.json")
     first = ahead_key_by(orders(spark, range(100)), "user", "least_count", 4,
-                            assignment_path=path)
+                         assignment_path=path)
     before = {r[0]: r[1] for r in first.select("user", "partition").collect()}
     # a later run with other traffic: known keys keep their partition, new keys get one
     second = ahead_key_by(orders(spark, range(50, 160)), "user", "least_count", 4,
-                             assignment_path=path)
+                          assignment_path=path)
     after = {r[0]: r[1] for r in second.select("user", "partition").collect()}
     assert all(after[u] == before[u] for u in range(50, 100))
     assert set(after) == set(range(50, 160))

@@ -116,7 +116,7 @@ def test_stateful_pipeline_never_switches(spark: Any, tmp_path: Path) -> None:
     ap = tl.AdaptivePartitioner(4, sample_rate=0.5, mode="quantity", quantity=1, min_sample=100)
     used: list[str] = []
     runner = adaptive_foreach_batch(lambda df, b: used.append(ap.current_name), ap, "key",
-                                       stateful=True)
+                                    stateful=True)
     ap.config.publish({"strategy": "least_count"})
     _run_stream(spark, src, tmp_path, runner)
     assert used == ["hash", "hash", "hash"]
@@ -155,7 +155,7 @@ def test_async_observation_informs_the_next_batch(spark: Any) -> None:
     ap = tl.AdaptivePartitioner(4, sample_rate=0.5, mode="quantity", quantity=1, min_sample=100)
     used: list[str] = []
     runner = adaptive_foreach_batch(lambda df, b: used.append(ap.current_name), ap, "key",
-                                       observe="async")
+                                    observe="async")
     for batch_id in range(3):
         runner(skewed_frame(spark, 3000, batch_id), batch_id)
     assert used[0] == "hash"  # nothing observed yet when the first batch was placed
