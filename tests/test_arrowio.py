@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
-from trilink_spark._internal.io.arrowio import FORMAT_KEY, FORMAT_VERSION, VERSION_KEY, read_table, write_table
+from trilink_spark._internal.io.arrowio import FORMAT_KEY, FORMAT_VERSION, VERSION_KEY, read_table
+from trilink_spark._internal.io.arrowio import write_table
 
 KIND = "test-kind"
 WHERE = "state file /state/partition=00003/000000000007.state"

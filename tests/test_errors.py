@@ -8,7 +8,9 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
-from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError, MissingColumnError, NullKeyError, UnknownStrategyError
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
+from trilink_spark.errors import InvalidKeyTypeError, MissingColumnError, NullKeyError
+from trilink_spark.errors import UnknownStrategyError
 
 
 @pytest.mark.parametrize("n", [0, -3])

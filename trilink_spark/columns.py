@@ -193,7 +193,8 @@ def strategy_partitions(df: Any, *, compacted: bool = False) -> int | None:
     of its :data:`PARTITION_COL` by :func:`~trilink_spark.key_by`; ``None`` without that
     column or record, or with one no ``key_by`` writes (a column that is not an int, a count
     outside ``1 ..`` :data:`~trilink_spark._internal.validation.MAX_PARTITIONS`). With
-    ``compacted=True``, only for a frame ``key_by`` compacted (:data:`COMPACTED_META`). O(columns), no Spark job.
+    ``compacted=True``, only for a frame ``key_by`` compacted (:data:`COMPACTED_META`). O(columns),
+    no Spark job.
 
     Examples
     --------

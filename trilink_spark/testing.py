@@ -1,8 +1,8 @@
 """Real servers for testing a pipeline on one machine: ``redis-server`` and a Kafka broker.
 
 A pipeline that writes to Redis (:class:`~trilink_spark.merge.RedisStore`, a
-:class:`~trilink_spark.switching.RedisConfigCenter`) or reads and writes Kafka (``trilink-kafka``) is
-best tested against the real servers, not mocks. This module starts them as throwaway child
+:class:`~trilink_spark.switching.RedisConfigCenter`) or reads and writes Kafka (``trilink-kafka``)
+is best tested against the real servers, not mocks. This module starts them as throwaway child
 processes, in the spirit of ``bytewax.testing``:
 
 - :func:`redis_server` / :class:`RedisServer`: a ``redis-server`` (the Debian package
@@ -333,9 +333,10 @@ class KafkaBroker(_Server):
 
     Examples
     --------
+    >>> from trilink_spark.kafka import write_kafka
     >>> with KafkaBroker() as broker:  # doctest: +SKIP
     ...     broker.create_topic("orders", 8)
-    ...     kafka.write_kafka(df, broker.bootstrap, "orders")
+    ...     write_kafka(df, broker.bootstrap, "orders")
     """
 
     name = "tansu"

@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import RESULTS, write_json  # noqa: E402
 
 import trilink_spark as tl  # noqa: E402
-from trilink_spark.partitioners import balance_degree, choose_best, extra_compute_time  # noqa: E402
+from trilink_spark.partitioners import balance_degree, choose_best  # noqa: E402
+from trilink_spark.partitioners import extra_compute_time  # noqa: E402
 from trilink_spark.partitioners.scenarios import PAPER_SCENARIOS, make_scenario, records  # noqa: E402
 
 N = 60

@@ -43,7 +43,8 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import trilink_spark as tl  # noqa: E402
 from trilink_spark.kafka import read_kafka  # noqa: E402
-from trilink_spark.partitioners import balance_degree, kafka_default_partition, keyed_bound  # noqa: E402
+from trilink_spark.partitioners import balance_degree, kafka_default_partition  # noqa: E402
+from trilink_spark.partitioners import keyed_bound  # noqa: E402
 from trilink_spark.placement import ahead_key_by, keyed_by_source, shuffle_exchanges  # noqa: E402
 from trilink_spark import kafka as tl_kafka  # noqa: E402
 from trilink_spark.testing import create_topic, kafka_broker  # noqa: E402

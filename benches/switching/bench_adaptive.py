@@ -14,8 +14,8 @@
 3. Sampling overhead: a 5,000,000-row DataFrame placed with key_by and counted per key (the
    work of one micro-batch), with and without ``observe_df`` at 1 % in front, in one run.
 
-Run: ``python benches/switching/bench_adaptive.py`` (writes benches/results/adaptive.json; ``--quick``
-for a shorter stream, ``--only table9|quality|overhead`` to rerun one part).
+Run: ``python benches/switching/bench_adaptive.py`` (writes benches/results/adaptive.json;
+``--quick`` for a shorter stream, ``--only table9|quality|overhead`` to rerun one part).
 """
 
 from __future__ import annotations

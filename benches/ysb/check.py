@@ -81,8 +81,8 @@ def read_windows(redis_url: str, prefix: str) -> pd.DataFrame:
     ``{prefix}:w:{campaign}:{start}`` named in ``{prefix}:windows``, and the ``global_merge``
     variant's store keys ``{prefix}:gm:k:v{campaign}:{start}`` named in ``{prefix}:gm:keys``.
 
-    Raises :class:`~trilink_spark.errors.InvalidArgumentError` for a window hash whose fields are not
-    integers, or a store key that is not a window (not written by these queries). Cost: two
+    Raises :class:`~trilink_spark.errors.InvalidArgumentError` for a window hash whose fields are
+    not integers, or a store key that is not a window (not written by these queries). Cost: two
     round trips (both name sets, then one pipelined ``HMGET`` per window).
     """
     client = redis_client(redis_url)

@@ -16,8 +16,8 @@ by :func:`read_log`).
 Placement: with ``placement=None`` records go round-robin over the topic's partitions (what a
 producer without a key-aware partitioner does); with a strategy (a name such as
 ``"least_key"`` or a :class:`~trilink_spark.Partitioner`) each record goes to the partition
-the strategy gives its campaign: the Ahead KeyBy layout :func:`~trilink_spark.placement.keyed_by_source`
-declares.
+the strategy gives its campaign: the Ahead KeyBy layout
+:func:`~trilink_spark.placement.keyed_by_source` declares.
 """
 
 from __future__ import annotations
@@ -586,9 +586,9 @@ def read_log(path: str | Path) -> pa.Table:
     Parquet file, or a directory of ``part-*.parquet`` files (one per producing process),
     read as one table.
 
-    Raises :class:`~trilink_spark.errors.InvalidArgumentError` when ``path`` is missing, not Parquet,
-    an empty directory, or lacks those columns and types. Cost: one Parquet read of the four
-    columns per file.
+    Raises :class:`~trilink_spark.errors.InvalidArgumentError` when ``path`` is missing, not
+    Parquet, an empty directory, or lacks those columns and types. Cost: one Parquet read of the
+    four columns per file.
     """
     import pyarrow.parquet as pq
 

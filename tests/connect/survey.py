@@ -29,7 +29,8 @@ def check(name: str, fn: Callable[[], Any]) -> Any:
     from trilink_spark.errors import MissingDependencyError
     from trilink_spark.kafka import read_kafka, register_kafka_source, write_kafka
     from trilink_spark.merge import RedisStore, local_merge_foreach_batch
-    from trilink_spark.placement import ahead_key_by, is_keyed_by_source, keyed_by_source, physical_plan, shuffle_exchanges
+    from trilink_spark.placement import ahead_key_by, is_keyed_by_source, keyed_by_source
+    from trilink_spark.placement import physical_plan, shuffle_exchanges
     from trilink_spark.switching import ConfigCenter, adaptive_foreach_batch
 
     start = time.monotonic()

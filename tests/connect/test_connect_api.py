@@ -15,10 +15,12 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
-from trilink_spark.errors import ConnectUnsupportedError, InvalidArgumentError, InvalidArgumentTypeError, KeysNotGroupedError
+from trilink_spark.errors import ConnectUnsupportedError, InvalidArgumentError
+from trilink_spark.errors import InvalidArgumentTypeError, KeysNotGroupedError
 from trilink_spark.kafka import read_kafka, write_kafka
 from trilink_spark.merge import RedisStore, local_merge_foreach_batch
-from trilink_spark.placement import ahead_key_by, is_keyed_by_source, keyed_by_source, physical_plan, shuffle_exchanges
+from trilink_spark.placement import ahead_key_by, is_keyed_by_source, keyed_by_source
+from trilink_spark.placement import physical_plan, shuffle_exchanges
 from trilink_spark.switching import ConfigCenter, adaptive_foreach_batch
 from conftest import ON_CONNECT, assert_same_aggregates, raw_truth
 from trilink_spark._internal.spark import compat

@@ -17,10 +17,12 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
-from trilink_spark.errors import BrokerUnavailableError, InvalidArgumentError, KeysNotGroupedError, PartitionCountError
+from trilink_spark.errors import BrokerUnavailableError, InvalidArgumentError, KeysNotGroupedError
+from trilink_spark.errors import PartitionCountError
 from trilink_spark.kafka import read_kafka, register_kafka_source, write_kafka
 from trilink_spark.partitioners import kafka_default_partition, kafka_murmur2
-from trilink_spark.placement import KafkaPythonPartitioner, ahead_key_by, keyed_by_source, shuffle_exchanges
+from trilink_spark.placement import KafkaPythonPartitioner, ahead_key_by, keyed_by_source
+from trilink_spark.placement import shuffle_exchanges
 from trilink_spark import kafka as tl_kafka
 from trilink_spark.kafka.client import KafkaOptions, split_limit
 from trilink_spark.testing import free_port

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pytest
 
 import trilink_spark as tl
-from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError, StoreUnavailableError
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
+from trilink_spark.errors import StoreUnavailableError
 from trilink_spark.merge import RedisStore
 from trilink_spark.merge.expressions import parse_aggs
 from trilink_spark.merge.redis_store import lean_client

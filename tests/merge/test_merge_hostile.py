@@ -11,7 +11,8 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
-from trilink_spark.errors import ArithmeticOverflowError, InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError, ReservedColumnError
+from trilink_spark.errors import ArithmeticOverflowError, InvalidArgumentError
+from trilink_spark.errors import InvalidArgumentTypeError, InvalidKeyTypeError, ReservedColumnError
 
 
 def norm(rows: Any) -> list[tuple[Any, ...]]:

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import trilink_spark as tl
-from trilink_spark.partitioners import BalanceReport, balance_degree, extra_compute_time, keyed_bound
+from trilink_spark.partitioners import BalanceReport, balance_degree, extra_compute_time
+from trilink_spark.partitioners import keyed_bound
 
 
 def test_paper_definitions():

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
-from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError, NullKeyError, UnknownStrategyError
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
+from trilink_spark.errors import InvalidKeyTypeError, NullKeyError, UnknownStrategyError
 from trilink_spark.partitioners import strategy_names
 from trilink_spark.placement import shuffle_exchanges
 from trilink_spark.partitioners import BlockPartitioner, OverlayPartitioner

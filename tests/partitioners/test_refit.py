@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import trilink_spark as tl
-from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError, NullKeyError
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
+from trilink_spark.errors import InvalidKeyTypeError, NullKeyError
 from trilink_spark.partitioners import balance_degree, keyed_bound
 from trilink_spark.partitioners import BlockPartitioner, OverlayPartitioner
 from trilink_spark.partitioners import moved_units, rebalance_minimal

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 import trilink_spark as tl
-from trilink_spark.placement import KafkaPythonPartitioner, ahead_key_by, confluent_partition, shuffle_exchanges
+from trilink_spark.placement import KafkaPythonPartitioner, ahead_key_by, confluent_partition
+from trilink_spark.placement import shuffle_exchanges
 
 
 def orders(spark: Any, users: range) -> Any:

@@ -17,7 +17,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.functions import pandas_udf
 
 import trilink_spark as tl
-from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError, UnknownStrategyError
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
+from trilink_spark.errors import UnknownStrategyError
 from trilink_spark.placement import explain_keyed_agg, keyed_by_source, shuffle_exchanges
 from testkit.frames import rows
 

@@ -1,6 +1,6 @@
 """Hostile probes of swap segments (one file per source partition, a record batch per
-destination, random access by :func:`~trilink_spark._internal.io.arrowio.open_table`), of the tasks that
-load them, and of the stored plans that drive them. No Spark: the segment job's function is
+destination, random access by :func:`~trilink_spark._internal.io.arrowio.open_table`), of the tasks
+that load them, and of the stored plans that drive them. No Spark: the segment job's function is
 run in-process, as a Spark task runs it.
 """
 

@@ -23,7 +23,8 @@ import pytest
 from pyspark import cloudpickle
 
 import trilink_spark as tl
-from trilink_spark.errors import InvalidArgumentError, StateCorruptError, StateStoreError, StateTypeError
+from trilink_spark.errors import InvalidArgumentError, StateCorruptError, StateStoreError
+from trilink_spark.errors import StateTypeError
 from trilink_spark.keyed import KeyedBatchFunction, KeyedContext
 from trilink_spark._internal.io.arrowio import write_table
 from trilink_spark.keyed.snapshot import PartitionState, decode_state, encode_state

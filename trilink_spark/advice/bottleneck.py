@@ -361,13 +361,13 @@ class BottleneckAdvisor:
         Parameters
         ----------
         metrics : pandas.DataFrame
-            :func:`~trilink_spark.measurement.task_metrics` rows of the batch's stages; each stage becomes
-            node ``"stage i"`` by its position (lowest stage id first). Failed attempts are
-            ignored; an empty frame records nothing. With :data:`EXCHANGE_COLUMNS`, each
-            shuffle becomes an ``"exchange"`` node: ``"exchange after stage i"`` for what
-            stage ``i`` wrote (and the fetch wait of the stages reading it),
-            ``"exchange before stage i"`` for the fetch wait of a stage whose writer is not in
-            ``metrics``; that time is taken out of the stage's own.
+            :func:`~trilink_spark.measurement.task_metrics` rows of the batch's stages; each stage
+            becomes node ``"stage i"`` by its position (lowest stage id first). Failed attempts are
+            ignored; an empty frame records nothing. With :data:`EXCHANGE_COLUMNS`, each shuffle
+            becomes an ``"exchange"`` node: ``"exchange after stage i"`` for what stage ``i`` wrote
+            (and the fetch wait of the stages reading it), ``"exchange before stage i"`` for the
+            fetch wait of a stage whose writer is not in ``metrics``; that time is taken out of the
+            stage's own.
         seconds : float, optional
             The batch's wall time, for a bounded job without a progress event (default: the
             sum of each stage's longest task, as the stages of a chain run one after another).
@@ -377,9 +377,9 @@ class BottleneckAdvisor:
         Raises
         ------
         InvalidArgumentTypeError
-            ``metrics`` is not a frame with :data:`~trilink_spark.measurement.TASK_METRIC_COLUMNS`, or a
-            figure column holds something other than numbers, duplicate column names, or
-            only some of :data:`EXCHANGE_COLUMNS` (give all three or none).
+            ``metrics`` is not a frame with :data:`~trilink_spark.measurement.TASK_METRIC_COLUMNS`,
+            or a figure column holds something other than numbers, duplicate column names, or only
+            some of :data:`EXCHANGE_COLUMNS` (give all three or none).
         InvalidArgumentError
             A successful task without a stage id. Missing figures (NaN) count as ``-1``
             (not recorded), as :func:`~trilink_spark.measurement.task_metrics` writes them.
@@ -470,7 +470,8 @@ class BottleneckAdvisor:
     def observe_timings(self, timings: pd.DataFrame) -> None:
         """Take the records trilink operators wrote of their own work
         (:func:`~trilink_spark.measurement.read_operator_timings`, or an
-        :class:`~trilink_spark.measurement.OperatorTimingReader`'s ``new()``) for the current batch.
+        :class:`~trilink_spark.measurement.OperatorTimingReader`'s ``new()``) for the current
+        batch.
 
         Each operator (``local_merge``, ``global_merge``, ``keyed``) becomes a node: rows in,
         its own busy milliseconds, tasks. When the stage it ran in was observed
@@ -787,9 +788,9 @@ class BottleneckListener:
     ----------
     advisor : BottleneckAdvisor
     spark : pyspark.sql.SparkSession, optional
-        Classic session: each batch's stages are read with :func:`~trilink_spark.measurement.task_metrics`
-        (the query's run id is the job group of its batches). Without it only progress is
-        used.
+        Classic session: each batch's stages are read with
+        :func:`~trilink_spark.measurement.task_metrics` (the query's run id is the job group of its
+        batches). Without it only progress is used.
     timings : str, optional
         The operator timing directory (default: ``spark.trilink.operatorTiming`` of
         ``spark``, when set): each batch's new records go to
@@ -804,8 +805,10 @@ class BottleneckListener:
 
     Examples
     --------
-    >>> advisor = advice.BottleneckAdvisor()  # doctest: +SKIP
-    >>> spark.streams.addListener(advice.BottleneckListener(advisor, spark))  # doctest: +SKIP
+    >>> from trilink_spark.advice import BottleneckAdvisor
+    >>> advisor = BottleneckAdvisor()  # doctest: +SKIP
+    >>> from trilink_spark.advice import BottleneckListener
+    >>> spark.streams.addListener(BottleneckListener(advisor, spark))  # doctest: +SKIP
     >>> print(advisor.report())  # doctest: +SKIP
     """
 

@@ -494,7 +494,8 @@ def follow_trigger_cap(center: Any, path: str,
     ----------
     center : ConfigCenter
         An in-process or Redis config center (its validator must accept ``field``; the default
-        one does, as :data:`~trilink_spark.switching.CONFIG_FIELDS` holds ``max_offsets_per_trigger``).
+        one does, as :data:`~trilink_spark.switching.CONFIG_FIELDS` holds
+        ``max_offsets_per_trigger``).
     path : str
         The cap file (local path, or a ``pyarrow.fs`` URI the driver reaches).
     field : str

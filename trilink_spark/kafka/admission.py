@@ -4,8 +4,8 @@ Spark reads ``maxOffsetsPerTrigger`` once, when the query starts. A stream given
 ``maxOffsetsPerTriggerPath`` (``read_kafka(..., max_records_per_trigger_path=...)``) also reads
 a small JSON file at that path each time it plans a micro-batch; when the file holds a cap, that
 cap replaces ``maxOffsetsPerTrigger`` from that batch on, without restarting the query. Write it
-with :func:`write_trigger_cap`, or let :func:`trilink_spark.elastic.follow_trigger_cap` write what a
-config center publishes.
+with :func:`write_trigger_cap`, or let :func:`trilink_spark.elastic.follow_trigger_cap` write what
+a config center publishes.
 
 The file::
 

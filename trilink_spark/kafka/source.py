@@ -2,9 +2,9 @@
 
 Reading gives **exactly one Spark partition per Kafka partition, in partition order** (Spark
 partition ``i`` holds Kafka partition ``i``), with the columns of Spark's own Kafka source. A
-topic written by :func:`~trilink_spark.placement.ahead_key_by` therefore arrives with every key whole on
-one Spark partition, which :func:`~trilink_spark.placement.keyed_by_source` declares, so the keyed stage
-runs without a shuffle (Trilink paper, §4.3 (3), Figure 11 (d)).
+topic written by :func:`~trilink_spark.placement.ahead_key_by` therefore arrives with every key
+whole on one Spark partition, which :func:`~trilink_spark.placement.keyed_by_source` declares, so
+the keyed stage runs without a shuffle (Trilink paper, §4.3 (3), Figure 11 (d)).
 
 Batch and streaming reads are supported. A stream's offsets are per-partition Kafka offsets
 (``{"topic": {"0": 120, "1": 97}}``) kept in Spark's checkpoint, so a restarted query resumes
@@ -96,7 +96,8 @@ def read_kafka(
 
     Examples
     --------
-    >>> df = kafka.read_kafka(spark, "127.0.0.1:9092", "events")  # doctest: +SKIP
+    >>> from trilink_spark.kafka import read_kafka
+    >>> df = read_kafka(spark, "127.0.0.1:9092", "events")  # doctest: +SKIP
     >>> df.rdd.getNumPartitions()  # one per Kafka partition  # doctest: +SKIP
     8
     """
@@ -148,8 +149,10 @@ def write_kafka(
 
     Examples
     --------
-    >>> placed = placement.ahead_key_by(orders, "customer", "modulo", 8)  # doctest: +SKIP
-    >>> kafka.write_kafka(placed.selectExpr("CAST(customer AS STRING) AS key",
+    >>> from trilink_spark.placement import ahead_key_by
+    >>> placed = ahead_key_by(orders, "customer", "modulo", 8)  # doctest: +SKIP
+    >>> from trilink_spark.kafka import write_kafka
+    >>> write_kafka(placed.selectExpr("CAST(customer AS STRING) AS key",
     ...                                  "CAST(amount AS STRING) AS value", "partition"),
     ...                "127.0.0.1:9092", "orders", num_partitions=8)  # doctest: +SKIP
     """

@@ -64,11 +64,10 @@ def keyed_process(
     Notes
     -----
     Cost: the one shuffle of ``key_by`` (none on a frame declared with
-    :func:`~trilink_spark.placement.keyed_by_source`: each input partition is processed where it is),
-    a sort of each partition by arrival, then one Python
-    task per partition holding that partition's rows in memory (as ``applyInPandas`` does
-    per group). Per-key hooks cost one Python call per key and hook; ``KeyedWindowAggregate``
-    is vectorised over all keys.
+    :func:`~trilink_spark.placement.keyed_by_source`: each input partition is processed where it
+    is), a sort of each partition by arrival, then one Python task per partition holding that
+    partition's rows in memory (as ``applyInPandas`` does per group). Per-key hooks cost one Python
+    call per key and hook; ``KeyedWindowAggregate`` is vectorised over all keys.
 
     Examples
     --------

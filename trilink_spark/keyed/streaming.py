@@ -95,10 +95,10 @@ class KeyedBatchFunction(StatefulBatchFunction):
         num_partitions : int, optional
             The new partition count (a rescale).
         refit : {"minimal", "none"}
-            ``"minimal"`` (default): :func:`~trilink_spark.partitioners.rebalance_minimal` from the current
-            (or given) placement, with the stored keys' row counts as loads, so only the keys
-            needed for balance move. ``"none"``: the given strategy as it is (a table
-            strategy without a table is fitted on the stored keys' counts).
+            ``"minimal"`` (default): :func:`~trilink_spark.partitioners.rebalance_minimal` from the
+            current (or given) placement, with the stored keys' row counts as loads, so only the
+            keys needed for balance move. ``"none"``: the given strategy as it is (a table strategy
+            without a table is fitted on the stored keys' counts).
         mode : {"sync", "fluid"}
             ``"sync"`` moves every key at the next batch. ``"fluid"`` moves at most
             ``max_keys_per_batch`` per batch, heaviest first, until done.
@@ -437,10 +437,10 @@ def keyed_foreach_batch(
     exactly once (module :mod:`trilink_spark.keyed.swap`).
 
     Ahead KeyBy: when the stream's key column is declared with
-    :func:`~trilink_spark.placement.keyed_by_source` (a ``trilink-kafka`` read of a topic written with
-    :func:`~trilink_spark.placement.ahead_key_by`), every micro-batch is processed where it was read, with
-    no shuffle, and each Kafka partition keeps its own state; ``strategy`` is not used. A
-    change in the topic's partition count is refused rather than stranding state.
+    :func:`~trilink_spark.placement.keyed_by_source` (a ``trilink-kafka`` read of a topic written
+    with :func:`~trilink_spark.placement.ahead_key_by`), every micro-batch is processed where it
+    was read, with no shuffle, and each Kafka partition keeps its own state; ``strategy`` is not
+    used. A change in the topic's partition count is refused rather than stranding state.
 
     Examples
     --------

@@ -163,7 +163,8 @@ def task_metrics(spark: SparkSession, job_group: str | None = None,
     --------
     >>> spark.sparkContext.setJobGroup("wordcount", "wordcount")  # doctest: +SKIP
     >>> counts = tl.keyed_agg(words, "word", F.count("*").alias("n")).collect()  # doctest: +SKIP
-    >>> m = measurement.task_metrics(spark, job_group="wordcount")  # doctest: +SKIP
+    >>> from trilink_spark.measurement import task_metrics
+    >>> m = task_metrics(spark, job_group="wordcount")  # doctest: +SKIP
     >>> m.groupby("stage_id").run_ms.max()  # doctest: +SKIP
     """
     from pyspark.sql import SparkSession

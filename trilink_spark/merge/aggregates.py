@@ -20,13 +20,12 @@ first / last    ``name``, ``name__t`` (event time),         the value at the sma
 
 Nulls in the value column are skipped, as Spark skips them. Types and non-finite values follow
 Spark's ``groupBy().agg()``: a sum of an integral column is a bigint, computed exactly (a sum
-beyond 64 bits raises :class:`~trilink_spark.errors.ArithmeticOverflowError` naming the aggregate, as
-Spark's ANSI mode fails the query), of a float or double a double (``inf`` and NaN propagate),
+beyond 64 bits raises :class:`~trilink_spark.errors.ArithmeticOverflowError` naming the aggregate,
+as Spark's ANSI mode fails the query), of a float or double a double (``inf`` and NaN propagate),
 of a decimal(p, s) a decimal(min(38, p + 10), s); a mean is a double; count a bigint; min, max,
-first and last keep the input type. In frames with pandas' nullable dtypes (what the merges
-read), NaN is a value distinct from null: ``max`` is NaN when a group has a NaN (Spark orders
-NaN above everything) and ``min`` only when every value is NaN; in plain float64 frames NaN
-stands for null.
+first and last keep the input type. In frames with pandas' nullable dtypes (what the merges read),
+NaN is a value distinct from null: ``max`` is NaN when a group has a NaN (Spark orders NaN above
+everything) and ``min`` only when every value is NaN; in plain float64 frames NaN stands for null.
 
 Each row of the table is one class (:class:`Count`, :class:`Sum`, :class:`Min`, :class:`Max`,
 :class:`Mean`, :class:`First`, :class:`Last`, :class:`CombineAggregate`), which owns every form

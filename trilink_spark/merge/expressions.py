@@ -390,7 +390,8 @@ def combinable(exprs: Sequence[Any], df: DataFrame | None = None) -> tuple[bool,
 def _distinct_in_plan(df: DataFrame, cols: list[Any]) -> list[Any]:
     """The Column aggregates of ``cols`` that Spark plans as DISTINCT aggregates (a classic
     session's ``F.count_distinct("v")`` prints as ``count(v)``): one plan, no job. The plan
-    text is captured with :func:`~trilink_spark._internal.spark.compat.plan_text` (thread-safe: concurrent
+    text is captured with :func:`~trilink_spark._internal.spark.compat.plan_text` (thread-safe:
+    concurrent
     callers do not swap ``sys.stdout``)."""
     import re
 
@@ -495,8 +496,8 @@ def parse_aggs(aggs: Any, columns: Sequence[str], df: DataFrame | None = None
     Names may hold any character (``__`` too) but may not start with ``__``, and no two
     aggregates may write the same column (a name, or a partial column such as ``s__n``).
 
-    Raises :class:`~trilink_spark.errors.InvalidArgumentError` for an unknown aggregate, one with no
-    exact partial form (stddev, variance, collect_list, percentiles, DISTINCT aggregates: the
+    Raises :class:`~trilink_spark.errors.InvalidArgumentError` for an unknown aggregate, one with
+    no exact partial form (stddev, variance, collect_list, percentiles, DISTINCT aggregates: the
     message names it and points to ``keyed_agg``), an aggregate of an expression, a missing or
     unknown column, or repeated names; :class:`~trilink_spark.errors.InvalidArgumentTypeError` for
     another shape.

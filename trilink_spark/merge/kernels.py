@@ -4,8 +4,8 @@
 The functions give Spark's numeric kind and ``sum`` type of a column type
 (:func:`numeric_kind`, :func:`sum_type`), exact 64-bit sums of integers per group in numpy
 (:func:`exact_int_sums`, :func:`join_halves`) and in Spark (:func:`spark_exact_sum`), and the
-failure of a sum beyond its type (:class:`~trilink_spark.errors.ArithmeticOverflowError`, as Spark's
-ANSI mode fails the query; :func:`spark_overflow` in Spark).
+failure of a sum beyond its type (:class:`~trilink_spark.errors.ArithmeticOverflowError`, as
+Spark's ANSI mode fails the query; :func:`spark_overflow` in Spark).
 """
 
 from __future__ import annotations

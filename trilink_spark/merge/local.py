@@ -174,7 +174,8 @@ def local_merge(
     flush. The output has at most one row per key, slot and flush: with
     few keys per slot it is a small fraction of the input, which is what the keyed exchange
     after it then carries. With ``spark.trilink.operatorTiming`` set, each task also writes
-    one timing record (:mod:`~trilink_spark._internal.optiming`: rows in and out, its own milliseconds).
+    one timing record (:mod:`~trilink_spark._internal.optiming`: rows in and out, its own
+    milliseconds).
 
     ``engine="spark"``: Spark's hash aggregation in the JVM (partial, then final after the
     exchange), O(rows); one exchange carrying the partial rows. Every input row otherwise

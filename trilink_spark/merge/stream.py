@@ -3,13 +3,13 @@
 In a stream, a flush should not be forced at the end of every micro-batch: the rows after a
 partition's last flush point stay buffered and are merged with the next micro-batch's rows of
 the same input partition (stable with sources whose partitions are stable, such as Kafka).
-Buffers live in a :class:`~trilink_spark.state.KeyedStateStore`, versioned by batch id, so a replayed
-batch starts from the same buffer and gives the same output.
+Buffers live in a :class:`~trilink_spark.state.KeyedStateStore`, versioned by batch id, so a
+replayed batch starts from the same buffer and gives the same output.
 
 A buffer (a partition's *tail*: the rows after its last flush point, with the internal position,
 event-time and slot columns) is stored as Arrow IPC bytes tagged ``merge-tail`` (see
-:mod:`~trilink_spark._internal.io.arrowio`, :func:`encode_tail` and :func:`decode_tail`), never as a pickle:
-stored bytes are data, and bytes that are not such a tail raise
+:mod:`~trilink_spark._internal.io.arrowio`, :func:`encode_tail` and :func:`decode_tail`), never as
+a pickle: stored bytes are data, and bytes that are not such a tail raise
 :class:`~trilink_spark.errors.StateCorruptError` naming the partition and batch.
 """
 
@@ -52,16 +52,16 @@ def encode_tail(tail: pd.DataFrame) -> bytes:
     ----------
     tail : pandas.DataFrame
         Rows of one partition after its last flush point (any number, zero included), with
-        the dtypes :func:`~trilink_spark.merge.pandas_engine.arrow_to_pandas` gives. Its index is not
-        stored: it is positional (a slice of the partition's ``RangeIndex``) and every reader
+        the dtypes :func:`~trilink_spark.merge.pandas_engine.arrow_to_pandas` gives. Its index is
+        not stored: it is positional (a slice of the partition's ``RangeIndex``) and every reader
         renumbers it (:func:`decode_tail` gives a fresh ``RangeIndex``).
 
     Returns
     -------
     bytes
-        :func:`~trilink_spark._internal.io.arrowio.write_table` of the frame, kind :data:`TAIL_KIND`; the
-        ``pandas`` schema metadata restores the exact dtypes (nullable integers, floats with
-        NaN distinct from null, booleans, time zones).
+        :func:`~trilink_spark._internal.io.arrowio.write_table` of the frame, kind
+        :data:`TAIL_KIND`; the ``pandas`` schema metadata restores the exact dtypes (nullable
+        integers, floats with NaN distinct from null, booleans, time zones).
 
     Raises
     ------
@@ -268,7 +268,8 @@ def local_merge_foreach_batch(
 
     Examples
     --------
-    >>> run = merge.local_merge_foreach_batch(write, "sensor", "ts", 60.0, aggs,
+    >>> from trilink_spark.merge import local_merge_foreach_batch
+    >>> run = local_merge_foreach_batch(write, "sensor", "ts", 60.0, aggs,
     ...                                    state_path="/tmp/merge-state")  # doctest: +SKIP
     >>> stream.writeStream.foreachBatch(run).start()  # doctest: +SKIP
     """

@@ -213,8 +213,8 @@ def partition_balance(data: DataFrame | RDD[Any]) -> BalanceReport:
     Cost: one Spark job over the DataFrame's own partitioning; one count per partition reaches
     the driver. Classic: ``groupBy(spark_partition_id()).count()`` in the JVM, plus
     ``df.rdd.getNumPartitions()`` for the empty partitions. Spark Connect (no RDDs):
-    :func:`trilink_spark._internal.spark.compat.partition_counts`, a ``mapInArrow`` pass in which each
-    partition streams only its row count to a Python worker. For an RDD each task counts its
+    :func:`trilink_spark._internal.spark.compat.partition_counts`, a ``mapInArrow`` pass in which
+    each partition streams only its row count to a Python worker. For an RDD each task counts its
     partition's records.
 
     Examples

@@ -112,8 +112,8 @@ class Partitioner(ABC):
     num_partitions : int
         Number of partitions, at least 1.
     null_policy : {"error", "partition0"}
-        ``"error"`` (default) refuses ``None`` keys with :class:`~trilink_spark.errors.NullKeyError`;
-        ``"partition0"`` places them on partition 0.
+        ``"error"`` (default) refuses ``None`` keys with
+        :class:`~trilink_spark.errors.NullKeyError`; ``"partition0"`` places them on partition 0.
 
     Notes
     -----

@@ -1,11 +1,11 @@
 """Block: Spark's hash into a fixed number of blocks, then a table from block to partition.
 
 A key goes to block ``pmod(hash(key), num_blocks)``, Spark's own ``hash`` (Murmur3, seed 42,
-:mod:`trilink_spark.partitioners.spark_hash`), then to partition ``table[block]``. The key-to-block step never
-changes, so changing the number of partitions, or moving load, only rewrites the small table:
-a block moves with all its keys, and every other block stays where it was
-(:func:`~trilink_spark.partitioners.refit.rebalance_minimal` computes such a table). In a
-DataFrame the id is one JVM expression: ``element_at(<table literal>, pmod(hash(key), B) + 1)``.
+:mod:`trilink_spark.partitioners.spark_hash`), then to partition ``table[block]``. The key-to-block
+step never changes, so changing the number of partitions, or moving load, only rewrites the small
+table: a block moves with all its keys, and every other block stays where it was
+(:func:`~trilink_spark.partitioners.refit.rebalance_minimal` computes such a table). In a DataFrame
+the id is one JVM expression: ``element_at(<table literal>, pmod(hash(key), B) + 1)``.
 """
 
 from __future__ import annotations

@@ -32,7 +32,8 @@ class ModuloPartitioner(Partitioner):
     Notes
     -----
     Cost: stateless, O(1) per key; in a DataFrame ``pmod(key, n)`` computed by Spark.
-    Non-integer keys raise :class:`~trilink_spark.errors.InvalidKeyTypeError` (also a ``TypeError``).
+    Non-integer keys raise :class:`~trilink_spark.errors.InvalidKeyTypeError` (also a
+    ``TypeError``).
 
     Examples
     --------

@@ -9,11 +9,11 @@ it is and moves only what balance needs:
 1. units on partitions that no longer exist (a rescale to fewer partitions) must move: heaviest
    first, each onto the least-loaded partition (longest processing time first);
 2. then, while the balance degree (least load over greatest,
-   :func:`~trilink_spark.partitioners.balance_degree`) is below the target, the most-loaded partition
-   that can still give gives one of its own units to the least-loaded one: the unit whose load
-   is closest to half their gap, among those that keep the receiver under the target's top
-   load and leave the pair closer than before. Every move lowers the spread of the loads, so
-   the loop ends; it stops at the target, when no move helps, or at ``max_moved_fraction``.
+   :func:`~trilink_spark.partitioners.balance_degree`) is below the target, the most-loaded
+   partition that can still give gives one of its own units to the least-loaded one: the unit whose
+   load is closest to half their gap, among those that keep the receiver under the target's top
+   load and leave the pair closer than before. Every move lowers the spread of the loads, so the
+   loop ends; it stops at the target, when no move helps, or at ``max_moved_fraction``.
 
 Partitions are found with lazy binary heaps and a donor's units with a binary search over its
 units sorted by load, skipping units already moved through union-find pointers:
@@ -326,8 +326,8 @@ def rebalance_minimal(
         partitions move. More: the new partitions start empty and receive units.
     target_balance : float
         Balance degree (least load over greatest) to reach, in (0, 1]. Above the best that
-        whole units allow (:func:`~trilink_spark.partitioners.keyed_bound` over the units) it gets as close
-        as it can and logs so at INFO.
+        whole units allow (:func:`~trilink_spark.partitioners.keyed_bound` over the units) it gets
+        as close as it can and logs so at INFO.
     max_moved_fraction : float, optional
         Most units (not load) that may move, as a share of all units, in [0, 1]. Units on
         removed partitions count; if they alone exceed it, :class:`InvalidArgumentError`.

@@ -2,8 +2,9 @@
 
 ``key_by`` computes the partition id in the JVM and lets Spark's ``repartitionById`` move the
 rows; ``keyed_agg`` and ``keyed_apply`` group on that layout; ``ahead_key_by`` computes the same
-id for a Kafka producer, and ``keyed_by_source`` declares a source already grouped by key. ``physical_plan`` and ``shuffle_exchanges``
-show what Spark will run, so a job can check that it shuffles once.
+id for a Kafka producer, and ``keyed_by_source`` declares a source already grouped by key.
+``physical_plan`` and ``shuffle_exchanges`` show what Spark will run, so a job can check that it
+shuffles once.
 """
 
 from .._internal.spark.plan import physical_plan, shuffle_exchanges

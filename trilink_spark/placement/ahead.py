@@ -102,7 +102,8 @@ def ahead_key_by(
 
     Examples
     --------
-    >>> out = placement.ahead_key_by(events, "user", "least_count", 8,
+    >>> from trilink_spark.placement import ahead_key_by
+    >>> out = ahead_key_by(events, "user", "least_count", 8,
     ...                       assignment_path="/data/user-assignment.json")  # doctest: +SKIP
     >>> out.selectExpr("CAST(user AS STRING) AS key", "payload AS value", "partition") \\
     ...    .write.format("kafka").option("topic", "events").save()  # doctest: +SKIP

@@ -67,7 +67,8 @@ def key_kind(df: DataFrame, key: str) -> tuple[str | None, DataType]:
     """The key kind a strategy sees for column ``key`` (``"int"``, ``"long"``, ``"string"``,
     ``"binary"``, or ``None`` for any other type) and the column's Spark type.
 
-    Raises :class:`~trilink_spark.errors.MissingColumnError` when ``key`` is not a column. O(columns).
+    Raises :class:`~trilink_spark.errors.MissingColumnError` when ``key`` is not a column.
+    O(columns).
     """
     from pyspark.sql import types as T
 
@@ -162,8 +163,8 @@ def resolve_strategy(
     ``"auto"`` samples the key column (Bernoulli, ``sample_rate``, seeded) and counts the sample
     per key in one Spark job; when the sample has fewer than ``min_sample`` rows it counts every
     row instead. Every candidate (hash, modulo for integer keys, least_key, least_count) is scored
-    on those counts, and :func:`~trilink_spark.partitioners.choose_best` picks one: a table strategy only if it
-    beats the best stateless one by more than ``min_gain``.
+    on those counts, and :func:`~trilink_spark.partitioners.choose_best` picks one: a table
+    strategy only if it beats the best stateless one by more than ``min_gain``.
     """
     from pyspark.sql import DataFrame
 

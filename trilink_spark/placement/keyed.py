@@ -3,8 +3,8 @@ keys whole and balanced.
 
 Both place the rows with :func:`~trilink_spark.key_by` (one exchange) and then group by
 ``(partition, key)``, which the placement already satisfies, so Spark adds no second exchange.
-On a frame declared with :func:`~trilink_spark.placement.keyed_by_source` they run inside each input
-partition with no exchange at all.
+On a frame declared with :func:`~trilink_spark.placement.keyed_by_source` they run inside each
+input partition with no exchange at all.
 """
 
 from __future__ import annotations
@@ -125,11 +125,10 @@ def keyed_agg(
     input partition. Exact placement: the one shuffle of :func:`key_by` (every row); the
     aggregation groups by ``(partition, key)``, which
     the placement already satisfies, so Spark adds no second exchange. On a frame declared with
-    :func:`~trilink_spark.placement.keyed_by_source` there is no shuffle at all: the strategy is not used
-    and each input partition is aggregated where it is (see
+    :func:`~trilink_spark.placement.keyed_by_source` there is no shuffle at all: the strategy is
+    not used and each input partition is aggregated where it is (see
     :func:`~trilink_spark.placement.source.source_agg` for the functions supported there). A key's
-    aggregate is computed whole on its partition: choose a balanced strategy when keys are
-    skewed.
+    aggregate is computed whole on its partition: choose a balanced strategy when keys are skewed.
 
     Examples
     --------

@@ -1,11 +1,11 @@
 """Ahead KeyBy, reading side: keyed processing on rows the source already grouped by key.
 
-When producers placed every key on one Kafka partition (:func:`~trilink_spark.placement.ahead_key_by`)
-and the job reads one Spark partition per Kafka partition (``trilink-kafka``), every key is
-already whole on one input partition. :func:`keyed_by_source` declares that;
-:func:`~trilink_spark.keyed_agg`, :func:`~trilink_spark.keyed_apply` and
-:func:`~trilink_spark.keyed_process` then work inside each input partition, with **no shuffle
-exchange** (Trilink paper, §4.3 (3), Figure 11 (d)).
+When producers placed every key on one Kafka partition
+(:func:`~trilink_spark.placement.ahead_key_by`) and the job reads one Spark partition per Kafka
+partition (``trilink-kafka``), every key is already whole on one input partition.
+:func:`keyed_by_source` declares that; :func:`~trilink_spark.keyed_agg`,
+:func:`~trilink_spark.keyed_apply` and :func:`~trilink_spark.keyed_process` then work inside each
+input partition, with **no shuffle exchange** (Trilink paper, §4.3 (3), Figure 11 (d)).
 
 Spark cannot be told that an input is grouped by a column (its Python data sources report no
 partitioning), so a ``groupBy`` would always add an exchange. Here the work is done per
@@ -80,10 +80,13 @@ def keyed_by_source(df: DataFrame, key: str, *, verify: bool = False,
 
     Examples
     --------
-    >>> events = kafka.read_kafka(spark, "127.0.0.1:9092", "events")  # doctest: +SKIP
+    >>> from trilink_spark.kafka import read_kafka
+    >>> events = read_kafka(spark, "127.0.0.1:9092", "events")  # doctest: +SKIP
     >>> parsed = events.selectExpr("CAST(key AS STRING) AS user", "value")  # doctest: +SKIP
-    >>> keyed = placement.keyed_by_source(parsed, "user", verify=True)  # doctest: +SKIP
-    >>> placement.shuffle_exchanges(tl.keyed_agg(keyed, "user", F.count("*")))  # doctest: +SKIP
+    >>> from trilink_spark.placement import keyed_by_source
+    >>> keyed = keyed_by_source(parsed, "user", verify=True)  # doctest: +SKIP
+    >>> from trilink_spark.placement import shuffle_exchanges
+    >>> shuffle_exchanges(tl.keyed_agg(keyed, "user", F.count("*")))  # doctest: +SKIP
     0
     """
     from pyspark.sql import DataFrame

@@ -90,7 +90,8 @@ class KeyedStateStore:
 
     Examples
     --------
-    >>> store = state.KeyedStateStore("/tmp/state")  # doctest: +SKIP
+    >>> from trilink_spark.state import KeyedStateStore
+    >>> store = KeyedStateStore("/tmp/state")  # doctest: +SKIP
     >>> store.owners()  # doctest: +SKIP
     {'sensor-1': 0, 'sensor-2': 3}
     """

@@ -405,7 +405,8 @@ class AdaptivePartitioner(Partitioner):
         Returns the number of sampled rows. Cost: one single-stage Spark job that scans ``df``
         once and ships the sampled keys (``sample_rate`` x rows of them) to the driver as Arrow,
         where they are counted in C++ (``pyarrow.compute.value_counts``). Null keys count as
-        records; with ``null_policy="error"`` they raise :class:`~trilink_spark.errors.NullKeyError`.
+        records; with ``null_policy="error"`` they raise
+        :class:`~trilink_spark.errors.NullKeyError`.
         """
         import pyarrow.compute as pc
 
@@ -568,8 +569,8 @@ class AdaptivePartitioner(Partitioner):
         *From a table strategy*, that was taught exact counts, a fresh table fitted on the
         sample it is scored on would look better for having fitted the sample and be refit
         every time. So candidates learn on one half of the sample
-        (:func:`~trilink_spark.switching.monitoring.split_counts`) and all of them, the current table
-        included, are scored on the other half (keys a table has not seen get the hash
+        (:func:`~trilink_spark.switching.monitoring.split_counts`) and all of them, the current
+        table included, are scored on the other half (keys a table has not seen get the hash
         fallback); only a spread the sample can tell from noise counts.
         """
         common: dict[str, Any] = {
@@ -662,8 +663,9 @@ class AdaptivePartitioner(Partitioner):
     def batch_boundary(self) -> dict[str, Any] | None:
         """Mark a micro-batch boundary: apply a pending config update and count the batch.
 
-        Returns the snapshot applied, if any. :func:`~trilink_spark.switching.adaptive_foreach_batch`
-        calls it before each batch; call it yourself between batches otherwise.
+        Returns the snapshot applied, if any.
+        :func:`~trilink_spark.switching.adaptive_foreach_batch` calls it before each batch; call it
+        yourself between batches otherwise.
         """
         with self._lock:
             self._batch += 1

@@ -84,7 +84,8 @@ class ConfigCenter:
     validator : callable, optional
         ``validator(update) -> checked copy`` that raises
         :class:`~trilink_spark.errors.ConfigError`; default: the checks of
-        :data:`~trilink_spark.switching.CONFIG_FIELDS` (:func:`~trilink_spark.switching.validate_update`).
+        :data:`~trilink_spark.switching.CONFIG_FIELDS`
+        (:func:`~trilink_spark.switching.validate_update`).
 
     Notes
     -----
@@ -338,16 +339,16 @@ class RedisConfigCenter(ConfigCenter):
     signature check and one bounded parse per message, and one extra read when a message
     announces a new epoch.
 
-    **Limits.** A message (pub/sub or stored) over :data:`~trilink_spark.switching.wire.MAX_MESSAGE_BYTES`
-    (64 KiB), nesting JSON deeper than :data:`~trilink_spark.switching.wire.MAX_JSON_DEPTH`, holding an integer literal of more than 24
-    characters, ``NaN`` or ``Infinity``, or a version outside ``[1, MAX_VERSION]`` (2**53 - 1,
-    what Lua's doubles hold exactly) is refused. With a ``secret`` the size and the signature
-    are checked before anything is parsed, so an unsigned message costs one HMAC. Whatever a
-    message holds, the subscriber thread survives it: the refusal is logged and counted in
+    **Limits.** A message (pub/sub or stored) over
+    :data:`~trilink_spark.switching.wire.MAX_MESSAGE_BYTES` (64 KiB), nesting JSON deeper than
+    :data:`~trilink_spark.switching.wire.MAX_JSON_DEPTH`, holding an integer literal of more than
+    24 characters, ``NaN`` or ``Infinity``, or a version outside ``[1, MAX_VERSION]`` (2**53 - 1,
+    what Lua's doubles hold exactly) is refused. With a ``secret`` the size and the signature are
+    checked before anything is parsed, so an unsigned message costs one HMAC. Whatever a message
+    holds, the subscriber thread survives it: the refusal is logged and counted in
     :attr:`rejected`. Redis still delivers a long message whole before it is refused (its
-    ``client-output-buffer-limit pubsub`` bounds that). A stored version that does not fit
-    (written by an older release or by hand) is replaced by the next publish, which starts a
-    new epoch.
+    ``client-output-buffer-limit pubsub`` bounds that). A stored version that does not fit (written
+    by an older release or by hand) is replaced by the next publish, which starts a new epoch.
 
     **Resynchronisation.** Each snapshot carries the *epoch* of its channel: a random id the
     first publisher stores under ``{channel}:epoch`` when there is none (an empty Redis). A
@@ -502,11 +503,11 @@ class RedisConfigCenter(ConfigCenter):
         """Validate, merge into the stored snapshot, store and publish (compare-and-set).
 
         Returns the accepted snapshot or ``None`` when refused (logged, :attr:`last_rejection`).
-        Raises :class:`~trilink_spark.errors.ConfigCenterUnavailableError` when Redis cannot be reached:
-        nothing was stored or published then. On an empty Redis (first use, or a restart
-        without persistence) it starts a new epoch. A stored snapshot signed with another
-        secret is never overwritten (the update is refused); one refused for another reason
-        (an older format, a field no longer valid) is replaced by one merged from nothing.
+        Raises :class:`~trilink_spark.errors.ConfigCenterUnavailableError` when Redis cannot be
+        reached: nothing was stored or published then. On an empty Redis (first use, or a restart
+        without persistence) it starts a new epoch. A stored snapshot signed with another secret is
+        never overwritten (the update is refused); one refused for another reason (an older format,
+        a field no longer valid) is replaced by one merged from nothing.
 
         Cost: two round trips (read, compare-and-set), more when publishers race.
         """

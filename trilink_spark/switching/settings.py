@@ -1,8 +1,8 @@
 """The fields of a run-time configuration and their checks (the config center's validator).
 
-A :class:`~trilink_spark.switching.ConfigCenter` validates every update with :func:`validate_update`
-unless it is given another validator. The strategies an update may pin are the catalogue's
-(:mod:`trilink_spark.partitioners.catalogue`).
+A :class:`~trilink_spark.switching.ConfigCenter` validates every update with
+:func:`validate_update` unless it is given another validator. The strategies an update may pin are
+the catalogue's (:mod:`trilink_spark.partitioners.catalogue`).
 """
 
 from __future__ import annotations
@@ -125,8 +125,8 @@ def validate_update(update: Any) -> dict[str, Any]:
     """A checked copy of a configuration update; raises :class:`~trilink_spark.errors.ConfigError`.
 
     Every error is a :class:`~trilink_spark.errors.ConfigError` (or its subclass
-    :class:`~trilink_spark.errors.ConfigTypeError`), whatever the update holds; the values it quotes
-    are shortened.
+    :class:`~trilink_spark.errors.ConfigTypeError`), whatever the update holds; the values it
+    quotes are shortened.
 
     Notes
     -----

@@ -170,8 +170,9 @@ def adaptive_foreach_batch(
     >>> ap = tl.AdaptivePartitioner(8, mode="periodic", period_batches=10)  # doctest: +SKIP
     >>> def write(placed, batch_id):  # doctest: +SKIP
     ...     placed.groupBy(tl.PARTITION_COL, "user").count().write.mode("append").parquet(out)
+    >>> from trilink_spark.switching import adaptive_foreach_batch
     >>> stream.writeStream.foreachBatch(
-    ...     switching.adaptive_foreach_batch(write, ap, "user")).start()  # doctest: +SKIP
+    ...     adaptive_foreach_batch(write, ap, "user")).start()  # doctest: +SKIP
     """
     if not callable(func):
         raise InvalidArgumentTypeError(f"func must be callable, got {type(func).__name__}")

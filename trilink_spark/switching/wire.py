@@ -101,7 +101,8 @@ def describe_error(err: BaseException, limit: int = 200) -> str:
 
 def check_version(version: Any) -> int:
     """A snapshot's version: an ``int`` in ``[1, MAX_VERSION]``, else a
-    :class:`~trilink_spark.errors.ConfigError` (:class:`~trilink_spark.errors.ConfigTypeError` for another
+    :class:`~trilink_spark.errors.ConfigError` (:class:`~trilink_spark.errors.ConfigTypeError` for
+    another
     type). O(1)."""
     if isinstance(version, bool) or not isinstance(version, int):
         raise ConfigTypeError(f"version must be an integer, got {type(version).__name__}")

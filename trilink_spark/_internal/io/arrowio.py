@@ -26,12 +26,13 @@ Every other metadata key of the table (for instance the ``pandas`` key that
 ``t``, schema metadata included. A kind whose columns change incompatibly takes a new kind name
 (``"keyed-state.v2"``), so that an old reader refuses the new files rather than misreading them.
 
-:func:`read_table` raises :class:`~trilink_spark.errors.StateCorruptError`, naming ``where`` and what
-the bytes look like, for bytes that are empty, random, a pickle (it is not unpickled), an Arrow
-IPC stream, a truncated or corrupt Arrow file, an Arrow file without the tag (another program's)
-or with another kind or version. It never returns an empty table for bad bytes: "no stored
-state" is the caller's ``None``, never what a reader makes of corrupt data. It cannot see a flipped
-bit inside a value (no checksum): the layout (offsets, lengths, UTF-8, the footer) is checked.
+:func:`read_table` raises :class:`~trilink_spark.errors.StateCorruptError`, naming ``where`` and
+what the bytes look like, for bytes that are empty, random, a pickle (it is not unpickled), an
+Arrow IPC stream, a truncated or corrupt Arrow file, an Arrow file without the tag (another
+program's) or with another kind or version. It never returns an empty table for bad bytes: "no
+stored state" is the caller's ``None``, never what a reader makes of corrupt data. It cannot see a
+flipped bit inside a value (no checksum): the layout (offsets, lengths, UTF-8, the footer) is
+checked.
 
 Examples
 --------

@@ -33,7 +33,8 @@ def physical_plan(df: DataFrame) -> str:
 
     Examples
     --------
-    >>> print(placement.physical_plan(spark.range(3)))  # doctest: +SKIP
+    >>> from trilink_spark.placement import physical_plan
+    >>> print(physical_plan(spark.range(3)))  # doctest: +SKIP
     *(1) Range (0, 3, step=1, splits=2)
     """
     text = plan_text(df, "simple").strip("\n")
