@@ -422,7 +422,13 @@ def keyed_foreach_batch(
         Placement, decided at the first batch and stored with the state (table strategies
         with their table). It changes only through a swap (:meth:`KeyedBatchFunction.request_swap`);
         a restart with another ``num_partitions`` swaps to it at its first batch. An
-        :class:`~trilink_spark.AdaptivePartitioner` executes its switches as swaps.
+        :class:`~trilink_spark.AdaptivePartitioner` executes its switches as swaps. The key
+        column's type is stored with the placement (tinyint, smallint and int hash as Spark
+        ``int``, bigint as ``long``), and every placement of the state, swaps' and a
+        rebalancer's included, hashes its keys as that type (a strategy's ``key_type="auto"``
+        takes it; one that cannot hold the column's values is refused with
+        :class:`~trilink_spark.errors.InvalidKeyTypeError`). A restart whose key column has
+        another type is refused.
     filesystem : pyarrow.fs.FileSystem, optional
         Default: inferred from ``state_path``.
     keep_versions : int
