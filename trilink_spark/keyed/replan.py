@@ -24,18 +24,21 @@ import numpy as np
 
 from .._internal.spark.compat import num_partitions
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
-from ..partitioners import BlockPartitioner, Partitioner
-from ..placement.key_by import resolve_strategy
-from ..state.store import KeyedStateStore
+from ..partitioners import BlockPartitioner, HashPartitioner, Partitioner, WeightPartitioner
+from ..partitioners.base import KEY_KINDS
+from ..partitioners.overlay import OverlayPartitioner
+from ..placement.key_by import key_kind, resolve_strategy
+from ..state.store import KEY_FIELD, KeyedStateStore
 from .prepare import in_place
 from .swap import SwapReport, SwapRequest
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["Placed", "check_rebalancer", "first_placement", "source_placement",
+__all__ = ["Placed", "KeyColumn", "check_rebalancer", "first_placement", "source_placement",
            "replayed_placement", "stored_placement", "resume_request", "adaptive_request",
-           "restart_request", "rebalancer_decision", "rebalance_target", "swap_report"]
+           "restart_request", "rebalancer_decision", "rebalance_target", "swap_report",
+           "stored_key_type", "state_key_type", "bound_placement"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +68,138 @@ class Placed:
     new: bool
 
 
+@dataclass(frozen=True)
+class KeyColumn:
+    """The key column of a keyed stream's micro-batches.
+
+    Attributes
+    ----------
+    name : str
+    kind : {"int", "long", "string", "binary"} or None
+        How Spark hashes it (:func:`~trilink_spark.placement.key_by.key_kind`: tinyint,
+        smallint and int as ``"int"``); None for a type no strategy hashes in Python.
+    spark_type : str
+        Its Spark type (``df.schema[name].dataType.simpleString()``), for messages.
+    """
+
+    name: str
+    kind: str | None
+    spark_type: str
+
+    @staticmethod
+    def of(df: DataFrame, key: str) -> KeyColumn:
+        """The key column ``key`` of ``df`` (O(columns); one schema lookup)."""
+        kind, dtype = key_kind(df, key)
+        return KeyColumn(key, kind, dtype.simpleString())
+
+
+def stored_key_type(arrow_type: Any) -> str | None:
+    """The key kind a stored key column of Arrow type ``arrow_type`` was placed as: signed
+    8-32-bit integers (Spark tinyint, smallint, int) ``"int"``, int64 ``"long"``, string
+    ``"string"``, binary ``"binary"``; None for any other type. O(1).
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> stored_key_type(pa.int16()), stored_key_type(pa.int64()), stored_key_type(pa.float64())
+    ('int', 'long', None)
+    """
+    import pyarrow as pa
+
+    if pa.types.is_signed_integer(arrow_type):
+        return "int" if arrow_type.bit_width <= 32 else "long"
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return "string"
+    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
+        return "binary"
+    return None
+
+
+def _derived_key_type(store: KeyedStateStore, prev: int, partitions: int) -> str | None:
+    """The key kind of the keys stored at version ``prev``: that of the first partition
+    whose key column is typed (a partition without keys may store it as Arrow null), or
+    None when none is. Reads state files until one is typed: O(state) at worst."""
+    import pyarrow as pa
+
+    for p in range(partitions):
+        table = store.load_table(p, prev)
+        if KEY_FIELD in table.column_names:
+            arrow_type = table.schema.field(KEY_FIELD).type
+            if not pa.types.is_null(arrow_type):
+                return stored_key_type(arrow_type)
+    return None
+
+
+def state_key_type(store: KeyedStateStore, prev: int, partitions: int,
+                   recorded: str | None, column: KeyColumn) -> str | None:
+    """The one key type the state of version ``prev`` is placed by, checked against this
+    micro-batch's key column.
+
+    Parameters
+    ----------
+    store : KeyedStateStore
+    prev : int
+        The committed version the batch starts from.
+    partitions : int
+        Its partition count.
+    recorded : str or None
+        The key type its placement record holds (None: written by a release before key
+        types were recorded).
+    column : KeyColumn
+
+    Returns
+    -------
+    str or None
+        ``recorded``; else the kind of the stored key column's Arrow type at ``prev`` (what
+        the rows were placed as: the state's keys carry the key column's type); else, with
+        no typed key stored, the column's kind.
+
+    Raises
+    ------
+    InvalidArgumentError
+        The key column's kind is not the state's (a restart with the key column retyped,
+        say int to bigint): Spark would hash its values otherwise than the stored keys.
+
+    Notes
+    -----
+    O(1) with a recorded type; else reads state files of ``prev`` until one holds a typed
+    key column (O(state) at worst), once per runner (the runner keeps the answer).
+    """
+    kind = recorded if recorded is not None else _derived_key_type(store, prev, partitions)
+    if kind is None:
+        return column.kind
+    if column.kind != kind:
+        raise InvalidArgumentError(
+            f"state at {store.path} holds keys placed as Spark {KEY_KINDS[kind]}, but key "
+            f"column {column.name!r} is {column.spark_type} now: Spark hashes the two "
+            "differently, so rows and their state would be placed apart; cast the key "
+            f"column back to the type it had, or start from a new state_path")
+    return kind
+
+
+def bound_placement(strategy: Partitioner, kind: str | None, recorded: bool) -> Partitioner:
+    """``strategy`` with its key type fixed to the one the JVM places a ``kind`` key column
+    by (:meth:`~trilink_spark.Partitioner.for_column`), so that the driver's Python placement
+    of stored keys equals the JVM's placement of rows.
+
+    ``recorded``: whether the placement record holds a key type. A record an older release
+    wrote (``False``) is read as that release placed rows: a HashPartitioner or hash-mode
+    WeightPartitioner hashed the key column's own type in the JVM, whatever its
+    ``key_type`` (it cast nothing), so it is bound to ``kind``. O(1), or O(table) for a table
+    strategy (a copy).
+    """
+    if recorded or kind is None:
+        return strategy.for_column(kind)
+    if isinstance(strategy, OverlayPartitioner):
+        return OverlayPartitioner(bound_placement(strategy.base, kind, False),
+                                  strategy.overrides, strategy.num_partitions,
+                                  null_policy=strategy.null_policy)
+    if isinstance(strategy, HashPartitioner) or (isinstance(strategy, WeightPartitioner)
+                                                 and strategy.mode == "hash"):
+        return Partitioner.from_dict({**strategy.to_dict(), "key_type": kind})
+    return strategy.for_column(kind)
+
+
 def check_rebalancer(rebalancer: Any, strategy: Any) -> None:
     """Refuse a rebalancer without ``observe``, ``decide`` and ``apply``, or one given with a
     placement other than a :class:`~trilink_spark.BlockPartitioner`.
@@ -88,19 +223,25 @@ def check_rebalancer(rebalancer: Any, strategy: Any) -> None:
             f"{strategy if isinstance(strategy, str) else type(strategy).__name__!r}")
 
 
-def first_placement(store: KeyedStateStore, batch_df: DataFrame, key: str, batch_id: int,
-                    configured: str | Partitioner, partitions: int | None) -> Partitioner:
-    """The first batch's placement, stored before any task runs; decided once (an earlier
-    attempt's is reused). An adaptive strategy decides on this batch first.
+def first_placement(store: KeyedStateStore, batch_df: DataFrame, column: KeyColumn,
+                    batch_id: int, configured: str | Partitioner,
+                    partitions: int | None) -> Partitioner:
+    """The first batch's placement, stored before any task runs with the key column's kind
+    (the key type every later placement hashes keys as), and bound to it
+    (:func:`bound_placement`); decided once (an earlier attempt's is reused). An adaptive
+    strategy decides on this batch first.
 
     Raises
     ------
     StateCorruptError
         The state path holds an older release's ``strategy.json`` without a manifest.
+    InvalidKeyTypeError
+        The strategy's key type cannot hold the key column's values.
     """
-    stored, _ = store.load_placement(batch_id, missing_ok=True)
+    key = column.name
+    stored, _, recorded = store.placement_record(batch_id, missing_ok=True)
     if stored is not None:
-        return stored
+        return bound_placement(stored, column.kind, recorded is not None)
     if store.load_strategy() is not None:
         raise StateCorruptError(
             f"state at {store.path} has a strategy.json but no manifest: it was "
@@ -109,7 +250,8 @@ def first_placement(store: KeyedStateStore, batch_df: DataFrame, key: str, batch
         configured.before_batch(batch_df, key, batch_id)  # adaptive: decide
         configured = configured.unwrap().copy()
     strategy = resolve_strategy(batch_df, key, configured, partitions).partitioner
-    store.save_placement(batch_id, strategy, strategy.num_partitions)
+    strategy = strategy.for_column(column.kind)
+    store.save_placement(batch_id, strategy, strategy.num_partitions, column.kind)
     return strategy
 
 
@@ -144,41 +286,47 @@ def source_placement(store: KeyedStateStore, batch_df: DataFrame, key: str,
     return placed, partitions
 
 
-def replayed_placement(store: KeyedStateStore, batch_id: int) -> Placed | None:
+def replayed_placement(store: KeyedStateStore, batch_id: int,
+                       kind: str | None) -> Placed | None:
     """The placement an earlier attempt of ``batch_id`` decided with a swap plan (a replay
-    never decides again), or None."""
+    never decides again), bound to the state's key type ``kind``, or None."""
     plan = store.load_plan(batch_id)
     if plan is None:
         return None
     _, before = store.placement_at(int(plan["prev"]))
-    return Placed(Partitioner.from_dict(plan["placement"]), before, plan,
-                  store.load_moves(batch_id), True)
+    _, _, recorded = store.placement_record(batch_id, missing_ok=True)
+    placement = bound_placement(Partitioner.from_dict(plan["placement"]), kind,
+                                recorded is not None)
+    return Placed(placement, before, plan, store.load_moves(batch_id), True)
 
 
 def stored_placement(store: KeyedStateStore, prev: int
-                     ) -> tuple[Partitioner, int, dict[str, Any] | None]:
-    """The placement at version ``prev``, its partition count, and the plan of a fluid swap
-    still under way at ``prev`` (None when there is none).
+                     ) -> tuple[Partitioner, int, str | None, dict[str, Any] | None]:
+    """The placement at version ``prev`` as stored, its partition count, the key type its
+    record holds (None: an older release's record; :func:`state_key_type`), and the plan of
+    a fluid swap still under way at ``prev`` (None when there is none).
 
     Raises
     ------
     InvalidArgumentError
         The state was placed by ``keyed_by_source``.
     """
-    current, prev_partitions = store.placement_at(prev)
+    current, prev_partitions, recorded = store.placement_record_at(prev)
     if current is None:
         raise InvalidArgumentError(
             f"state at {store.path} was placed by keyed_by_source; a key_by stream "
             "needs its own state_path")
     last = store.load_plan(prev)
     unfinished = last if last is not None and not last["complete"] else None
-    return current, prev_partitions, unfinished
+    return current, prev_partitions, recorded, unfinished
 
 
-def resume_request(unfinished: dict[str, Any]) -> tuple[SwapRequest, Partitioner]:
-    """The next step of the fluid swap ``unfinished`` plans, and the target it goes on to."""
+def resume_request(unfinished: dict[str, Any], kind: str | None
+                   ) -> tuple[SwapRequest, Partitioner]:
+    """The next step of the fluid swap ``unfinished`` plans, and the target it goes on to
+    (bound to the state's key type ``kind``)."""
     resume = SwapRequest(None, None, "none", "fluid", unfinished.get("max_keys_per_batch"))
-    return resume, Partitioner.from_dict(unfinished["target"])
+    return resume, Partitioner.from_dict(unfinished["target"]).for_column(kind)
 
 
 def adaptive_request(configured: Any, batch_df: DataFrame, key: str, batch_id: int,

@@ -36,9 +36,10 @@ from ..placement.source import is_keyed_by_source
 from ..state.store import KeyedStateStore, StatefulBatchFunction
 from .prepare import arrival_order, check_processor, prepare
 from .process import KeyedWatermarkProcessFunction
-from .replan import Placed, adaptive_request, check_rebalancer, first_placement, rebalance_target
-from .replan import rebalancer_decision, replayed_placement, restart_request, resume_request
-from .replan import source_placement, stored_placement, swap_report
+from .replan import KeyColumn, Placed, adaptive_request, bound_placement, check_rebalancer
+from .replan import first_placement, rebalance_target, rebalancer_decision, replayed_placement
+from .replan import restart_request, resume_request, source_placement, state_key_type
+from .replan import stored_placement, swap_report
 from .snapshot import decode_state, read_counters
 from .swap import SwapReport, SwapRequest, plan_swap, write_segments
 from .task import StateIO, partition_function, state_types
@@ -72,6 +73,10 @@ class KeyedBatchFunction(StatefulBatchFunction):
         self._lock = threading.Lock()
         self._checked = False
         self._types: tuple[Any, Any] | None = None
+        self._column: KeyColumn | None = None
+        #: The key type of a state whose placement record holds none (an older release's),
+        #: derived once from its stored keys (:func:`~trilink_spark.keyed.replan.state_key_type`).
+        self._derived_kind: tuple[str | None] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -157,6 +162,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
         )
         if self._types is None:  # a stream's schema is fixed: parse the state types once
             self._types = state_types(batch_df, o["key"], o["processor"])
+            self._column = KeyColumn.of(batch_df, o["key"])
         key_type, value_type = self._types
         config = runner_config(o, delay_units, idle_units, value_type)
         query = streaming_query_id(batch_df)
@@ -212,22 +218,28 @@ class KeyedBatchFunction(StatefulBatchFunction):
     def _placement(self, batch_df: DataFrame, batch_id: int, prev: int | None) -> Placed:
         """The placement of ``batch_id``, and the swap plan when it moves state. A new
         placement (the first batch's, or a swap's) is stored before any task runs."""
-        replayed = replayed_placement(self.store, batch_id)
-        if replayed is not None:  # decided by an earlier attempt of this batch: never re-decide
-            return replayed
         o = self.options
+        column = self._column if self._column is not None else KeyColumn.of(batch_df, o["key"])
         if prev is None:
-            first = first_placement(self.store, batch_df, o["key"], batch_id, o["strategy"],
+            replayed = replayed_placement(self.store, batch_id, column.kind)
+            if replayed is not None:
+                return replayed
+            first = first_placement(self.store, batch_df, column, batch_id, o["strategy"],
                                     o["num_partitions"])
             return Placed(first, 0, None, None, True)
-        current, prev_partitions, unfinished = stored_placement(self.store, prev)
-        request, target = self._pending(batch_df, batch_id, current, unfinished)
+        current, prev_partitions, recorded, unfinished = stored_placement(self.store, prev)
+        kind = self._state_kind(prev, prev_partitions, recorded, column)
+        replayed = replayed_placement(self.store, batch_id, kind)
+        if replayed is not None:  # decided by an earlier attempt of this batch: never re-decide
+            return replayed
+        current = bound_placement(current, kind, recorded is not None)
+        request, target = self._pending(batch_df, batch_id, current, unfinished, kind)
         if request is None:
             return Placed(current, prev_partitions, None, None, False)
         try:
             plan, moves, placement = plan_swap(self.store, batch_id, prev, current, request,
-                                               target)
-            self.store.save_placement(batch_id, placement, placement.num_partitions)
+                                               target, kind)
+            self.store.save_placement(batch_id, placement, placement.num_partitions, kind)
             self.store.save_plan(batch_id, plan, moves)
         finally:  # planned or not, a request is used once: it never blocks later batches
             with self._lock:
@@ -238,8 +250,20 @@ class KeyedBatchFunction(StatefulBatchFunction):
                     plan["partitions_before"], plan["partitions_after"])
         return Placed(placement, prev_partitions, plan, moves, True)
 
+    def _state_kind(self, prev: int, partitions: int, recorded: str | None,
+                    column: KeyColumn) -> str | None:
+        """The state's key type (:func:`~trilink_spark.keyed.replan.state_key_type`), checked
+        against the key column; derived from the stored keys once per runner when the
+        placement record holds none (an older release wrote it)."""
+        if recorded is None and self._derived_kind is not None:
+            return self._derived_kind[0]
+        kind = state_key_type(self.store, prev, partitions, recorded, column)
+        if recorded is None:
+            self._derived_kind = (kind,)
+        return kind
+
     def _pending(self, batch_df: DataFrame, batch_id: int, current: Partitioner,
-                 unfinished: dict[str, Any] | None
+                 unfinished: dict[str, Any] | None, kind: str | None
                  ) -> tuple[SwapRequest | None, Partitioner | None]:
         """The swap to run now, and the target it resumes: an unfinished fluid swap, else a
         request (an adaptive strategy's switch included), else a changed ``num_partitions``
@@ -249,7 +273,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
                 raise InvalidArgumentError(
                     "a fluid swap is under way; request another once run.swaps[-1].complete "
                     "is True")
-            return resume_request(unfinished)
+            return resume_request(unfinished, kind)
         self._adapt(batch_df, batch_id, current)
         with self._lock:
             request = self._request
@@ -398,7 +422,13 @@ def keyed_foreach_batch(
         Placement, decided at the first batch and stored with the state (table strategies
         with their table). It changes only through a swap (:meth:`KeyedBatchFunction.request_swap`);
         a restart with another ``num_partitions`` swaps to it at its first batch. An
-        :class:`~trilink_spark.AdaptivePartitioner` executes its switches as swaps.
+        :class:`~trilink_spark.AdaptivePartitioner` executes its switches as swaps. The key
+        column's type is stored with the placement (tinyint, smallint and int hash as Spark
+        ``int``, bigint as ``long``), and every placement of the state, swaps' and a
+        rebalancer's included, hashes its keys as that type (a strategy's ``key_type="auto"``
+        takes it; one that cannot hold the column's values is refused with
+        :class:`~trilink_spark.errors.InvalidKeyTypeError`). A restart whose key column has
+        another type is refused.
     filesystem : pyarrow.fs.FileSystem, optional
         Default: inferred from ``state_path``.
     keep_versions : int

@@ -141,8 +141,9 @@ def _resized(strategy: Partitioner, n: int) -> Partitioner:
 
 
 def _target(current: Partitioner, request: SwapRequest, keys: list[Any],
-            rows: Any) -> Partitioner:
-    """The placement a request aims at, from the current one and the stored keys' loads."""
+            rows: Any, key_type: str | None) -> Partitioner:
+    """The placement a request aims at, from the current one and the stored keys' loads,
+    bound to the state's key type (before it places any key)."""
     n = request.num_partitions or (request.strategy.num_partitions
                                    if request.strategy is not None else current.num_partitions)
     counts = _counts(keys, rows)
@@ -153,6 +154,8 @@ def _target(current: Partitioner, request: SwapRequest, keys: list[Any],
         base = build(request.strategy_name, n)
     elif base is not None and base.num_partitions != n:
         base = _resized(base, n)
+    if base is not None:  # a copy: the request's own strategy is never changed
+        base = base.for_column(key_type)
     if request.refit == "minimal":
         start = base if base is not None else current
         if isinstance(start, WeightPartitioner):  # unequal capacities: refit it whole
@@ -192,12 +195,22 @@ def _next_blocks(base: BlockPartitioner, target: BlockPartitioner, keys: list[An
 
 
 def plan_swap(store: KeyedStateStore, batch_id: int, prev: int, current: Partitioner,
-              request: SwapRequest, target: Partitioner | None = None
-              ) -> tuple[dict[str, Any], Any, Partitioner]:
+              request: SwapRequest, target: Partitioner | None = None,
+              key_type: str | None = None) -> tuple[dict[str, Any], Any, Partitioner]:
     """Decide a swap for ``batch_id`` from the state of version ``prev``.
 
     Returns the plan (JSON), the moves table (key, from, to) and the placement of the batch.
-    ``target``: the aim of a fluid swap already under way.
+    ``target``: the aim of a fluid swap already under way. ``key_type``: the kind of the
+    key column the state is placed by (``"int"``, ``"long"``, ``"string"``, ``"binary"``;
+    :func:`~trilink_spark.keyed.replan.state_key_type`): every placement the plan uses is
+    bound to it (:meth:`~trilink_spark.Partitioner.for_column`), so the stored keys (plain
+    Python ints here) are placed in Python exactly as the JVM places their rows.
+
+    Raises
+    ------
+    InvalidKeyTypeError
+        The requested strategy's key type cannot hold the key column's values (nothing is
+        written).
 
     Notes
     -----
@@ -213,10 +226,11 @@ def plan_swap(store: KeyedStateStore, batch_id: int, prev: int, current: Partiti
     # NaN, and turns a long column holding a null into inexact floats), ints stay exact
     keys = key_col.to_pylist() if key_col.null_count else decode_keys(key_col)
     rows = keys_table.column("rows").to_numpy()
+    current = current.for_column(key_type)
     base = current.base if isinstance(current, OverlayPartitioner) else current
     overrides = dict(current.overrides) if isinstance(current, OverlayPartitioner) else {}
-    if target is None:
-        target = _target(base, request, keys, rows)
+    target = (_target(base, request, keys, rows, key_type) if target is None
+              else target).for_column(key_type)
     wanted = np.asarray(target.assign(keys), dtype=np.int64) if keys else np.zeros(0, np.int64)
     moving = np.flatnonzero(wanted != stored_in)
     complete = True

@@ -22,7 +22,8 @@ import numpy as np
 import numpy.typing as npt
 
 from .._internal.validation import check_num_partitions
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, NullKeyError
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
+from ..errors import NullKeyError
 from ..errors import TrilinkError, UnknownStrategyError
 from .keys import Key, KeyArray, check_null_policy, normalize_key, to_counts, to_key_array
 
@@ -37,7 +38,68 @@ __all__ = [
     "resolve_strategy_name",
     "encode_key",
     "decode_key",
+    "KEY_KINDS",
+    "column_key_type",
 ]
+
+#: The kinds of key column a strategy places, and the Spark types of each (for messages):
+#: Spark hashes every ``"int"`` type as a 32-bit int and ``"long"`` as a 64-bit long.
+KEY_KINDS: dict[str, str] = {"int": "tinyint, smallint or int", "long": "bigint",
+                             "string": "string", "binary": "binary"}
+
+
+def column_key_type(key_type: str, kind: str, auto_int: str = "int",
+                    strategy: str = "the strategy") -> str:
+    """The key type a strategy of key type ``key_type`` hashes a key column of ``kind`` as.
+
+    The JVM places a row by the column's own Spark type; the driver places stored keys in
+    Python, where a key is a plain ``int``. Both agree only when the strategy names the type
+    the JVM hashes, so a keyed stream fixes it once (:meth:`Partitioner.for_column`).
+
+    Parameters
+    ----------
+    key_type : {"auto", "int", "long", "string", "binary"}
+        The strategy's own.
+    kind : {"int", "long", "string", "binary"}
+        The key column's (:data:`KEY_KINDS`).
+    auto_int : {"int", "long"}
+        What ``"auto"`` hashes an ``"int"`` column as: ``"int"`` for a strategy whose JVM
+        expression hashes the column itself (Hash, Block, hash-mode Weight), ``"long"`` for a
+        table strategy's fallback (which casts to ``bigint``).
+    strategy : str
+        Its name, for the message.
+
+    Returns
+    -------
+    str
+        ``kind`` for ``"auto"`` (``auto_int`` for an ``"int"`` column), else ``key_type``.
+
+    Raises
+    ------
+    InvalidKeyTypeError
+        ``key_type`` cannot hold the column's values: ``"int"`` for a ``bigint`` column,
+        an integer type for a string column, and so on. ``"long"`` for an ``"int"`` column
+        is allowed (the JVM widens the column to ``bigint`` before hashing).
+
+    Examples
+    --------
+    >>> column_key_type("auto", "int"), column_key_type("long", "int")
+    ('int', 'long')
+
+    Notes
+    -----
+    O(1).
+    """
+    if kind not in KEY_KINDS:
+        raise InvalidArgumentError(f"kind must be one of {', '.join(KEY_KINDS)}, got {kind!r}")
+    if key_type == "auto":
+        return auto_int if kind == "int" else kind
+    if key_type == kind or (key_type, kind) == ("long", "int"):
+        return key_type
+    raise InvalidKeyTypeError(
+        f"{strategy} hashes keys as Spark {KEY_KINDS.get(key_type, key_type)}, but the key "
+        f"column is {KEY_KINDS[kind]}: the rows and the stored keys would be placed apart; "
+        f"use key_type='auto' (or {kind!r})")
 
 
 def encode_key(key: Key | None) -> Any:
@@ -228,6 +290,59 @@ class Partitioner(ABC):
 
     @abstractmethod
     def _assign(self, keys: KeyArray) -> npt.NDArray[np.int32]: ...
+
+    # ------------------------------------------------------------------ key column
+    #: What key type ``"auto"`` hashes an ``"int"`` key column as (:func:`column_key_type`).
+    auto_int_key_type: ClassVar[str] = "int"
+
+    def column_key_type(self, kind: str | None) -> str | None:
+        """The key type this strategy places a key column of ``kind`` as (None: the strategy
+        hashes no key type, e.g. Modulo, or ``kind`` is None: a type no strategy hashes
+        in Python). See :func:`column_key_type`; O(1).
+
+        Raises
+        ------
+        InvalidKeyTypeError
+            The strategy's key type cannot hold the column's values.
+        """
+        key_type = getattr(self, "key_type", None)
+        if kind is None or not isinstance(key_type, str):
+            return None
+        return column_key_type(key_type, kind, self.auto_int_key_type, type(self).__name__)
+
+    def for_column(self, kind: str | None) -> Partitioner:
+        """A copy whose key type is the one the JVM hashes a key column of ``kind`` as, so
+        that :meth:`assign` of the column's values (plain Python ints included) equals the
+        JVM's placement of its rows (:func:`~trilink_spark.key_by`).
+
+        A keyed stream binds every placement to its key column this way, and stores it so:
+        ``"auto"`` is resolved once, never again by the type of a Python value.
+
+        Parameters
+        ----------
+        kind : {"int", "long", "string", "binary"} or None
+            The key column's kind (None: returned as it is, copied).
+
+        Raises
+        ------
+        InvalidKeyTypeError
+            The strategy's key type cannot hold the column's values.
+
+        Notes
+        -----
+        O(1) when the key type is fixed already, else a rebuild through :meth:`to_dict`
+        (O(table) for a table strategy).
+
+        Examples
+        --------
+        >>> import trilink_spark as tl
+        >>> tl.HashPartitioner(4).for_column("int").key_type
+        'int'
+        """
+        bound = self.column_key_type(kind)
+        if bound is None or bound == getattr(self, "key_type", None):
+            return self.copy()
+        return Partitioner.from_dict({**self.to_dict(), "key_type": bound})
 
     # ------------------------------------------------------------------ Spark
     def spark_column(self, key: Column) -> Column:

@@ -90,7 +90,10 @@ class HashPartitioner(Partitioner):
         The Spark column type the keys come from: Spark hashes ``int`` (also ``short`` and
         ``byte``) and ``long`` values differently. ``"auto"`` follows the keys: 8-32-bit integer
         arrays as ``int``, Python ints and 64-bit arrays as ``long`` (PySpark's default for
-        Python ints), ``str`` as ``string``, ``bytes`` as ``binary``.
+        Python ints), ``str`` as ``string``, ``bytes`` as ``binary``. In a DataFrame a key of
+        type ``"int"`` or ``"long"`` is cast to it before hashing; ``"auto"`` hashes the
+        column's own type (a keyed stream fixes it to the key column's:
+        :meth:`~trilink_spark.Partitioner.for_column`).
     hash_function : {"murmur3", "portable"}
         ``"murmur3"`` (default) is the DataFrame placement, exact. ``"portable"`` is PySpark's
         RDD ``portable_hash(key) % n`` (needs pyspark, and ``PYTHONHASHSEED`` for strings).
@@ -163,7 +166,13 @@ class HashPartitioner(Partitioner):
         return np.mod(hashes, self._num_partitions).astype(np.int32)
 
     def spark_column(self, key: Column) -> Column:
-        """``pmod(hash(key), n)``: exactly Spark's own ``hashpartitioning``."""
+        """``pmod(hash(key), n)``: exactly Spark's own ``hashpartitioning``.
+
+        A key type ``"int"`` or ``"long"`` casts the column to it first (as
+        :class:`~trilink_spark.partitioners.BlockPartitioner` does), so that the JVM hashes
+        what :meth:`partition` and :meth:`assign` hash: an ``int`` column under
+        ``key_type="long"`` is placed as ``bigint`` values.
+        """
         if self._hash_function == "portable":
             raise InvalidArgumentError(
                 "hash_function='portable' reproduces RDD placement; DataFrames place with "
@@ -171,6 +180,8 @@ class HashPartitioner(Partitioner):
             )
         from pyspark.sql import functions as F
 
+        if self._key_type in ("int", "long"):  # hashed as the key type partition() hashes
+            key = key.cast("int" if self._key_type == "int" else "bigint")
         return F.pmod(F.hash(key), F.lit(self._num_partitions))
 
     def _params(self) -> dict[str, Any]:

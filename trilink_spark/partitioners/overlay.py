@@ -180,6 +180,17 @@ class OverlayPartitioner(Partitioner):
     def is_stateful(self) -> bool:
         return self._base.is_stateful
 
+    # ------------------------------------------------------------------ key column
+    def column_key_type(self, kind: str | None) -> str | None:
+        """The base's (:meth:`~trilink_spark.Partitioner.column_key_type`): the overrides are
+        looked up by value, whatever the type. O(1)."""
+        return self._base.column_key_type(kind)
+
+    def for_column(self, kind: str | None) -> Partitioner:
+        """The same overrides over ``base.for_column(kind)``. O(overrides + base)."""
+        return OverlayPartitioner(self._base.for_column(kind), self._overrides,
+                                  self._num_partitions, null_policy=self._null_policy)
+
     # ------------------------------------------------------------------ placement
     def _table_base(self) -> TablePartitioner | None:
         base = self._base.unwrap()

@@ -73,6 +73,9 @@ class TablePartitioner(Partitioner):
     """
 
     learned_fields: ClassVar[tuple[str, ...]] = ("table",)
+    #: ``"auto"`` hashes an int column's unknown keys as ``long``, on every path
+    #: (:meth:`fallback_type`).
+    auto_int_key_type: ClassVar[str] = "long"
 
     def __init__(
         self, num_partitions: int, *, key_type: str = "auto", null_policy: str = "error"

@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from .keys import Key, KeyArray, normalize_key, to_counts
+from .base import column_key_type
 from .hash import spark_hash_array, spark_hash_of
 from .table import TablePartitioner
 
@@ -89,7 +90,8 @@ class WeightPartitioner(TablePartitioner):
     num_partitions : int, optional
         If given, must equal ``len(weights)``.
     key_type : {"auto", "int", "long", "string", "binary"}
-        Spark key type for the hash mode, as for :class:`~trilink_spark.HashPartitioner`.
+        Spark key type for the hash mode, as for :class:`~trilink_spark.HashPartitioner` (in
+        a DataFrame a key of type ``"int"`` or ``"long"`` is cast to it before hashing).
     null_policy : {"error", "partition0"}
 
     Notes
@@ -146,6 +148,14 @@ class WeightPartitioner(TablePartitioner):
     def is_stateful(self) -> bool:
         return self._mode == "random"
 
+    def column_key_type(self, kind: str | None) -> str | None:
+        """As :meth:`~trilink_spark.Partitioner.column_key_type`. The hash mode hashes the
+        key column itself in the JVM (``"auto"`` is the column's own type); the random mode
+        is a table, whose fallback hashes an int column as ``long``. O(1)."""
+        if self._mode != "hash" or kind is None:
+            return super().column_key_type(kind)
+        return column_key_type(self._key_type, kind, "int", type(self).__name__)
+
     def _locate(self, points: npt.NDArray[np.float64]) -> npt.NDArray[np.int32]:
         return np.searchsorted(self._bounds, points, side="right").astype(np.int32)
 
@@ -185,6 +195,8 @@ class WeightPartitioner(TablePartitioner):
             return super().spark_column(key)
         from pyspark.sql import functions as F
 
+        if self._key_type in ("int", "long"):  # hashed as the key type assign() hashes
+            key = key.cast("int" if self._key_type == "int" else "bigint")
         unsigned = F.hash(key).cast("bigint").bitwiseAND(F.lit(0xFFFFFFFF))
         point = unsigned.cast("double") * F.lit(100.0) / F.lit(_TWO32)
         expr = None

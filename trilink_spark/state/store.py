@@ -3,7 +3,8 @@
 Layout under the state path::
 
     manifest.json                          owner, configuration, committed batches, placements
-    placements/000000000000.json           the placement in force from batch 0 (immutable)
+    placements/000000000000.json           the placement in force from batch 0 and the key
+                                           column's type it hashes keys as (immutable)
     partition=00003/000000000042.state     partition 3's state after batch 42 (Arrow IPC)
     swaps/000000000042/plan.json           the swap decided for batch 42 (immutable)
     swaps/000000000042/moves.state         its moved keys: key, from, to (Arrow IPC)
@@ -33,6 +34,7 @@ from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorrup
 from ..errors import StateStoreError
 from .._internal.io.files import resolve_filesystem, write_atomic
 from ..partitioners import Partitioner
+from ..partitioners.base import KEY_KINDS
 from ..partitioners.persistence import read_strategy, write_strategy
 
 __all__ = ["KeyedStateStore", "StatefulBatchFunction", "KEY_FIELD", "STATE_KIND", "TIMING_SUFFIX",
@@ -359,10 +361,25 @@ class KeyedStateStore:
         return f"{self.path}/placements/{from_batch:012d}.json"
 
     def save_placement(self, from_batch: int, strategy: Partitioner | None,
-                       partitions: int) -> None:
-        """Record the placement in force from ``from_batch`` (``None``: input partitions)."""
-        body = {"partitions": int(partitions),
-                "strategy": None if strategy is None else strategy.to_dict()}
+                       partitions: int, key_type: str | None = None) -> None:
+        """Record the placement in force from ``from_batch`` (``None``: input partitions).
+
+        ``key_type``: the kind of the key column the state is placed by (``"int"`` for
+        tinyint, smallint and int, ``"long"``, ``"string"``, ``"binary"``), the one key type
+        every placement of this state hashes its keys as (:meth:`placement_record`).
+
+        Raises
+        ------
+        InvalidArgumentError
+            ``key_type`` is not one of those (nor None).
+        """
+        body: dict[str, Any] = {"partitions": int(partitions),
+                                "strategy": None if strategy is None else strategy.to_dict()}
+        if key_type is not None:
+            if key_type not in KEY_KINDS:
+                raise InvalidArgumentError(
+                    f"key_type must be one of {', '.join(KEY_KINDS)} or None, got {key_type!r}")
+            body["key_type"] = key_type
         self._write(self._placement_path(from_batch), json.dumps(body).encode("utf-8"))
 
     def load_placement(self, from_batch: int, missing_ok: bool = False
@@ -372,17 +389,40 @@ class KeyedStateStore:
         ``missing_ok``: a missing record gives ``(None, 0)`` instead of an error (a corrupt
         one is an error either way).
         """
+        strategy, partitions, _ = self.placement_record(from_batch, missing_ok)
+        return strategy, partitions
+
+    def placement_record(self, from_batch: int, missing_ok: bool = False
+                         ) -> tuple[Partitioner | None, int, str | None]:
+        """The placement recorded for ``from_batch``: (strategy or None, partition count,
+        key type). The key type is None in a record an older release wrote (before key types
+        were recorded) and for a placement by input partitions.
+
+        ``missing_ok``: a missing record gives ``(None, 0, None)`` instead of an error.
+
+        Raises
+        ------
+        StateCorruptError
+            The record is missing (without ``missing_ok``), not JSON, not a placement, or
+            inconsistent (naming the file and the field).
+
+        Notes
+        -----
+        Reads and parses one record: O(its size), a table strategy's table included.
+        """
         path = self._placement_path(from_batch)
         data = self._read(path)
         if data is None:
             if missing_ok:
-                return None, 0
+                return None, 0, None
             raise StateCorruptError(f"{path} is missing; the manifest lists it")
         try:
             body = json.loads(data.decode("utf-8"))
             strategy = None if body["strategy"] is None else Partitioner.from_dict(body["strategy"])
             partitions = body["partitions"]
-        except (UnicodeDecodeError, ValueError, KeyError, TypeError, RecursionError) as err:
+            key_type = body.get("key_type")
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError,
+                RecursionError) as err:
             raise StateCorruptError(
                 f"{path} is not a placement record ({type(err).__name__}: {err})") from None
         if not _is_count(partitions, 1):
@@ -392,18 +432,31 @@ class KeyedStateStore:
             raise StateCorruptError(
                 f"{path} records {partitions} partitions but its strategy places on "
                 f"{strategy.num_partitions}; the record is inconsistent")
-        return strategy, int(partitions)
+        if key_type is not None and (not isinstance(key_type, str) or key_type not in KEY_KINDS):
+            raise StateCorruptError(
+                f"{path} records key_type={key_type!r}; a placement record holds one of "
+                f"{', '.join(KEY_KINDS)} (or none)")
+        return strategy, int(partitions), key_type
 
     def placement_at(self, batch: int, manifest: dict[str, Any] | None = None
                      ) -> tuple[Partitioner | None, int]:
         """The placement that was in force at ``batch`` (per the manifest's history;
         ``manifest``: the manifest, when the caller has just read it)."""
+        return self.load_placement(self._placement_start(batch, manifest))
+
+    def placement_record_at(self, batch: int, manifest: dict[str, Any] | None = None
+                            ) -> tuple[Partitioner | None, int, str | None]:
+        """:meth:`placement_record` of the placement in force at ``batch``."""
+        return self.placement_record(self._placement_start(batch, manifest))
+
+    def _placement_start(self, batch: int, manifest: dict[str, Any] | None = None) -> int:
+        """The batch the placement in force at ``batch`` started from."""
         manifest = self.read_manifest() if manifest is None else manifest
         starts = [] if manifest is None else sorted(manifest.get("placements", []))
         before = [s for s in starts if s <= batch]
         if not before:
             raise StateCorruptError(f"no placement recorded under {self.path} for batch {batch}")
-        return self.load_placement(before[-1])
+        return int(before[-1])
 
     # ------------------------------------------------------------------ swap plans
     def _swap_dir(self, batch: int) -> str:
