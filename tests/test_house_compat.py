@@ -1,0 +1,71 @@
+"""What the house move (issue 28) must not change for users: old names still resolve with one
+warning, the control plane's checks refuse what they refused with the same words, the house
+checks see every way to break a rule, and no document names a path that moved."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import trilink_spark as tl
+from trilink_spark.advice import BottleneckAdvisor, TrueRate, ds2_plan
+from trilink_spark.elastic import ElasticityAdvisor
+from trilink_spark.errors import ConfigError, ConfigTypeError, InvalidArgumentError
+from trilink_spark.switching import AdaptivePartitioner, LoadAwareRebalancer, validate_update
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = importlib.util.spec_from_file_location("import_graph", ROOT / "tools" / "import_graph.py")
+graph = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(graph)
+
+
+def _caught(code: str) -> tuple[dict[str, Any], list[warnings.WarningMessage]]:
+    namespace: dict[str, Any] = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exec(compile(code, "user_code.py", "exec"), namespace)
+    return namespace, [w for w in caught if issubclass(w.category, DeprecationWarning)]
+
+
+# ------------------------------------------------------------------ names that moved
+@pytest.mark.parametrize("name", sorted(tl._MOVED))
+def test_a_moved_name_warns_once_at_the_users_line_however_it_is_read(name: str) -> None:
+    module, attr, _ = tl._MOVED[name]
+    home = getattr(importlib.import_module(module), attr)
+    for code in (f"from trilink_spark import {name} as got",
+                 f"import trilink_spark\ngot = trilink_spark.{name}",
+                 f"import trilink_spark\ngot = getattr(trilink_spark, {name!r})"):
+        namespace, caught = _caught(code)
+        assert namespace["got"] is home, code
+        # ``from package import name`` probes with hasattr before it reads: still one warning
+        assert len(caught) == 1, (code, [str(w.message) for w in caught])
+        assert f"has moved to {module}.{attr}" in str(caught[0].message)
+        assert caught[0].filename == "user_code.py", code
+
+
+def test_star_import_gives_the_public_names_without_a_warning() -> None:
+    namespace, caught = _caught("from trilink_spark import *")
+    assert set(namespace) - {"__builtins__"} == set(tl.__all__)
+    assert caught == []
+
+
+def test_keyed_event_time_col_still_resolves_with_a_warning() -> None:
+    """``trilink_spark.keyed.EVENT_TIME_COL`` was in ``keyed.__all__`` in 0.1."""
+    from trilink_spark.columns import EVENT_TIME_COL
+
+    for code in ("from trilink_spark.keyed import EVENT_TIME_COL as got",
+                 "import trilink_spark.keyed\ngot = trilink_spark.keyed.EVENT_TIME_COL"):
+        namespace, caught = _caught(code)
+        assert namespace["got"] == EVENT_TIME_COL
+        assert len(caught) == 1 and "trilink_spark.keyed.EVENT_TIME_COL has moved to " \
+            "trilink_spark.columns.EVENT_TIME_COL" in str(caught[0].message)
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        importlib.import_module("trilink_spark.keyed").nothing  # noqa: B018
