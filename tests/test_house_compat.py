@@ -69,3 +69,47 @@ def test_keyed_event_time_col_still_resolves_with_a_warning() -> None:
             "trilink_spark.columns.EVENT_TIME_COL" in str(caught[0].message)
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         importlib.import_module("trilink_spark.keyed").nothing  # noqa: B018
+
+
+# ------------------------------------------------------------------ checks that must not move
+@pytest.mark.parametrize(("update", "error", "message"), [
+    ({"threshold": float("nan")}, ConfigError, "threshold must be finite, got nan"),
+    ({"decay": float("inf")}, ConfigError, "decay must be finite, got inf"),
+    ({"min_gain": 10**5000}, ConfigError, "min_gain must be finite, got <int>"),
+    ({"period_s": -10**400}, ConfigError, "period_s must be finite, got -1000000000"),
+    ({"threshold": np.int64(1)}, ConfigTypeError, "threshold must be a number, got int64"),
+    ({"sample_rate": np.float32(0.5)}, ConfigTypeError,
+     "sample_rate must be a number, got float32"),
+    ({"threshold": np.float64(1.5)}, ConfigError,
+     "threshold must be in [0.0, 1.0], got np.float64(1.5)"),
+])
+def test_config_fields_refuse_what_they_refused_with_the_same_words(
+        update: dict[str, Any], error: type[Exception], message: str) -> None:
+    with pytest.raises(error) as caught:
+        validate_update(update)
+    assert type(caught.value) is error and str(caught.value).startswith(message)
+
+
+def test_adaptive_settings_keep_their_checks() -> None:
+    with pytest.raises(ConfigError, match=r"^threshold must be finite, got inf$"):
+        AdaptivePartitioner(4, threshold=float("inf"))
+    with pytest.raises(ConfigTypeError, match=r"^decay must be a number, got int64$"):
+        AdaptivePartitioner(4, decay=np.int64(0))
+
+
+def test_control_plane_counts_quote_a_numpy_int_as_before() -> None:
+    graph_ = {"src": ["a"], "a": []}
+    cases = [
+        (lambda: ds2_plan(graph_, {"a": TrueRate(100.0)}, {"src": 1.0},
+                          min_parallelism=np.int64(0)), "min_parallelism must be >= 1, got 0"),
+        (lambda: LoadAwareRebalancer(window=np.int64(0)), "window must be >= 1, got 0"),
+        (lambda: BottleneckAdvisor(window_batches=np.int64(0)),
+         "window_batches must be >= 1, got 0"),
+        # the elastic package always quoted the repr
+        (lambda: ElasticityAdvisor(trigger_interval_s=1, min_units=np.int64(0)),
+         "min_units must be >= 1, got np.int64(0)"),
+    ]
+    for call, message in cases:
+        with pytest.raises(InvalidArgumentError) as caught:
+            call()
+        assert str(caught.value) == message
