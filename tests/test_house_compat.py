@@ -113,3 +113,51 @@ def test_control_plane_counts_quote_a_numpy_int_as_before() -> None:
         with pytest.raises(InvalidArgumentError) as caught:
             call()
         assert str(caught.value) == message
+
+
+# ------------------------------------------------------------------ the house checks see it all
+def _package(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:
+    pkg = tmp_path / "trilink_spark"
+    for name, text in {"__init__.py": "", **files}.items():
+        path = pkg / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for parent in path.relative_to(pkg).parents:
+            init = pkg / parent / "__init__.py"
+            if not init.exists():
+                init.write_text("")
+        path.write_text(text)
+    return graph.modules(pkg)
+
+
+def test_graph_checker_sees_a_plain_import_of_the_facade(tmp_path: Path) -> None:
+    mods = _package(tmp_path, {
+        "kafka/a.py": "import trilink_spark as tl\nx = tl.key_by\n",
+        "kafka/b.py": "def f():\n    import trilink_spark\n    return trilink_spark.key_by\n",
+        "kafka/c.py": "from ..errors import x\n", "errors.py": "x = 1\n"})
+    graph.imports(mods)
+    assert graph.FACADE_IMPORTS == [
+        "trilink_spark.kafka.a imports the facade (trilink_spark)",
+        "trilink_spark.kafka.b imports the facade (trilink_spark)"]
+
+
+def test_graph_checker_sees_a_private_name_read_through_a_package(tmp_path: Path) -> None:
+    mods = _package(tmp_path, {
+        "switching/wire.py": "_secret = 1\n",
+        "switching/other.py": "from .. import switching\nprint(switching.wire._secret)\n",
+        "advice/a.py": "import trilink_spark.switching.wire\n"
+                       "print(trilink_spark.switching.wire._secret)\n"})
+    _, private = graph.imports(mods)
+    assert sorted(private) == [
+        "trilink_spark.advice.a reads _secret of trilink_spark.switching.wire",
+        "trilink_spark.switching.other reads _secret of trilink_spark.switching.wire"]
+
+
+def test_graph_checker_refuses_a_subpackage_without_a_rank(tmp_path: Path) -> None:
+    """A subpackage missing from RANKS would count as the bottom layer: anything could import
+    it and the layer rule would never see a breach through it."""
+    mods = _package(tmp_path, {"helpers/x.py": "", "merge/a.py": "from ..helpers import x\n",
+                               "_internal/v.py": ""})
+    edges, _ = graph.imports(mods)
+    assert graph.layer_violations(edges) == []  # what the rank check is there for
+    assert graph.unranked_subpackages(mods) == ["helpers has no rank in RANKS"]
+    assert graph.unranked_subpackages(graph.modules()) == []
