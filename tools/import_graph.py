@@ -9,8 +9,9 @@ Rules checked (exit status 1 when one is broken):
   lower rank (``RANKS``): the data plane never imports the control plane (``CONTROL_PLANE``:
   ``measurement``, ``switching``, ``advice``, ``elastic``) or ``cli``, the control plane never
   imports ``cli``, and inside each plane imports point one way (the README's map);
-  the bottom layer (top-level modules) imports only the bottom layer;
-- no module imports the facade (``trilink_spark/__init__``);
+  the bottom layer (top-level modules) imports only the bottom layer; every subpackage has a
+  rank (or is ``_internal``, the bottom layer);
+- no module imports the facade (``trilink_spark/__init__``), by ``from`` or ``import``;
 - no module imports a private (``_name``) name from another module of the package, or reads
   one as an attribute of an imported module;
 - no dynamic import (``importlib.import_module``, ``__import__``): the walker could not see it.
@@ -80,34 +81,39 @@ def imports(mods: dict[str, Path]) -> tuple[dict[str, set[str]], list[str]]:
         is_pkg = path.name == "__init__.py"
         tree = ast.parse(path.read_text(encoding="utf-8"))
         aliases: dict[str, str] = {}  # local name -> package module it is bound to
+        for node in ast.walk(tree):  # the names imports bind, before any use is judged
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name in mods and a.name != mod:
+                        # ``import a.b`` binds ``a`` (the package), ``import a.b as x`` binds b
+                        aliases[a.asname or a.name.split(".")[0]] = (
+                            a.name if a.asname else a.name.split(".")[0])
+                    if a.name == PACKAGE and mod != PACKAGE:
+                        FACADE_IMPORTS.append(f"{mod} imports the facade ({PACKAGE})")
+            elif isinstance(node, ast.ImportFrom):
+                for alias in node.names:
+                    full = f"{_absolute(node, mod, is_pkg)}.{alias.name}"
+                    if full in mods:
+                        aliases[alias.asname or alias.name] = full
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 fn = node.func
                 name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
                 if name in ("import_module", "__import__"):
                     DYNAMIC_IMPORTS.append(f"{mod} calls {name}")
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-                bound = aliases.get(node.value.id)
+            if isinstance(node, ast.Attribute):
+                bound = _module_of(node.value, aliases, mods)
                 if bound and node.attr.startswith("_") and not node.attr.startswith("__"):
                     private.append(f"{mod} reads {node.attr} of {bound}")
             targets: list[tuple[str, str | None]] = []
             if isinstance(node, ast.Import):
                 targets = [(a.name, None) for a in node.names]
-                for a in node.names:
-                    if a.name in mods and a.name != mod:
-                        aliases[a.asname or a.name.split(".")[0]] = a.name
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = mod.split(".") if is_pkg else mod.split(".")[:-1]
-                    base = base[: len(base) - (node.level - 1)]
-                    name = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    name = node.module or ""
+                name = _absolute(node, mod, is_pkg)
                 for alias in node.names:
                     full = f"{name}.{alias.name}"
                     if full in mods:
                         targets.append((full, None))
-                        aliases[alias.asname or alias.name] = full
                     else:
                         targets.append((name, alias.name))
             for target, imported in targets:
@@ -121,6 +127,35 @@ def imports(mods: dict[str, Path]) -> tuple[dict[str, set[str]], list[str]]:
                 if imported and imported.startswith("_") and not imported.startswith("__"):
                     private.append(f"{mod} imports {imported} from {target}")
     return edges, private
+
+
+def _absolute(node: ast.ImportFrom, mod: str, is_pkg: bool) -> str:
+    """The absolute module name a ``from ... import`` in module ``mod`` reads from."""
+    if not node.level:
+        return node.module or ""
+    base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _module_of(node: ast.expr, aliases: dict[str, str], mods: dict[str, Path]) -> str | None:
+    """The package module an expression names (``wire``, ``switching.wire``,
+    ``trilink_spark.switching.wire``), or None when it names no module."""
+    if isinstance(node, ast.Name):
+        return aliases.get(node.id)
+    if isinstance(node, ast.Attribute):
+        parent = _module_of(node.value, aliases, mods)
+        if parent and f"{parent}.{node.attr}" in mods:
+            return f"{parent}.{node.attr}"
+    return None
+
+
+def unranked_subpackages(mods: dict[str, Path]) -> list[str]:
+    """Subpackages the layer rule does not know (no rank in ``RANKS``): each would count as
+    the bottom layer, which every layer may import."""
+    known = {*RANKS, "_internal", "(facade)"}
+    return sorted({f"{subpackage(m)} has no rank in RANKS" for m, path in mods.items()
+                   if path.name == "__init__.py" and subpackage(m) not in known})
 
 
 def _is_reexport(a: str, b: str, mods: dict[str, Path]) -> bool:
@@ -223,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     problems += [f"facade import: {p}" for p in FACADE_IMPORTS]
     problems += [f"dynamic import: {p}" for p in DYNAMIC_IMPORTS]
     problems += [f"import circle: {p}" for p in own_package_imports(edges, mods)]
+    problems += [f"layer rule: {p}" for p in unranked_subpackages(mods)]
     for line in problems:
         print(line)
     print(f"{len(mods)} modules, {sum(map(len, edges.values()))} edges, "

@@ -28,11 +28,11 @@ Examples
 """
 
 import sys
-import warnings
 from typing import Any
 
 from . import advice, columns, elastic, errors, eventtime, kafka, keyed, measurement, merge
 from . import partitioners, placement, state, switching
+from ._internal.deprecation import warn_moved
 from ._internal.spark.session import get_session
 from .columns import PARTITION_COL
 from .errors import TrilinkError
@@ -147,9 +147,7 @@ def __getattr__(name: str) -> Any:
         module, attr, note = _MOVED[name]
     except KeyError:
         raise AttributeError(f"module 'trilink_spark' has no attribute {name!r}") from None
-    warnings.warn(
-        f"trilink_spark.{name} has moved to {module}.{attr}{note}; the top-level name is "
-        "deprecated and goes in the next minor release", DeprecationWarning, stacklevel=2)
+    warn_moved(f"trilink_spark.{name}", f"{module}.{attr}", note=note, what="the top-level name")
     return getattr(sys.modules[module], attr)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-import trilink_spark as tl
+from trilink_spark.keyed import KeyedBatchFunction
 
 
 def _is_null(key: Any) -> bool:
@@ -19,7 +19,7 @@ def _is_null(key: Any) -> bool:
     return key is None or (isinstance(key, float) and math.isnan(key))
 
 
-def stored_counts(run: tl.KeyedBatchFunction, version: int | None = None, *,
+def stored_counts(run: KeyedBatchFunction, version: int | None = None, *,
                   null_key: Any = None) -> dict[Any, int]:
     """Every key's stored count in the newest (or a given) committed version
     (``state_values`` refuses a key found in two partitions).
@@ -36,7 +36,7 @@ def stored_counts(run: tl.KeyedBatchFunction, version: int | None = None, *,
     return counts
 
 
-def check_invariants(run: tl.KeyedBatchFunction, oracle: pd.Series,
+def check_invariants(run: KeyedBatchFunction, oracle: pd.Series,
                      version: int | None = None, *, null_key: Any = None) -> None:
     """Every stored key in exactly one partition, with its exact count: the oracle's
     (``{key: count}``, the null key labelled ``null_key``), no key more or less."""

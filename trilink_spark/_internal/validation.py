@@ -33,7 +33,7 @@ import numpy as np
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = ["check_num_partitions", "MAX_PARTITIONS", "check_real", "number", "positive",
-           "fraction", "count", "seconds", "parse_interval", "INTERVAL_UNITS"]
+           "fraction", "count", "seconds", "parse_interval", "INTERVAL_UNITS", "short_repr"]
 
 #: The most partitions a strategy places keys on (Spark's own limit is far above what a shuffle
 #: of this many partitions could run; the bound keeps a hostile stored strategy from asking for
@@ -244,9 +244,15 @@ def _float(value: Any, name: str) -> float:
 
 
 def number(value: Any, name: str, *, low: float | None = None,
-           high: float | None = None) -> float:
+           high: float | None = None, json: bool = False) -> float:
     """A finite real number (bools refused), within ``[low, high]`` when bounds are given
     (NaN is out of every range). O(1).
+
+    With ``json``, the rules of a configuration field (:mod:`trilink_spark.switching.settings`):
+    only ``int`` and ``float``, the numbers a JSON document holds (NumPy's ``float64`` is a
+    float; its other scalars are refused), an ``int`` beyond the float range counts as not
+    finite, and a value that is not finite is refused as ``"{name} must be finite, got ..."``,
+    quoted by :func:`short_repr` (a peer's 5,000-digit number has no ``repr``).
 
     Examples
     --------
@@ -256,10 +262,23 @@ def number(value: Any, name: str, *, low: float | None = None,
     Traceback (most recent call last):
     ...
     trilink_spark.errors.InvalidArgumentError: lambda_ must be in [0.85, 1.0], got 2
+    >>> number(float("nan"), "threshold", json=True)
+    Traceback (most recent call last):
+    ...
+    trilink_spark.errors.InvalidArgumentError: threshold must be finite, got nan
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+    types = (int, float) if json else (int, float, np.integer, np.floating)
+    if isinstance(value, bool) or not isinstance(value, types):
         raise InvalidArgumentTypeError(f"{name} must be a number, got {type(value).__name__}")
-    out = _float(value, name)
+    if json:
+        try:
+            out = float(value)
+        except OverflowError:  # an int beyond the range of a double: not finite
+            out = math.inf
+        if not math.isfinite(out):
+            raise InvalidArgumentError(f"{name} must be finite, got {short_repr(value)}")
+    else:
+        out = _float(value, name)
     if low is not None or high is not None:
         lo = -math.inf if low is None else low
         hi = math.inf if high is None else high
@@ -270,6 +289,16 @@ def number(value: Any, name: str, *, low: float | None = None,
     if not math.isfinite(out):
         raise InvalidArgumentError(f"{name} must be a finite number, got {value!r}")
     return out
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """A short ``repr`` for a message, at most ``limit`` characters; never raises (``repr`` of
+    a 5000-digit int does). O(limit) beyond the ``repr`` itself."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - describe what cannot be shown
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def positive(value: Any, name: str, *, allow_zero: bool = False) -> float:
@@ -293,12 +322,17 @@ def fraction(value: Any, name: str, *, open_low: bool = True) -> float:
     return out
 
 
-def count(value: Any, name: str, low: int = 1) -> int:
-    """An ``int`` >= ``low`` (bools refused). O(1)."""
+def count(value: Any, name: str, low: int = 1, *, plain: bool = False) -> int:
+    """An ``int`` >= ``low`` (bools refused). O(1).
+
+    A refused value is quoted by its ``repr`` (``np.int64(0)``), or with ``plain`` as the
+    integer it is (``0``), as the control plane's checks have always quoted it.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise InvalidArgumentTypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < low:
-        raise InvalidArgumentError(f"{name} must be >= {low}, got {value!r}")
+        shown = int(value) if plain else repr(value)
+        raise InvalidArgumentError(f"{name} must be >= {low}, got {shown}")
     return int(value)
 
 

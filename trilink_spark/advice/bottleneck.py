@@ -288,9 +288,9 @@ class BottleneckAdvisor:
     def __init__(self, lambda_: float = 0.85, window_batches: int = 5, warmup_batches: int = 2,
                  *, slots: int | None = None, trigger_interval: Any = None) -> None:
         self.lambda_ = number(lambda_, "lambda_", low=LAMBDA_RANGE[0], high=LAMBDA_RANGE[1])
-        self.window_batches = count(window_batches, "window_batches", 1)
-        self.warmup_batches = count(warmup_batches, "warmup_batches", 0)
-        self.slots = None if slots is None else count(slots, "slots", 1)
+        self.window_batches = count(window_batches, "window_batches", 1, plain=True)
+        self.warmup_batches = count(warmup_batches, "warmup_batches", 0, plain=True)
+        self.slots = None if slots is None else count(slots, "slots", 1, plain=True)
         self.trigger_s: float | None = None
         if trigger_interval is not None:
             value = trigger_interval
@@ -463,7 +463,7 @@ class BottleneckAdvisor:
                 f"kind must be a non-empty str (e.g. 'operator'), got {kind!r:.40}")
         rows_f = number(rows, "rows", low=0.0, high=_LONG_MAX)
         busy = number(busy_ms, "busy_ms", low=0.0, high=_LONG_MAX)
-        n_tasks = count(tasks, "tasks", 1)
+        n_tasks = count(tasks, "tasks", 1, plain=True)
         with self._lock:
             self._add(name, kind, rows_f, busy, n_tasks)
 

@@ -314,8 +314,9 @@ def ds2_plan(graph: Graph, true_rates: Mapping[Hashable, TrueRate | float],
     ({'parse': 3, 'join': 6}, 1500.0)
     """
     topo = topology(graph)
-    lo = count(min_parallelism, "min_parallelism")
-    hi = None if max_parallelism is None else count(max_parallelism, "max_parallelism", lo)
+    lo = count(min_parallelism, "min_parallelism", plain=True)
+    hi = (None if max_parallelism is None
+          else count(max_parallelism, "max_parallelism", lo, plain=True))
     if not isinstance(true_rates, Mapping) or not isinstance(source_rates, Mapping):
         raise InvalidArgumentTypeError("true_rates and source_rates must be mappings keyed by "
                                        "operator")
@@ -421,7 +422,7 @@ def fit_exponent(samples: Iterable[tuple[int, float]]) -> float:
     ps: list[float] = []
     rs: list[float] = []
     for p, r in samples:
-        ps.append(float(count(p, "parallelism")))
+        ps.append(float(count(p, "parallelism", plain=True)))
         rs.append(check_real(r, "rate", positive=True))
     if len(set(ps)) < 2:
         return 1.0
@@ -473,12 +474,12 @@ def scaled_parallelism(required: float, parallelism: int, instance_rate: float,
     (4, 5)
     """
     need = check_real(required, "required")
-    p0 = count(parallelism, "parallelism")
+    p0 = count(parallelism, "parallelism", plain=True)
     rate = check_real(instance_rate, "instance_rate", positive=True)
     a = check_real(exponent, "exponent", positive=True)
     if a > 1:
         raise InvalidArgumentError(f"exponent must be in (0, 1], got {a!r}")
-    hi = None if max_parallelism is None else count(max_parallelism, "max_parallelism")
+    hi = None if max_parallelism is None else count(max_parallelism, "max_parallelism", plain=True)
     cap0 = rate * p0
     if need <= 0:
         q = 1

@@ -70,7 +70,7 @@ class SimulatedOperator:
     def capacity(self, parallelism: int) -> float:
         """Records/s ``parallelism`` instances process together (``1 <= parallelism <=
         2**53``, else a typed error). Cost O(1)."""
-        p = count(parallelism, "parallelism")
+        p = count(parallelism, "parallelism", plain=True)
         if p > EXACT_INSTANCES:
             raise InvalidArgumentError(
                 f"parallelism must be <= 2**53, got an integer of {p.bit_length()} bits")
@@ -202,7 +202,7 @@ class SimulatedPipeline:
         self._noise = check_real(noise, "noise")
         if self._noise > 0.5:
             raise InvalidArgumentError(f"noise must be in [0, 0.5], got {self._noise!r}")
-        self._rng = np.random.default_rng(count(seed, "seed", 0))
+        self._rng = np.random.default_rng(count(seed, "seed", 0, plain=True))
 
     @property
     def order(self) -> tuple[Hashable, ...]:
@@ -282,7 +282,8 @@ class SimulatedPipeline:
         lack = [n for n in self._topo.order if n not in parallelism]
         if lack:
             raise InvalidArgumentError(f"parallelism lacks the operators {lack!r}")
-        par = {n: count(parallelism[n], f"parallelism[{n!r}]") for n in self._topo.order}
+        par = {n: count(parallelism[n], f"parallelism[{n!r}]", plain=True)
+               for n in self._topo.order}
         window = check_real(window_s, "window_s", positive=True)
         targets = self._targets(source_rates)
         need = self.required_input(targets)

@@ -1,5 +1,9 @@
 """Keyed event time: per-key watermarks, timers, keyed process functions and their runners."""
 
+from typing import Any
+
+from .. import columns
+from .._internal.deprecation import warn_moved
 from .timers import TimerService
 from .watermark import keyed_watermark
 from .process import KeyedBatch, KeyedContext, KeyedRuntime, KeyedWatermarkProcessFunction
@@ -24,3 +28,13 @@ __all__ = [
     "keyed_process",
     "SwapReport",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``EVENT_TIME_COL`` left this package for :mod:`trilink_spark.columns` (it was in this
+    package's ``__all__`` in 0.1): it still resolves here, with a :class:`DeprecationWarning`
+    naming its home, until the next minor release removes it."""
+    if name != "EVENT_TIME_COL":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warn_moved(f"{__name__}.{name}", f"{columns.__name__}.{name}")
+    return columns.EVENT_TIME_COL

@@ -3,7 +3,7 @@
 A micro-batch of :func:`~trilink_spark.keyed_foreach_batch` runs with the placement stored
 with its state: the first batch's (:func:`first_placement`), the input's own under Ahead KeyBy
 (:func:`source_placement`), or the one a swap (:mod:`trilink_spark.keyed.swap`) moves the
-state to. A swap comes from :meth:`~trilink_spark.KeyedBatchFunction.request_swap`, from an
+state to. A swap comes from :meth:`~trilink_spark.keyed.KeyedBatchFunction.request_swap`, from an
 adaptive strategy's switch (:func:`adaptive_request`), from a ``num_partitions`` changed at a
 restart (:func:`restart_request`), from a rebalancer's decision (:func:`rebalancer_decision`,
 :func:`rebalance_target`), or goes on with a fluid swap under way (:func:`resume_request`).

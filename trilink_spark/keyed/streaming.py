@@ -626,7 +626,7 @@ def read_task_timings(store: KeyedStateStore, version: int | None = None) -> Any
     -------
     pandas.DataFrame
         Columns ``partition``, ``rows``, ``process_ms``, ``blocks``
-        (:meth:`~trilink_spark.KeyedBatchFunction.task_timings`).
+        (:meth:`~trilink_spark.keyed.KeyedBatchFunction.task_timings`).
 
     Raises
     ------
@@ -681,7 +681,7 @@ def sum_counters(store: KeyedStateStore) -> dict[str, int]:
 def read_state_values(store: KeyedStateStore, version: int | None = None
                  ) -> dict[Any, dict[str, Any]]:
     """Every key's stored values in the newest (or a given) committed version:
-    ``{key: {name: value}}`` (:meth:`~trilink_spark.KeyedBatchFunction.state_values`).
+    ``{key: {name: value}}`` (:meth:`~trilink_spark.keyed.KeyedBatchFunction.state_values`).
 
     Raises
     ------

@@ -95,7 +95,7 @@ def global_merge(
         flush of the call, each still exactly once by its own ``(batch_id, partition, flush)``
         marker, with the metadata, in ONE round trip when the aggregates add as 64-bit
         integers (``count``: every partial a bigint), else two
-        (:meth:`~trilink_spark.RedisStore.apply_flushes`). Suits micro-batches whose partials
+        (:meth:`~trilink_spark.merge.RedisStore.apply_flushes`). Suits micro-batches whose partials
         are small (few keys): Redis round trips per batch no longer grow with partitions.
         The markers are those of ``"tasks"``, so a batch replayed in the other mode is still
         applied once. Ignored with ``store="driver"``.

@@ -655,7 +655,7 @@ class AdaptivePartitioner(Partitioner):
     def before_batch(self, df: Any, key: str, batch_id: int) -> None:
         """A stateful runner's new micro-batch: apply config updates, observe the batch (one
         sampling job) and decide. A switch is then carried out by the runner as a swap of
-        keyed state (:meth:`~trilink_spark.KeyedBatchFunction.request_swap`)."""
+        keyed state (:meth:`~trilink_spark.keyed.KeyedBatchFunction.request_swap`)."""
         self.batch_boundary()
         self.observe_df(df, key, seed=self.seed + batch_id)
         self.decide()

@@ -262,11 +262,12 @@ class LoadAwareRebalancer:
         default_theta = 0.8 if self.interval_ms is not None else 1.1
         self.theta = default_theta if theta is None else positive(theta, "theta")
         self.epsilon = positive(epsilon, "epsilon")
-        self.cooldown_batches = count(cooldown_batches, "cooldown_batches", 0)
+        self.cooldown_batches = count(cooldown_batches, "cooldown_batches", 0, plain=True)
         self.max_blocks_per_round = (None if max_blocks_per_round is None
-                                     else count(max_blocks_per_round, "max_blocks_per_round"))
-        self.window = count(window, "window", 1)
-        self.freeze_rounds = count(freeze_rounds, "freeze_rounds", 0)
+                                     else count(max_blocks_per_round, "max_blocks_per_round",
+                                                plain=True))
+        self.window = count(window, "window", 1, plain=True)
+        self.freeze_rounds = count(freeze_rounds, "freeze_rounds", 0, plain=True)
         self.significance = positive(significance, "significance")
         self._seen: deque[tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = deque(
             maxlen=self.window)

@@ -42,7 +42,7 @@ def _integer(value: Any, name: str, low: int, high: int = MAX_INTEGER) -> int:
 def _in_range(value: Any, name: str, low: float, high: float, *, open_low: bool = False,
               open_high: bool = False) -> float:
     try:  # the one number check, its errors as a config's
-        x = number(value, name)
+        x = number(value, name, json=True)
     except InvalidArgumentTypeError as err:
         raise ConfigTypeError(str(err)) from None
     except InvalidArgumentError as err:

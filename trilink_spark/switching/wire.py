@@ -34,6 +34,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._internal.validation import short_repr
 from ..errors import ConfigError, ConfigTypeError, InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = [
@@ -76,16 +77,6 @@ _BRACKET = re.compile(rb"[\[\]{}]")
 class SignatureMismatch(ConfigError):
     """A message signed, but not with this center's secret (a publisher that reads one back
     stops: its own secret is not the channel's)."""
-
-
-def short_repr(value: Any, limit: int = 60) -> str:
-    """A short ``repr`` for a message, at most ``limit`` characters; never raises (``repr`` of
-    a 5000-digit int does). O(limit) beyond the ``repr`` itself."""
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - describe what cannot be shown
-        return f"<{type(value).__name__}>"
-    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def describe_error(err: BaseException, limit: int = 200) -> str:
