@@ -82,3 +82,8 @@ def test_errors_exit_2(spark, tmp_path, capsys):
     assert run(["balance", "--scenario", "uniform", "--partitions", "0"])[0] == 2
     assert run(["balance", str(tmp_path / "data.txt"), "--key", "k"])[0] == 2
     assert "--format" in capsys.readouterr().err
+
+
+def test_the_moved_ysb_command_says_where_it_went(capsys):
+    assert main(["ysb", "--events", "10"]) == 2
+    assert "python -m benches.ysb" in capsys.readouterr().err

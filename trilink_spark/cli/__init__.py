@@ -442,7 +442,13 @@ def run_advise(args: argparse.Namespace, out: TextIO) -> int:
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Entry point of the ``trilink-spark`` command; returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["ysb"]:  # the benchmark application left the library
+        sys.stderr.write("trilink-spark: error: the ysb command moved out of the package: run "
+                         "`python -m benches.ysb` (same flags) from a checkout of the "
+                         "repository\n")
+        return 2
+    args = parser.parse_args(given)
     stream = out if out is not None else sys.stdout
     try:
         if args.command == "balance":
