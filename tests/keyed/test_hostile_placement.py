@@ -303,6 +303,21 @@ def test_a_request_planned_then_killed_is_carried_out_once(spark: Any, tmp_path:
     assert again.swaps == [] and partitions_at(again, 3) == 6  # never a second time
 
 
+def test_a_request_done_whose_record_outlived_the_commit_is_not_redone(
+        spark: Any, tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    total = drive(spark, run, range(1), pd.Series(dtype=float))
+    run.request_swap(num_partitions=6)
+    record = next((tmp_path / "state").rglob("*request*.json"))
+    kept = record.read_bytes()
+    total = drive(spark, run, range(1, 2), total)
+    assert not record.exists() and len(run.swaps) == 1
+    record.write_bytes(kept)  # the driver died after the commit, before the delete
+    restarted = make_run(tmp_path, takeover=True)
+    drive(spark, restarted, range(2, 3), total)
+    assert restarted.swaps == [] and not record.exists()
+
+
 def test_a_cancelled_request_stays_cancelled_after_a_restart(spark: Any, tmp_path: Path) -> None:
     run = make_run(tmp_path)
     total = drive(spark, run, range(1), pd.Series(dtype=float))
