@@ -206,14 +206,22 @@ def test_an_explicit_long_key_type_on_an_int_column_is_honoured_everywhere(
 
 
 def test_an_int_key_type_on_a_bigint_column_is_refused(spark: Any, tmp_path: Path) -> None:
+    """Asked before the first batch (the key type not known yet), the swap is refused when
+    planned and the batch runs with the placement in force; asked once the state's key type
+    is recorded, it is refused at once. Nothing is written either way."""
     s = Stream(spark, tmp_path, "bigint", seed=7, strategy=tl.HashPartitioner(4))
-    s.batch(0)
     s.run.request_swap(tl.HashPartitioner(8, key_type="int"), refit="none")
-    df, _ = s.frame(1)
+    s.batch(0)
+    s.batch(1)
+    report = s.run.swaps[-1]
+    assert report.batch_id == 1 and report.refused and "bigint" in report.refused
+    assert s.run.pending_swap is None  # the request was used once
     with pytest.raises(InvalidKeyTypeError, match="bigint"):
-        s.run(df, 1)
-    assert s.run.pending_swap is None  # the request was used: nothing was written
-    s.batch(1)  # nothing was changed by the refused swap
+        s.run.request_swap(tl.HashPartitioner(8, key_type="int"), refit="none")
+    assert s.run.pending_swap is None
+    s.batch(2)  # nothing was changed by the refused swaps
+    placement, partitions = s.run.store.placement_at(2)
+    assert isinstance(placement, tl.HashPartitioner) and partitions == 4
 
 
 def test_a_restart_with_another_key_column_type_is_refused(spark: Any,

@@ -4,9 +4,16 @@ A micro-batch of :func:`~trilink_spark.keyed_foreach_batch` runs with the placem
 with its state: the first batch's (:func:`first_placement`), the input's own under Ahead KeyBy
 (:func:`source_placement`), or the one a swap (:mod:`trilink_spark.keyed.swap`) moves the
 state to. A swap comes from :meth:`~trilink_spark.keyed.KeyedBatchFunction.request_swap`, from an
-adaptive strategy's switch (:func:`adaptive_request`), from a ``num_partitions`` changed at a
-restart (:func:`restart_request`), from a rebalancer's decision (:func:`rebalancer_decision`,
-:func:`rebalance_target`), or goes on with a fluid swap under way (:func:`resume_request`).
+adaptive strategy's switch (:func:`adaptive_request`), from a restart with other arguments than
+the job was last started with (:func:`restart_request`, :func:`started_arguments`), from a
+rebalancer's decision (:func:`rebalancer_decision`, :func:`rebalance_target`), or goes on with
+a fluid swap under way (:func:`resume_request`). A swap that cannot be planned is refused
+(:func:`refusal_report`): the batch runs with the placement in force.
+
+The placement in force (strategy, partition count, block table) is committed state: only a
+swap changes it, and a restart changes it only when its arguments differ from the recorded
+arguments of the previous start, never because they differ from the placement a run-time swap
+made.
 
 The adaptive strategy and the rebalancer are used by what they do (``unwrap`` and
 ``before_batch``; ``observe``, ``decide`` and ``apply``): keyed processing never imports the
@@ -16,14 +23,18 @@ control plane that defines :class:`~trilink_spark.AdaptivePartitioner` and
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._internal.spark.compat import num_partitions
+from .._internal.validation import MAX_PARTITIONS
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
+from ..errors import TrilinkError
 from ..partitioners import BlockPartitioner, HashPartitioner, Partitioner, WeightPartitioner
 from ..partitioners.base import KEY_KINDS
 from ..partitioners.overlay import OverlayPartitioner
@@ -36,9 +47,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["Placed", "KeyColumn", "check_rebalancer", "first_placement", "source_placement",
-           "replayed_placement", "stored_placement", "resume_request", "adaptive_request",
-           "restart_request", "rebalancer_decision", "rebalance_target", "swap_report",
-           "stored_key_type", "state_key_type", "bound_placement"]
+           "replayed_placement", "stored_placement", "resume_request", "adaptive_choice",
+           "adaptive_request", "started_arguments", "restart_request", "rebalancer_decision",
+           "rebalance_target", "swap_report", "refusal_report", "stored_key_type",
+           "state_key_type", "bound_placement"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +71,12 @@ class Placed:
         Its moves (key, from, to).
     new : bool
         Whether the placement starts at this batch.
+    refused : tuple of SwapReport
+        The swaps asked for this batch and refused (the batch runs with the placement in
+        force, or goes on with a fluid swap under way).
+    request_id : str or None
+        The ``request_swap`` call this batch planned or refused (recorded as done at the
+        commit, so a stored request is never carried out twice).
     """
 
     strategy: Partitioner
@@ -66,6 +84,8 @@ class Placed:
     plan: dict[str, Any] | None
     moves: Any
     new: bool
+    refused: tuple[SwapReport, ...] = ()
+    request_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -297,7 +317,8 @@ def replayed_placement(store: KeyedStateStore, batch_id: int,
     _, _, recorded = store.placement_record(batch_id, missing_ok=True)
     placement = bound_placement(Partitioner.from_dict(plan["placement"]), kind,
                                 recorded is not None)
-    return Placed(placement, before, plan, store.load_moves(batch_id), True)
+    return Placed(placement, before, plan, store.load_moves(batch_id), True,
+                  request_id=plan.get("request"))
 
 
 def stored_placement(store: KeyedStateStore, prev: int
@@ -329,35 +350,110 @@ def resume_request(unfinished: dict[str, Any], kind: str | None
     return resume, Partitioner.from_dict(unfinished["target"]).for_column(kind)
 
 
-def adaptive_request(configured: Any, batch_df: DataFrame, key: str, batch_id: int,
-                     current: Partitioner) -> SwapRequest | None:
-    """An adaptive strategy decides before each new batch; a switch becomes a request.
-
-    ``configured`` is adaptive when it is a Partitioner whose ``unwrap()`` is another one;
-    it then sees the batch (``before_batch``). Returns a request (a sync swap to a copy of
-    what it wraps now) when that differs from ``current`` in type or partition count, else
-    None.
-    """
+def adaptive_choice(configured: Any) -> tuple[str, int] | None:
+    """What an adaptive strategy wraps now, as (kind, partitions); None when ``configured``
+    is not adaptive (a Partitioner whose ``unwrap()`` is another one)."""
     if not isinstance(configured, Partitioner) or configured.unwrap() is configured:
         return None
+    wanted = configured.unwrap()
+    return type(wanted).__name__, wanted.num_partitions
+
+
+def adaptive_request(configured: Any, batch_df: DataFrame, key: str, batch_id: int,
+                     current: Partitioner, previous: tuple[str, int] | None
+                     ) -> tuple[SwapRequest | None, tuple[str, int] | None]:
+    """An adaptive strategy decides before each new batch; a switch becomes a request.
+
+    ``configured`` sees the batch (``before_batch``). A switch is a change of what it wraps
+    since ``previous`` (its choice at the runner's previous batch; None at a runner's first
+    batch: then its choice as it starts), so a restarted query's new adaptive strategy, which
+    starts from its initial choice, never undoes the switches the state went through. Returns
+    a request (a sync swap to a copy of what it wraps now) when it switched to another type
+    or partition count than ``current``, else None; and its choice now (None: not adaptive).
+    """
+    before = previous if previous is not None else adaptive_choice(configured)
+    if before is None:
+        return None, None
     configured.before_batch(batch_df, key, batch_id)
+    now = adaptive_choice(configured)
+    if now == before or now is None:
+        return None, now
     wanted = configured.unwrap()
     if type(wanted) is type(current) and wanted.num_partitions == current.num_partitions:
-        return None
+        return None, now
     logger.info("batch %d: the adaptive strategy switched to %s; swapping state",
                 batch_id, type(wanted).__name__)
-    return SwapRequest(wanted.copy(), None, "none", "sync", None)
+    return SwapRequest(wanted.copy(), None, "none", "sync", None), now
 
 
-def restart_request(store: KeyedStateStore, wanted: int | None,
-                    current: Partitioner) -> SwapRequest | None:
-    """A sync swap to ``wanted`` partitions when a restart gave another ``num_partitions``
-    than the state has, else None."""
-    if wanted is None or wanted == current.num_partitions:
+def started_arguments(strategy: Any, partitions: int | None) -> dict[str, Any]:
+    """The placement arguments of a start (``strategy``, ``num_partitions``) as the manifest
+    records them: JSON, equal for equal arguments in any process.
+
+    A strategy name is kept as given (lower case); a Partitioner as its kind and a digest of
+    its unfitted configuration (:meth:`~trilink_spark.Partitioner.fresh`, so what a first
+    batch fits into it does not count); an adaptive strategy as ``"adaptive"`` (its switches
+    are swaps of their own). O(the strategy's configuration).
+    """
+    if isinstance(strategy, str):
+        described = strategy.strip().lower()
+    elif isinstance(strategy, Partitioner) and strategy.unwrap() is not strategy:
+        described = "adaptive"
+    elif isinstance(strategy, Partitioner):
+        try:
+            config = strategy.fresh().to_json()
+        except (TrilinkError, TypeError, ValueError):
+            config = repr(strategy)
+        described = (f"{strategy.strategy_name}:"
+                     f"{hashlib.sha256(config.encode()).hexdigest()[:16]}")
+    else:
+        described = type(strategy).__name__
+    return {"strategy": described, "num_partitions": partitions}
+
+
+def restart_request(store: KeyedStateStore, manifest: dict[str, Any], strategy: Any,
+                    partitions: int | None, current: Partitioner) -> SwapRequest | None:
+    """The swap a restart asks for, or None.
+
+    The rule: the manifest records the arguments the job was last started with
+    (:func:`started_arguments`); a restart swaps only where its own differ from those, never
+    because they differ from the placement in force (which a run-time swap may have changed).
+
+    - ``strategy`` differs (a name or a Partitioner; never ``"auto"`` nor an adaptive
+      strategy): a sync swap to it as given (``refit="none"``; a table strategy is fitted on
+      the stored keys' counts), on ``num_partitions`` for a name.
+    - else ``num_partitions`` is given and differs, and differs from the placement in force:
+      a sync swap to it (``refit="minimal"``), as :meth:`request_swap` would.
+
+    State written by a release that kept no record: the first placement's partition count
+    stands for the arguments, and a strategy never swaps.
+
+    Raises
+    ------
+    InvalidArgumentError
+        The restart's arguments are not a swap request ``request_swap`` accepts.
+    """
+    recorded = manifest.get("started_with")
+    if not isinstance(recorded, dict):
+        starts = sorted(manifest.get("placements") or [])
+        _, first = store.load_placement(starts[0], missing_ok=True) if starts else (None, 0)
+        recorded = {"strategy": None, "num_partitions": first or None}
+    given = started_arguments(strategy, partitions)
+    changed = (recorded.get("strategy") is not None
+               and given["strategy"] not in ("auto", "adaptive", recorded.get("strategy")))
+    if changed:
+        logger.info("state at %s: restarted with strategy %s (last started with %s): swapping",
+                    store.path, given["strategy"], recorded.get("strategy"))
+        if isinstance(strategy, str):
+            return SwapRequest.checked(strategy, partitions, "none", "sync", None)
+        return SwapRequest.checked(strategy.copy(), None, "none", "sync", None)
+    if partitions is None or partitions == recorded.get("num_partitions") \
+            or partitions == current.num_partitions:
         return None
-    logger.info("state at %s has %d partitions; num_partitions=%d: swapping",
-                store.path, current.num_partitions, wanted)
-    return SwapRequest.checked(None, wanted, "minimal", "sync", None)
+    logger.info("state at %s has %d partitions; restarted with num_partitions=%d (last "
+                "started with %s): swapping", store.path, current.num_partitions, partitions,
+                recorded.get("num_partitions"))
+    return SwapRequest.checked(None, partitions, "minimal", "sync", None)
 
 
 def rebalancer_decision(rebalancer: Any, store: KeyedStateStore, batch_id: int,
@@ -399,15 +495,48 @@ def rebalancer_decision(rebalancer: Any, store: KeyedStateStore, batch_id: int,
 def rebalance_target(rebalancer: Any, store: KeyedStateStore, batch_id: int,
                      current: Partitioner, decision: Any, pending: bool) -> Partitioner | None:
     """The placement a decision with moves swaps to at the next batch, or None: no moves,
-    or (logged) a swap ``pending`` or still under way, which the moves wait for."""
+    (logged) a swap ``pending`` or still under way, which the moves wait for, or (logged as
+    refused) a target the state cannot be swapped to.
+
+    An ``"overloaded"`` decision is advice for the user (``request_swap(num_partitions=...)``),
+    never carried out here; its partition count is logged clipped to what the placement can
+    take: at most its blocks and :data:`~trilink_spark._internal.validation.MAX_PARTITIONS`.
+    """
+    advised = getattr(decision, "partitions", None)
+    if advised is not None and isinstance(current, BlockPartitioner):
+        bound = min(current.num_blocks, MAX_PARTITIONS)
+        clipped = _clip(advised, bound)
+        logger.info("batch %d: the rebalancer advises %s partitions (at most %d: the "
+                    "placement's %d blocks); run.request_swap(num_partitions=...) rescales",
+                    batch_id, clipped, bound, current.num_blocks)
     if not decision.moves:
         return None
     last = store.load_plan(batch_id)
     if pending or (last is not None and not last["complete"]):
         logger.info("batch %d: a swap is pending or under way; the moves wait", batch_id)
         return None
-    target: Partitioner = rebalancer.apply(current, decision)
-    return target
+    target = rebalancer.apply(current, decision)
+    fits = (isinstance(target, BlockPartitioner) and isinstance(current, BlockPartitioner)
+            and target.num_blocks == current.num_blocks
+            and target.num_partitions <= min(current.num_blocks, MAX_PARTITIONS))
+    if not fits:
+        logger.warning("batch %d: the rebalancer's target (%r) is refused: moving blocks "
+                       "keeps the placement's %s blocks", batch_id, target,
+                       getattr(current, "num_blocks", "?"))
+        return None
+    out: Partitioner = target
+    return out
+
+
+def _clip(advised: Any, bound: int) -> int | None:
+    """``advised`` partitions within ``1 .. bound`` (None: not a finite number)."""
+    try:
+        value = float(advised)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not math.isfinite(value):
+        return None
+    return max(1, min(int(value), bound))
 
 
 def swap_report(plan: dict[str, Any], batch_id: int, moved_bytes: int,
@@ -420,3 +549,16 @@ def swap_report(plan: dict[str, Any], batch_id: int, moved_bytes: int,
         keys_total=int(plan["keys_total"]),
         moved_keys=int(plan["moved_keys"]), moved_bytes=moved_bytes,
         complete=bool(plan["complete"]), seconds=seconds)
+
+
+def refusal_report(batch_id: int, request: SwapRequest, current: Partitioner, why: str,
+                   seconds: float) -> SwapReport:
+    """The :class:`SwapReport` of a swap refused at ``batch_id`` (logged as a warning): the
+    batch ran with the placement ``current``, moving nothing."""
+    logger.warning("batch %d: swap refused (%s); the batch runs with the placement in force "
+                   "(%s, %d partitions)", batch_id, why, type(current).__name__,
+                   current.num_partitions)
+    return SwapReport(batch_id=batch_id, mode=request.mode,
+                      partitions_before=current.num_partitions,
+                      partitions_after=current.num_partitions, keys_total=0, moved_keys=0,
+                      moved_bytes=0, complete=True, seconds=seconds, refused=why)

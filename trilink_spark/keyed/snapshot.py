@@ -34,7 +34,7 @@ import pandas as pd
 from ..errors import StateCorruptError, StateTypeError
 
 __all__ = ["PartitionState", "encode_state", "decode_state", "decode_keys", "split_out", "cut_segments", "merge_in",
-           "check_value", "object_array", "read_counters", "KEY_FIELD", "NULL_KEY"]
+           "check_value", "object_array", "read_counters", "add_counters", "KEY_FIELD", "NULL_KEY"]
 
 KEY_FIELD = "key"
 #: The one object the runtime uses for a null (or NaN) key, so that a null key's state is
@@ -255,6 +255,23 @@ def read_counters(table: Any, where: str = "state") -> dict[str, int]:
         return {str(k): int(v) for k, v in counters.items()}
     except (ValueError, TypeError, AttributeError):
         raise StateCorruptError(f"{where}: malformed counters") from None
+
+
+def add_counters(table: Any, extra: dict[str, int], where: str = "state") -> Any:
+    """``table`` with ``extra`` added to its partition counters (the counters of partitions a
+    rescale removes, taken over by a kept one). O(1): the metadata only.
+
+    Raises
+    ------
+    StateCorruptError
+        The table's counters are malformed.
+    """
+    counters = read_counters(table, where)
+    for name, value in extra.items():
+        counters[name] = counters.get(name, 0) + int(value)
+    metadata = dict(table.schema.metadata or {})
+    metadata[_META_COUNTERS] = json.dumps(counters).encode()
+    return table.replace_schema_metadata(metadata)
 
 
 def decode_keys(column: Any) -> list[Hashable]:

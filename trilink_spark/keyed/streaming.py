@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,19 +30,20 @@ import numpy as np
 from .._internal.optiming import operator_timer
 from .._internal.spark.compat import streaming_query_id
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
-from ..errors import StateOwnershipError
+from ..errors import StateOwnershipError, StateStoreError
 from ..partitioners import BlockPartitioner, Partitioner
 from ..placement.key_by import place_rows
 from ..placement.source import is_keyed_by_source
 from ..state.store import KeyedStateStore, StatefulBatchFunction
 from .prepare import arrival_order, check_processor, prepare
 from .process import KeyedWatermarkProcessFunction
-from .replan import KeyColumn, Placed, adaptive_request, bound_placement, check_rebalancer
-from .replan import first_placement, rebalance_target, rebalancer_decision, replayed_placement
-from .replan import restart_request, resume_request, source_placement, state_key_type
+from .replan import KeyColumn, Placed, adaptive_choice, adaptive_request, bound_placement
+from .replan import check_rebalancer, first_placement, rebalance_target, rebalancer_decision
+from .replan import refusal_report, replayed_placement, restart_request, resume_request
+from .replan import source_placement, started_arguments, state_key_type
 from .replan import stored_placement, swap_report
 from .snapshot import decode_state, read_counters
-from .swap import SwapReport, SwapRequest, plan_swap, write_segments
+from .swap import SwapReport, SwapRequest, check_request, plan_swap, write_segments
 from .task import StateIO, partition_function, state_types
 
 if TYPE_CHECKING:
@@ -51,6 +53,10 @@ __all__ = ["KeyedBatchFunction", "keyed_foreach_batch"]
 
 logger = logging.getLogger(__name__)
 
+#: Name of the state path's record of a swap requested and not yet planned
+#: (:meth:`KeyedStateStore.save_record`).
+SWAP_RECORD = "swap-request"
+
 
 class KeyedBatchFunction(StatefulBatchFunction):
     """The ``foreachBatch`` callable of :func:`keyed_foreach_batch`.
@@ -58,7 +64,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
     Attributes
     ----------
     swaps : list of SwapReport
-        One report per batch that moved state (:meth:`request_swap`).
+        One report per batch that moved state (:meth:`request_swap`), and one per swap
+        refused at a batch (``refused`` says why).
     """
 
     def __init__(self, func: Callable[[DataFrame, int], Any], store: KeyedStateStore,
@@ -71,12 +78,21 @@ class KeyedBatchFunction(StatefulBatchFunction):
         self._rebalanced_through: int | None = None  # the last batch the rebalancer saw
         self._request: SwapRequest | None = None
         self._lock = threading.Lock()
-        self._checked = False
         self._types: tuple[Any, Any] | None = None
         self._column: KeyColumn | None = None
         #: The key type of a state whose placement record holds none (an older release's),
         #: derived once from its stored keys (:func:`~trilink_spark.keyed.replan.state_key_type`).
         self._derived_kind: tuple[str | None] | None = None
+        self._init_placement_state()
+
+    def _init_placement_state(self) -> None:
+        #: the placement arguments of this start, recorded in the manifest (restart rule)
+        self._arguments = started_arguments(self.options["strategy"],
+                                            self.options["num_partitions"])
+        self._restart_checked = False  # compared with the previous start's arguments yet?
+        self._adaptive: tuple[str, int] | None = None  # the adaptive strategy's last choice
+        self._picked_up = False  # read the stored swap request of an earlier runner yet?
+        self._persisted: str | None = None  # id of the request stored on the state path
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -86,6 +102,10 @@ class KeyedBatchFunction(StatefulBatchFunction):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        if "_restart_checked" not in state:  # pickled by an earlier release
+            self._init_placement_state()
+        self.__dict__.setdefault("_column", None)
+        self.__dict__.setdefault("_derived_kind", None)
 
     # ------------------------------------------------------------------ swaps
     def request_swap(self, strategy: str | Partitioner | None = None, *,
@@ -113,15 +133,34 @@ class KeyedBatchFunction(StatefulBatchFunction):
         Raises
         ------
         InvalidArgumentError
-            Bad arguments, or a fluid swap still under way.
+            Bad arguments, a fluid swap still under way, a stream placed by
+            ``keyed_by_source``, or a swap that cannot be carried out from the placement in
+            force (more partitions than a ``BlockPartitioner`` has blocks, a target that
+            cannot be built).
+        InvalidKeyTypeError
+            The target cannot place the stream's keys (``modulo`` on string keys; any swap
+            of a ``double`` key column, which only Spark's own hash places).
 
         Notes
         -----
-        Nothing happens until the next batch: then the driver plans the swap from the stored
-        keys (O(keys)), one small Spark job writes the moved keys' state as segments, and
-        each task of the batch starts from its own state minus outgoing keys plus incoming
-        ones. Only moved keys' state is rewritten; the query never stops. A report is
-        appended to :attr:`swaps`.
+        Checked at once against the placement in force and the key type recorded with it
+        (before the first batch it is not known, nor, until this runner's first batch, for
+        state an older release wrote; a swap that cannot be planned is then refused at the
+        batch). Nothing moves until the
+        next batch: then the driver plans the swap from the stored keys (O(keys)), one small
+        Spark job writes the moved keys' state as segments, and each task of the batch
+        starts from its own state minus outgoing keys plus incoming ones. Only moved keys'
+        state is rewritten; the query never stops. A report is appended to :attr:`swaps`.
+        A swap that still cannot be planned at the batch never fails it: the batch runs with
+        the placement in force, the refusal is logged (a warning) and reported
+        (``SwapReport.refused``).
+
+        The request survives the driver: it is also written to the state path (a small
+        checksummed JSON record, ``records/swap-request.json``; one JSON write), and a
+        runner restarted on the state path carries it out at its first batch. The batch
+        that plans (or refuses) it records it as done in the manifest at its commit, and a
+        replayed batch reuses its plan, so it is carried out once. A newer request replaces
+        it; :meth:`cancel_swap` drops it.
 
         Examples
         --------
@@ -129,28 +168,95 @@ class KeyedBatchFunction(StatefulBatchFunction):
         >>> run.request_swap("least_count", mode="fluid", max_keys_per_batch=1000)  # doctest: +SKIP
         """
         request = SwapRequest.checked(strategy, num_partitions, refit, mode, max_keys_per_batch)
+        self._ask(request, persist=True)
+
+    def _ask(self, request: SwapRequest, persist: bool) -> None:
+        """Check ``request`` against the committed state and make it the pending one;
+        ``persist``: also store it on the state path (a ``request_swap`` call)."""
         manifest = self.store.read_manifest()
         committed = [] if manifest is None else manifest.get("committed", [])
-        last = self.store.load_plan(int(committed[-1])) if committed else None
-        if last is not None and not last["complete"]:
-            raise InvalidArgumentError(
-                "a fluid swap is under way; request another once run.swaps[-1].complete is "
-                "True (or call run.cancel_swap() to drop a pending request)")
+        if committed:
+            last = int(committed[-1])
+            plan = self.store.load_plan(last)
+            if plan is not None and not plan["complete"]:
+                raise InvalidArgumentError(
+                    "a fluid swap is under way; request another once run.swaps[-1].complete "
+                    "is True (or call run.cancel_swap() to drop a pending request)")
+            current, _, recorded = self.store.placement_record_at(last, manifest)
+            if current is None:
+                raise InvalidArgumentError(
+                    f"state at {self.store.path} is placed by keyed_by_source (each input "
+                    "partition keeps its own state): it cannot swap")
+            kind, column_type = self._key_type(recorded)
+            check_request(bound_placement(current, kind, recorded is not None), request, kind,
+                          column_type)
+        if persist:
+            request = replace(request, request_id=uuid.uuid4().hex)
         with self._lock:
+            if persist:
+                self.store.save_record(SWAP_RECORD, request.to_record())
+                self._persisted = request.request_id
             self._request = request
 
+    def _key_type(self, recorded: str | None) -> tuple[str | None, str | None]:
+        """The key type a request is checked with, and the key column's Spark type when no
+        strategy hashes it in Python (a ``double`` column, say; else None).
+
+        The state's key type is the one its placement record holds (``recorded``), the one
+        every plan places keys by; a record an older release wrote holds none, and then the
+        key type is the one this runner found for the state, else its key column's. Before
+        this runner's first batch on such a state it is not known: ``(None, None)``, and the
+        request is checked when it is planned. O(1).
+        """
+        if recorded is not None:
+            return recorded, None
+        if self._derived_kind is not None and self._derived_kind[0] is not None:
+            return self._derived_kind[0], None
+        if self._column is None:
+            return None, None
+        return self._column.kind, None if self._column.kind else self._column.spark_type
+
     def cancel_swap(self) -> SwapRequest | None:
-        """Drop the swap requested for the next batch (one under way goes on); returns it."""
+        """Drop the swap requested for the next batch (one under way goes on), and its record
+        on the state path; returns it (None when this runner holds none)."""
         with self._lock:
             request, self._request = self._request, None
+            self.store.delete_record(SWAP_RECORD)
+            self._persisted = None
         return request
+
+    def _pick_up(self, manifest: dict[str, Any] | None) -> None:
+        """Once per runner: take over the request an earlier runner stored and no batch
+        planned (a request the manifest records as done is deleted, never carried out)."""
+        body = self.store.load_record(SWAP_RECORD)
+        request = None if body is None else SwapRequest.from_record(
+            body, self.store.record_path(SWAP_RECORD))
+        self._picked_up = True
+        if request is None:
+            return
+        with self._lock:
+            if request.request_id == (manifest or {}).get("swap_request_done"):
+                if self._persisted in (None, request.request_id):
+                    self.store.delete_record(SWAP_RECORD)
+                    self._persisted = None
+            elif self._request is None:
+                logger.info("state at %s: a swap requested before the restart and never "
+                            "planned is carried out now", self.store.path)
+                self._request, self._persisted = request, request.request_id
+
+    def _forget(self, done: str | None) -> None:
+        """After the commit that recorded request ``done`` as done: delete its record."""
+        if done is None:
+            return
+        with self._lock:
+            if self._persisted == done:
+                self.store.delete_record(SWAP_RECORD)
+                self._persisted = None
 
     @property
     def pending_swap(self) -> SwapRequest | None:
         """The swap requested for the next batch, if any."""
         return self._request
-
-    # ------------------------------------------------------------------ the batch
 
     # ------------------------------------------------------------------ the batch
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
@@ -168,18 +274,24 @@ class KeyedBatchFunction(StatefulBatchFunction):
         query = streaming_query_id(batch_df)
         manifest = self.store.read_manifest()
         claim(self.store, manifest, self.token, query, config, o["takeover"])
+        if not self._picked_up:
+            self._pick_up(manifest)
         prev = start_version(self.store, manifest, batch_id)
         source = is_keyed_by_source(batch_df, o["key"])
         swap_plan: dict[str, Any] | None = None
         moved_bytes = 0
+        done: str | None = None
+        refused: tuple[SwapReport, ...] = ()
         if source:
             placed, partitions = source_placement(self.store, batch_df, o["key"], tagged, prev)
             prev_partitions = partitions
             new_placement = prev is None
+            self._restart_checked = True
             if new_placement:
                 self.store.save_placement(batch_id, None, partitions)
         else:
-            chosen = self._placement(batch_df, batch_id, prev)
+            chosen = self._placement(batch_df, batch_id, prev, manifest)
+            done, refused = chosen.request_id, chosen.refused
             prev_partitions, swap_plan, new_placement = (chosen.prev_partitions, chosen.plan,
                                                          chosen.new)
             placed = place_rows(tagged, o["key"], chosen.strategy, fit="none")
@@ -193,62 +305,106 @@ class KeyedBatchFunction(StatefulBatchFunction):
         blocks = None if source else chosen.strategy
         io = StateIO(self.store, batch_id, prev, prev_partitions, swap_plan is not None,
                      key_type, value_type,
-                     blocks if isinstance(blocks, BlockPartitioner) else None)
+                     blocks if isinstance(blocks, BlockPartitioner) else None,
+                     None if swap_plan is None else swap_plan.get("carried_counters"))
         placed = arrival_order(placed, o["order_by"])
         fn = partition_function(o["processor"], o["key"], delay_units, idle_units,
                                 arrow_schema, io, operator_timer(batch_df.sparkSession, "keyed"))
         out = placed.mapInArrow(fn, out_schema)
         self.func(out, batch_id)
         listed = self._ensure_written(out, batch_id, partitions, fill=io.carry_forward)
-        self._commit(batch_id, prev, query, config, new_placement)
+        extra: dict[str, Any] = {}
+        if self._restart_checked:  # this start's arguments: what the next restart compares
+            extra["started_with"] = self._arguments
+        if done is not None:  # a stored request is never carried out twice
+            extra["swap_request_done"] = done
+        commit_batch(self.store, batch_id, prev, self.token, query, config, o["takeover"],
+                     new_placement, extra)
+        self._forget(done)
         self.store.prune(partitions, batch_id, keep_from=prev, listed=listed)
         if o.get("rebalancer") is not None and not source:
             self._rebalance(batch_id, chosen.strategy, partitions)
+        self.swaps.extend(refused)
         if swap_plan is not None:
             self.swaps.append(swap_report(swap_plan, batch_id, moved_bytes,
                                           time.perf_counter() - started))
 
-    def _commit(self, batch_id: int, prev: int | None, query: str | None,
-                config: dict[str, Any], new_placement: bool) -> None:
-        """Record the batch as committed (after every partition wrote it)."""
-        commit_batch(self.store, batch_id, prev, self.token, query, config,
-                     self.options["takeover"], new_placement)
-        self._checked = True
-
-    def _placement(self, batch_df: DataFrame, batch_id: int, prev: int | None) -> Placed:
+    def _placement(self, batch_df: DataFrame, batch_id: int, prev: int | None,
+                   manifest: dict[str, Any] | None) -> Placed:
         """The placement of ``batch_id``, and the swap plan when it moves state. A new
-        placement (the first batch's, or a swap's) is stored before any task runs."""
+        placement (the first batch's, or a swap's) is stored before any task runs, with the
+        state's key type; a swap that cannot be planned is refused (:meth:`_plan`)."""
         o = self.options
         column = self._column if self._column is not None else KeyColumn.of(batch_df, o["key"])
         if prev is None:
             replayed = replayed_placement(self.store, batch_id, column.kind)
             if replayed is not None:
-                return replayed
+                return self._replayed(replayed)
             first = first_placement(self.store, batch_df, column, batch_id, o["strategy"],
                                     o["num_partitions"])
+            self._restart_checked = True  # the state starts with this start's arguments
+            self._adaptive = adaptive_choice(o["strategy"])
             return Placed(first, 0, None, None, True)
         current, prev_partitions, recorded, unfinished = stored_placement(self.store, prev)
         kind = self._state_kind(prev, prev_partitions, recorded, column)
         replayed = replayed_placement(self.store, batch_id, kind)
         if replayed is not None:  # decided by an earlier attempt of this batch: never re-decide
-            return replayed
+            return self._replayed(replayed)
         current = bound_placement(current, kind, recorded is not None)
-        request, target = self._pending(batch_df, batch_id, current, unfinished, kind)
+        refused: tuple[SwapReport, ...] = ()
+        done = None
+        request: SwapRequest | None
+        target: Partitioner | None = None
+        if unfinished is not None:
+            with self._lock:  # made while the batch that started the fluid swap ran
+                waiting, self._request = self._request, None
+            if waiting is not None:
+                done = waiting.request_id
+                refused = (refusal_report(
+                    batch_id, waiting, current, "a fluid swap is under way; request another "
+                    "once run.swaps[-1].complete is True", 0.0),)
+            request, target = resume_request(unfinished, kind)
+        else:
+            request = self._pending(batch_df, batch_id, manifest or {}, current)
         if request is None:
-            return Placed(current, prev_partitions, None, None, False)
+            return Placed(current, prev_partitions, None, None, False, refused, done)
+        return self._plan(batch_id, prev, current, prev_partitions, request, target, kind,
+                          refused, done)
+
+    def _replayed(self, replayed: Placed) -> Placed:
+        """An earlier attempt's placement of this batch; the request it planned is done."""
+        if replayed.request_id is not None:
+            self._drop(replayed.request_id)
+        return replayed
+
+    def _plan(self, batch_id: int, prev: int, current: Partitioner, prev_partitions: int,
+              request: SwapRequest, target: Partitioner | None, kind: str | None,
+              refused: tuple[SwapReport, ...], done: str | None) -> Placed:
+        """Plan ``request`` for ``batch_id`` on the state's key type ``kind`` and store the
+        plan before any task runs. A request that cannot be planned (the planner refuses its
+        target, its key type, or the stored keys) is refused: logged, reported, and the batch
+        runs with the placement ``current``. Reading the state (a corrupt or missing file)
+        still fails the batch."""
+        started = time.perf_counter()
         try:
             plan, moves, placement = plan_swap(self.store, batch_id, prev, current, request,
                                                target, kind)
-            self.store.save_placement(batch_id, placement, placement.num_partitions, kind)
-            self.store.save_plan(batch_id, plan, moves)
-        finally:  # planned or not, a request is used once: it never blocks later batches
-            with self._lock:
-                if self._request is request:
-                    self._request = None
+        except (StateCorruptError, StateStoreError, MemoryError):
+            raise  # the state cannot be read: the batch fails, the request waits for its retry
+        except Exception as err:  # noqa: BLE001 - a plan that cannot be made is refused
+            self._drop(request.request_id, request)  # once: it never blocks later batches
+            report = refusal_report(batch_id, request, current, f"{type(err).__name__}: {err}",
+                                    time.perf_counter() - started)
+            return Placed(current, prev_partitions, None, None, False, (*refused, report),
+                          request.request_id or done)
+        self.store.save_placement(batch_id, placement, placement.num_partitions, kind)
+        self.store.save_plan(batch_id, plan, moves)  # from now on a replay reuses it
+        self._drop(request.request_id, request)
         logger.info("batch %d: swap %s, %d of %d keys move, %d -> %d partitions", batch_id,
                     plan["mode"], plan["moved_keys"], plan["keys_total"],
                     plan["partitions_before"], plan["partitions_after"])
-        return Placed(placement, prev_partitions, plan, moves, True)
+        return Placed(placement, prev_partitions, plan, moves, True, refused,
+                      request.request_id or done)
 
     def _state_kind(self, prev: int, partitions: int, recorded: str | None,
                     column: KeyColumn) -> str | None:
@@ -262,34 +418,40 @@ class KeyedBatchFunction(StatefulBatchFunction):
             self._derived_kind = (kind,)
         return kind
 
-    def _pending(self, batch_df: DataFrame, batch_id: int, current: Partitioner,
-                 unfinished: dict[str, Any] | None, kind: str | None
-                 ) -> tuple[SwapRequest | None, Partitioner | None]:
-        """The swap to run now, and the target it resumes: an unfinished fluid swap, else a
-        request (an adaptive strategy's switch included), else a changed ``num_partitions``
-        given at a restart."""
-        if unfinished is not None:
-            if self._request is not None:
-                raise InvalidArgumentError(
-                    "a fluid swap is under way; request another once run.swaps[-1].complete "
-                    "is True")
-            return resume_request(unfinished, kind)
+    def _drop(self, request_id: str | None, request: SwapRequest | None = None) -> None:
+        """Clear the pending request when it is ``request`` (or has the id ``request_id``)."""
+        with self._lock:
+            pending = self._request
+            if pending is not None and (pending is request or (
+                    request_id is not None and pending.request_id == request_id)):
+                self._request = None
+
+    def _pending(self, batch_df: DataFrame, batch_id: int, manifest: dict[str, Any],
+                 current: Partitioner) -> SwapRequest | None:
+        """The swap to run now: a request (an adaptive strategy's switch included), else, at
+        the first batch of a restarted runner with no other swap to run, the one its
+        arguments ask for (:func:`~trilink_spark.keyed.replan.restart_request`)."""
         self._adapt(batch_df, batch_id, current)
         with self._lock:
             request = self._request
-        if request is None and not self._checked:
-            request = restart_request(self.store, self.options["num_partitions"], current)
-        return request, None
+        if request is None and not self._restart_checked:
+            request = restart_request(self.store, manifest, self.options["strategy"],
+                                      self.options["num_partitions"], current)
+            self._restart_checked = True
+        return request
 
     def _adapt(self, batch_df: DataFrame, batch_id: int, current: Partitioner) -> None:
-        """An adaptive strategy decides before each new batch; a switch becomes a request."""
+        """An adaptive strategy decides before each new batch; a switch (a change of its
+        choice since the previous batch) becomes a request."""
         if self._request is not None:
             return
-        request = adaptive_request(self.options["strategy"], batch_df, self.options["key"],
-                                   batch_id, current)
+        request, self._adaptive = adaptive_request(
+            self.options["strategy"], batch_df, self.options["key"], batch_id, current,
+            self._adaptive)
         if request is not None:
             with self._lock:
-                self._request = request
+                if self._request is None:
+                    self._request = request
 
     def _rebalance(self, batch_id: int, current: Partitioner, partitions: int) -> None:
         """Show the rebalancer this batch's figures; a decision with moves becomes a swap
@@ -320,8 +482,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
         logger.info("batch %d: rebalancer: %s", batch_id, decision.reason)
         target = rebalance_target(rebalancer, self.store, batch_id, current, decision,
                                   self._request is not None)
-        if target is not None:
-            self.request_swap(target, refit="none")
+        if target is not None:  # this runner's measurement: not stored for a restart
+            self._ask(SwapRequest.checked(target, None, "none", "sync", None), persist=False)
 
     # ------------------------------------------------------------------ inspection
     def task_timings(self, version: int | None = None) -> Any:
@@ -363,7 +525,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
 
     def counters(self) -> dict[str, int]:
         """Rows, late rows (key watermark) and late rows by the partition watermark, summed
-        over the partitions' latest committed state."""
+        over the partitions' latest committed state: run-wide totals, since a swap that
+        removes partitions carries their counters into partition 0."""
         return sum_counters(self.store)
 
     def owners(self, version: int | None = None) -> dict[Any, int]:
@@ -420,13 +583,17 @@ def keyed_foreach_batch(
         Directory (local path or URI such as ``s3://bucket/prefix``) of the state.
     strategy, num_partitions
         Placement, decided at the first batch and stored with the state (table strategies
-        with their table). It changes only through a swap (:meth:`KeyedBatchFunction.request_swap`);
-        a restart with another ``num_partitions`` swaps to it at its first batch. An
-        :class:`~trilink_spark.AdaptivePartitioner` executes its switches as swaps. The key
-        column's type is stored with the placement (tinyint, smallint and int hash as Spark
-        ``int``, bigint as ``long``), and every placement of the state, swaps' and a
-        rebalancer's included, hashes its keys as that type (a strategy's ``key_type="auto"``
-        takes it; one that cannot hold the column's values is refused with
+        with their table). It changes only through a swap (:meth:`KeyedBatchFunction.request_swap`).
+        The manifest records the arguments of each start: a restart whose ``strategy`` (a
+        name or a Partitioner's configuration) or ``num_partitions`` differs from the
+        recorded ones swaps to it at its first batch with no other swap to run; a restart
+        with the same arguments keeps the placement in force, whatever run-time swaps made
+        it. An :class:`~trilink_spark.AdaptivePartitioner` executes its switches as swaps
+        (a restarted one's initial choice is not a switch). The key column's type is stored
+        with the placement (tinyint, smallint and int hash as Spark ``int``, bigint as
+        ``long``), and every placement of the state, swaps' and a rebalancer's included,
+        hashes its keys as that type (a strategy's ``key_type="auto"`` takes it; one that
+        cannot hold the column's values is refused with
         :class:`~trilink_spark.errors.InvalidKeyTypeError`). A restart whose key column has
         another type is refused.
     filesystem : pyarrow.fs.FileSystem, optional
@@ -593,12 +760,14 @@ def start_version(store: KeyedStateStore, manifest: dict[str, Any] | None,
 
 def commit_batch(store: KeyedStateStore, batch_id: int, prev: int | None, token: str,
                  query: str | None, config: dict[str, Any], takeover: bool,
-                 new_placement: bool) -> None:
+                 new_placement: bool, extra: dict[str, Any] | None = None) -> None:
     """Record ``batch_id`` as committed (after every partition wrote it).
 
     The manifest is read again and :func:`claim` checked again first: another writer may have
     taken the path while the batch ran. The committed versions become ``prev`` and
     ``batch_id``; ``new_placement`` adds ``batch_id`` to the batches that started a placement.
+    ``extra``: further JSON entries committed with it (the key column's type, the arguments
+    of this start, the last swap request done), kept until a later commit replaces them.
     """
     manifest = store.read_manifest() or {}
     claim(store, manifest or None, token, query, config, takeover)
@@ -609,6 +778,7 @@ def commit_batch(store: KeyedStateStore, batch_id: int, prev: int | None, token:
         "config": config,
         "committed": [c for c in (prev, batch_id) if c is not None],
         "placements": placements,
+        **(extra or {}),
     })
     store.write_manifest(manifest)
 

@@ -20,22 +20,24 @@ batch, heaviest first, placing with the old strategy plus an overlay of the keys
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from .._internal.validation import check_num_partitions
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
-from ..errors import UnknownStrategyError
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
+from ..errors import StateCorruptError, TrilinkError, UnknownStrategyError
 from ..partitioners import BlockPartitioner, Partitioner, TablePartitioner
 from ..partitioners import WeightPartitioner
+from ..partitioners.base import KEY_KINDS
 from ..partitioners.overlay import OverlayPartitioner
 from ..partitioners.refit import rebalance_minimal
 from ..state.store import KEY_FIELD, KeyedStateStore
-from .snapshot import decode_keys
+from .snapshot import decode_keys, read_counters
 
-__all__ = ["SwapReport", "SwapRequest", "SWAP_MODES", "REFITS", "plan_swap", "write_segments"]
+__all__ = ["SwapReport", "SwapRequest", "SWAP_MODES", "REFITS", "check_request", "plan_swap",
+           "write_segments"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,9 +62,13 @@ class SwapReport:
     moved_bytes : int
         Bytes of the segments written for them (Arrow IPC).
     complete : bool
-        Whether the placement reached its target (a fluid swap takes several batches).
+        Whether the placement reached its target (a fluid swap takes several batches); True
+        for a refused swap too: nothing is under way, another may be requested.
     seconds : float
         Wall time of the swap batch on the driver: plan, segments and the batch itself.
+    refused : str or None
+        None when the swap was carried out; else why it could not be (the batch then ran
+        with the placement in force, moving nothing, and ``keys_total`` is 0: not counted).
     """
 
     batch_id: int
@@ -74,11 +80,17 @@ class SwapReport:
     moved_bytes: int
     complete: bool
     seconds: float
+    refused: str | None = None
 
 
 @dataclass(frozen=True)
 class SwapRequest:
-    """A swap asked for with ``run.request_swap(...)``, applied at the next batch."""
+    """A swap asked for with ``run.request_swap(...)``, applied at the next batch.
+
+    ``request_id`` names a request made with ``request_swap`` (kept on the state path until a
+    batch planned or refused it: :meth:`to_record`); None for the swaps the runner decides
+    itself (an adaptive switch, a restart's changed arguments, a rebalancer's moves).
+    """
 
     strategy: Partitioner | None
     num_partitions: int | None
@@ -87,6 +99,41 @@ class SwapRequest:
     max_keys_per_batch: int | None
     #: A catalogue strategy given by name, built at the swap on the target partition count.
     strategy_name: str | None = None
+    request_id: str | None = None
+
+    def to_record(self) -> dict[str, Any]:
+        """The request as JSON (:meth:`from_record` reads it back). O(the strategy's size)."""
+        return {"request_id": self.request_id, "num_partitions": self.num_partitions,
+                "refit": self.refit, "mode": self.mode,
+                "max_keys_per_batch": self.max_keys_per_batch,
+                "strategy_name": self.strategy_name,
+                "strategy": None if self.strategy is None else self.strategy.to_dict()}
+
+    @staticmethod
+    def from_record(body: dict[str, Any], where: str) -> SwapRequest:
+        """A request stored with :meth:`to_record`, checked as ``request_swap`` checks it.
+
+        Raises
+        ------
+        StateCorruptError
+            ``body`` is not a request this release stored (``where`` names the file).
+        """
+        try:
+            strategy = body.get("strategy")
+            name = body.get("strategy_name")
+            request_id = body["request_id"]
+            if not isinstance(request_id, str) or not request_id:
+                raise TypeError("request_id must be a non-empty str")
+            request = SwapRequest.checked(
+                Partitioner.from_dict(strategy) if strategy is not None else name,
+                body.get("num_partitions"), body.get("refit"), body.get("mode"),
+                body.get("max_keys_per_batch"))
+        except (TrilinkError, KeyError, TypeError, ValueError, AttributeError,
+                RecursionError) as err:
+            raise StateCorruptError(
+                f"{where} is not a swap request this release stored ({type(err).__name__}: "
+                f"{err}); delete it to drop the request") from None
+        return replace(request, request_id=request_id)
 
     @staticmethod
     def checked(strategy: Any, num_partitions: Any, refit: Any, mode: Any,
@@ -194,6 +241,98 @@ def _next_blocks(base: BlockPartitioner, target: BlockPartitioner, keys: list[An
     return moving[np.isin(blocks, chosen)], hybrid
 
 
+def _probe_keys(key_type: str | None, column_type: str | None) -> list[Any] | None:
+    """A few keys of the state's key type, or None: not known (or of a type not probed)."""
+    if key_type in ("int", "long"):
+        return [0, 1, 2, 3]
+    if key_type == "string":
+        return ["a", "b", "c", "d"]
+    if key_type == "binary":
+        return [b"a", b"b", b"c", b"d"]
+    if key_type is None and column_type in ("float", "double"):
+        return [0.5, 1.5, 2.5, 3.5]
+    return None
+
+
+def check_request(current: Partitioner, request: SwapRequest, key_type: str | None,
+                  column_type: str | None = None) -> None:
+    """Refuse a request that cannot be carried out from the placement ``current`` on the
+    state's keys.
+
+    Parameters
+    ----------
+    current : Partitioner
+        The placement in force, bound to the state's key type.
+    request : SwapRequest
+    key_type : {"int", "long", "string", "binary"} or None
+        The key type the state is placed by (the one its placement record holds:
+        :meth:`~trilink_spark.state.store.KeyedStateStore.placement_record`); None when not
+        known yet (checked when planned) or when no strategy hashes the key column in Python.
+    column_type : str, optional
+        With ``key_type`` None: the key column's Spark type (``"double"``, say), when known.
+
+    The target is built as the swap will build it (:func:`plan_swap`, bound to
+    ``key_type``), on a few keys of that type, and places them. O(the placement's size), no
+    state read.
+
+    Raises
+    ------
+    InvalidArgumentError
+        More partitions than the blocks of a block placement, or any other target that
+        cannot be built from ``current``.
+    InvalidKeyTypeError
+        The target cannot place keys of this type (``modulo`` on strings; a strategy whose
+        ``key_type`` cannot hold the key column's values; any swap of a ``double`` key
+        column, which only Spark's own hash places).
+    """
+    base = current.base if isinstance(current, OverlayPartitioner) else current
+    n = request.num_partitions
+    if (n is not None and isinstance(base, BlockPartitioner) and request.strategy is None
+            and request.strategy_name is None and n > base.num_blocks):
+        raise InvalidArgumentError(
+            f"num_partitions={n} is more than the placement's {base.num_blocks} blocks: a "
+            f"BlockPartitioner moves whole blocks, so it rescales to at most "
+            f"{base.num_blocks} partitions; to go further, swap to a strategy with more "
+            f"blocks (request_swap(tl.BlockPartitioner({n}, num_blocks=...)))")
+    keys = _probe_keys(key_type, column_type)
+    if keys is None:
+        return
+    what = f"this swap ({_describe(request)})"
+    try:
+        target = _target(base, request, keys, np.ones(len(keys), dtype=np.int64), key_type)
+        target.assign(keys)
+    except InvalidKeyTypeError as err:
+        spark_type = KEY_KINDS.get(key_type or "", column_type)
+        raise InvalidKeyTypeError(
+            f"{what} cannot place this stream's {spark_type} keys: {err}") from None
+    except TrilinkError as err:  # the target cannot be built from the placement in force
+        if isinstance(err, InvalidArgumentError):
+            raise InvalidArgumentError(f"{what} cannot be carried out: {err}") from None
+        logger.debug("%s: not refused on probe keys (%s)", what, err)
+
+
+def _describe(request: SwapRequest) -> str:
+    strategy = request.strategy_name or (
+        None if request.strategy is None else type(request.strategy).__name__)
+    parts = [f"strategy={strategy!r}"] if strategy else []
+    if request.num_partitions is not None:
+        parts.append(f"num_partitions={request.num_partitions}")
+    return ", ".join(parts + [f"refit={request.refit!r}", f"mode={request.mode!r}"])
+
+
+def removed_counters(store: KeyedStateStore, prev: int, before: int, after: int
+                     ) -> dict[str, int]:
+    """The counters of the partitions ``after .. before - 1`` a swap removes, summed (they
+    are carried into partition 0, so run-wide totals survive a rescale down). Reads those
+    partitions' version ``prev``."""
+    total: dict[str, int] = {}
+    for p in range(after, before):
+        found = read_counters(store.load_table(p, prev), store.version_path(p, prev))
+        for name, value in found.items():
+            total[name] = total.get(name, 0) + value
+    return total
+
+
 def plan_swap(store: KeyedStateStore, batch_id: int, prev: int, current: Partitioner,
               request: SwapRequest, target: Partitioner | None = None,
               key_type: str | None = None) -> tuple[dict[str, Any], Any, Partitioner]:
@@ -271,6 +410,11 @@ def plan_swap(store: KeyedStateStore, batch_id: int, prev: int, current: Partiti
         "keys_total": len(keys), "moved_keys": int(len(moving)), "complete": complete,
         "placement": placement.to_dict(), "target": target.to_dict(),
         "max_keys_per_batch": request.max_keys_per_batch, "refit": request.refit,
+        # the request_swap call this plan carries out, recorded as done at the commit
+        "request": request.request_id,
+        # removed partitions' counters, which partition 0 takes over in this batch
+        "carried_counters": removed_counters(store, prev, current.num_partitions,
+                                             placement.num_partitions),
     }
     return plan, moves, placement
 

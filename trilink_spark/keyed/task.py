@@ -27,7 +27,8 @@ from ..partitioners import BlockPartitioner
 from ..state.store import KEY_FIELD, KeyedStateStore
 from .prepare import in_arrival_order
 from .process import KeyedRuntime, KeyedWatermarkProcessFunction
-from .snapshot import PartitionState, decode_state, encode_state, merge_in, split_out
+from .snapshot import PartitionState, add_counters, decode_state, encode_state, merge_in
+from .snapshot import split_out
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -237,6 +238,9 @@ class StateIO:
     blocks : BlockPartitioner or None
         The placement when it is a block table: each task then counts its rows per block,
         and stores the counts with its timing (:meth:`KeyedStateStore.save_timing`).
+    carried : dict or None
+        The counters of the partitions the swap removes, which partition 0 adds to its own
+        (from the plan, so a replay adds them once again to the same starting version).
     """
 
     store: KeyedStateStore
@@ -247,6 +251,7 @@ class StateIO:
     key_type: Any
     value_type: Any
     blocks: BlockPartitioner | None = None
+    carried: dict[str, int] | None = None
 
     def load(self, pid: int) -> Any:
         """The state table partition ``pid`` starts this batch from (None: empty)."""
@@ -272,7 +277,13 @@ class StateIO:
                     f"partition {pid} holds {segment.num_rows} rows, not the "
                     f"{expected.num_rows} keys batch {self.batch_id}'s plan moves from "
                     f"partition {source} to {pid} (each once); it is not this swap's segment")
-        return merge_in(table, incoming)
+        merged = merge_in(table, incoming)
+        if pid == 0 and self.carried:
+            if merged is None:
+                merged = encode_state(PartitionState(), self.key_type, self.value_type)
+            merged = add_counters(merged, self.carried,
+                                  f"state of partition 0 before batch {self.batch_id}")
+        return merged
 
     def carry_forward(self, pid: int) -> None:
         """Write ``pid``'s version as it stands (no task ran for it: an empty micro-batch)."""

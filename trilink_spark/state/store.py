@@ -3,6 +3,8 @@
 Layout under the state path::
 
     manifest.json                          owner, configuration, committed batches, placements
+    records/swap-request.json              a small checksummed JSON record (here: a swap
+                                           requested and not yet planned)
     placements/000000000000.json           the placement in force from batch 0 and the key
                                            column's type it hashes keys as (immutable)
     partition=00003/000000000042.state     partition 3's state after batch 42 (Arrow IPC)
@@ -20,6 +22,7 @@ or foreign file raises :class:`~trilink_spark.errors.StateCorruptError` naming i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -38,7 +41,7 @@ from ..partitioners.base import KEY_KINDS
 from ..partitioners.persistence import read_strategy, write_strategy
 
 __all__ = ["KeyedStateStore", "StatefulBatchFunction", "KEY_FIELD", "STATE_KIND", "TIMING_SUFFIX",
-           "parse_timing"]
+           "MAX_RECORD_BYTES", "parse_timing"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +60,9 @@ STATE_KIND = "keyed-state"
 _MOVES_KIND = "swap-moves"
 _MANIFEST_FORMAT = "trilink-keyed-state-manifest"
 _MANIFEST_VERSION = 1
+_RECORD_FORMAT = "trilink-state-record"
+#: Largest small record :meth:`KeyedStateStore.load_record` reads back.
+MAX_RECORD_BYTES = 1024 * 1024
 
 
 def _version_name(version: int) -> str:
@@ -613,6 +619,83 @@ class KeyedStateStore:
                 out.append(int(info.base_name))
         return sorted(out)
 
+    # ------------------------------------------------------------------ small records
+    def record_path(self, name: str) -> str:
+        """Where the small record ``name`` lives (``records/<name>.json``)."""
+        if not isinstance(name, str) or not name.replace("-", "").isalnum():
+            raise InvalidArgumentError(
+                f"a record name is letters, digits and '-', got {name!r}")
+        return f"{self.path}/records/{name}.json"
+
+    def save_record(self, name: str, body: Mapping[str, Any]) -> None:
+        """Write the small JSON record ``name`` with a SHA-256 checksum of its body
+        (atomically: temporary file, rename). O(size of the body).
+
+        Raises
+        ------
+        InvalidArgumentError
+            ``body`` is not JSON (NaN and infinities included) or is over
+            :data:`MAX_RECORD_BYTES`.
+        """
+        try:
+            text = json.dumps(dict(body), sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError) as err:
+            raise InvalidArgumentError(f"record {name!r} is not JSON ({err})") from None
+        data = json.dumps({"format": _RECORD_FORMAT, "name": name, "body": json.loads(text),
+                           "sha256": hashlib.sha256(text.encode()).hexdigest()},
+                          sort_keys=True).encode()
+        if len(data) > MAX_RECORD_BYTES:
+            raise InvalidArgumentError(
+                f"record {name!r} takes {len(data):,} bytes; at most {MAX_RECORD_BYTES:,}")
+        self._write(self.record_path(name), data)
+
+    def load_record(self, name: str) -> dict[str, Any] | None:
+        """The body of the small record ``name`` (None when there is none). O(its size).
+
+        Raises
+        ------
+        StateCorruptError
+            The file is too large, not JSON, not a record of this store, another record,
+            or its checksum does not match its body (a torn or edited file): the message
+            names it.
+        """
+        path = self.record_path(name)
+        try:
+            with self.fs.open_input_stream(path) as f:
+                data: bytes = f.read(MAX_RECORD_BYTES + 1)
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            from pyarrow import fs
+
+            if self.fs.get_file_info(path).type == fs.FileType.NotFound:
+                return None
+            raise StateStoreError(f"cannot read {path} ({type(err).__name__}: {err})") from None
+        problem = "it is larger than a record" if len(data) > MAX_RECORD_BYTES else None
+        body: Any = None
+        if problem is None:
+            try:
+                doc = json.loads(data.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError):
+                doc = None
+            if not isinstance(doc, dict) or doc.get("format") != _RECORD_FORMAT \
+                    or doc.get("name") != name or not isinstance(doc.get("body"), dict):
+                problem = f"it is not a {name} record of this store"
+            else:
+                body = doc["body"]
+                text = json.dumps(body, sort_keys=True, allow_nan=False)
+                if hashlib.sha256(text.encode()).hexdigest() != doc.get("sha256"):
+                    problem = "its checksum does not match its body (torn or edited)"
+        if problem is not None:
+            raise StateCorruptError(
+                f"{path}: {problem}; delete the file to drop what it records")
+        out: dict[str, Any] = body
+        return out
+
+    def delete_record(self, name: str) -> None:
+        """Delete the small record ``name`` (nothing when there is none)."""
+        self._delete(self.record_path(name))
+
     # ------------------------------------------------------------------ upkeep
     def prune(self, partitions: int, newest: int, keep_from: int | None = None,
               listed: Sequence[Sequence[int]] | None = None) -> None:
@@ -778,6 +861,11 @@ _PLAN_FIELDS: dict[str, Callable[[Any], bool]] = {
     # None for a sync swap; a resumed fluid swap moves this many keys per batch (0 would
     # never finish, a str fails in the planner)
     "max_keys_per_batch": lambda v: v is None or _is_count(v, 1),
+    # the request_swap call the plan carries out (None: the runner's own swap, or older plans)
+    "request": lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 64),
+    # the counters of the partitions the swap removes, which partition 0 takes over
+    "carried_counters": lambda v: v is None or (isinstance(v, dict) and all(
+        isinstance(k, str) and _is_count(c, 0) for k, c in v.items())),
 }
 
 

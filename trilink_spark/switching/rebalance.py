@@ -14,7 +14,7 @@ The classification (the paper's §2.2), on the latencies ``w`` of the ``m`` part
 state       test                               what to do
 =========== ================================== ===================================
 balanced    ``max(w) <= theta`` or ``cv <= e`` nothing
-overloaded  ``max(w) > theta`` and ``cv <= e`` more partitions (a rescale swap)
+overloaded  ``max(w) > theta`` and ``cv <= e`` more partitions, up to the blocks
 skewed      ``max(w) > theta`` and ``cv > e``  move blocks from slow to fast
 =========== ================================== ===================================
 
@@ -61,11 +61,11 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from .._internal.validation import count, positive, seconds
+from .._internal.validation import MAX_PARTITIONS, count, positive, seconds
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..partitioners import BlockPartitioner
 
-__all__ = ["RebalanceDecision", "LoadAwareRebalancer", "REBALANCE_STATES"]
+__all__ = ["RebalanceDecision", "LoadAwareRebalancer", "REBALANCE_STATES", "overload_bound"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +77,14 @@ NOISE_SAMPLES = 256
 MAX_FIGURE = 1e15
 #: The three situations of :meth:`LoadAwareRebalancer.decide`.
 REBALANCE_STATES: tuple[str, ...] = ("balanced", "overloaded", "skewed")
+
+
+def overload_bound(partitioner: BlockPartitioner) -> int:
+    """The most partitions an "overloaded" decision recommends for ``partitioner``: its
+    number of blocks (a block placement moves whole blocks, so more partitions than blocks
+    would leave some empty, and a ``BlockPartitioner`` refuses them), and at most
+    :data:`~trilink_spark._internal.validation.MAX_PARTITIONS`. O(1)."""
+    return min(partitioner.num_blocks, MAX_PARTITIONS)
 
 
 @dataclass(frozen=True)
@@ -99,7 +107,11 @@ class RebalanceDecision:
     moved_records : int
         Records per batch the moved blocks carried when measured.
     partitions : int or None
-        For ``"overloaded"``: the partition count to rescale to. None otherwise.
+        For ``"overloaded"``: the partition count to rescale to, more than the placement
+        has and at most its number of blocks and
+        :data:`~trilink_spark._internal.validation.MAX_PARTITIONS` (:func:`overload_bound`);
+        None when the placement already has that many (``reason`` says so), and for the
+        other states.
     """
 
     state: str
@@ -397,13 +409,25 @@ class LoadAwareRebalancer:
             return replace(figures, reason=f"balanced: {summary}; the spread is even (overload "
                            "is judged against a trigger_interval, none given)")
         if not uneven:
-            n = p.num_partitions
-            wanted = int(math.ceil(n * top / threshold)) if threshold > 0 else n + 1
-            wanted = max(wanted, n + 1)
+            n, bound = p.num_partitions, overload_bound(p)
+            if n >= bound:
+                return replace(
+                    figures, state="overloaded",
+                    reason=f"overloaded: {summary}; every partition is slow alike, and the "
+                    f"placement already has {n} partitions, as many as its {p.num_blocks} "
+                    f"blocks allow: no rescale can help; place the stream on more blocks "
+                    f"(request_swap(tl.BlockPartitioner(n, num_blocks=...)))")
+            ratio = n * top / threshold if threshold > 0 else math.inf
+            # the ratio may be astronomic (a tiny interval): clip it before making an int
+            wanted = bound if not ratio < bound else max(int(math.ceil(ratio)), n + 1)
+            wanted = min(wanted, bound)
+            capped = (f" (capped at {bound}: the placement's {p.num_blocks} blocks"
+                      f"{'' if bound == p.num_blocks else ' and the partition limit'})"
+                      if not ratio <= bound else "")
             return replace(
                 figures, state="overloaded", partitions=wanted,
                 reason=f"overloaded: {summary}; every partition is slow alike, so moving "
-                f"blocks cannot help: rescale to {wanted} partitions "
+                f"blocks cannot help: rescale to {wanted} partitions{capped} "
                 f"(request_swap(num_partitions={wanted}))")
         if len(self._seen) < self.window:
             return replace(figures, state="skewed", reason=f"skewed: {summary}; waiting for "
