@@ -15,6 +15,16 @@ state version is a table with one row per key (column ``key``) and whatever per-
 its writer keeps; partition-wide values travel in the table's schema metadata. Loading a file
 parses Arrow and JSON only: nothing stored is unpickled or evaluated, and a truncated, corrupt
 or foreign file raises :class:`~trilink_spark.errors.StateCorruptError` naming it.
+
+Every file carries a checksum, checked when it is read: the Arrow files their per-batch CRC-32
+(:mod:`trilink_spark._internal.io.arrowio`, format version 2), the JSON files a seal
+(:mod:`trilink_spark._internal.io.sealed`), so a byte damaged after it was written is refused,
+never read as another value. Files of releases before checksums are still read (unchecked).
+
+The manifest is the path's claim: the first runner creates it (create-if-absent, see
+:meth:`KeyedStateStore.create_manifest`) before any of its tasks writes, with its owner token,
+which each task checks (:meth:`KeyedStateStore.check_owner`) before it writes. A manifest that
+is missing while state files exist is refused, never taken for a fresh path.
 """
 
 from __future__ import annotations
@@ -29,9 +39,10 @@ from typing import Any
 import numpy as np
 
 from .._internal.io.arrowio import open_table, read_table, write_table
+from .._internal.io.sealed import seal, unseal
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
-from ..errors import StateStoreError
-from .._internal.io.files import resolve_filesystem, write_atomic
+from ..errors import StateOwnershipError, StateStoreError
+from .._internal.io.files import create_if_absent, resolve_filesystem, write_atomic
 from ..partitioners import Partitioner
 from ..partitioners.persistence import read_strategy, write_strategy
 
@@ -82,7 +93,9 @@ class KeyedStateStore:
     Notes
     -----
     Picklable (it travels to executors with the task). Cost per task: one read before and one
-    write and rename after; the driver reads and writes the small manifest once per batch.
+    write and rename after (plus, for a keyed runner's task, one small read of the manifest:
+    the owner check), and one CRC-32 pass over what is read and written (O(bytes)); the driver
+    reads and writes the small manifest once per batch and lists partition 0 once.
     Executors need access to the path (local mode: any directory; a cluster: a shared
     filesystem). A file ``<name>.state`` whose name is not a version, or a
     ``partition=<name>`` directory whose name is not a number, is not this store's: reading
@@ -325,14 +338,29 @@ class KeyedStateStore:
         return f"{self.path}/manifest.json"
 
     def read_manifest(self) -> dict[str, Any] | None:
-        """The manifest (None before the first batch)."""
+        """The manifest (None on a fresh path: no manifest and no state files).
+
+        Raises
+        ------
+        StateCorruptError
+            The manifest is not this store's, fails its checksum, or is missing while the path
+            holds state files (a partial restore: never read as a fresh path).
+
+        Notes
+        -----
+        Cost: one small read; without a manifest, one listing of the path (and of each
+        partition directory, only when there are some).
+        """
         path = self._manifest_path()
         data = self._read(path)
         if data is None:
+            self._refuse_orphans(path)
             return None
         try:
-            manifest = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError):
+            manifest = unseal(json.loads(data.decode("utf-8")), path)
+        except (UnicodeDecodeError, ValueError, RecursionError) as err:
+            if isinstance(err, StateCorruptError):
+                raise
             raise StateCorruptError(f"{path} is not JSON; it is not this store's manifest") \
                 from None
         if not isinstance(manifest, dict) or manifest.get("format") != _MANIFEST_FORMAT:
@@ -350,9 +378,64 @@ class KeyedStateStore:
         return manifest
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        """Replace the manifest (atomically)."""
+        """Replace the manifest (atomically; sealed with its checksum)."""
+        self._write(self._manifest_path(), self._manifest_bytes(manifest))
+
+    def _manifest_bytes(self, manifest: dict[str, Any]) -> bytes:
         body = {**manifest, "format": _MANIFEST_FORMAT, "version": _MANIFEST_VERSION}
-        self._write(self._manifest_path(), json.dumps(body, sort_keys=True).encode("utf-8"))
+        return json.dumps(seal(body), sort_keys=True).encode("utf-8")
+
+    def create_manifest(self, manifest: dict[str, Any]) -> bool:
+        """Write the manifest only if there is none: True when this call created it.
+
+        The claim of a fresh path. Atomic on a local filesystem (at most one of any number
+        of concurrent callers gets True, and readers see a whole file); on other filesystems
+        a check then a write (:func:`~trilink_spark._internal.io.files.create_if_absent`).
+        """
+        path = self._manifest_path()
+        try:
+            return create_if_absent(self.fs, path, self._manifest_bytes(manifest))
+        except OSError as err:
+            raise StateStoreError(f"cannot write {path} ({type(err).__name__}: {err})") from None
+
+    def check_owner(self, token: str, what: str) -> None:
+        """Refuse to write unless the manifest names ``token`` as the owner (the fence a task
+        checks before it writes). ``what``: the writer, for the message. One small read.
+
+        Raises
+        ------
+        StateOwnershipError
+            Another runner owns the path now (it took the path over), or it has no manifest.
+        """
+        manifest = self.read_manifest() or {}
+        owner = manifest.get("owner") or {}
+        if not isinstance(owner, dict) or owner.get("token") != token:
+            held = owner.get("token") if isinstance(owner, dict) else owner
+            raise StateOwnershipError(
+                f"{what}: state at {self.path} is owned by runner {held!r} now, not by this "
+                f"runner ({token}); it writes nothing (one writer per state path: another "
+                "runner took the path over)")
+
+    def _refuse_orphans(self, manifest: str) -> None:
+        """StateCorruptError when the path holds state files but no manifest ``manifest``."""
+        from pyarrow import fs
+
+        found = [info.base_name for info in self._list(self.path)
+                 if info.base_name in ("placements", "swaps", "strategy.json")
+                 or (info.type == fs.FileType.Directory
+                     and info.base_name.startswith("partition="))]
+        if not found:
+            return
+        if found == ["strategy.json"]:
+            raise StateCorruptError(
+                f"state at {self.path} has a strategy.json but no manifest: it was "
+                "written by an older trilink-spark; start from a new state_path")
+        versions = sorted({v for p in self.partitions() for v in self.versions(p)})
+        raise StateCorruptError(
+            f"{manifest} is missing, but {self.path} holds state ({', '.join(sorted(found)[:5])}"
+            f"; state versions {versions[-5:]}): the manifest says which versions are "
+            "committed, so the state is not read as a fresh path. Restore the manifest with the "
+            "rest of the state (a partial restore?), or start from a new state_path")
 
     # ------------------------------------------------------------------ placements
     def _placement_path(self, from_batch: int) -> str:
@@ -363,7 +446,7 @@ class KeyedStateStore:
         """Record the placement in force from ``from_batch`` (``None``: input partitions)."""
         body = {"partitions": int(partitions),
                 "strategy": None if strategy is None else strategy.to_dict()}
-        self._write(self._placement_path(from_batch), json.dumps(body).encode("utf-8"))
+        self._write(self._placement_path(from_batch), json.dumps(seal(body)).encode("utf-8"))
 
     def load_placement(self, from_batch: int, missing_ok: bool = False
                        ) -> tuple[Partitioner | None, int]:
@@ -379,10 +462,12 @@ class KeyedStateStore:
                 return None, 0
             raise StateCorruptError(f"{path} is missing; the manifest lists it")
         try:
-            body = json.loads(data.decode("utf-8"))
+            body = unseal(json.loads(data.decode("utf-8")), path)
             strategy = None if body["strategy"] is None else Partitioner.from_dict(body["strategy"])
             partitions = body["partitions"]
         except (UnicodeDecodeError, ValueError, KeyError, TypeError, RecursionError) as err:
+            if isinstance(err, StateCorruptError):
+                raise
             raise StateCorruptError(
                 f"{path} is not a placement record ({type(err).__name__}: {err})") from None
         if not _is_count(partitions, 1):
@@ -413,7 +498,7 @@ class KeyedStateStore:
         """Write a swap plan: the moves table first, the plan (which makes it exist) last."""
         self._write(f"{self._swap_dir(batch)}/moves{_SUFFIX}", write_table(moves, _MOVES_KIND))
         self._write(f"{self._swap_dir(batch)}/plan.json",
-                    json.dumps(plan, sort_keys=True).encode("utf-8"))
+                    json.dumps(seal(plan), sort_keys=True).encode("utf-8"))
 
     def load_plan(self, batch: int) -> dict[str, Any] | None:
         """The swap plan of ``batch`` (None when that batch swapped nothing)."""
@@ -422,8 +507,10 @@ class KeyedStateStore:
         if data is None:
             return None
         try:
-            plan = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError):
+            plan = unseal(json.loads(data.decode("utf-8")), path)
+        except (UnicodeDecodeError, ValueError, RecursionError) as err:
+            if isinstance(err, StateCorruptError):
+                raise
             raise StateCorruptError(f"{path} is not a swap plan") from None
         if not isinstance(plan, dict) or not _is_count(plan.get("batch_id"), 0) \
                 or plan["batch_id"] != batch:
@@ -531,7 +618,7 @@ class KeyedStateStore:
     def save_timing(self, partition: int, version: int, timing: Mapping[str, Any]) -> None:
         """Write what the task that wrote ``partition``'s ``version`` measured (JSON,
         atomically). A replayed batch overwrites it."""
-        data = json.dumps(dict(timing), separators=(",", ":"), allow_nan=False).encode()
+        data = json.dumps(seal(timing), separators=(",", ":"), allow_nan=False).encode()
         self._write(self.timing_path(partition, version), data)
 
     def timing(self, partition: int, version: int) -> dict[str, Any] | None:
@@ -664,7 +751,10 @@ def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
                        MAX_TIMING_BYTES)
         return None
     try:
-        value = json.loads(raw.decode("utf-8"))
+        value = unseal(json.loads(raw.decode("utf-8")), where)
+    except StateCorruptError as err:
+        logger.warning("%s; ignored", err)
+        return None
     except (UnicodeDecodeError, ValueError, RecursionError):
         logger.warning("%s: timing record is not JSON; ignored", where)
         return None
