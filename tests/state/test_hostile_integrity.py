@@ -391,3 +391,27 @@ def test_manifest_json_is_created_once_from_threads(tmp_path: Path) -> None:
     assert len(won) == 1
     assert json.loads((tmp_path / "claim.json").read_text()) == {"i": won[0]}
     assert [p.name for p in tmp_path.iterdir()] == ["claim.json"]
+
+
+def test_a_claim_without_a_committed_batch_pins_no_configuration(spark: Any,
+                                                                  tmp_path: Path) -> None:
+    """The claim is written before the first batch's tasks: a first batch that never
+    committed leaves no state, so a restart with other settings is not refused."""
+    path = tmp_path / "state"
+
+    def fails(df: Any, b: int) -> None:
+        raise RuntimeError("sink down")
+
+    with pytest.raises(RuntimeError, match="sink down"):
+        runner(path, sink=fails)(frame(spark, ["a"]), 0)
+    assert run_owner(path) is not None  # the path is claimed ...
+    again = tl.keyed_foreach_batch(lambda df, b: df.collect(), "k", "t", Marked(), 10**5,
+                                   str(path), num_partitions=2, takeover=True)
+    again(frame(spark, ["a", "a"]), 0)  # ... and another delay is taken
+    assert counts(again) == {"a": 2}
+    with pytest.raises(tl.TrilinkError, match="configuration"):  # once committed, it is pinned
+        runner(path, takeover=True)(frame(spark, ["a"], 2), 1)
+
+
+def run_owner(path: Path) -> Any:
+    return (KeyedStateStore(str(path)).read_manifest() or {}).get("owner")

@@ -535,7 +535,8 @@ def claim(store: KeyedStateStore, manifest: dict[str, Any] | None, token: str,
     StateOwnershipError
         Another runner (another token and query) owns the state, without ``takeover``.
     InvalidArgumentError
-        The state was written with another configuration (the changed settings are named).
+        The state was written with another configuration (the changed settings are named;
+        a claim with no committed batch yet holds no state, and takes the new one).
 
     Notes
     -----
@@ -565,7 +566,7 @@ def claim(store: KeyedStateStore, manifest: dict[str, Any] | None, token: str,
             "query its own state_path, or pass takeover=True once the other has stopped "
             "for good"
         )
-    stored = manifest.get("config")
+    stored = manifest.get("config") if manifest.get("committed") else None  # else: no state
     if stored is not None and json.dumps(stored, sort_keys=True) != json.dumps(
             config, sort_keys=True):
         changed = sorted(k for k in set(stored) | set(config)
@@ -576,7 +577,7 @@ def claim(store: KeyedStateStore, manifest: dict[str, Any] | None, token: str,
             "; restore the original settings or start from a new state_path"
         )
     if owner.get("token") != token:  # fence the runner this one replaces
-        manifest = {**manifest, "owner": ours_now}
+        manifest = {**manifest, "owner": ours_now, "config": config}
         store.write_manifest(manifest)
         logger.info("state at %s: now written by runner %s (query %s), was runner %s",
                     store.path, token, query, owner.get("token"))

@@ -697,8 +697,10 @@ class KeyedStateStore:
 
     # ------------------------------------------------------------------ measurements
     def state_bytes(self) -> int:
-        """Total size of the newest committed version's files (for state-cost measurements)."""
-        manifest = self.read_manifest()
+        """Total size of the newest committed version's files (for state-cost measurements;
+        a store without a manifest, a merge buffer's: each partition's newest file)."""
+        has_manifest = self._read(self._manifest_path()) is not None
+        manifest = self.read_manifest() if has_manifest else None
         if manifest is None or not manifest.get("committed"):
             return sum(len(self.latest(p) or b"") for p in self.partitions())
         version, partitions = self.committed_layout(None, manifest)
