@@ -24,6 +24,7 @@ import pytest
 from pyspark import cloudpickle
 
 import trilink_spark as tl
+from trilink_spark._internal.io.sealed import CHECKSUM_KEY, SEALED_KEY
 from trilink_spark.errors import InvalidArgumentError, InvalidKeyTypeError
 from trilink_spark.keyed import KeyedBatchFunction
 from trilink_spark.keyed.replan import bound_placement, stored_key_type
@@ -237,10 +238,11 @@ def test_a_restart_with_another_key_column_type_is_refused(spark: Any,
 
 def _as_written_before(state: Path, key_type: str) -> None:
     """Rewrite the placement records as a release before the recorded key type wrote them:
-    no ``key_type`` field, the strategy's own key type ``key_type``."""
+    no ``key_type`` field, the strategy's own key type ``key_type``, and no checksum seal."""
     for record in (state / "placements").glob("*.json"):
         body = json.loads(record.read_text())
-        body.pop("key_type", None)
+        for name in ("key_type", SEALED_KEY, CHECKSUM_KEY):
+            body.pop(name, None)
         if body["strategy"] is not None:
             body["strategy"]["key_type"] = key_type
         record.write_text(json.dumps(body))

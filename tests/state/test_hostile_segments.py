@@ -25,6 +25,7 @@ from trilink_spark.keyed.task import StateIO
 from trilink_spark.keyed.snapshot import NULL_KEY, PartitionState, cut_segments, decode_state
 from trilink_spark.keyed.snapshot import encode_state
 from trilink_spark.keyed.swap import SwapRequest, _segment_function, plan_swap
+from trilink_spark._internal.io.sealed import seal, unseal
 from trilink_spark.state.store import STATE_KIND, KeyedStateStore
 
 VALUES = pa.struct([("n", pa.int64())])
@@ -228,24 +229,20 @@ def test_random_byte_damage_is_never_a_raw_error(tmp_path: Path) -> None:
             except StateCorruptError as err:
                 assert "segment-00000" in str(err)
                 refused += 1
-            else:  # no checksum: a damaged name or value may read back, but never more rows
-                assert isinstance(table, pa.Table) and table.num_rows == good[dest].num_rows
+            else:  # checksums: what reads back despite the damage is the segment as written
+                assert isinstance(table, pa.Table) and table.equals(good[dest])
     assert refused > 400
 
 
-@pytest.mark.xfail(strict=True, reason="Arrow IPC state files carry no checksum: a damaged "
-                   "value byte inside a record batch reads back as another value (this holds "
-                   "for every state file, not only segments); detecting it needs a per-batch "
-                   "digest in the format")
 def test_a_damaged_value_byte_is_detected(tmp_path: Path) -> None:
     store = KeyedStateStore(str(tmp_path / "state"))
     store.save_segment(1, 0, {2: _table(["a"], 0x5A5A5A5A5A)})
     path = _segment(tmp_path, 0)
     data = path.read_bytes()
     marker = (0x5A5A5A5A5A).to_bytes(8, "little")
-    assert data.count(marker) == 1
-    path.write_bytes(data.replace(marker, (0x5A5A5A5A5B).to_bytes(8, "little")))
-    with pytest.raises(StateCorruptError):
+    assert data.count(marker) == 2  # the value is stored in two columns: damage one
+    path.write_bytes(data.replace(marker, (0x5A5A5A5A5B).to_bytes(8, "little"), 1))
+    with pytest.raises(StateCorruptError, match="segment-00000.*fails its checksum"):
         store.load_segment(1, 0, 2)
 
 
@@ -325,10 +322,10 @@ def test_malformed_fluid_plan_fields_are_state_corrupt_errors(tmp_path: Path, fi
     step of 0 keys never finishes, a str fails inside the planner, a bad strategy fails in the
     runner without naming the file."""
     store, path = _fluid_plan(tmp_path)
-    plan = json.loads(path.read_text())
+    plan = unseal(json.loads(path.read_text()), "plan")
     assert store.load_plan(1) == plan
     plan[field] = value
-    path.write_text(json.dumps(plan))
+    path.write_text(json.dumps(seal(plan)))  # a whole, sealed plan: its fields are checked
     with pytest.raises(StateCorruptError, match="plan.json"):
         store.load_plan(1)
 

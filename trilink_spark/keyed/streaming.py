@@ -5,9 +5,10 @@ callable: it places each micro-batch as :func:`~trilink_spark.keyed_process` doe
 each partition's state (watermarks, timers, window accumulators, user state) between
 micro-batches in a :class:`~trilink_spark.state.KeyedStateStore`, versioned by batch id.
 
-This module also holds the manifest protocol (:func:`claim`: one writer and one
-configuration; :func:`start_version`: the version a batch starts from; :func:`commit_batch`:
-the commit once every partition wrote its version) and what committed state says
+This module also holds the manifest protocol (:func:`claim`: one writer, established before
+any task writes, and one configuration; :func:`start_version`: the version a batch starts
+from, refusing a manifest older than the state; :func:`commit_batch`: the commit once every
+partition wrote its version) and what committed state says
 (:func:`read_task_timings`, :func:`sum_counters`, :func:`read_state_values`). What it calls:
 :mod:`~trilink_spark.keyed.prepare` (arguments, arrival order), :mod:`~trilink_spark.keyed.replan`
 (the batch's placement and the swaps decided for it) and :mod:`~trilink_spark.keyed.task`
@@ -272,8 +273,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
         key_type, value_type = self._types
         config = runner_config(o, delay_units, idle_units, value_type)
         query = streaming_query_id(batch_df)
-        manifest = self.store.read_manifest()
-        claim(self.store, manifest, self.token, query, config, o["takeover"])
+        manifest = claim(self.store, self.store.read_manifest(), self.token, query, config,
+                         o["takeover"])
         if not self._picked_up:
             self._pick_up(manifest)
         prev = start_version(self.store, manifest, batch_id)
@@ -299,14 +300,15 @@ class KeyedBatchFunction(StatefulBatchFunction):
             if swap_plan is not None:
                 planned = time.perf_counter()
                 moved_bytes = write_segments(batch_df.sparkSession, self.store, batch_id,
-                                             int(swap_plan["prev"]), chosen.moves)
+                                             int(swap_plan["prev"]), chosen.moves, self.token)
                 logger.info("batch %d: swap planned in %.3f s, segments written in %.3f s",
                             batch_id, planned - started, time.perf_counter() - planned)
         blocks = None if source else chosen.strategy
         io = StateIO(self.store, batch_id, prev, prev_partitions, swap_plan is not None,
                      key_type, value_type,
                      blocks if isinstance(blocks, BlockPartitioner) else None,
-                     None if swap_plan is None else swap_plan.get("carried_counters"))
+                     carried=None if swap_plan is None else swap_plan.get("carried_counters"),
+                     owner=self.token)
         placed = arrival_order(placed, o["order_by"])
         fn = partition_function(o["processor"], o["key"], delay_units, idle_units,
                                 arrow_schema, io, operator_timer(batch_df.sparkSession, "keyed"))
@@ -603,8 +605,11 @@ def keyed_foreach_batch(
         newest batch needs is always kept).
     takeover : bool
         Take over a state path another runner wrote (it must have stopped for good). Without
-        it a second writer is refused with :class:`~trilink_spark.errors.StateOwnershipError`; a
-        restarted query (same query id) is the same writer.
+        it a second writer is refused with :class:`~trilink_spark.errors.StateOwnershipError`
+        before any of its tasks writes, on a fresh path too (the first runner creates the
+        manifest, its claim, before its first task runs); a restarted query (same query id)
+        is the same writer. A runner whose path was taken over writes nothing more: each
+        task checks the owner in the manifest before it writes.
     rebalancer : LoadAwareRebalancer, optional
         Moves key blocks from slow partitions to fast ones (needs ``strategy`` to be a
         :class:`~trilink_spark.BlockPartitioner`). After every batch it sees each task's own
@@ -627,7 +632,11 @@ def keyed_foreach_batch(
     pipeline is exactly once. A missing version is an error (never a silent restart from an
     older one), as are a second writer and a restart with another configuration (key, event
     time, delay, processor settings). If ``func`` does not compute the output, it is computed
-    once more (to a no-op sink) so the state still advances.
+    once more (to a no-op sink) so the state still advances. So is a manifest that is missing
+    while state files exist (a partial restore), or older than the state (state versions it
+    does not know, before the batch): never a silent restart, never a dropped batch. Every
+    stored file carries a checksum: a damaged one is a
+    :class:`~trilink_spark.errors.StateCorruptError` naming it, never another value read back.
 
     Swaps: :meth:`KeyedBatchFunction.request_swap` changes the strategy or partition count at
     the next batch boundary, moving only the keys whose partition changes, with their state,
@@ -691,14 +700,22 @@ def runner_config(options: dict[str, Any], delay_units: float, idle_units: float
 
 
 def claim(store: KeyedStateStore, manifest: dict[str, Any] | None, token: str,
-          query: str | None, config: dict[str, Any], takeover: bool) -> None:
-    """Refuse a second writer and a changed configuration (checked at each batch).
+          query: str | None, config: dict[str, Any], takeover: bool) -> dict[str, Any]:
+    """Make this runner the state path's one writer, before any of its tasks writes, or
+    refuse; and refuse a changed configuration (checked at each batch).
+
+    On a fresh path the runner creates the manifest, naming itself the owner, only if there
+    is none (:meth:`~trilink_spark.state.KeyedStateStore.create_manifest`): of two runners
+    started at once, one creates it and the other finds it and is refused. A runner allowed
+    on a path another token owns (the same query restarted, or ``takeover``) writes itself
+    in as the owner, so the other one's tasks write nothing more (each task checks the owner
+    before it writes).
 
     Parameters
     ----------
     store : KeyedStateStore
     manifest : dict or None
-        As just read (None: a new state path, nothing to check).
+        As just read (None: a fresh path).
     token, query : str
         The runner's token and its streaming query's id (None outside a query).
     config : dict
@@ -706,15 +723,37 @@ def claim(store: KeyedStateStore, manifest: dict[str, Any] | None, token: str,
     takeover : bool
         Take the state path over from another writer.
 
+    Returns
+    -------
+    dict
+        The manifest as it stands now.
+
     Raises
     ------
     StateOwnershipError
         Another runner (another token and query) owns the state, without ``takeover``.
     InvalidArgumentError
-        The state was written with another configuration (the changed settings are named).
+        The state was written with another configuration (the changed settings are named;
+        a claim with no committed batch yet holds no state, and takes the new one).
+
+    Notes
+    -----
+    Cost: nothing when the runner owns the path already; else one manifest write (a fresh
+    path: create-if-absent, atomic on a local filesystem, see
+    :mod:`trilink_spark._internal.io.files` for the guarantee elsewhere).
     """
+    ours_now = {"token": token, "query": query}
     if manifest is None:
-        return
+        fresh = {"owner": ours_now, "config": config, "committed": [], "placements": []}
+        if store.create_manifest(fresh):
+            logger.info("state at %s: claimed by runner %s (query %s)", store.path, token,
+                        query)
+            return fresh
+        manifest = store.read_manifest()  # another runner created it first
+        if manifest is None:
+            raise StateOwnershipError(
+                f"state at {store.path}: another runner created the manifest and it is gone "
+                "again; one writer per state path: give each query its own state_path")
     owner = manifest.get("owner") or {}
     ours = owner.get("token") == token or (query is not None and owner.get("query") == query)
     if owner and not ours and not takeover:
@@ -725,7 +764,7 @@ def claim(store: KeyedStateStore, manifest: dict[str, Any] | None, token: str,
             "query its own state_path, or pass takeover=True once the other has stopped "
             "for good"
         )
-    stored = manifest.get("config")
+    stored = manifest.get("config") if manifest.get("committed") else None  # else: no state
     if stored is not None and json.dumps(stored, sort_keys=True) != json.dumps(
             config, sort_keys=True):
         changed = sorted(k for k in set(stored) | set(config)
@@ -735,6 +774,12 @@ def claim(store: KeyedStateStore, manifest: dict[str, Any] | None, token: str,
             f"({', '.join(f'{k}: {stored.get(k)!r} -> {config.get(k)!r}' for k in changed)})"
             "; restore the original settings or start from a new state_path"
         )
+    if owner.get("token") != token:  # fence the runner this one replaces
+        manifest = {**manifest, "owner": ours_now, "config": config}
+        store.write_manifest(manifest)
+        logger.info("state at %s: now written by runner %s (query %s), was runner %s",
+                    store.path, token, query, owner.get("token"))
+    return manifest
 
 
 def start_version(store: KeyedStateStore, manifest: dict[str, Any] | None,
@@ -746,7 +791,14 @@ def start_version(store: KeyedStateStore, manifest: dict[str, Any] | None,
     Raises
     ------
     StateCorruptError
-        The state is at a batch after ``batch_id`` (the query's checkpoint is older).
+        The state is at a batch after ``batch_id`` (the query's checkpoint is older), or
+        holds versions after the last committed one and before ``batch_id``, which the
+        manifest does not know (the manifest is older than the state: restored from an older
+        copy, or a commit lost): starting from the manifest's version would drop them.
+
+    Notes
+    -----
+    Cost: one listing of partition 0 (every committed version has a partition 0).
     """
     committed = [] if manifest is None else [int(c) for c in manifest.get("committed", [])]
     if committed and batch_id < committed[-1]:
@@ -755,7 +807,17 @@ def start_version(store: KeyedStateStore, manifest: dict[str, Any] | None,
             f"{batch_id}: the query's checkpoint is older than its state; restore the "
             "checkpoint or start from a new state_path")
     earlier = [c for c in committed if c < batch_id]
-    return earlier[-1] if earlier else None
+    prev = earlier[-1] if earlier else None
+    unknown = [v for v in store.versions(0) if (prev is None or v > prev) and v < batch_id]
+    if unknown:
+        raise StateCorruptError(
+            f"{store.path}/manifest.json does not know state versions {unknown[-5:]} (it "
+            f"lists committed batches {committed}), which come before batch {batch_id}: the "
+            "manifest is older than the state (restored from an older copy, or rolled back "
+            f"a commit), and starting from {'empty state' if prev is None else prev} would "
+            "drop those batches. Restore the manifest that committed them, or start from a "
+            "new state_path")
+    return prev
 
 
 def commit_batch(store: KeyedStateStore, batch_id: int, prev: int | None, token: str,
@@ -766,20 +828,18 @@ def commit_batch(store: KeyedStateStore, batch_id: int, prev: int | None, token:
     The manifest is read again and :func:`claim` checked again first: another writer may have
     taken the path while the batch ran. The committed versions become ``prev`` and
     ``batch_id``; ``new_placement`` adds ``batch_id`` to the batches that started a placement.
-    ``extra``: further JSON entries committed with it (the key column's type, the arguments
-    of this start, the last swap request done), kept until a later commit replaces them.
+    ``extra``: further JSON entries committed with it (the arguments of this start, the last
+    swap request done), kept until a later commit replaces them.
     """
-    manifest = store.read_manifest() or {}
-    claim(store, manifest or None, token, query, config, takeover)
+    manifest = claim(store, store.read_manifest(), token, query, config, takeover)
     placements = sorted(set(manifest.get("placements", [])) | (
         {batch_id} if new_placement else set()))
-    manifest.update({
-        "owner": {"token": token, "query": query},
-        "config": config,
-        "committed": [c for c in (prev, batch_id) if c is not None],
-        "placements": placements,
-        **(extra or {}),
-    })
+    manifest = {**manifest,
+                "owner": {"token": token, "query": query},
+                "config": config,
+                "committed": [c for c in (prev, batch_id) if c is not None],
+                "placements": placements,
+                **(extra or {})}
     store.write_manifest(manifest)
 
 

@@ -420,16 +420,18 @@ def plan_swap(store: KeyedStateStore, batch_id: int, prev: int, current: Partiti
 
 
 def write_segments(spark: Any, store: KeyedStateStore, batch_id: int, prev: int,
-                   moves: Any) -> int:
+                   moves: Any, owner: str | None = None) -> int:
     """Cut the moved keys' state out of version ``prev`` into per-(source, destination)
     segments, with one Spark task per source partition; returns the bytes written.
 
-    Idempotent: a replay rewrites the same segments from the same inputs.
+    Idempotent: a replay rewrites the same segments from the same inputs. ``owner``: the
+    runner's token, which each task checks in the manifest before it writes
+    (:meth:`KeyedStateStore.check_owner`; None: no check).
     """
     if moves.num_rows == 0:
         return 0
     sources = sorted(set(moves.column("from").to_pylist()))
-    fn = _segment_function(store, batch_id, prev, sources)
+    fn = _segment_function(store, batch_id, prev, sources, owner)
     ids = spark.range(0, len(sources), 1, len(sources))
     written = ids.mapInArrow(fn, "source int, bytes long").collect()
     total = int(sum(int(r["bytes"]) for r in written))
@@ -439,7 +441,7 @@ def write_segments(spark: Any, store: KeyedStateStore, batch_id: int, prev: int,
 
 
 def _segment_function(store: KeyedStateStore, batch_id: int, prev: int,
-                      sources: list[int]) -> Any:
+                      sources: list[int], owner: str | None = None) -> Any:
     def run(batches: Any) -> Any:
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -458,6 +460,9 @@ def _segment_function(store: KeyedStateStore, batch_id: int, prev: int,
                         f"batch {batch_id}'s plan moves {mine.num_rows} keys out of partition "
                         f"{source}, but its version {prev} holds "
                         f"{sum(t.num_rows for t in parts.values())} of them")
+                if owner is not None:
+                    store.check_owner(owner, f"partition {source}'s segments of batch "
+                                             f"{batch_id}")
                 total = store.save_segment(batch_id, source, parts)
                 yield pa.RecordBatch.from_pydict({"source": [source], "bytes": [total]},
                                                  schema=schema)

@@ -241,6 +241,10 @@ class StateIO:
     carried : dict or None
         The counters of the partitions the swap removes, which partition 0 adds to its own
         (from the plan, so a replay adds them once again to the same starting version).
+    owner : str or None
+        The runner's owner token: before it writes, each task checks that the manifest
+        still names it (:meth:`KeyedStateStore.check_owner`; one small read), so a runner
+        whose path was taken over writes nothing. None: no check.
     """
 
     store: KeyedStateStore
@@ -252,6 +256,7 @@ class StateIO:
     value_type: Any
     blocks: BlockPartitioner | None = None
     carried: dict[str, int] | None = None
+    owner: str | None = None
 
     def load(self, pid: int) -> Any:
         """The state table partition ``pid`` starts this batch from (None: empty)."""
@@ -290,16 +295,25 @@ class StateIO:
         table = self.load(pid)
         if table is None:
             table = encode_state(PartitionState(), self.key_type, self.value_type)
+        self._fence(pid)
         self.store.save_table(pid, self.batch_id, table)
+
+    def _fence(self, pid: int) -> None:
+        """StateOwnershipError unless this runner still owns the path (``owner``)."""
+        if self.owner is not None:
+            self.store.check_owner(self.owner, f"partition {pid}'s state of batch "
+                                               f"{self.batch_id}")
 
     def save(self, pid: int, state: PartitionState, timing: dict[str, Any] | None = None
              ) -> None:
         """Write ``pid``'s version, and the task's ``timing`` in a file beside it
         (:meth:`KeyedStateStore.save_timing`). The state is the batch's result; the timing is
         a measurement, so failing to write it (a junk file in its place, a full disk) is
-        logged and never fails the task."""
-        self.store.save_table(pid, self.batch_id, encode_state(state, self.key_type,
-                                                               self.value_type))
+        logged and never fails the task. Refused (StateOwnershipError) when another runner
+        owns the path now."""
+        table = encode_state(state, self.key_type, self.value_type)
+        self._fence(pid)
+        self.store.save_table(pid, self.batch_id, table)
         if timing is not None:
             try:
                 self.store.save_timing(pid, self.batch_id, timing)

@@ -3,7 +3,7 @@
 Layout under the state path::
 
     manifest.json                          owner, configuration, committed batches, placements
-    records/swap-request.json              a small checksummed JSON record (here: a swap
+    records/swap-request.json              a small sealed JSON record (here: a swap
                                            requested and not yet planned)
     placements/000000000000.json           the placement in force from batch 0 and the key
                                            column's type it hashes keys as (immutable)
@@ -18,11 +18,20 @@ state version is a table with one row per key (column ``key``) and whatever per-
 its writer keeps; partition-wide values travel in the table's schema metadata. Loading a file
 parses Arrow and JSON only: nothing stored is unpickled or evaluated, and a truncated, corrupt
 or foreign file raises :class:`~trilink_spark.errors.StateCorruptError` naming it.
+
+Every file carries a checksum, checked when it is read: the Arrow files their per-batch CRC-32
+(:mod:`trilink_spark._internal.io.arrowio`, format version 2), the JSON files a seal
+(:mod:`trilink_spark._internal.io.sealed`), so a byte damaged after it was written is refused,
+never read as another value. Files of releases before checksums are still read (unchecked).
+
+The manifest is the path's claim: the first runner creates it (create-if-absent, see
+:meth:`KeyedStateStore.create_manifest`) before any of its tasks writes, with its owner token,
+which each task checks (:meth:`KeyedStateStore.check_owner`) before it writes. A manifest that
+is missing while state files exist is refused, never taken for a fresh path.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -33,9 +42,10 @@ from typing import Any
 import numpy as np
 
 from .._internal.io.arrowio import open_table, read_table, write_table
+from .._internal.io.sealed import SEALED_KEY, seal, unseal
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
-from ..errors import StateStoreError
-from .._internal.io.files import resolve_filesystem, write_atomic
+from ..errors import StateOwnershipError, StateStoreError
+from .._internal.io.files import create_if_absent, resolve_filesystem, write_atomic
 from ..partitioners import Partitioner
 from ..partitioners.base import KEY_KINDS
 from ..partitioners.persistence import read_strategy, write_strategy
@@ -90,7 +100,9 @@ class KeyedStateStore:
     Notes
     -----
     Picklable (it travels to executors with the task). Cost per task: one read before and one
-    write and rename after; the driver reads and writes the small manifest once per batch.
+    write and rename after (plus, for a keyed runner's task, one small read of the manifest:
+    the owner check), and one CRC-32 pass over what is read and written (O(bytes)); the driver
+    reads and writes the small manifest once per batch and lists partition 0 once.
     Executors need access to the path (local mode: any directory; a cluster: a shared
     filesystem). A file ``<name>.state`` whose name is not a version, or a
     ``partition=<name>`` directory whose name is not a number, is not this store's: reading
@@ -333,14 +345,29 @@ class KeyedStateStore:
         return f"{self.path}/manifest.json"
 
     def read_manifest(self) -> dict[str, Any] | None:
-        """The manifest (None before the first batch)."""
+        """The manifest (None on a fresh path: no manifest and no state files).
+
+        Raises
+        ------
+        StateCorruptError
+            The manifest is not this store's, fails its checksum, or is missing while the path
+            holds state files (a partial restore: never read as a fresh path).
+
+        Notes
+        -----
+        Cost: one small read; without a manifest, one listing of the path (and of each
+        partition directory, only when there are some).
+        """
         path = self._manifest_path()
         data = self._read(path)
         if data is None:
+            self._refuse_orphans(path)
             return None
         try:
-            manifest = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError):
+            manifest = unseal(json.loads(data.decode("utf-8")), path)
+        except (UnicodeDecodeError, ValueError, RecursionError) as err:
+            if isinstance(err, StateCorruptError):
+                raise
             raise StateCorruptError(f"{path} is not JSON; it is not this store's manifest") \
                 from None
         if not isinstance(manifest, dict) or manifest.get("format") != _MANIFEST_FORMAT:
@@ -358,9 +385,64 @@ class KeyedStateStore:
         return manifest
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        """Replace the manifest (atomically)."""
+        """Replace the manifest (atomically; sealed with its checksum)."""
+        self._write(self._manifest_path(), self._manifest_bytes(manifest))
+
+    def _manifest_bytes(self, manifest: dict[str, Any]) -> bytes:
         body = {**manifest, "format": _MANIFEST_FORMAT, "version": _MANIFEST_VERSION}
-        self._write(self._manifest_path(), json.dumps(body, sort_keys=True).encode("utf-8"))
+        return json.dumps(seal(body), sort_keys=True).encode("utf-8")
+
+    def create_manifest(self, manifest: dict[str, Any]) -> bool:
+        """Write the manifest only if there is none: True when this call created it.
+
+        The claim of a fresh path. Atomic on a local filesystem (at most one of any number
+        of concurrent callers gets True, and readers see a whole file); on other filesystems
+        a check then a write (:func:`~trilink_spark._internal.io.files.create_if_absent`).
+        """
+        path = self._manifest_path()
+        try:
+            return create_if_absent(self.fs, path, self._manifest_bytes(manifest))
+        except OSError as err:
+            raise StateStoreError(f"cannot write {path} ({type(err).__name__}: {err})") from None
+
+    def check_owner(self, token: str, what: str) -> None:
+        """Refuse to write unless the manifest names ``token`` as the owner (the fence a task
+        checks before it writes). ``what``: the writer, for the message. One small read.
+
+        Raises
+        ------
+        StateOwnershipError
+            Another runner owns the path now (it took the path over), or it has no manifest.
+        """
+        manifest = self.read_manifest() or {}
+        owner = manifest.get("owner") or {}
+        if not isinstance(owner, dict) or owner.get("token") != token:
+            held = owner.get("token") if isinstance(owner, dict) else owner
+            raise StateOwnershipError(
+                f"{what}: state at {self.path} is owned by runner {held!r} now, not by this "
+                f"runner ({token}); it writes nothing (one writer per state path: another "
+                "runner took the path over)")
+
+    def _refuse_orphans(self, manifest: str) -> None:
+        """StateCorruptError when the path holds state files but no manifest ``manifest``."""
+        from pyarrow import fs
+
+        found = [info.base_name for info in self._list(self.path)
+                 if info.base_name in ("placements", "swaps", "strategy.json")
+                 or (info.type == fs.FileType.Directory
+                     and info.base_name.startswith("partition="))]
+        if not found:
+            return
+        if found == ["strategy.json"]:
+            raise StateCorruptError(
+                f"state at {self.path} has a strategy.json but no manifest: it was "
+                "written by an older trilink-spark; start from a new state_path")
+        versions = sorted({v for p in self.partitions() for v in self.versions(p)})
+        raise StateCorruptError(
+            f"{manifest} is missing, but {self.path} holds state ({', '.join(sorted(found)[:5])}"
+            f"; state versions {versions[-5:]}): the manifest says which versions are "
+            "committed, so the state is not read as a fresh path. Restore the manifest with the "
+            "rest of the state (a partial restore?), or start from a new state_path")
 
     # ------------------------------------------------------------------ placements
     def _placement_path(self, from_batch: int) -> str:
@@ -386,7 +468,7 @@ class KeyedStateStore:
                 raise InvalidArgumentError(
                     f"key_type must be one of {', '.join(KEY_KINDS)} or None, got {key_type!r}")
             body["key_type"] = key_type
-        self._write(self._placement_path(from_batch), json.dumps(body).encode("utf-8"))
+        self._write(self._placement_path(from_batch), json.dumps(seal(body)).encode("utf-8"))
 
     def load_placement(self, from_batch: int, missing_ok: bool = False
                        ) -> tuple[Partitioner | None, int]:
@@ -423,12 +505,14 @@ class KeyedStateStore:
                 return None, 0, None
             raise StateCorruptError(f"{path} is missing; the manifest lists it")
         try:
-            body = json.loads(data.decode("utf-8"))
+            body = unseal(json.loads(data.decode("utf-8")), path)
             strategy = None if body["strategy"] is None else Partitioner.from_dict(body["strategy"])
             partitions = body["partitions"]
             key_type = body.get("key_type")
         except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError,
                 RecursionError) as err:
+            if isinstance(err, StateCorruptError):
+                raise
             raise StateCorruptError(
                 f"{path} is not a placement record ({type(err).__name__}: {err})") from None
         if not _is_count(partitions, 1):
@@ -472,7 +556,7 @@ class KeyedStateStore:
         """Write a swap plan: the moves table first, the plan (which makes it exist) last."""
         self._write(f"{self._swap_dir(batch)}/moves{_SUFFIX}", write_table(moves, _MOVES_KIND))
         self._write(f"{self._swap_dir(batch)}/plan.json",
-                    json.dumps(plan, sort_keys=True).encode("utf-8"))
+                    json.dumps(seal(plan), sort_keys=True).encode("utf-8"))
 
     def load_plan(self, batch: int) -> dict[str, Any] | None:
         """The swap plan of ``batch`` (None when that batch swapped nothing)."""
@@ -481,8 +565,10 @@ class KeyedStateStore:
         if data is None:
             return None
         try:
-            plan = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError):
+            plan = unseal(json.loads(data.decode("utf-8")), path)
+        except (UnicodeDecodeError, ValueError, RecursionError) as err:
+            if isinstance(err, StateCorruptError):
+                raise
             raise StateCorruptError(f"{path} is not a swap plan") from None
         if not isinstance(plan, dict) or not _is_count(plan.get("batch_id"), 0) \
                 or plan["batch_id"] != batch:
@@ -590,7 +676,7 @@ class KeyedStateStore:
     def save_timing(self, partition: int, version: int, timing: Mapping[str, Any]) -> None:
         """Write what the task that wrote ``partition``'s ``version`` measured (JSON,
         atomically). A replayed batch overwrites it."""
-        data = json.dumps(dict(timing), separators=(",", ":"), allow_nan=False).encode()
+        data = json.dumps(seal(timing), separators=(",", ":"), allow_nan=False).encode()
         self._write(self.timing_path(partition, version), data)
 
     def timing(self, partition: int, version: int) -> dict[str, Any] | None:
@@ -628,8 +714,9 @@ class KeyedStateStore:
         return f"{self.path}/records/{name}.json"
 
     def save_record(self, name: str, body: Mapping[str, Any]) -> None:
-        """Write the small JSON record ``name`` with a SHA-256 checksum of its body
-        (atomically: temporary file, rename). O(size of the body).
+        """Write the small JSON record ``name``, sealed with its checksum as every JSON file
+        of the store (:mod:`trilink_spark._internal.io.sealed`), atomically (temporary
+        file, rename). O(size of the body).
 
         Raises
         ------
@@ -638,11 +725,10 @@ class KeyedStateStore:
             :data:`MAX_RECORD_BYTES`.
         """
         try:
-            text = json.dumps(dict(body), sort_keys=True, allow_nan=False)
+            plain = json.loads(json.dumps(dict(body), allow_nan=False))
         except (TypeError, ValueError) as err:
             raise InvalidArgumentError(f"record {name!r} is not JSON ({err})") from None
-        data = json.dumps({"format": _RECORD_FORMAT, "name": name, "body": json.loads(text),
-                           "sha256": hashlib.sha256(text.encode()).hexdigest()},
+        data = json.dumps(seal({"format": _RECORD_FORMAT, "name": name, "body": plain}),
                           sort_keys=True).encode()
         if len(data) > MAX_RECORD_BYTES:
             raise InvalidArgumentError(
@@ -655,8 +741,8 @@ class KeyedStateStore:
         Raises
         ------
         StateCorruptError
-            The file is too large, not JSON, not a record of this store, another record,
-            or its checksum does not match its body (a torn or edited file): the message
+            The file is too large, not JSON, not sealed, fails its checksum (a torn or
+            edited file), is not a record of this store, or is another record: the message
             names it.
         """
         path = self.record_path(name)
@@ -672,24 +758,26 @@ class KeyedStateStore:
                 return None
             raise StateStoreError(f"cannot read {path} ({type(err).__name__}: {err})") from None
         problem = "it is larger than a record" if len(data) > MAX_RECORD_BYTES else None
-        body: Any = None
+        doc: Any = None
         if problem is None:
             try:
                 doc = json.loads(data.decode("utf-8"))
             except (UnicodeDecodeError, ValueError, RecursionError):
-                doc = None
-            if not isinstance(doc, dict) or doc.get("format") != _RECORD_FORMAT \
-                    or doc.get("name") != name or not isinstance(doc.get("body"), dict):
-                problem = f"it is not a {name} record of this store"
-            else:
-                body = doc["body"]
-                text = json.dumps(body, sort_keys=True, allow_nan=False)
-                if hashlib.sha256(text.encode()).hexdigest() != doc.get("sha256"):
-                    problem = "its checksum does not match its body (torn or edited)"
+                problem = "it is not JSON"
+        if problem is None and (not isinstance(doc, dict) or SEALED_KEY not in doc):
+            problem = "it is not sealed (records are written with their checksum)"
+        if problem is None:
+            try:
+                doc = unseal(doc, path)
+            except StateCorruptError as err:
+                problem = str(err).removeprefix(f"{path} ")
+        if problem is None and (doc.get("format") != _RECORD_FORMAT or doc.get("name") != name
+                                or not isinstance(doc.get("body"), dict)):
+            problem = f"it is not a {name} record of this store"
         if problem is not None:
             raise StateCorruptError(
                 f"{path}: {problem}; delete the file to drop what it records")
-        out: dict[str, Any] = body
+        out: dict[str, Any] = doc["body"]
         return out
 
     def delete_record(self, name: str) -> None:
@@ -746,8 +834,10 @@ class KeyedStateStore:
 
     # ------------------------------------------------------------------ measurements
     def state_bytes(self) -> int:
-        """Total size of the newest committed version's files (for state-cost measurements)."""
-        manifest = self.read_manifest()
+        """Total size of the newest committed version's files (for state-cost measurements;
+        a store without a manifest, a merge buffer's: each partition's newest file)."""
+        has_manifest = self._read(self._manifest_path()) is not None
+        manifest = self.read_manifest() if has_manifest else None
         if manifest is None or not manifest.get("committed"):
             return sum(len(self.latest(p) or b"") for p in self.partitions())
         version, partitions = self.committed_layout(None, manifest)
@@ -800,7 +890,10 @@ def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
                        MAX_TIMING_BYTES)
         return None
     try:
-        value = json.loads(raw.decode("utf-8"))
+        value = unseal(json.loads(raw.decode("utf-8")), where)
+    except StateCorruptError as err:
+        logger.warning("%s; ignored", err)
+        return None
     except (UnicodeDecodeError, ValueError, RecursionError):
         logger.warning("%s: timing record is not JSON; ignored", where)
         return None

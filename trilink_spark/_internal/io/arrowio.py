@@ -11,13 +11,16 @@ Format
 The Arrow IPC **file** format (``ARROW1`` magic, schema, record batches, footer, ``ARROW1``),
 uncompressed. Not the stream format: a stream cut at a batch boundary still reads as a valid,
 shorter stream, so a truncated state would silently lose rows; the file format ends with a
-footer, so a cut anywhere is seen. The schema's metadata carries the tag:
+footer, so a cut anywhere is seen. The schema's metadata carries the tag and the checksums:
 
 ==================== ======================================================================
 key                  value
 ==================== ======================================================================
 ``trilink.format``   the kind of table, as given to :func:`write_table` (``b"merge-tail"``)
-``trilink.version``  :data:`FORMAT_VERSION` as ASCII digits (``b"1"``)
+``trilink.version``  :data:`FORMAT_VERSION` as ASCII digits (``b"2"``)
+``trilink.checksum`` JSON ``{"algorithm": "crc32", "schema": "<8 hex>", "batches": ["<8 hex>",
+                     ...]}``: the CRC-32 (``zlib.crc32``) of the schema (its metadata without
+                     this key) and of each record batch (version 2; see Checksums)
 ==================== ======================================================================
 
 Every other metadata key of the table (for instance the ``pandas`` key that
@@ -26,13 +29,33 @@ Every other metadata key of the table (for instance the ``pandas`` key that
 ``t``, schema metadata included. A kind whose columns change incompatibly takes a new kind name
 (``"keyed-state.v2"``), so that an old reader refuses the new files rather than misreading them.
 
+Checksums
+---------
+A record batch's checksum is the CRC-32 of its Arrow IPC stream serialisation (schema without
+metadata, dictionaries, the batch), computed by :func:`write_table` from the batches it writes
+and by the reader from the batches it reads back; the schema's is the CRC-32 of the schema's
+IPC serialisation with every metadata key but ``trilink.checksum``. A byte changed anywhere in
+the file after it was written either changes what Arrow reads (then a checksum no longer
+matches, or the layout is refused) or changes nothing that is read (padding, the copy of the
+schema the file reader does not use): a damaged value is not read back as another value
+(CRC-32 detects every damage within 32 consecutive bits, a flipped byte included, and other
+damage but for a chance of 2**-32; it guards against accidents, not against forgery). The
+checksum of a batch is checked when that batch is read (:meth:`StoredTable.read`), so reading
+some batches of a file checks those and the schema only. Cost: one CRC pass over the bytes of
+what is written or read, O(bytes) (zlib's CRC-32, plus a fixed cost of
+about 70 µs per record batch), with no copy of the data.
+
+Version 1 (files of releases before checksums: the same layout, no ``trilink.checksum``) is
+still read, without a checksum to check; such files are replaced as the store moves on (each
+batch writes new state versions). A file tagged version 1 that has a ``trilink.checksum`` key
+is a damaged version-2 file and is refused, as is a version-2 file without one.
+
 :func:`read_table` raises :class:`~trilink_spark.errors.StateCorruptError`, naming ``where`` and
 what the bytes look like, for bytes that are empty, random, a pickle (it is not unpickled), an
 Arrow IPC stream, a truncated or corrupt Arrow file, an Arrow file without the tag (another
-program's) or with another kind or version. It never returns an empty table for bad bytes: "no
-stored state" is the caller's ``None``, never what a reader makes of corrupt data. It cannot see a
-flipped bit inside a value (no checksum): the layout (offsets, lengths, UTF-8, the footer) is
-checked.
+program's) or with another kind or version, or a file whose checksums do not match. It never
+returns an empty table for bad bytes: "no stored state" is the caller's ``None``, never what a
+reader makes of corrupt data.
 
 Examples
 --------
@@ -50,20 +73,28 @@ trilink_spark.errors.StateCorruptError: example data is a truncated Arrow IPC fi
 
 from __future__ import annotations
 
+import json
 import re
+import zlib
+from typing import Any
 
 import pyarrow as pa
 
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 
-__all__ = ["write_table", "read_table", "open_table", "StoredTable", "FORMAT_KEY", "VERSION_KEY", "FORMAT_VERSION"]
+__all__ = ["write_table", "read_table", "open_table", "StoredTable", "FORMAT_KEY", "VERSION_KEY",
+           "CHECKSUM_KEY", "FORMAT_VERSION"]
 
 #: Schema metadata key of the kind tag.
 FORMAT_KEY = b"trilink.format"
 #: Schema metadata key of the format version.
 VERSION_KEY = b"trilink.version"
-#: Version of this layout (tagged IPC file); :func:`read_table` reads this version only.
-FORMAT_VERSION = 1
+#: Schema metadata key of the checksums (version 2).
+CHECKSUM_KEY = b"trilink.checksum"
+#: Version of this layout (tagged IPC file with checksums) that :func:`write_table` writes;
+#: :func:`read_table` reads it and version 1 (no checksums).
+FORMAT_VERSION = 2
+_UNCHECKED_VERSION = b"1"  # the layout before checksums: still read
 
 _MAGIC = b"ARROW1"
 _STREAM_START = b"\xff\xff\xff\xff"  # an IPC stream's first message's continuation marker
@@ -113,7 +144,8 @@ def write_table(table: pa.Table, kind: str) -> bytes:
     Returns
     -------
     bytes
-        An uncompressed Arrow IPC file. The same table gives the same bytes.
+        An uncompressed Arrow IPC file of :data:`FORMAT_VERSION`, with the checksums of its
+        schema and record batches. The same table gives the same bytes.
 
     Raises
     ------
@@ -126,7 +158,8 @@ def write_table(table: pa.Table, kind: str) -> bytes:
 
     Notes
     -----
-    Cost: one copy of the table's buffers into the returned bytes, O(size).
+    Cost: one copy of the table's buffers into the returned bytes, and one CRC-32 pass over
+    them, O(size).
 
     Examples
     --------
@@ -147,12 +180,60 @@ def write_table(table: pa.Table, kind: str) -> bytes:
         )
     metadata[FORMAT_KEY] = kind.encode("ascii")
     metadata[VERSION_KEY] = str(FORMAT_VERSION).encode("ascii")
+    batches = _batches(table)
+    schema = table.schema.with_metadata(metadata)
+    sums = {"algorithm": _ALGORITHM, "schema": _hex(_schema_crc(schema)),
+            "batches": [_hex(_batch_crc(batch)) for batch in batches]}
+    metadata[CHECKSUM_KEY] = json.dumps(sums, separators=(",", ":")).encode("ascii")
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema.with_metadata(metadata)) as writer:
-        for batch in _batches(table):
+        for batch in batches:
             writer.write_batch(batch)
     data: bytes = sink.getvalue().to_pybytes()
     return data
+
+
+_ALGORITHM = "crc32"
+
+
+def _hex(crc: int) -> str:
+    return f"{crc:08x}"
+
+
+class _Crc32Sink:
+    """A write-only file object that keeps the CRC-32 of what is written to it (nothing kept:
+    the bytes are hashed as they pass)."""
+
+    def __init__(self) -> None:
+        self.crc = 0
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        self.crc = zlib.crc32(data, self.crc)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _batch_crc(batch: pa.RecordBatch) -> int:
+    """CRC-32 of ``batch``'s IPC stream serialisation (schema without metadata, dictionaries,
+    the batch). The same for a batch and that batch read back from a file: the writer
+    normalises offsets and slices. O(bytes), streamed: no copy of the batch is made."""
+    sink = _Crc32Sink()
+    plain = batch.replace_schema_metadata(None)
+    with pa.PythonFile(sink, mode="w") as file:
+        with pa.ipc.new_stream(file, plain.schema) as writer:
+            writer.write_batch(plain)
+    return sink.crc
+
+
+def _schema_crc(schema: pa.Schema) -> int:
+    """CRC-32 of ``schema``'s IPC serialisation, metadata included (in its order)."""
+    return zlib.crc32(schema.serialize())
 
 
 def _batches(table: pa.Table) -> list[pa.RecordBatch]:
@@ -209,10 +290,12 @@ def read_table(data: bytes | bytearray | memoryview, kind: str, where: str) -> p
     Raises
     ------
     StateCorruptError
-        The bytes are not an Arrow IPC file tagged ``kind`` of :data:`FORMAT_VERSION`: empty,
-        random, a pickle (never unpickled), an IPC stream, truncated, corrupt (a layout that
-        fails Arrow's full validation), untagged, another kind or version. The message starts
-        with ``where`` and says which.
+        The bytes are not an Arrow IPC file tagged ``kind`` of :data:`FORMAT_VERSION` (or of
+        version 1, written before checksums): empty, random, a pickle (never unpickled), an
+        IPC stream, truncated, corrupt (a layout that fails Arrow's full validation), untagged,
+        another kind or version, or damaged after they were written (a checksum of the schema
+        or of a record batch does not match). The message starts with ``where`` and says
+        which.
     InvalidArgumentTypeError
         ``data`` is not bytes-like, or ``kind`` or ``where`` not a str.
     InvalidArgumentError
@@ -222,7 +305,8 @@ def read_table(data: bytes | bytearray | memoryview, kind: str, where: str) -> p
     -----
     Nothing in the bytes is executed: Arrow IPC holds data and a schema only (and pyarrow
     before 14.0.1's pickled extension type is unregistered when this module is imported).
-    Cost: zero-copy read, then one full validation pass, O(size).
+    Cost: zero-copy read, then one full validation pass and one CRC-32 pass (no copy),
+    O(size).
 
     Examples
     --------
@@ -255,19 +339,23 @@ class StoredTable:
     """
 
     def __init__(self, reader: pa.ipc.RecordBatchFileReader, schema: pa.Schema, where: str,
-                 refusal: str) -> None:
+                 refusal: str, checksums: list[int] | None = None) -> None:
         self._reader = reader
         self._where = where
         self._refusal = refusal
+        self._checksums = checksums
         self.schema = schema
         self.metadata: dict[bytes, bytes] = dict(schema.metadata or {})
         self.num_batches: int = reader.num_record_batches
 
     def read(self, batches: list[int] | None = None) -> pa.Table:
         """The stored rows of record batches ``batches`` (all when None), in that order,
-        fully validated; :class:`~trilink_spark.errors.StateCorruptError` for a corrupt layout.
+        fully validated and checked against their checksums;
+        :class:`~trilink_spark.errors.StateCorruptError` for a corrupt layout or a checksum
+        that does not match.
 
-        Cost: reads only those batches' bytes (plus the footer, read at open), O(their size).
+        Cost: reads only those batches' bytes (plus the footer, read at open), then one
+        validation and one CRC pass over them, O(their size).
         """
         picked = list(range(self.num_batches)) if batches is None else list(batches)
         for i in picked:
@@ -277,15 +365,30 @@ class StoredTable:
                     "asked for (its index points past the file)")
         try:
             chunks = [self._reader.get_batch(i) for i in picked]
+            for chunk in chunks:  # before a checksum pass serialises them
+                chunk.validate(full=True)
             # rebuilt from the batches (not replace_schema_metadata, which drops the rows of
             # a table without columns)
             result: pa.Table = pa.Table.from_batches(chunks, schema=self.schema)
             result.validate(full=True)
+            if self._checksums is not None:
+                for i, chunk in zip(picked, chunks):
+                    found = _batch_crc(chunk)
+                    if found != self._checksums[i]:
+                        raise StateCorruptError(
+                            f"{self._where} fails its checksum: record batch {i} has CRC-32 "
+                            f"{_hex(found)}, it was written with {_hex(self._checksums[i])}; "
+                            f"the file was damaged after it was written{_DAMAGED}")
         except (pa.ArrowException, OSError, ValueError) as err:
+            if isinstance(err, StateCorruptError):
+                raise
             raise StateCorruptError(
                 f"{self._where} is a corrupt Arrow IPC file ({type(err).__name__}: {err})"
                 f"{self._refusal}") from None
         return result
+
+
+_DAMAGED = " (restore it from a copy, or start over with an empty state path)"
 
 
 def open_table(file: pa.NativeFile, kind: str, where: str) -> StoredTable:
@@ -307,11 +410,13 @@ def open_table(file: pa.NativeFile, kind: str, where: str) -> StoredTable:
     Raises
     ------
     StateCorruptError, InvalidArgumentTypeError, InvalidArgumentError
-        As :func:`read_table`, for what the file's ends, schema and tag show.
+        As :func:`read_table`, for what the file's ends, schema, tag and the schema's checksum
+        show (the record batches' checksums are checked when they are read).
 
     Notes
     -----
-    Cost: O(1) reads (both ends, the footer and the schema), whatever the file's size.
+    Cost: O(1) reads (both ends, the footer and the schema), whatever the file's size, and a
+    CRC-32 of the schema, O(schema size).
 
     Examples
     --------
@@ -348,6 +453,12 @@ def open_table(file: pa.NativeFile, kind: str, where: str) -> StoredTable:
             f"{where} is a corrupt Arrow IPC file ({type(err).__name__}: {err}){refusal}"
         ) from None
     metadata = dict(schema.metadata or {})
+    raw_sums = metadata.pop(CHECKSUM_KEY, None)
+    checksums = None
+    if metadata.get(VERSION_KEY) == str(FORMAT_VERSION).encode("ascii") or raw_sums is not None:
+        # checked first: a damaged tag is then named as damage, not as another kind of file
+        checksums = _checked_sums(raw_sums, schema.with_metadata(metadata),
+                                  reader.num_record_batches, where)
     found_kind = metadata.pop(FORMAT_KEY, None)
     found_version = metadata.pop(VERSION_KEY, None)
     if found_kind is None:
@@ -359,10 +470,47 @@ def open_table(file: pa.NativeFile, kind: str, where: str) -> StoredTable:
             f"{where} is a trilink {_shown(found_kind)} table, not a {kind!r} table (the "
             "path holds another kind of state)")
     expected = str(FORMAT_VERSION).encode("ascii")
-    if found_version != expected:
+    if found_version == _UNCHECKED_VERSION and raw_sums is not None:
+        raise StateCorruptError(
+            f"{where} is tagged version 1 but has a {CHECKSUM_KEY.decode()} key, which only "
+            f"version {FORMAT_VERSION} files have: its version tag was damaged{_DAMAGED}")
+    if found_version not in (expected, _UNCHECKED_VERSION):
         shown = "no version" if found_version is None else f"version {_shown(found_version)}"
         raise StateCorruptError(
-            f"{where} is a trilink {kind!r} table of {shown}; this release reads version "
-            f"{FORMAT_VERSION} only (written by another release?)")
+            f"{where} is a trilink {kind!r} table of {shown}; this release reads versions "
+            f"1 and {FORMAT_VERSION} (written by another release?)")
     clean = schema.with_metadata(metadata) if metadata else schema.remove_metadata()
-    return StoredTable(reader, clean, where, refusal)
+    return StoredTable(reader, clean, where, refusal, checksums)
+
+
+def _checked_sums(raw: bytes | None, schema: pa.Schema, batches: int, where: str) -> list[int]:
+    """The per-batch checksums of a version-2 file, after checking its schema's;
+    StateCorruptError when they are missing, malformed or do not match. O(schema size)."""
+    if raw is None:
+        raise StateCorruptError(
+            f"{where} is tagged version {FORMAT_VERSION} but has no {CHECKSUM_KEY.decode()} key "
+            f"(every version-{FORMAT_VERSION} file has one): the file was damaged{_DAMAGED}")
+    try:
+        sums = json.loads(raw.decode("ascii"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        sums = None
+    ok = (isinstance(sums, dict) and sums.get("algorithm") == _ALGORITHM
+          and isinstance(sums.get("batches"), list) and len(sums["batches"]) == batches
+          and all(_is_hex(v) for v in [sums.get("schema"), *sums["batches"]]))
+    if not ok or not isinstance(sums, dict):
+        raise StateCorruptError(
+            f"{where} has a malformed {CHECKSUM_KEY.decode()} ({_shown(raw)}; one CRC-32 for "
+            f"the schema and one for each of its {batches} record batches): the file was "
+            f"damaged{_DAMAGED}")
+    found = _schema_crc(schema)
+    if found != int(sums["schema"], 16):
+        raise StateCorruptError(
+            f"{where} fails its checksum: the schema and its metadata have CRC-32 "
+            f"{_hex(found)}, they were written with {sums['schema']}; the file was damaged "
+            f"after it was written{_DAMAGED}")
+    return [int(v, 16) for v in sums["batches"]]
+
+
+def _is_hex(value: object) -> bool:
+    return (isinstance(value, str) and len(value) == 8
+            and all(c in "0123456789abcdef" for c in value))
