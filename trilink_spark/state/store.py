@@ -23,6 +23,7 @@ Every file carries a checksum, checked when it is read: the Arrow files their pe
 (:mod:`trilink_spark._internal.io.arrowio`, format version 2), the JSON files a seal
 (:mod:`trilink_spark._internal.io.sealed`), so a byte damaged after it was written is refused,
 never read as another value. Files of releases before checksums are still read (unchecked).
+What each JSON file holds, and how it is checked, is in :mod:`trilink_spark.state.formats`.
 
 The manifest is the path's claim: the first runner creates it (create-if-absent, see
 :meth:`KeyedStateStore.create_manifest`) before any of its tasks writes, with its owner token,
@@ -42,13 +43,14 @@ from typing import Any
 import numpy as np
 
 from .._internal.io.arrowio import open_table, read_table, write_table
-from .._internal.io.sealed import SEALED_KEY, seal, unseal
+from .._internal.io.sealed import seal, unseal
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..errors import StateOwnershipError, StateStoreError
 from .._internal.io.files import create_if_absent, resolve_filesystem, write_atomic
 from ..partitioners import Partitioner
-from ..partitioners.base import KEY_KINDS
 from ..partitioners.persistence import read_strategy, write_strategy
+from .formats import MAX_RECORD_BYTES, manifest_bytes, parse_manifest, parse_placement
+from .formats import parse_plan, parse_record, placement_bytes, plan_bytes, record_bytes
 
 __all__ = ["KeyedStateStore", "StatefulBatchFunction", "KEY_FIELD", "STATE_KIND", "TIMING_SUFFIX",
            "MAX_RECORD_BYTES", "parse_timing"]
@@ -68,11 +70,6 @@ KEY_FIELD = "key"
 #: Format tag of keyed state tables (see :mod:`trilink_spark._internal.io.arrowio`).
 STATE_KIND = "keyed-state"
 _MOVES_KIND = "swap-moves"
-_MANIFEST_FORMAT = "trilink-keyed-state-manifest"
-_MANIFEST_VERSION = 1
-_RECORD_FORMAT = "trilink-state-record"
-#: Largest small record :meth:`KeyedStateStore.load_record` reads back.
-MAX_RECORD_BYTES = 1024 * 1024
 
 
 def _version_name(version: int) -> str:
@@ -363,34 +360,11 @@ class KeyedStateStore:
         if data is None:
             self._refuse_orphans(path)
             return None
-        try:
-            manifest = unseal(json.loads(data.decode("utf-8")), path)
-        except (UnicodeDecodeError, ValueError, RecursionError) as err:
-            if isinstance(err, StateCorruptError):
-                raise
-            raise StateCorruptError(f"{path} is not JSON; it is not this store's manifest") \
-                from None
-        if not isinstance(manifest, dict) or manifest.get("format") != _MANIFEST_FORMAT:
-            raise StateCorruptError(f"{path} is not a trilink-spark keyed state manifest")
-        if manifest.get("version") != _MANIFEST_VERSION:
-            raise StateCorruptError(
-                f"{path} has manifest version {manifest.get('version')!r}; this trilink-spark "
-                f"reads version {_MANIFEST_VERSION}")
-        committed = manifest.get("committed", [])
-        placements = manifest.get("placements", [])
-        if not (isinstance(committed, list) and all(_is_count(c, 0) for c in committed)
-                and isinstance(placements, list)
-                and all(_is_count(p, 0) for p in placements)):
-            raise StateCorruptError(f"{path} has malformed committed or placements lists")
-        return manifest
+        return parse_manifest(data, path)
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         """Replace the manifest (atomically; sealed with its checksum)."""
-        self._write(self._manifest_path(), self._manifest_bytes(manifest))
-
-    def _manifest_bytes(self, manifest: dict[str, Any]) -> bytes:
-        body = {**manifest, "format": _MANIFEST_FORMAT, "version": _MANIFEST_VERSION}
-        return json.dumps(seal(body), sort_keys=True).encode("utf-8")
+        self._write(self._manifest_path(), manifest_bytes(manifest))
 
     def create_manifest(self, manifest: dict[str, Any]) -> bool:
         """Write the manifest only if there is none: True when this call created it.
@@ -401,7 +375,7 @@ class KeyedStateStore:
         """
         path = self._manifest_path()
         try:
-            return create_if_absent(self.fs, path, self._manifest_bytes(manifest))
+            return create_if_absent(self.fs, path, manifest_bytes(manifest))
         except OSError as err:
             raise StateStoreError(f"cannot write {path} ({type(err).__name__}: {err})") from None
 
@@ -461,14 +435,8 @@ class KeyedStateStore:
         InvalidArgumentError
             ``key_type`` is not one of those (nor None).
         """
-        body: dict[str, Any] = {"partitions": int(partitions),
-                                "strategy": None if strategy is None else strategy.to_dict()}
-        if key_type is not None:
-            if key_type not in KEY_KINDS:
-                raise InvalidArgumentError(
-                    f"key_type must be one of {', '.join(KEY_KINDS)} or None, got {key_type!r}")
-            body["key_type"] = key_type
-        self._write(self._placement_path(from_batch), json.dumps(seal(body)).encode("utf-8"))
+        self._write(self._placement_path(from_batch),
+                    placement_bytes(strategy, partitions, key_type))
 
     def load_placement(self, from_batch: int, missing_ok: bool = False
                        ) -> tuple[Partitioner | None, int]:
@@ -504,29 +472,7 @@ class KeyedStateStore:
             if missing_ok:
                 return None, 0, None
             raise StateCorruptError(f"{path} is missing; the manifest lists it")
-        try:
-            body = unseal(json.loads(data.decode("utf-8")), path)
-            strategy = None if body["strategy"] is None else Partitioner.from_dict(body["strategy"])
-            partitions = body["partitions"]
-            key_type = body.get("key_type")
-        except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError,
-                RecursionError) as err:
-            if isinstance(err, StateCorruptError):
-                raise
-            raise StateCorruptError(
-                f"{path} is not a placement record ({type(err).__name__}: {err})") from None
-        if not _is_count(partitions, 1):
-            raise StateCorruptError(
-                f"{path} has partitions={partitions!r}; a placement record holds an int >= 1")
-        if strategy is not None and strategy.num_partitions != partitions:
-            raise StateCorruptError(
-                f"{path} records {partitions} partitions but its strategy places on "
-                f"{strategy.num_partitions}; the record is inconsistent")
-        if key_type is not None and (not isinstance(key_type, str) or key_type not in KEY_KINDS):
-            raise StateCorruptError(
-                f"{path} records key_type={key_type!r}; a placement record holds one of "
-                f"{', '.join(KEY_KINDS)} (or none)")
-        return strategy, int(partitions), key_type
+        return parse_placement(data, path)
 
     def placement_at(self, batch: int, manifest: dict[str, Any] | None = None
                      ) -> tuple[Partitioner | None, int]:
@@ -555,8 +501,7 @@ class KeyedStateStore:
     def save_plan(self, batch: int, plan: dict[str, Any], moves: Any) -> None:
         """Write a swap plan: the moves table first, the plan (which makes it exist) last."""
         self._write(f"{self._swap_dir(batch)}/moves{_SUFFIX}", write_table(moves, _MOVES_KIND))
-        self._write(f"{self._swap_dir(batch)}/plan.json",
-                    json.dumps(seal(plan), sort_keys=True).encode("utf-8"))
+        self._write(f"{self._swap_dir(batch)}/plan.json", plan_bytes(plan))
 
     def load_plan(self, batch: int) -> dict[str, Any] | None:
         """The swap plan of ``batch`` (None when that batch swapped nothing)."""
@@ -564,28 +509,7 @@ class KeyedStateStore:
         data = self._read(path)
         if data is None:
             return None
-        try:
-            plan = unseal(json.loads(data.decode("utf-8")), path)
-        except (UnicodeDecodeError, ValueError, RecursionError) as err:
-            if isinstance(err, StateCorruptError):
-                raise
-            raise StateCorruptError(f"{path} is not a swap plan") from None
-        if not isinstance(plan, dict) or not _is_count(plan.get("batch_id"), 0) \
-                or plan["batch_id"] != batch:
-            raise StateCorruptError(f"{path} is not the swap plan of batch {batch}")
-        problems = [name for name, ok in _PLAN_FIELDS.items() if not ok(plan.get(name))]
-        if problems:
-            raise StateCorruptError(
-                f"{path} is an incomplete or malformed swap plan (bad or missing: "
-                f"{', '.join(problems)}); it is not a plan this release wrote")
-        for name in ("placement", "target"):  # the runner rebuilds both: refuse them here
-            try:
-                Partitioner.from_dict(plan[name])
-            except (ValueError, TypeError, KeyError, RecursionError) as err:
-                raise StateCorruptError(
-                    f"{path}: its {name} is not a stored strategy ({type(err).__name__}: "
-                    f"{err})") from None
-        return plan
+        return parse_plan(data, path, batch)
 
     def load_moves(self, batch: int) -> Any:
         """The moves table (key, from, to) of ``batch``'s plan."""
@@ -714,36 +638,28 @@ class KeyedStateStore:
         return f"{self.path}/records/{name}.json"
 
     def save_record(self, name: str, body: Mapping[str, Any]) -> None:
-        """Write the small JSON record ``name``, sealed with its checksum as every JSON file
-        of the store (:mod:`trilink_spark._internal.io.sealed`), atomically (temporary
+        """Write the small JSON record ``name`` (:func:`~trilink_spark.state.formats.record_bytes`:
+        sealed with its checksum, as every JSON file of the store), atomically (temporary
         file, rename). O(size of the body).
 
         Raises
         ------
         InvalidArgumentError
             ``body`` is not JSON (NaN and infinities included) or is over
-            :data:`MAX_RECORD_BYTES`.
+            :data:`~trilink_spark.state.formats.MAX_RECORD_BYTES`.
         """
-        try:
-            plain = json.loads(json.dumps(dict(body), allow_nan=False))
-        except (TypeError, ValueError) as err:
-            raise InvalidArgumentError(f"record {name!r} is not JSON ({err})") from None
-        data = json.dumps(seal({"format": _RECORD_FORMAT, "name": name, "body": plain}),
-                          sort_keys=True).encode()
-        if len(data) > MAX_RECORD_BYTES:
-            raise InvalidArgumentError(
-                f"record {name!r} takes {len(data):,} bytes; at most {MAX_RECORD_BYTES:,}")
-        self._write(self.record_path(name), data)
+        self._write(self.record_path(name), record_bytes(name, body))
 
     def load_record(self, name: str) -> dict[str, Any] | None:
-        """The body of the small record ``name`` (None when there is none). O(its size).
+        """The body of the small record ``name`` (None when there is none). O(its size):
+        at most one byte past :data:`~trilink_spark.state.formats.MAX_RECORD_BYTES` is read.
 
         Raises
         ------
         StateCorruptError
             The file is too large, not JSON, not sealed, fails its checksum (a torn or
             edited file), is not a record of this store, or is another record: the message
-            names it.
+            names it (:func:`~trilink_spark.state.formats.parse_record`).
         """
         path = self.record_path(name)
         try:
@@ -757,28 +673,7 @@ class KeyedStateStore:
             if self.fs.get_file_info(path).type == fs.FileType.NotFound:
                 return None
             raise StateStoreError(f"cannot read {path} ({type(err).__name__}: {err})") from None
-        problem = "it is larger than a record" if len(data) > MAX_RECORD_BYTES else None
-        doc: Any = None
-        if problem is None:
-            try:
-                doc = json.loads(data.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError, RecursionError):
-                problem = "it is not JSON"
-        if problem is None and (not isinstance(doc, dict) or SEALED_KEY not in doc):
-            problem = "it is not sealed (records are written with their checksum)"
-        if problem is None:
-            try:
-                doc = unseal(doc, path)
-            except StateCorruptError as err:
-                problem = str(err).removeprefix(f"{path} ")
-        if problem is None and (doc.get("format") != _RECORD_FORMAT or doc.get("name") != name
-                                or not isinstance(doc.get("body"), dict)):
-            problem = f"it is not a {name} record of this store"
-        if problem is not None:
-            raise StateCorruptError(
-                f"{path}: {problem}; delete the file to drop what it records")
-        out: dict[str, Any] = doc["body"]
-        return out
+        return parse_record(data, name, path)
 
     def delete_record(self, name: str) -> None:
         """Delete the small record ``name`` (nothing when there is none)."""
@@ -915,13 +810,8 @@ def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
              "rows": [int(r) for r in blocks["rows"]]}}
 
 
-def _is_count(value: object, least: int) -> bool:
-    """Whether ``value`` is an int (not a bool) of at least ``least``."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= least
-
-
 def _is_timed_count(value: object, least: int) -> bool:
-    """:func:`_is_count`, and below 2**63 (a timing record's figures fit an int64)."""
+    """:func:`~trilink_spark.state.formats.is_count`, and below 2**63 (a timing record's figures fit an int64)."""
     return (isinstance(value, int) and not isinstance(value, bool)
             and least <= value < _COUNT_LIMIT)
 
@@ -938,28 +828,6 @@ def _is_milliseconds(value: object) -> bool:
     if isinstance(value, int):
         return 0 <= value < _COUNT_LIMIT
     return math.isfinite(value) and 0 <= value < _COUNT_LIMIT
-
-
-#: What each field of a stored swap plan must be (checked by ``load_plan``).
-_PLAN_FIELDS: dict[str, Callable[[Any], bool]] = {
-    "prev": lambda v: _is_count(v, 0),
-    "mode": lambda v: isinstance(v, str),
-    "partitions_before": lambda v: _is_count(v, 1),
-    "partitions_after": lambda v: _is_count(v, 1),
-    "keys_total": lambda v: _is_count(v, 0),
-    "moved_keys": lambda v: _is_count(v, 0),
-    "complete": lambda v: isinstance(v, bool),
-    "placement": lambda v: isinstance(v, dict),
-    "target": lambda v: isinstance(v, dict),
-    # None for a sync swap; a resumed fluid swap moves this many keys per batch (0 would
-    # never finish, a str fails in the planner)
-    "max_keys_per_batch": lambda v: v is None or _is_count(v, 1),
-    # the request_swap call the plan carries out (None: the runner's own swap, or older plans)
-    "request": lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 64),
-    # the counters of the partitions the swap removes, which partition 0 takes over
-    "carried_counters": lambda v: v is None or (isinstance(v, dict) and all(
-        isinstance(k, str) and _is_count(c, 0) for k, c in v.items())),
-}
 
 
 def _segment_index(raw: bytes | None, path: str, batches: int) -> list[tuple[int, int]]:

@@ -1,0 +1,198 @@
+"""The manifest protocol of a keyed stream's state path: one writer, one configuration, the
+version each micro-batch starts from, and the commit.
+
+:func:`claim` makes a runner the path's one writer before any of its tasks writes, and
+refuses a changed configuration (:func:`runner_config`); :func:`start_version` is the
+committed version a batch starts from, refusing a manifest older than the state;
+:func:`commit_batch` records a batch as committed once every partition wrote its version.
+The runner (:mod:`~trilink_spark.keyed.streaming`) calls them at each batch; the manifest
+itself is read and written by :class:`~trilink_spark.state.KeyedStateStore`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from ..errors import InvalidArgumentError, StateCorruptError, StateOwnershipError
+from ..state.store import KeyedStateStore
+
+__all__ = ["runner_config", "claim", "start_version", "commit_batch"]
+
+logger = logging.getLogger(__name__)
+
+
+def runner_config(options: dict[str, Any], delay_units: float, idle_units: float,
+                  value_type: Any) -> dict[str, Any]:
+    """The configuration a keyed stream's state is written with (stored in the manifest).
+
+    Parameters
+    ----------
+    options : dict
+        The runner's options (``key``, ``event_time``, ``order_by``, ``processor``).
+    delay_units, idle_units : float
+        The delay and idle timeout in the event-time column's units.
+    value_type : pyarrow.StructType or None
+        The processor's declared ``state_schema``.
+
+    Returns
+    -------
+    dict
+        JSON values only (a value JSON cannot hold is stored as its ``str``), so it compares
+        equal to itself read back from the manifest.
+    """
+    processor = options["processor"]
+    config = {
+        "key": options["key"], "event_time": options["event_time"],
+        "order_by": options["order_by"], "delay": delay_units, "idle_timeout": idle_units,
+        "processor": f"{type(processor).__module__}.{type(processor).__qualname__}",
+        "processor_config": processor.state_config(),
+        "state_schema": None if value_type is None else str(value_type),
+    }
+    out: dict[str, Any] = json.loads(json.dumps(config, default=str))
+    return out
+
+
+def claim(store: KeyedStateStore, manifest: dict[str, Any] | None, token: str,
+          query: str | None, config: dict[str, Any], takeover: bool) -> dict[str, Any]:
+    """Make this runner the state path's one writer, before any of its tasks writes, or
+    refuse; and refuse a changed configuration (checked at each batch).
+
+    On a fresh path the runner creates the manifest, naming itself the owner, only if there
+    is none (:meth:`~trilink_spark.state.KeyedStateStore.create_manifest`): of two runners
+    started at once, one creates it and the other finds it and is refused. A runner allowed
+    on a path another token owns (the same query restarted, or ``takeover``) writes itself
+    in as the owner, so the other one's tasks write nothing more (each task checks the owner
+    before it writes).
+
+    Parameters
+    ----------
+    store : KeyedStateStore
+    manifest : dict or None
+        As just read (None: a fresh path).
+    token, query : str
+        The runner's token and its streaming query's id (None outside a query).
+    config : dict
+        :func:`runner_config` of this run.
+    takeover : bool
+        Take the state path over from another writer.
+
+    Returns
+    -------
+    dict
+        The manifest as it stands now.
+
+    Raises
+    ------
+    StateOwnershipError
+        Another runner (another token and query) owns the state, without ``takeover``.
+    InvalidArgumentError
+        The state was written with another configuration (the changed settings are named;
+        a claim with no committed batch yet holds no state, and takes the new one).
+
+    Notes
+    -----
+    Cost: nothing when the runner owns the path already; else one manifest write (a fresh
+    path: create-if-absent, atomic on a local filesystem, see
+    :mod:`trilink_spark._internal.io.files` for the guarantee elsewhere).
+    """
+    ours_now = {"token": token, "query": query}
+    if manifest is None:
+        fresh = {"owner": ours_now, "config": config, "committed": [], "placements": []}
+        if store.create_manifest(fresh):
+            logger.info("state at %s: claimed by runner %s (query %s)", store.path, token,
+                        query)
+            return fresh
+        manifest = store.read_manifest()  # another runner created it first
+        if manifest is None:
+            raise StateOwnershipError(
+                f"state at {store.path}: another runner created the manifest and it is gone "
+                "again; one writer per state path: give each query its own state_path")
+    owner = manifest.get("owner") or {}
+    ours = owner.get("token") == token or (query is not None and owner.get("query") == query)
+    if owner and not ours and not takeover:
+        raise StateOwnershipError(
+            f"state at {store.path} is written by another runner (query "
+            f"{owner.get('query') or 'none'}, runner {owner.get('token')}); this is query "
+            f"{query or 'none'}, runner {token}. One writer per state path: give this "
+            "query its own state_path, or pass takeover=True once the other has stopped "
+            "for good"
+        )
+    stored = manifest.get("config") if manifest.get("committed") else None  # else: no state
+    if stored is not None and json.dumps(stored, sort_keys=True) != json.dumps(
+            config, sort_keys=True):
+        changed = sorted(k for k in set(stored) | set(config)
+                         if stored.get(k) != config.get(k))
+        raise InvalidArgumentError(
+            f"state at {store.path} was written with another configuration "
+            f"({', '.join(f'{k}: {stored.get(k)!r} -> {config.get(k)!r}' for k in changed)})"
+            "; restore the original settings or start from a new state_path"
+        )
+    if owner.get("token") != token:  # fence the runner this one replaces
+        manifest = {**manifest, "owner": ours_now, "config": config}
+        store.write_manifest(manifest)
+        logger.info("state at %s: now written by runner %s (query %s), was runner %s",
+                    store.path, token, query, owner.get("token"))
+    return manifest
+
+
+def start_version(store: KeyedStateStore, manifest: dict[str, Any] | None,
+                  batch_id: int) -> int | None:
+    """The committed version batch ``batch_id`` starts from (None: empty state).
+
+    A replayed batch starts again from the version before it, never from its own.
+
+    Raises
+    ------
+    StateCorruptError
+        The state is at a batch after ``batch_id`` (the query's checkpoint is older), or
+        holds versions after the last committed one and before ``batch_id``, which the
+        manifest does not know (the manifest is older than the state: restored from an older
+        copy, or a commit lost): starting from the manifest's version would drop them.
+
+    Notes
+    -----
+    Cost: one listing of partition 0 (every committed version has a partition 0).
+    """
+    committed = [] if manifest is None else [int(c) for c in manifest.get("committed", [])]
+    if committed and batch_id < committed[-1]:
+        raise StateCorruptError(
+            f"state at {store.path} is at batch {committed[-1]}, ahead of batch "
+            f"{batch_id}: the query's checkpoint is older than its state; restore the "
+            "checkpoint or start from a new state_path")
+    earlier = [c for c in committed if c < batch_id]
+    prev = earlier[-1] if earlier else None
+    unknown = [v for v in store.versions(0) if (prev is None or v > prev) and v < batch_id]
+    if unknown:
+        raise StateCorruptError(
+            f"{store.path}/manifest.json does not know state versions {unknown[-5:]} (it "
+            f"lists committed batches {committed}), which come before batch {batch_id}: the "
+            "manifest is older than the state (restored from an older copy, or rolled back "
+            f"a commit), and starting from {'empty state' if prev is None else prev} would "
+            "drop those batches. Restore the manifest that committed them, or start from a "
+            "new state_path")
+    return prev
+
+
+def commit_batch(store: KeyedStateStore, batch_id: int, prev: int | None, token: str,
+                 query: str | None, config: dict[str, Any], takeover: bool,
+                 new_placement: bool, extra: dict[str, Any] | None = None) -> None:
+    """Record ``batch_id`` as committed (after every partition wrote it).
+
+    The manifest is read again and :func:`claim` checked again first: another writer may have
+    taken the path while the batch ran. The committed versions become ``prev`` and
+    ``batch_id``; ``new_placement`` adds ``batch_id`` to the batches that started a placement.
+    ``extra``: further JSON entries committed with it (the arguments of this start, the last
+    swap request done), kept until a later commit replaces them.
+    """
+    manifest = claim(store, store.read_manifest(), token, query, config, takeover)
+    placements = sorted(set(manifest.get("placements", [])) | (
+        {batch_id} if new_placement else set()))
+    manifest = {**manifest,
+                "owner": {"token": token, "query": query},
+                "config": config,
+                "committed": [c for c in (prev, batch_id) if c is not None],
+                "placements": placements,
+                **(extra or {})}
+    store.write_manifest(manifest)

@@ -1,0 +1,274 @@
+"""The JSON files of the keyed state store: what each holds, and how it is checked when read.
+
+A :class:`~trilink_spark.state.KeyedStateStore` keeps these JSON files beside its Arrow
+state versions (its module docstring has the layout): the manifest, the placement records,
+the swap plans and small records such as a stored swap request. This module turns each into
+bytes and back, with no I/O: the store reads and writes the bytes.
+
+Every one is written the same way: a JSON object sealed with a checksum
+(:func:`~trilink_spark._internal.io.sealed.seal`: ``trilink.sealed`` and
+``trilink.checksum``, a CRC-32 of its canonical JSON), so a byte damaged after it was written
+is refused with :class:`~trilink_spark.errors.StateCorruptError` naming the file, never read
+as another value. The manifest, placement records and plans of releases before the seal are
+still read (unchecked); a small record was never written without it, so an unsealed one is
+refused.
+
+Examples
+--------
+>>> import trilink_spark as tl
+>>> data = placement_bytes(tl.HashPartitioner(4, key_type="int"), 4, "int")
+>>> strategy, partitions, key_type = parse_placement(data, "placements/0.json")
+>>> partitions, key_type
+(4, 'int')
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .._internal.io.sealed import SEALED_KEY, seal, unseal
+from ..errors import InvalidArgumentError, StateCorruptError
+from ..partitioners import Partitioner
+from ..partitioners.base import KEY_KINDS
+
+__all__ = ["MANIFEST_FORMAT", "MANIFEST_VERSION", "MAX_RECORD_BYTES", "RECORD_FORMAT",
+           "PLAN_FIELDS", "dump", "manifest_bytes", "parse_manifest", "placement_bytes",
+           "parse_placement", "plan_bytes", "parse_plan", "record_bytes", "parse_record",
+           "is_count"]
+
+MANIFEST_FORMAT = "trilink-keyed-state-manifest"
+MANIFEST_VERSION = 1
+#: Format tag of a small record (:func:`record_bytes`).
+RECORD_FORMAT = "trilink-state-record"
+#: Largest small record :func:`parse_record` reads (the store reads at most one byte more).
+MAX_RECORD_BYTES = 1024 * 1024
+
+
+def is_count(value: object, least: int) -> bool:
+    """Whether ``value`` is an int (not a bool) of at least ``least``. O(1)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def dump(body: Mapping[str, Any]) -> bytes:
+    """``body`` as the store writes every JSON file: sealed with its checksum, keys sorted,
+    UTF-8. O(size of the body).
+
+    Raises
+    ------
+    InvalidArgumentTypeError
+        ``body`` holds a value JSON cannot write.
+    """
+    return json.dumps(seal(body), sort_keys=True).encode("utf-8")
+
+
+# ---------------------------------------------------------------------- manifest
+def manifest_bytes(manifest: Mapping[str, Any]) -> bytes:
+    """The manifest ``manifest`` as written, tagged with its format and version."""
+    return dump({**manifest, "format": MANIFEST_FORMAT, "version": MANIFEST_VERSION})
+
+
+def parse_manifest(data: bytes, path: str) -> dict[str, Any]:
+    """The manifest stored as ``data`` (at ``path``, for messages). O(its size).
+
+    Raises
+    ------
+    StateCorruptError
+        Not JSON, failing its checksum, not a manifest of this store, of another version,
+        or with malformed committed or placements lists.
+    """
+    try:
+        manifest = unseal(json.loads(data.decode("utf-8")), path)
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        if isinstance(err, StateCorruptError):
+            raise
+        raise StateCorruptError(f"{path} is not JSON; it is not this store's manifest") \
+            from None
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise StateCorruptError(f"{path} is not a trilink-spark keyed state manifest")
+    if manifest.get("version") != MANIFEST_VERSION:
+        raise StateCorruptError(
+            f"{path} has manifest version {manifest.get('version')!r}; this trilink-spark "
+            f"reads version {MANIFEST_VERSION}")
+    committed = manifest.get("committed", [])
+    placements = manifest.get("placements", [])
+    if not (isinstance(committed, list) and all(is_count(c, 0) for c in committed)
+            and isinstance(placements, list)
+            and all(is_count(p, 0) for p in placements)):
+        raise StateCorruptError(f"{path} has malformed committed or placements lists")
+    return manifest
+
+
+# ---------------------------------------------------------------------- placements
+def placement_bytes(strategy: Partitioner | None, partitions: int,
+                    key_type: str | None = None) -> bytes:
+    """A placement record: the strategy (None: input partitions), its partition count, and
+    ``key_type``, the kind of the key column the state is placed by (``"int"`` for tinyint,
+    smallint and int, ``"long"``, ``"string"``, ``"binary"``; None: not recorded).
+    O(the strategy's size).
+
+    Raises
+    ------
+    InvalidArgumentError
+        ``key_type`` is not one of those (nor None).
+    """
+    body: dict[str, Any] = {"partitions": int(partitions),
+                            "strategy": None if strategy is None else strategy.to_dict()}
+    if key_type is not None:
+        if key_type not in KEY_KINDS:
+            raise InvalidArgumentError(
+                f"key_type must be one of {', '.join(KEY_KINDS)} or None, got {key_type!r}")
+        body["key_type"] = key_type
+    return dump(body)
+
+
+def parse_placement(data: bytes, path: str) -> tuple[Partitioner | None, int, str | None]:
+    """The placement record stored as ``data``: (strategy or None, partition count, key
+    type; None in a record written before key types were recorded, and for a placement by
+    input partitions). O(its size), a table strategy's table included.
+
+    Raises
+    ------
+    StateCorruptError
+        Not JSON, failing its checksum, not a placement, or inconsistent (naming ``path``
+        and the field).
+    """
+    try:
+        body = unseal(json.loads(data.decode("utf-8")), path)
+        strategy = None if body["strategy"] is None else Partitioner.from_dict(body["strategy"])
+        partitions = body["partitions"]
+        key_type = body.get("key_type")
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError,
+            RecursionError) as err:
+        if isinstance(err, StateCorruptError):
+            raise
+        raise StateCorruptError(
+            f"{path} is not a placement record ({type(err).__name__}: {err})") from None
+    if not is_count(partitions, 1):
+        raise StateCorruptError(
+            f"{path} has partitions={partitions!r}; a placement record holds an int >= 1")
+    if strategy is not None and strategy.num_partitions != partitions:
+        raise StateCorruptError(
+            f"{path} records {partitions} partitions but its strategy places on "
+            f"{strategy.num_partitions}; the record is inconsistent")
+    if key_type is not None and (not isinstance(key_type, str) or key_type not in KEY_KINDS):
+        raise StateCorruptError(
+            f"{path} records key_type={key_type!r}; a placement record holds one of "
+            f"{', '.join(KEY_KINDS)} (or none)")
+    return strategy, int(partitions), key_type
+
+
+# ---------------------------------------------------------------------- swap plans
+#: What each field of a stored swap plan must be (checked by :func:`parse_plan`).
+PLAN_FIELDS: dict[str, Callable[[Any], bool]] = {
+    "prev": lambda v: is_count(v, 0),
+    "mode": lambda v: isinstance(v, str),
+    "partitions_before": lambda v: is_count(v, 1),
+    "partitions_after": lambda v: is_count(v, 1),
+    "keys_total": lambda v: is_count(v, 0),
+    "moved_keys": lambda v: is_count(v, 0),
+    "complete": lambda v: isinstance(v, bool),
+    "placement": lambda v: isinstance(v, dict),
+    "target": lambda v: isinstance(v, dict),
+    # None for a sync swap; a resumed fluid swap moves this many keys per batch (0 would
+    # never finish, a str fails in the planner)
+    "max_keys_per_batch": lambda v: v is None or is_count(v, 1),
+    # the request_swap call the plan carries out (None: the runner's own swap, or older plans)
+    "request": lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 64),
+    # the counters of the partitions the swap removes, which partition 0 takes over
+    "carried_counters": lambda v: v is None or (isinstance(v, dict) and all(
+        isinstance(k, str) and is_count(c, 0) for k, c in v.items())),
+}
+
+
+def plan_bytes(plan: Mapping[str, Any]) -> bytes:
+    """A swap plan as written. O(its size)."""
+    return dump(plan)
+
+
+def parse_plan(data: bytes, path: str, batch: int) -> dict[str, Any]:
+    """The swap plan of ``batch`` stored as ``data``, every field checked
+    (:data:`PLAN_FIELDS`) and its two strategies rebuilt once. O(its size).
+
+    Raises
+    ------
+    StateCorruptError
+        Not JSON, failing its checksum, another batch's, incomplete or malformed.
+    """
+    try:
+        plan = unseal(json.loads(data.decode("utf-8")), path)
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        if isinstance(err, StateCorruptError):
+            raise
+        raise StateCorruptError(f"{path} is not a swap plan") from None
+    if not isinstance(plan, dict) or not is_count(plan.get("batch_id"), 0) \
+            or plan["batch_id"] != batch:
+        raise StateCorruptError(f"{path} is not the swap plan of batch {batch}")
+    problems = [name for name, ok in PLAN_FIELDS.items() if not ok(plan.get(name))]
+    if problems:
+        raise StateCorruptError(
+            f"{path} is an incomplete or malformed swap plan (bad or missing: "
+            f"{', '.join(problems)}); it is not a plan this release wrote")
+    for name in ("placement", "target"):  # the runner rebuilds both: refuse them here
+        try:
+            Partitioner.from_dict(plan[name])
+        except (ValueError, TypeError, KeyError, RecursionError) as err:
+            raise StateCorruptError(
+                f"{path}: its {name} is not a stored strategy ({type(err).__name__}: "
+                f"{err})") from None
+    return plan
+
+
+# ---------------------------------------------------------------------- small records
+def record_bytes(name: str, body: Mapping[str, Any]) -> bytes:
+    """The small record ``name`` holding ``body``, as written. O(size of the body).
+
+    Raises
+    ------
+    InvalidArgumentError
+        ``body`` is not JSON (NaN and infinities included) or is over
+        :data:`MAX_RECORD_BYTES`.
+    """
+    try:
+        plain = json.loads(json.dumps(dict(body), allow_nan=False))
+    except (TypeError, ValueError) as err:
+        raise InvalidArgumentError(f"record {name!r} is not JSON ({err})") from None
+    data = dump({"format": RECORD_FORMAT, "name": name, "body": plain})
+    if len(data) > MAX_RECORD_BYTES:
+        raise InvalidArgumentError(
+            f"record {name!r} takes {len(data):,} bytes; at most {MAX_RECORD_BYTES:,}")
+    return data
+
+
+def parse_record(data: bytes, name: str, path: str) -> dict[str, Any]:
+    """The body of the small record ``name`` stored as ``data``. O(its size).
+
+    Raises
+    ------
+    StateCorruptError
+        Too large, not JSON, not sealed, failing its checksum (a torn or edited file), not a
+        record of this store, or another record; the message names ``path`` and says to
+        delete the file to drop what it records.
+    """
+    problem = "it is larger than a record" if len(data) > MAX_RECORD_BYTES else None
+    doc: Any = None
+    if problem is None:
+        try:
+            doc = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            problem = "it is not JSON"
+    if problem is None and (not isinstance(doc, dict) or SEALED_KEY not in doc):
+        problem = "it is not sealed (records are written with their checksum)"
+    if problem is None:
+        try:
+            doc = unseal(doc, path)
+        except StateCorruptError as err:
+            problem = str(err).removeprefix(f"{path} ")
+    if problem is None and (doc.get("format") != RECORD_FORMAT or doc.get("name") != name
+                            or not isinstance(doc.get("body"), dict)):
+        problem = f"it is not a {name} record of this store"
+    if problem is not None:
+        raise StateCorruptError(f"{path}: {problem}; delete the file to drop what it records")
+    out: dict[str, Any] = doc["body"]
+    return out
