@@ -27,7 +27,7 @@ PUBLIC = {
     "LeastCountPartitioner", "WeightPartitioner", "BlockPartitioner", "TablePartitioner",
     "OverlayPartitioner", "AdaptivePartitioner",
     "partition_balance", "evaluate_strategies", "resolve_strategy",
-    "KeyedWatermarkProcessFunction", "KeyedWindowAggregate",
+    "KeyedWatermarkProcessFunction", "KeyedWindowAggregate", "read_state",
     "get_session", "TrilinkError", "PARTITION_COL",
 }
 
@@ -95,7 +95,7 @@ def test_every_name_that_left_the_top_level_resolves_to_its_home_with_a_warning(
     import warnings
 
     homes = {n: (m, n) for m, names in MOVED.items() for n in names} | ALIASES
-    assert len(homes) == 100  # the 128 names of 0.1, less the 27 that stay and __version__
+    assert len(homes) == 100  # the 128 names of 0.1, less the 27 that stayed and __version__
     for name, (module, attr) in homes.items():
         home = importlib.import_module(module)
         if module != "trilink_spark.advice.ds2":  # the alias that goes is in no __all__

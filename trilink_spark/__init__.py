@@ -37,7 +37,7 @@ from ._internal.spark.session import get_session
 from .columns import PARTITION_COL
 from .errors import TrilinkError
 from .keyed import KeyedWatermarkProcessFunction, KeyedWindowAggregate
-from .keyed import keyed_foreach_batch, keyed_process, keyed_watermark
+from .keyed import keyed_foreach_batch, keyed_process, keyed_watermark, read_state
 from .merge import global_merge, local_merge, merge_partials
 from .partitioners import (
     BlockPartitioner,
@@ -86,6 +86,7 @@ __all__ = [
     # keyed processing
     "KeyedWatermarkProcessFunction",
     "KeyedWindowAggregate",
+    "read_state",
     # the session, the root error, the partition column
     "get_session",
     "TrilinkError",

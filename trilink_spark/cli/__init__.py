@@ -5,7 +5,8 @@ strategy would do. With no arguments it runs the Trilink paper's four scenarios 
 ``trilink-spark config get|set`` reads or publishes the dynamic configuration
 (:mod:`trilink_spark.cli.config`). ``trilink-spark advise --progress progress.jsonl`` reads
 saved ``StreamingQueryProgress`` events (one JSON object per line) and prints the bottleneck
-report of :class:`~trilink_spark.advice.BottleneckAdvisor`.
+report of :class:`~trilink_spark.advice.BottleneckAdvisor`. ``trilink-spark state PATH``
+summarises a keyed stream's state path (:mod:`trilink_spark.cli.state`).
 
 Examples
 --------
@@ -16,6 +17,7 @@ Examples
     trilink-spark balance --scenario zipf --zipf 1.1 --json
     trilink-spark balance --plot loads.png
     trilink-spark advise --progress progress.jsonl --json
+    trilink-spark state /data/state
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 from .config import add_config_parser, run_config
+from .state import add_state_parser, run_state
 from ..errors import InvalidArgumentError, TrilinkError
 from ..partitioners.evaluation import StrategyScore, choose_best, evaluate_strategies
 from ..partitioners.scenarios import PAPER_SCENARIOS, SCENARIOS, make_scenario, scenario_frame
@@ -126,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_config_parser(sub)
     add_advise_parser(sub)
+    add_state_parser(sub)
     return parser
 
 
@@ -457,6 +461,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return run_config(args, stream)
         if args.command == "advise":
             return run_advise(args, stream)
+        if args.command == "state":
+            return run_state(args, stream)
     except TrilinkError as exc:
         sys.stderr.write(f"trilink-spark: error: {exc}\n")
         return 2

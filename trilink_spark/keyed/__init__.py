@@ -12,6 +12,7 @@ from .windows import WINDOW_AGGS, KeyedWindowAggregate
 from .batch import keyed_process
 from .streaming import KeyedBatchFunction, keyed_foreach_batch
 from .swap import SwapReport
+from .state_reader import read_state, state_summary
 
 __all__ = [
     "TimerService",
@@ -27,6 +28,8 @@ __all__ = [
     "keyed_foreach_batch",
     "keyed_process",
     "SwapReport",
+    "read_state",
+    "state_summary",
 ]
 
 

@@ -135,6 +135,29 @@ class KeyedStateStore:
             ) from None
 
     # ------------------------------------------------------------------ raw files
+    @classmethod
+    def open_existing(cls, path: str, filesystem: Any = None) -> KeyedStateStore:
+        """The store at an existing ``path``, for reading only: no directory is created and no
+        probe file written (a read-only path works). O(1) file-system calls.
+
+        Raises
+        ------
+        InvalidArgumentError
+            ``path`` is not a directory.
+        """
+        from pyarrow import fs
+
+        if not isinstance(path, str) or not path:
+            raise InvalidArgumentTypeError("state path must be a non-empty str")
+        filesystem, inner = resolve_filesystem(path, filesystem)
+        if filesystem.get_file_info(inner).type != fs.FileType.Directory:
+            raise InvalidArgumentError(
+                f"state path {path!r} is not a directory; give the state_path a "
+                "keyed_foreach_batch stream wrote")
+        store = cls.__new__(cls)
+        store.fs, store.path, store.keep_versions = filesystem, inner.rstrip("/"), 1
+        return store
+
     def _dir(self, partition: int) -> str:
         return f"{self.path}/partition={partition:05d}"
 

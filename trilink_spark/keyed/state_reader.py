@@ -1,0 +1,248 @@
+"""What a keyed stream's state path holds, read without running the stream.
+
+:func:`read_state` returns one row per key of a committed version as a Spark DataFrame, in the
+manner of Spark's state data source reader (``spark.read.format("statestore")``);
+:func:`state_summary` describes the path (keys and bytes per partition, stored versions, the
+last committed batch, the placement, the swaps) without Spark, for ``trilink-spark state``.
+Both only read: nothing under the path is created, changed or deleted.
+
+Examples
+--------
+>>> from trilink_spark.keyed import read_state, state_summary
+>>> read_state(spark, "/tmp/state").orderBy("key").show()  # doctest: +SKIP
+>>> state_summary("/tmp/state")["last_committed"]  # doctest: +SKIP
+41
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .._internal.validation import count
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
+from ..partitioners import BlockPartitioner
+from ..state.store import KEY_FIELD, KeyedStateStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["read_state", "state_summary", "STATE_COLUMNS"]
+
+logger = logging.getLogger(__name__)
+
+#: The columns :func:`read_state` always returns, before the processor's declared values.
+STATE_COLUMNS: tuple[str, ...] = ("key", "partition", "block", "watermark", "last_seen", "rows")
+
+
+def _open(state_path: str) -> KeyedStateStore:
+    if not isinstance(state_path, str) or not state_path:
+        raise InvalidArgumentTypeError(
+            f"state_path must be a non-empty str, got {type(state_path).__name__}")
+    return KeyedStateStore.open_existing(state_path)
+
+
+def _version(store: KeyedStateStore, manifest: dict[str, Any], batch_id: int | None) -> int:
+    committed = [int(v) for v in manifest.get("committed", [])]
+    if not committed:
+        raise StateCorruptError(f"{store.path}/manifest.json names no committed batch")
+    if batch_id is None:
+        return committed[-1]
+    batch_id = count(batch_id, "batch_id", low=0)
+    if batch_id > committed[-1]:
+        raise InvalidArgumentError(
+            f"batch_id {batch_id} is not committed under {store.path}; the last committed "
+            f"batch is {committed[-1]}")
+    partitions = store.placement_at(batch_id, manifest)[1]
+    if not all(batch_id in store.versions(p) for p in range(partitions)):
+        kept = sorted(set(store.versions(0)))
+        raise InvalidArgumentError(
+            f"batch_id {batch_id} is no longer stored under {store.path} (keep_versions pruned "
+            f"it); stored versions of partition 0: {kept}")
+    return batch_id
+
+
+def _state_arrow(store: KeyedStateStore, manifest: dict[str, Any], version: int) -> Any:
+    """One Arrow table of :data:`STATE_COLUMNS` plus the declared values, vectorised over
+    keys (no Python loop per key)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = store.key_table(version, extra=("high", "seen", "rows", "values"))
+    config = manifest.get("config") or {}
+    delay = float(config.get("delay") or 0.0)
+    high = pc.cast(table.column("high"), pa.float64())
+    finite = pc.is_finite(high)
+    watermark = pc.if_else(finite, pc.subtract(high, pa.scalar(delay)), pa.scalar(None, pa.float64()))
+    seen = pc.cast(table.column("seen"), pa.float64())
+    seen = pc.if_else(pc.is_finite(seen), seen, pa.scalar(None, pa.float64()))
+    keys = table.column(KEY_FIELD)
+    placement = store.placement_at(version, manifest)[0]
+    if isinstance(placement, BlockPartitioner) and len(keys):
+        blocks = pa.array(placement.blocks(np.asarray(keys.to_pylist(), dtype=object)),
+                          pa.int32())
+    else:
+        blocks = pa.nulls(len(keys), pa.int32())
+    columns: dict[str, Any] = {
+        "key": keys, "partition": table.column("partition"), "block": blocks,
+        "watermark": watermark, "last_seen": seen,
+        "rows": pc.cast(table.column("rows"), pa.int64()),
+    }
+    values = table.column("values")
+    if pa.types.is_struct(values.type):
+        for i, field in enumerate(values.type):
+            if field.name in columns:
+                raise StateCorruptError(
+                    f"{store.path}: a declared state value is named {field.name!r}, like a "
+                    f"column of read_state ({', '.join(STATE_COLUMNS)})")
+            columns[field.name] = pc.struct_field(values, [i])
+    elif not pa.types.is_null(values.type):  # no declared schema: the values as JSON text
+        columns["values"] = values
+    return pa.table(columns)
+
+
+def read_state(spark: SparkSession, state_path: str, batch_id: int | None = None) -> DataFrame:
+    """One row per key of a keyed stream's committed state, as a DataFrame.
+
+    Parameters
+    ----------
+    spark : SparkSession
+        Classic or Connect.
+    state_path : str
+        The ``state_path`` a :func:`~trilink_spark.keyed_foreach_batch` stream writes.
+    batch_id : int, optional
+        A committed batch whose version is still stored (``keep_versions``); default the last
+        committed one.
+
+    Returns
+    -------
+    DataFrame
+        ``key`` (the key column's type), ``partition`` (int), ``block`` (int: the key's block
+        under a :class:`~trilink_spark.BlockPartitioner`, else null), ``watermark`` (double:
+        the key's watermark, its highest event time less the delay, in the event-time column's
+        unit, microseconds for timestamps; null before any on-time row), ``last_seen``
+        (double, same unit), ``rows`` (long: rows the key has sent), then one column per
+        field of the processor's declared ``state_schema`` (or ``values``, the JSON text of
+        each key's values, without one).
+
+    Raises
+    ------
+    InvalidArgumentError
+        The path is not a directory, or ``batch_id`` is not committed or no longer stored.
+    StateCorruptError
+        The manifest or a state file is missing, damaged or foreign, or a key is stored in two
+        partitions.
+
+    Notes
+    -----
+    Cost: reads every partition's state file of that version on the driver (O(state)) and
+    makes one local DataFrame of it; no Spark job until the frame is used. Nothing on the
+    path is written.
+
+    Examples
+    --------
+    >>> from trilink_spark.keyed import read_state
+    >>> read_state(spark, "/tmp/state").filter("rows > 100").show()  # doctest: +SKIP
+    """
+    store = _open(state_path)
+    manifest = store.read_manifest()
+    if manifest is None:
+        raise StateCorruptError(
+            f"{store.path} holds no manifest.json: not a keyed state path, or nothing committed")
+    version = _version(store, manifest, batch_id)
+    table = _state_arrow(store, manifest, version)
+    logger.info("read_state: %d keys of batch %d under %s", table.num_rows, version, store.path)
+    return spark.createDataFrame(table.to_pandas(types_mapper=_nullable_ints),
+                                 schema=_spark_schema(table))
+
+
+def _nullable_ints(arrow_type: Any) -> Any:
+    """pandas dtypes that keep nulls in integer columns (no float conversion)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    mapping = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(),
+               pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype()}
+    return mapping.get(arrow_type)
+
+
+def _spark_schema(table: Any) -> Any:
+    """The Spark schema of the Arrow table (a null key column, no keys at all, is a string)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    fields = []
+    for field in table.schema:
+        spark_type = StringType() if pa.types.is_null(field.type) else from_arrow_type(field.type)
+        fields.append(StructField(field.name, spark_type, True))
+    return StructType(fields)
+
+
+def _brief(placement: Any) -> dict[str, Any] | None:
+    """A placement's ``to_dict()`` with its tables (one entry per key or block) replaced by
+    their lengths, so a summary stays small at millions of keys."""
+    if placement is None:
+        return None
+    brief: dict[str, Any] = {}
+    for name, value in placement.to_dict().items():
+        if isinstance(value, (list, dict)) and len(value) > 16:
+            brief[f"{name}_entries"] = len(value)
+        else:
+            brief[name] = value
+    return brief
+
+
+def state_summary(state_path: str) -> dict[str, Any]:
+    """A summary of a keyed state path, without Spark.
+
+    Returns
+    -------
+    dict
+        ``path``, ``last_committed`` (None before the first commit), ``committed``,
+        ``placement`` (the strategy in force, as its ``to_dict()``, a table longer than 16
+        entries given as its length, ``table_entries``), ``partitions``: per
+        partition ``{"partition", "keys", "bytes", "versions"}`` of the last committed
+        version, ``keys`` and ``bytes`` in all, and ``swaps``: per swap batch
+        ``{"batch", "partitions_before", "partitions_after", "moved_keys"}``.
+
+    Raises
+    ------
+    InvalidArgumentError
+        The path is not a directory.
+    StateCorruptError
+        A stored file is missing, damaged or foreign.
+
+    Notes
+    -----
+    Cost: reads the manifest, each partition's newest committed state file and each swap's
+    plan (O(state)); nothing is written.
+    """
+    store = _open(state_path)
+    manifest = store.read_manifest()
+    out: dict[str, Any] = {"path": store.path, "last_committed": None, "committed": [],
+                           "placement": None, "partitions": [], "keys": 0, "bytes": 0,
+                           "swaps": []}
+    if manifest is None or not manifest.get("committed"):
+        return out
+    committed = [int(v) for v in manifest["committed"]]
+    version = committed[-1]
+    placement, partitions = store.placement_at(version, manifest)
+    out.update(last_committed=version, committed=committed, placement=_brief(placement))
+    for p in range(partitions):
+        data = store.load(p, version)
+        table = store.load_table(p, version)
+        keys = 0 if table is None else table.num_rows
+        out["partitions"].append({"partition": p, "keys": keys,
+                                  "bytes": len(data or b""), "versions": store.versions(p)})
+        out["keys"] += keys
+        out["bytes"] += len(data or b"")
+    for batch in store.swap_batches():
+        plan = store.load_plan(batch) or {}
+        out["swaps"].append({"batch": batch, "partitions_before": plan.get("partitions_before"),
+                             "partitions_after": plan.get("partitions_after"),
+                             "moved_keys": plan.get("moved_keys")})
+    return json.loads(json.dumps(out, default=str))  # type: ignore[no-any-return]
