@@ -176,10 +176,12 @@ class KeyedStateStore:
                 f"cannot list {directory} ({type(err).__name__}: {err})") from None
         return infos
 
-    def _read(self, path: str) -> bytes | None:
+    def _read(self, path: str, limit: int | None = None) -> bytes | None:
+        """The file's bytes (at most ``limit`` + 1 of them when given), None when it is
+        missing; another read failure is a StateStoreError naming it."""
         try:
             with self.fs.open_input_stream(path) as f:
-                data: bytes = f.read()
+                data: bytes = f.read() if limit is None else f.read(limit + 1)
         except FileNotFoundError:
             return None
         except OSError as err:
@@ -685,18 +687,8 @@ class KeyedStateStore:
             names it (:func:`~trilink_spark.state.formats.parse_record`).
         """
         path = self.record_path(name)
-        try:
-            with self.fs.open_input_stream(path) as f:
-                data: bytes = f.read(MAX_RECORD_BYTES + 1)
-        except FileNotFoundError:
-            return None
-        except OSError as err:
-            from pyarrow import fs
-
-            if self.fs.get_file_info(path).type == fs.FileType.NotFound:
-                return None
-            raise StateStoreError(f"cannot read {path} ({type(err).__name__}: {err})") from None
-        return parse_record(data, name, path)
+        data = self._read(path, MAX_RECORD_BYTES)
+        return None if data is None else parse_record(data, name, path)
 
     def delete_record(self, name: str) -> None:
         """Delete the small record ``name`` (nothing when there is none)."""
