@@ -26,6 +26,7 @@ from .._internal.validation import count
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..partitioners import BlockPartitioner
 from ..state.store import KEY_FIELD, KeyedStateStore
+from .replan import bound_placement, stored_key_type
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -39,7 +40,7 @@ STATE_COLUMNS: tuple[str, ...] = ("key", "partition", "block", "watermark", "las
 
 
 def _open(state_path: str) -> KeyedStateStore:
-    if not isinstance(state_path, str) or not state_path:
+    if not isinstance(state_path, str):
         raise InvalidArgumentTypeError(
             f"state_path must be a non-empty str, got {type(state_path).__name__}")
     return KeyedStateStore.open_existing(state_path)
@@ -56,6 +57,11 @@ def _version(store: KeyedStateStore, manifest: dict[str, Any], batch_id: int | N
         raise InvalidArgumentError(
             f"batch_id {batch_id} is not committed under {store.path}; the last committed "
             f"batch is {committed[-1]}")
+    starts = sorted(int(s) for s in manifest.get("placements") or [])
+    if starts and batch_id < starts[0]:
+        raise InvalidArgumentError(
+            f"batch_id {batch_id} is not committed under {store.path}: the stream's first "
+            f"batch there is {starts[0]}")
     partitions = store.placement_at(batch_id, manifest)[1]
     if not all(batch_id in store.versions(p) for p in range(partitions)):
         kept = sorted(set(store.versions(0)))
@@ -80,12 +86,7 @@ def _state_arrow(store: KeyedStateStore, manifest: dict[str, Any], version: int)
     seen = pc.cast(table.column("seen"), pa.float64())
     seen = pc.if_else(pc.is_finite(seen), seen, pa.scalar(None, pa.float64()))
     keys = table.column(KEY_FIELD)
-    placement = store.placement_at(version, manifest)[0]
-    if isinstance(placement, BlockPartitioner) and len(keys):
-        blocks = pa.array(placement.blocks(np.asarray(keys.to_pylist(), dtype=object)),
-                          pa.int32())
-    else:
-        blocks = pa.nulls(len(keys), pa.int32())
+    blocks = _blocks(store, manifest, version, keys)
     columns: dict[str, Any] = {
         "key": keys, "partition": table.column("partition"), "block": blocks,
         "watermark": watermark, "last_seen": seen,
@@ -94,14 +95,42 @@ def _state_arrow(store: KeyedStateStore, manifest: dict[str, Any], version: int)
     values = table.column("values")
     if pa.types.is_struct(values.type):
         for i, field in enumerate(values.type):
-            if field.name in columns:
-                raise StateCorruptError(
-                    f"{store.path}: a declared state value is named {field.name!r}, like a "
-                    f"column of read_state ({', '.join(STATE_COLUMNS)})")
-            columns[field.name] = pc.struct_field(values, [i])
+            columns[_value_column(field.name, columns)] = pc.struct_field(values, [i])
     elif not pa.types.is_null(values.type):  # no declared schema: the values as JSON text
         columns["values"] = values
     return pa.table(columns)
+
+
+def _value_column(name: str, taken: dict[str, Any]) -> str:
+    """The column name of the declared state value ``name``: ``name`` itself, or, when a
+    column of :data:`STATE_COLUMNS` (or an earlier value) has it, ``state_<name>`` (prefixed
+    again until free)."""
+    while name in taken:
+        name = f"state_{name}"
+    return name
+
+
+def _blocks(store: KeyedStateStore, manifest: dict[str, Any], version: int, keys: Any) -> Any:
+    """Each key's block under the placement in force at ``version``, hashed as the key type
+    its placement record holds (else the stored key column's), null for a null key and
+    without a block placement. Vectorised over the Arrow keys: O(total key bytes)."""
+    import pyarrow as pa
+
+    placement, _, recorded = store.placement_record_at(version, manifest)
+    if not isinstance(placement, BlockPartitioner) or not len(keys) \
+            or pa.types.is_null(keys.type):
+        return pa.nulls(len(keys), pa.int32())
+    kind = recorded if recorded is not None else stored_key_type(keys.type)
+    placement = bound_placement(placement, kind, recorded is not None)
+    if not isinstance(placement, BlockPartitioner):  # pragma: no cover - binding keeps the kind
+        return pa.nulls(len(keys), pa.int32())
+    array = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+    nulls = array.is_null()
+    filled = placement.blocks(array.drop_null() if array.null_count else array)
+    out = np.full(len(array), -1, dtype=np.int64)
+    out[~np.asarray(nulls.to_numpy(zero_copy_only=False), dtype=bool)] = filled
+    return pa.array(out.astype(np.int32), pa.int32(),
+                    mask=np.asarray(nulls.to_numpy(zero_copy_only=False), dtype=bool))
 
 
 def read_state(spark: SparkSession, state_path: str, batch_id: int | None = None) -> DataFrame:
@@ -126,12 +155,20 @@ def read_state(spark: SparkSession, state_path: str, batch_id: int | None = None
         unit, microseconds for timestamps; null before any on-time row), ``last_seen``
         (double, same unit), ``rows`` (long: rows the key has sent), then one column per
         field of the processor's declared ``state_schema`` (or ``values``, the JSON text of
-        each key's values, without one).
+        each key's values, without one); a field named like one of the columns before it
+        comes as ``state_<name>``. A null key (null policy ``"partition0"``) has a null
+        ``block``; blocks are hashed as the key type the placement was recorded with.
 
     Raises
     ------
+    InvalidArgumentTypeError
+        ``state_path`` is not a str, or ``batch_id`` not an int (bools and floats refused).
     InvalidArgumentError
-        The path is not a directory, or ``batch_id`` is not committed or no longer stored.
+        The path is empty, not a directory or not a path or URI that can be read, or
+        ``batch_id`` is not committed (after the last committed batch, or before the
+        stream's first) or no longer stored.
+    StateStoreError
+        The path's filesystem cannot be reached.
     StateCorruptError
         The manifest or a state file is missing, damaged or foreign, or a key is stored in two
         partitions.
@@ -139,8 +176,9 @@ def read_state(spark: SparkSession, state_path: str, batch_id: int | None = None
     Notes
     -----
     Cost: reads every partition's state file of that version on the driver (O(state)) and
-    makes one local DataFrame of it; no Spark job until the frame is used. Nothing on the
-    path is written.
+    makes one local DataFrame of it from the Arrow table (no Python object per key; blocks
+    hashed vectorised); no Spark job until the frame is used. Nothing on the path is
+    written.
 
     Examples
     --------
@@ -155,18 +193,14 @@ def read_state(spark: SparkSession, state_path: str, batch_id: int | None = None
     version = _version(store, manifest, batch_id)
     table = _state_arrow(store, manifest, version)
     logger.info("read_state: %d keys of batch %d under %s", table.num_rows, version, store.path)
-    return spark.createDataFrame(table.to_pandas(types_mapper=_nullable_ints),
-                                 schema=_spark_schema(table))
-
-
-def _nullable_ints(arrow_type: Any) -> Any:
-    """pandas dtypes that keep nulls in integer columns (no float conversion)."""
-    import pandas as pd
     import pyarrow as pa
 
-    mapping = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(),
-               pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype()}
-    return mapping.get(arrow_type)
+    if pa.types.is_null(table.schema.field("key").type):  # no key at all: a string column
+        table = table.set_column(0, "key", table.column("key").cast(pa.string()))
+    # the Arrow table itself (classic and Connect take it whole): no pandas round trip, no
+    # Python object per key
+    # one chunk per column: Spark reads the table's record batches, which must align
+    return spark.createDataFrame(table.combine_chunks(), schema=_spark_schema(table))
 
 
 def _spark_schema(table: Any) -> Any:

@@ -143,14 +143,33 @@ class KeyedStateStore:
         Raises
         ------
         InvalidArgumentError
-            ``path`` is not a directory.
+            ``path`` is not a directory, or not a path or URI pyarrow can open (an unknown
+            scheme, a NUL character).
+        StateStoreError
+            The filesystem cannot be reached or the path cannot be looked up (its client
+            fails to load, an I/O error).
         """
+        import pyarrow as pa
         from pyarrow import fs
 
-        if not isinstance(path, str) or not path:
-            raise InvalidArgumentTypeError("state path must be a non-empty str")
-        filesystem, inner = resolve_filesystem(path, filesystem)
-        if filesystem.get_file_info(inner).type != fs.FileType.Directory:
+        if not isinstance(path, str):
+            raise InvalidArgumentTypeError(
+                f"state path must be a non-empty str, got {type(path).__name__}")
+        if not path:
+            raise InvalidArgumentError("state path must be a non-empty str, got ''")
+        try:
+            filesystem, inner = resolve_filesystem(path, filesystem)
+            kind = filesystem.get_file_info(inner).type
+        except (pa.ArrowInvalid, ValueError, TypeError) as err:
+            raise InvalidArgumentError(
+                f"state path {path!r} is not a path or URI that can be read ({err}); give a "
+                "local directory or a URI such as file:///data/state or s3://bucket/state"
+            ) from None
+        except OSError as err:
+            raise StateStoreError(
+                f"state path {path!r} cannot be looked up ({type(err).__name__}: "
+                f"{' '.join(str(err).split())[:300]})") from None
+        if kind != fs.FileType.Directory:
             raise InvalidArgumentError(
                 f"state path {path!r} is not a directory; give the state_path a "
                 "keyed_foreach_batch stream wrote")
