@@ -332,3 +332,14 @@ def test_read_state_of_many_keys(spark: Any, tmp_path: Path) -> None:
     sample = state.filter("key in ('key0', 'key99999', 'key4242')").toPandas().set_index("key")
     assert sample["block"].to_dict() == {k: placement.block_of(k) for k in sample.index}
     assert state_summary(str(tmp_path / "state"))["keys"] == n
+
+
+def test_read_state_refuses_a_manifest_with_a_foreign_delay(spark: Any, tmp_path: Path) -> None:
+    run = _run(tmp_path)
+    df, _ = _batch(spark, 0, np.random.default_rng(11))
+    run(df, 0)
+    manifest = run.store.read_manifest()
+    for bad in ("5 seconds", [1], float("nan")):
+        run.store.write_manifest({**manifest, "config": {**manifest["config"], "delay": bad}})
+        with pytest.raises(StateCorruptError, match="manifest.json"):
+            read_state(spark, str(tmp_path / "state"))

@@ -78,8 +78,7 @@ def _state_arrow(store: KeyedStateStore, manifest: dict[str, Any], version: int)
     import pyarrow.compute as pc
 
     table = store.key_table(version, extra=("high", "seen", "rows", "values"))
-    config = manifest.get("config") or {}
-    delay = float(config.get("delay") or 0.0)
+    delay = _delay(store, manifest)
     high = pc.cast(table.column("high"), pa.float64())
     finite = pc.is_finite(high)
     watermark = pc.if_else(finite, pc.subtract(high, pa.scalar(delay)), pa.scalar(None, pa.float64()))
@@ -99,6 +98,24 @@ def _state_arrow(store: KeyedStateStore, manifest: dict[str, Any], version: int)
     elif not pa.types.is_null(values.type):  # no declared schema: the values as JSON text
         columns["values"] = values
     return pa.table(columns)
+
+
+def _delay(store: KeyedStateStore, manifest: dict[str, Any]) -> float:
+    """The stream's delay in event-time units, from the manifest's configuration (0 when
+    none is recorded); StateCorruptError naming the manifest for one that is not a finite
+    number."""
+    import math
+
+    config = manifest.get("config") or {}
+    delay = config.get("delay") if isinstance(config, dict) else config
+    if delay is None:
+        return 0.0
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) \
+            or not math.isfinite(delay) or abs(delay) >= 2**63:
+        raise StateCorruptError(
+            f"{store.path}/manifest.json records a delay of {str(delay)[:80]!r} (config "
+            f"{type(config).__name__}); a stream records a finite number of event-time units")
+    return float(delay)
 
 
 def _value_column(name: str, taken: dict[str, Any]) -> str:
