@@ -238,3 +238,32 @@ def test_results_and_docstrings_never_use_a_moved_tl_name() -> None:
                 if match.group(1) in tl._MOVED:
                     stale.append(f"{path.relative_to(ROOT)}:{number} tl.{match.group(1)}")
     assert stale == []
+
+
+def test_an_arrow_table_with_an_empty_batch_keeps_every_row(spark) -> None:
+    """PySpark drops the rows after an empty record batch of a multi-chunk Arrow table; every
+    table the package hands to Spark goes through frame_of_arrow, which combines chunks."""
+    import pyarrow as pa
+
+    from trilink_spark._internal.spark.compat import frame_of_arrow
+
+    key = pa.chunked_array([pa.array(["a"]), pa.array([], pa.string()), pa.array(["b", "c"])])
+    table = pa.table({"k": key, "v": pa.array([1, 2, 3], pa.int32())})
+    assert [b.num_rows for b in table.to_batches()] == [1, 0, 2]
+    assert sorted(r["k"] for r in frame_of_arrow(spark, table).collect()) == ["a", "b", "c"]
+    assert frame_of_arrow(spark, table, "k string, v int").count() == 3
+
+
+def test_no_arrow_table_reaches_spark_but_through_frame_of_arrow() -> None:
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "trilink_spark"
+    offenders = []
+    for path in root.rglob("*.py"):
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            code = line.split("#")[0]
+            if re.search(r"createDataFrame\((table|combined|_arrow_result|to_arrow)", code) and \
+                    path.name != "compat.py":
+                offenders.append(f"{path.name}:{n}")
+    assert offenders == []

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._internal.spark.compat import frame_of_arrow
 from .._internal.validation import count
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..partitioners import BlockPartitioner
@@ -217,7 +218,7 @@ def read_state(spark: SparkSession, state_path: str, batch_id: int | None = None
     # the Arrow table itself (classic and Connect take it whole): no pandas round trip, no
     # Python object per key
     # one chunk per column: Spark reads the table's record batches, which must align
-    return spark.createDataFrame(table.combine_chunks(), schema=_spark_schema(table))
+    return frame_of_arrow(spark, table, _spark_schema(table))
 
 
 def _spark_schema(table: Any) -> Any:

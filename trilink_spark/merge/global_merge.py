@@ -26,6 +26,7 @@ from .pandas_engine import arrow_to_pandas, partition_flushes, partition_partial
 from .pandas_engine import source_rows, to_arrow
 from .plan import SLOT
 from .._internal.optiming import OperatorTimer, Stopwatch, operator_timer, task_identity
+from .._internal.spark.compat import frame_of_arrow
 from .redis_store import RedisStore
 from ..columns import column_of, quoted
 from .expressions import AggSpec, parse_aggs, spark_aggregate
@@ -178,7 +179,7 @@ def global_merge(
                     partition=0)
     if pd.api.types.is_float_dtype(result[key].dtype):
         result[key] = result[key] + 0.0  # -0.0 and 0.0 are one key: Spark shows it as 0.0
-    return spark.createDataFrame(_arrow_result(result[[key] + [s.name for s in specs]],
+    return frame_of_arrow(spark, _arrow_result(result[[key] + [s.name for s in specs]],
                                                schema, spark))
 
 
@@ -224,7 +225,7 @@ def _native_driver_merge(df: DataFrame, key: str, specs: list[AggSpec]) -> DataF
         return spark.createDataFrame([], schema)
     if pd.api.types.is_float_dtype(frame[key].dtype):
         frame[key] = frame[key] + 0.0  # -0.0 and 0.0 are one key: Spark shows it as 0.0
-    return spark.createDataFrame(_arrow_result(frame, schema, spark))
+    return frame_of_arrow(spark, _arrow_result(frame, schema, spark))
 
 
 def _native_call(df: DataFrame, spec: AggSpec) -> Any:

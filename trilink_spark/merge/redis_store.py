@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StoreUnavailableError
+from .._internal.spark.compat import frame_of_arrow
 from .._internal.urls import redact, scrub
 from .aggregates import RedisOp
 from .expressions import AggSpec, specs_for_partials
@@ -870,7 +871,7 @@ class RedisStore:
             return empty
         timezone = spark.conf.get("spark.sql.session.timeZone")
         table = to_arrow(frame, to_arrow_schema(struct, timezone=timezone))
-        result: DataFrame = spark.createDataFrame(table)
+        result: DataFrame = frame_of_arrow(spark, table)
         return result
 
     def __repr__(self) -> str:

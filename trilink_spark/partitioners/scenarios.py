@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from .._internal.spark.compat import frame_of_arrow
 from ..errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ def scenario_frame(spark: Any, scenario: Scenario, column: str = "key") -> DataF
 
     nz = scenario.counts > 0
     table = pa.table({"key": scenario.keys[nz], "count": scenario.counts[nz].astype(np.int32)})
-    frame: DataFrame = spark.createDataFrame(table).select(
+    frame: DataFrame = frame_of_arrow(spark, table).select(
         F.explode(F.array_repeat(F.col("key"), F.col("count"))).alias(column)
     )
     return frame

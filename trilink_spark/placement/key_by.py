@@ -37,6 +37,7 @@ from ..partitioners.base import resolve_strategy_name
 from ..partitioners.overlay import OverlayPartitioner
 from ..partitioners.catalogue import build, fit_counts
 from ..partitioners.evaluation import StrategyScore, choose_best, evaluate_strategies
+from .._internal.spark.compat import frame_of_arrow
 from .._internal.spark.session import conf_get
 
 if TYPE_CHECKING:
@@ -275,7 +276,7 @@ def _table_frame(df: DataFrame, p: TablePartitioner, kind: str, dtype: DataType)
     )
     from pyspark.sql import functions as F
 
-    frame = df.sparkSession.createDataFrame(table)
+    frame = frame_of_arrow(df.sparkSession, table)
     return frame.select(F.col(TABLE_KEY_COL).cast(dtype).alias(TABLE_KEY_COL),
                         F.col(TABLE_PID_COL))
 
