@@ -81,6 +81,21 @@ def counts(run: KeyedBatchFunction) -> dict[Any, int]:
     return {k: int(v["n"]) - MARK for k, v in run.state_values().items()}
 
 
+def in_thread(call: Any) -> tuple[threading.Thread, list[BaseException]]:
+    """``call()`` started in a thread; what it raises is collected in the returned list."""
+    errors: list[BaseException] = []
+
+    def go() -> None:
+        try:
+            call()
+        except BaseException as err:  # noqa: BLE001 - the test reads it
+            errors.append(err)
+
+    thread = threading.Thread(target=go)
+    thread.start()
+    return thread, errors
+
+
 def flipped(data: bytes, i: int, mask: int = 0x01) -> bytes:
     return data[:i] + bytes([data[i] ^ mask]) + data[i + 1:]
 
@@ -280,16 +295,7 @@ def test_a_runner_started_while_another_is_mid_batch(spark: Any, tmp_path: Path)
 
     first = runner(path, Tracked(str(marks), "A"), sink=blocking)
     second = runner(path, Tracked(str(marks), "B"))
-    errors: list[BaseException] = []
-
-    def go() -> None:
-        try:
-            first(frame(spark, ["a", "a"]), 0)
-        except BaseException as err:  # noqa: BLE001 - the test reads it
-            errors.append(err)
-
-    thread = threading.Thread(target=go)
-    thread.start()
+    thread, errors = in_thread(lambda: first(frame(spark, ["a", "a"]), 0))
     try:
         assert wrote.wait(120)
         with pytest.raises(StateOwnershipError, match="another runner"):
@@ -315,16 +321,7 @@ def test_tasks_of_a_runner_whose_path_was_taken_over_write_nothing(
         df.collect()  # the tasks run only now, after the takeover
 
     first = runner(path, sink=blocking)
-    errors: list[BaseException] = []
-
-    def go() -> None:
-        try:
-            first(frame(spark, ["a", "a"]), 0)
-        except BaseException as err:  # noqa: BLE001 - the test reads it
-            errors.append(err)
-
-    thread = threading.Thread(target=go)
-    thread.start()
+    thread, errors = in_thread(lambda: first(frame(spark, ["a", "a"]), 0))
     try:
         assert started.wait(120)
         second = runner(path, takeover=True)  # says: the first has stopped for good

@@ -40,13 +40,6 @@ logger = logging.getLogger(__name__)
 STATE_COLUMNS: tuple[str, ...] = ("key", "partition", "block", "watermark", "last_seen", "rows")
 
 
-def _open(state_path: str) -> KeyedStateStore:
-    if not isinstance(state_path, str):
-        raise InvalidArgumentTypeError(
-            f"state_path must be a non-empty str, got {type(state_path).__name__}")
-    return KeyedStateStore.open_existing(state_path)
-
-
 def _version(store: KeyedStateStore, manifest: dict[str, Any], batch_id: int | None) -> int:
     committed = [int(v) for v in manifest.get("committed", [])]
     if not committed:
@@ -203,7 +196,7 @@ def read_state(spark: SparkSession, state_path: str, batch_id: int | None = None
     >>> from trilink_spark.keyed import read_state
     >>> read_state(spark, "/tmp/state").filter("rows > 100").show()  # doctest: +SKIP
     """
-    store = _open(state_path)
+    store = KeyedStateStore.open_existing(state_path)
     manifest = store.read_manifest()
     if manifest is None:
         raise StateCorruptError(
@@ -273,7 +266,7 @@ def state_summary(state_path: str) -> dict[str, Any]:
     Cost: reads the manifest, each partition's newest committed state file and each swap's
     plan (O(state)); nothing is written.
     """
-    store = _open(state_path)
+    store = KeyedStateStore.open_existing(state_path)
     manifest = store.read_manifest()
     out: dict[str, Any] = {"path": store.path, "last_committed": None, "committed": [],
                            "placement": None, "partitions": [], "keys": 0, "bytes": 0,
@@ -285,13 +278,13 @@ def state_summary(state_path: str) -> dict[str, Any]:
     placement, partitions = store.placement_at(version, manifest)
     out.update(last_committed=version, committed=committed, placement=_brief(placement))
     for p in range(partitions):
-        data = store.load(p, version)
-        table = store.load_table(p, version)
+        table = store.load_table(p, version)  # read once: its size is the file's, not re-read
         keys = 0 if table is None else table.num_rows
-        out["partitions"].append({"partition": p, "keys": keys,
-                                  "bytes": len(data or b""), "versions": store.versions(p)})
+        size = store.fs.get_file_info(store.version_path(p, version)).size or 0
+        out["partitions"].append({"partition": p, "keys": keys, "bytes": size,
+                                  "versions": store.versions(p)})
         out["keys"] += keys
-        out["bytes"] += len(data or b"")
+        out["bytes"] += size
     for batch in store.swap_batches():
         plan = store.load_plan(batch) or {}
         out["swaps"].append({"batch": batch, "partitions_before": plan.get("partitions_before"),
