@@ -25,6 +25,8 @@ Examples
 from __future__ import annotations
 
 import json
+import logging
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -36,7 +38,7 @@ from ..partitioners.base import KEY_KINDS
 __all__ = ["MANIFEST_FORMAT", "MANIFEST_VERSION", "MAX_RECORD_BYTES", "RECORD_FORMAT",
            "PLAN_FIELDS", "dump", "manifest_bytes", "parse_manifest", "placement_bytes",
            "parse_placement", "plan_bytes", "parse_plan", "record_bytes", "parse_record",
-           "is_count"]
+           "is_count", "parse_timing", "TIMING_SUFFIX", "MAX_TIMING_BYTES"]
 
 MANIFEST_FORMAT = "trilink-keyed-state-manifest"
 MANIFEST_VERSION = 1
@@ -44,6 +46,14 @@ MANIFEST_VERSION = 1
 RECORD_FORMAT = "trilink-state-record"
 #: Largest small record :func:`parse_record` reads (the store reads at most one byte more).
 MAX_RECORD_BYTES = 1024 * 1024
+#: Suffix of the file beside a state version holding what the task that wrote it measured of
+#: its own work: JSON ``{"rows": int, "process_ms": float, "block_rows": {"blocks": [...],
+#: "rows": [...]} or absent}``.
+TIMING_SUFFIX = ".timing.json"
+#: Largest timing record read back (a block placement of 2**20 blocks fits).
+MAX_TIMING_BYTES = 32 * 1024 * 1024
+
+logger = logging.getLogger(__name__)
 
 
 def is_count(value: object, least: int) -> bool:
@@ -272,3 +282,56 @@ def parse_record(data: bytes, name: str, path: str) -> dict[str, Any]:
         raise StateCorruptError(f"{path}: {problem}; delete the file to drop what it records")
     out: dict[str, Any] = doc["body"]
     return out
+
+
+def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
+    """A task's timing record (JSON, at most :data:`MAX_TIMING_BYTES`), checked field by
+    field; None (and a warning naming ``where``) for anything else."""
+    if len(raw) > MAX_TIMING_BYTES:
+        logger.warning("%s: timing record of %d bytes ignored (at most %d)", where, len(raw),
+                       MAX_TIMING_BYTES)
+        return None
+    try:
+        value = unseal(json.loads(raw.decode("utf-8")), where)
+    except StateCorruptError as err:
+        logger.warning("%s; ignored", err)
+        return None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        logger.warning("%s: timing record is not JSON; ignored", where)
+        return None
+    ok = (isinstance(value, dict) and _is_timed_count(value.get("rows"), 0)
+          and _is_milliseconds(value.get("process_ms")))
+    blocks = value.get("block_rows") if isinstance(value, dict) else None
+    if ok and blocks is not None:
+        ok = (isinstance(blocks, dict) and isinstance(blocks.get("blocks"), list)
+              and isinstance(blocks.get("rows"), list)
+              and len(blocks["blocks"]) == len(blocks["rows"])
+              and all(_is_timed_count(b, 0) for b in blocks["blocks"])
+              and all(_is_timed_count(r, 1) for r in blocks["rows"]))
+    if not ok:
+        logger.warning("%s: timing record is not well-formed; ignored", where)
+        return None
+    return {"rows": int(value["rows"]), "process_ms": float(value["process_ms"]),
+            "block_rows": None if blocks is None else
+            {"blocks": [int(b) for b in blocks["blocks"]],
+             "rows": [int(r) for r in blocks["rows"]]}}
+
+
+def _is_timed_count(value: object, least: int) -> bool:
+    """:func:`~trilink_spark.state.formats.is_count`, and below 2**63 (a timing record's figures fit an int64)."""
+    return (isinstance(value, int) and not isinstance(value, bool)
+            and least <= value < _COUNT_LIMIT)
+
+
+#: Counts and milliseconds a timing record may hold: below 2**63 (an int64), so a forged
+#: 400-digit number is refused, never overflows a conversion.
+_COUNT_LIMIT = 2**63
+
+
+def _is_milliseconds(value: object) -> bool:
+    """Whether ``value`` is a finite, non-negative number of milliseconds below 2**63."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if isinstance(value, int):
+        return 0 <= value < _COUNT_LIMIT
+    return math.isfinite(value) and 0 <= value < _COUNT_LIMIT

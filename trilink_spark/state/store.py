@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -43,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from .._internal.io.arrowio import open_table, read_table, write_table
-from .._internal.io.sealed import seal, unseal
+from .._internal.io.sealed import seal
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..errors import StateOwnershipError, StateStoreError
 from .._internal.io.files import create_if_absent, resolve_filesystem, write_atomic
@@ -51,6 +50,7 @@ from ..partitioners import Partitioner
 from ..partitioners.persistence import read_strategy, write_strategy
 from .formats import MAX_RECORD_BYTES, manifest_bytes, parse_manifest, parse_placement
 from .formats import parse_plan, parse_record, placement_bytes, plan_bytes, record_bytes
+from .formats import MAX_TIMING_BYTES, TIMING_SUFFIX, parse_timing
 
 __all__ = ["KeyedStateStore", "StatefulBatchFunction", "KEY_FIELD", "STATE_KIND", "TIMING_SUFFIX",
            "MAX_RECORD_BYTES", "parse_timing"]
@@ -59,12 +59,6 @@ logger = logging.getLogger(__name__)
 
 _SUFFIX = ".state"
 _SEGMENT_INDEX = b"trilink.segment_index"  # JSON [[destination, rows], ...], one per batch
-#: Suffix of the file beside a state version holding what the task that wrote it measured of
-#: its own work: JSON ``{"rows": int, "process_ms": float, "block_rows": {"blocks": [...],
-#: "rows": [...]} or absent}``.
-TIMING_SUFFIX = ".timing.json"
-#: Largest timing record read back (a block placement of 2**20 blocks fits).
-MAX_TIMING_BYTES = 32 * 1024 * 1024
 #: Name of the key column of every stored state table.
 KEY_FIELD = "key"
 #: Format tag of keyed state tables (see :mod:`trilink_spark._internal.io.arrowio`).
@@ -809,59 +803,6 @@ class StatefulBatchFunction:
         """:meth:`_ensure_written`, then prune old versions."""
         listed = self._ensure_written(out, batch_id, partitions)
         self.store.prune(partitions, batch_id, listed=listed)
-
-
-def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
-    """A task's timing record (JSON, at most :data:`MAX_TIMING_BYTES`), checked field by
-    field; None (and a warning naming ``where``) for anything else."""
-    if len(raw) > MAX_TIMING_BYTES:
-        logger.warning("%s: timing record of %d bytes ignored (at most %d)", where, len(raw),
-                       MAX_TIMING_BYTES)
-        return None
-    try:
-        value = unseal(json.loads(raw.decode("utf-8")), where)
-    except StateCorruptError as err:
-        logger.warning("%s; ignored", err)
-        return None
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        logger.warning("%s: timing record is not JSON; ignored", where)
-        return None
-    ok = (isinstance(value, dict) and _is_timed_count(value.get("rows"), 0)
-          and _is_milliseconds(value.get("process_ms")))
-    blocks = value.get("block_rows") if isinstance(value, dict) else None
-    if ok and blocks is not None:
-        ok = (isinstance(blocks, dict) and isinstance(blocks.get("blocks"), list)
-              and isinstance(blocks.get("rows"), list)
-              and len(blocks["blocks"]) == len(blocks["rows"])
-              and all(_is_timed_count(b, 0) for b in blocks["blocks"])
-              and all(_is_timed_count(r, 1) for r in blocks["rows"]))
-    if not ok:
-        logger.warning("%s: timing record is not well-formed; ignored", where)
-        return None
-    return {"rows": int(value["rows"]), "process_ms": float(value["process_ms"]),
-            "block_rows": None if blocks is None else
-            {"blocks": [int(b) for b in blocks["blocks"]],
-             "rows": [int(r) for r in blocks["rows"]]}}
-
-
-def _is_timed_count(value: object, least: int) -> bool:
-    """:func:`~trilink_spark.state.formats.is_count`, and below 2**63 (a timing record's figures fit an int64)."""
-    return (isinstance(value, int) and not isinstance(value, bool)
-            and least <= value < _COUNT_LIMIT)
-
-
-#: Counts and milliseconds a timing record may hold: below 2**63 (an int64), so a forged
-#: 400-digit number is refused, never overflows a conversion.
-_COUNT_LIMIT = 2**63
-
-
-def _is_milliseconds(value: object) -> bool:
-    """Whether ``value`` is a finite, non-negative number of milliseconds below 2**63."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    if isinstance(value, int):
-        return 0 <= value < _COUNT_LIMIT
-    return math.isfinite(value) and 0 <= value < _COUNT_LIMIT
 
 
 def _segment_index(raw: bytes | None, path: str, batches: int) -> list[tuple[int, int]]:
