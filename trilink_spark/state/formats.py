@@ -38,7 +38,7 @@ from ..partitioners.base import KEY_KINDS
 __all__ = ["MANIFEST_FORMAT", "MANIFEST_VERSION", "MAX_RECORD_BYTES", "RECORD_FORMAT",
            "PLAN_FIELDS", "dump", "manifest_bytes", "parse_manifest", "placement_bytes",
            "parse_placement", "plan_bytes", "parse_plan", "record_bytes", "parse_record",
-           "is_count", "parse_timing", "TIMING_SUFFIX", "MAX_TIMING_BYTES"]
+           "is_count", "parse_timing", "TIMING_SUFFIX", "MAX_TIMING_BYTES", "segment_index", "SEGMENT_INDEX"]
 
 MANIFEST_FORMAT = "trilink-keyed-state-manifest"
 MANIFEST_VERSION = 1
@@ -52,6 +52,8 @@ MAX_RECORD_BYTES = 1024 * 1024
 TIMING_SUFFIX = ".timing.json"
 #: Largest timing record read back (a block placement of 2**20 blocks fits).
 MAX_TIMING_BYTES = 32 * 1024 * 1024
+#: Schema metadata key of a segment file: JSON [[destination, rows], ...], one per batch.
+SEGMENT_INDEX = b"trilink.segment_index"
 
 logger = logging.getLogger(__name__)
 
@@ -335,3 +337,23 @@ def _is_milliseconds(value: object) -> bool:
     if isinstance(value, int):
         return 0 <= value < _COUNT_LIMIT
     return math.isfinite(value) and 0 <= value < _COUNT_LIMIT
+
+
+def segment_index(raw: bytes | None, path: str, batches: int) -> list[tuple[int, int]]:
+    """The ``[[destination, rows], ...]`` index of a segment file, checked against its
+    record batches; StateCorruptError for anything else."""
+    try:
+        index = json.loads(raw.decode("utf-8")) if raw is not None else None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        index = None
+    ok = (isinstance(index, list) and len(index) == batches
+          and all(isinstance(e, list) and len(e) == 2
+                  and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in e)
+                  for e in index)
+          and len({e[0] for e in index}) == len(index))
+    if not ok or index is None:
+        raise StateCorruptError(
+            f"{path} has no valid segment index ({SEGMENT_INDEX.decode()}: one "
+            f"[destination, rows] pair per record batch, {batches} batches); it is not a "
+            "segment file this release wrote")
+    return [(int(d), int(r)) for d, r in index]

@@ -50,7 +50,8 @@ from ..partitioners import Partitioner
 from ..partitioners.persistence import read_strategy, write_strategy
 from .formats import MAX_RECORD_BYTES, manifest_bytes, parse_manifest, parse_placement
 from .formats import parse_plan, parse_record, placement_bytes, plan_bytes, record_bytes
-from .formats import MAX_TIMING_BYTES, TIMING_SUFFIX, parse_timing
+from .formats import MAX_TIMING_BYTES, TIMING_SUFFIX, parse_timing, segment_index, SEGMENT_INDEX
+from .changelog import CHANGELOG_KIND, changelog_info, combine
 
 __all__ = ["KeyedStateStore", "StatefulBatchFunction", "KEY_FIELD", "STATE_KIND", "TIMING_SUFFIX",
            "MAX_RECORD_BYTES", "parse_timing"]
@@ -58,7 +59,7 @@ __all__ = ["KeyedStateStore", "StatefulBatchFunction", "KEY_FIELD", "STATE_KIND"
 logger = logging.getLogger(__name__)
 
 _SUFFIX = ".state"
-_SEGMENT_INDEX = b"trilink.segment_index"  # JSON [[destination, rows], ...], one per batch
+_LOG_SUFFIX = ".log"
 #: Name of the key column of every stored state table.
 KEY_FIELD = "key"
 #: Format tag of keyed state tables (see :mod:`trilink_spark._internal.io.arrowio`).
@@ -215,21 +216,35 @@ class KeyedStateStore:
                 f"cannot write {path} ({type(err).__name__}: {err})") from None
 
     def versions(self, partition: int) -> list[int]:
-        """Stored versions of a partition, ascending."""
+        """Stored versions of a partition (snapshots and changelogs), ascending."""
+        snapshots, logs = self.listing(partition)
+        return sorted(snapshots | logs)
+
+    def listing(self, partition: int) -> tuple[set[int], set[int]]:
+        """A partition's stored snapshot versions and changelog versions (one listing).
+
+        Raises
+        ------
+        StateCorruptError
+            A ``.state`` or ``.log`` file whose name is not a version.
+        """
         from pyarrow import fs
 
-        out = []
+        snapshots: set[int] = set()
+        logs: set[int] = set()
         for info in self._list(self._dir(partition)):
             name = info.base_name
-            if info.type == fs.FileType.File and name.endswith(_SUFFIX):
-                stem = name[: -len(_SUFFIX)]
-                if not stem.isdigit():
-                    raise StateCorruptError(
-                        f"{info.path} is not a state version of this store (versions are "
-                        "named <batch id>.state); move it out of the state path"
-                    )
-                out.append(int(stem))
-        return sorted(out)
+            if info.type != fs.FileType.File:
+                continue
+            for suffix, found in ((_SUFFIX, snapshots), (_LOG_SUFFIX, logs)):
+                if name.endswith(suffix):
+                    stem = name[: -len(suffix)]
+                    if not stem.isdigit():
+                        raise StateCorruptError(
+                            f"{info.path} is not a state version of this store (versions are "
+                            f"named <batch id>{suffix}); move it out of the state path")
+                    found.add(int(stem))
+        return snapshots, logs
 
     def partitions(self) -> list[int]:
         """Partitions with a directory in the store, ascending."""
@@ -273,23 +288,74 @@ class KeyedStateStore:
         return len(data)
 
     def load_table(self, partition: int, version: int) -> Any:
-        """``partition``'s state table ``version``.
+        """``partition``'s state table ``version``: its snapshot, or the snapshot before it
+        with the changelogs since replayed (:func:`~trilink_spark.state.changelog.combine`).
 
         Raises
         ------
         StateCorruptError
-            The version is missing (a gap: a deleted file) or is not a state table.
+            The version is missing (a gap: a deleted file, a broken chain of changelogs) or
+            a file is not a state table or changelog.
+
+        Notes
+        -----
+        Cost: the snapshot's bytes plus those of the changelogs since it, O(bytes read).
         """
         path = self.version_path(partition, version)
         data = self._read(path)
-        if data is None:
-            present = self.versions(partition)
-            raise StateCorruptError(
-                f"{path} is missing: partition {partition} needs state version {version}, "
-                f"stored versions are {present[-5:]}; a deleted version is never skipped (restore "
-                "it, or start over with an empty state path)"
-            )
-        return read_table(data, STATE_KIND, path)
+        if data is not None:
+            return read_table(data, STATE_KIND, path)
+        logs: list[Any] = []
+        at: int | None = version
+        while at is not None:
+            snap_path = self.version_path(partition, at)
+            data = self._read(snap_path) if logs else None  # the first was just read
+            if data is not None:
+                return combine(read_table(data, STATE_KIND, snap_path), logs[::-1], path)
+            log_path = self.changelog_path(partition, at)
+            raw = self._read(log_path)
+            if raw is None:
+                present = self.versions(partition)
+                raise StateCorruptError(
+                    f"{path} is missing and so is {log_path}: partition {partition} needs "
+                    f"state version {version}"
+                    + (f" (through version {at})" if at != version else "")
+                    + f", stored versions are {present[-5:]}; a deleted version is never "
+                    "skipped (restore it, or start over with an empty state path)")
+            log = read_table(raw, CHANGELOG_KIND, log_path)
+            logs.append(log)
+            prev = changelog_info(log, log_path).prev
+            if prev is not None and prev >= at:
+                raise StateCorruptError(f"{log_path} applies to version {prev}, not an "
+                                        "earlier one: not a changelog of this partition")
+            at = prev
+        return combine(None, logs[::-1], path)
+
+    def changelog_path(self, partition: int, version: int) -> str:
+        """Where ``partition``'s changelog of ``version`` lives."""
+        return f"{self._dir(partition)}/{version:012d}{_LOG_SUFFIX}"
+
+    def save_changelog(self, partition: int, version: int, table: Any) -> int:
+        """Write a changelog (:func:`~trilink_spark.state.changelog.changelog_table`) as
+        ``partition``'s ``version``; returns the bytes written. O(bytes)."""
+        data = write_table(table, CHANGELOG_KIND)
+        self._write(self.changelog_path(partition, version), data)
+        return len(data)
+
+    def changelog_attempt(self, partition: int, version: int) -> str | None:
+        """The attempt token of ``partition``'s changelog ``version`` (None: there is none,
+        or it is a snapshot), read from the head of the file only (its schema), O(1)."""
+        import pyarrow as pa
+
+        head = self._read(self.changelog_path(partition, version), 1 << 16)
+        if head is None or len(head) < 16:
+            return None
+        try:
+            schema = pa.ipc.read_schema(pa.py_buffer(head[8:]))
+        except (pa.ArrowInvalid, OSError, ValueError):
+            return None  # too long a schema, or damaged: the caller reads the whole file
+        attempt = (schema.metadata or {}).get(b"trilink.attempt")
+        return None if attempt is None else attempt.decode("utf-8", "replace")
 
     def key_table(self, version: int | None = None, extra: Sequence[str] = ()) -> Any:
         """Every key of a committed version with its partition: an Arrow table (key, partition,
@@ -589,7 +655,7 @@ class KeyedStateStore:
                            .combine_chunks().to_batches()[0])
         index = json.dumps([[int(d), int(t.num_rows)] for d, t in zip(order, tables)])
         metadata = dict(tables[0].schema.metadata or {})
-        metadata[_SEGMENT_INDEX] = index.encode()
+        metadata[SEGMENT_INDEX] = index.encode()
         data = write_table(pa.Table.from_batches(batches, schema=schema.with_metadata(metadata)),
                            STATE_KIND)
         self._write(self.segment_path(batch, source), data)
@@ -617,8 +683,8 @@ class KeyedStateStore:
         with file:
             stored = open_table(file, STATE_KIND, path)
             metadata = dict(stored.metadata)
-            raw = metadata.pop(_SEGMENT_INDEX, None)
-            index = _segment_index(raw, path, stored.num_batches)
+            raw = metadata.pop(SEGMENT_INDEX, None)
+            index = segment_index(raw, path, stored.num_batches)
             position = {dest: i for i, (dest, _) in enumerate(index)}
             if destination not in position:
                 raise StateCorruptError(
@@ -713,16 +779,26 @@ class KeyedStateStore:
         """Delete versions beyond the newest ``keep_versions`` up to ``newest``.
 
         ``keep_from``: versions at or above it are always kept (what a replay of the newest
-        batch reads). ``listed``: each partition's :meth:`versions`, when just read.
+        batch reads). A changelog needs the snapshot and changelogs before it: nothing from
+        the newest snapshot at or below the oldest kept version on is deleted, so every kept
+        version stays readable. ``listed``: unused (each partition is listed once here).
         """
         for p in range(partitions):
-            versions = self.versions(p) if listed is None else list(listed[p])
-            old = [v for v in versions if v <= newest][: -self.keep_versions]
-            for v in old:
-                if keep_from is not None and v >= keep_from:
-                    continue
-                self._delete(self.version_path(p, v))
-                self._delete(self.timing_path(p, v))
+            snapshots, logs = self.listing(p)
+            versions = sorted(snapshots | logs)
+            kept = [v for v in versions if v <= newest][-self.keep_versions:]
+            floor = min(kept + ([keep_from] if keep_from is not None else []), default=None)
+            if floor is None:
+                continue
+            bases = [v for v in snapshots if v <= floor]
+            if not bases and any(v < floor for v in logs):
+                continue  # the chain of the kept versions starts at empty state: keep it all
+            base = max(bases) if bases else floor
+            for v in versions:
+                if v < base:
+                    self._delete(self.version_path(p, v))
+                    self._delete(self.changelog_path(p, v))
+                    self._delete(self.timing_path(p, v))
         if keep_from is not None:
             for batch in self.swap_batches():
                 if batch < keep_from:
@@ -803,23 +879,3 @@ class StatefulBatchFunction:
         """:meth:`_ensure_written`, then prune old versions."""
         listed = self._ensure_written(out, batch_id, partitions)
         self.store.prune(partitions, batch_id, listed=listed)
-
-
-def _segment_index(raw: bytes | None, path: str, batches: int) -> list[tuple[int, int]]:
-    """The ``[[destination, rows], ...]`` index of a segment file, checked against its
-    record batches; StateCorruptError for anything else."""
-    try:
-        index = json.loads(raw.decode("utf-8")) if raw is not None else None
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        index = None
-    ok = (isinstance(index, list) and len(index) == batches
-          and all(isinstance(e, list) and len(e) == 2
-                  and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in e)
-                  for e in index)
-          and len({e[0] for e in index}) == len(index))
-    if not ok or index is None:
-        raise StateCorruptError(
-            f"{path} has no valid segment index ({_SEGMENT_INDEX.decode()}: one "
-            f"[destination, rows] pair per record batch, {batches} batches); it is not a "
-            "segment file this release wrote")
-    return [(int(d), int(r)) for d, r in index]
