@@ -441,6 +441,28 @@ class KeyedWatermarkProcessFunction(ABC):
                 for name, v in sorted(vars(self).items())
                 if not name.startswith("_") and plain(v)}
 
+    def state_wake(self, table: Any) -> Any:
+        """Per stored key, the earliest event time at which this processor needs the key's
+        state although the key sent no rows (its timers aside, which the runtime knows).
+
+        The executor-local store (:mod:`~trilink_spark.keyed.incremental`) reads a key that
+        sent no rows only when its watermark can reach this time (once the key is idle) or
+        one of its timers. Default None: a key with rows in a ``runtime.shared`` table is
+        read at every batch once it is idle (correct for any processor, at the cost of
+        reading those keys); a per-key processor's state waits for its rows or timers.
+
+        Parameters
+        ----------
+        table : pyarrow.Table
+            Stored state rows (:mod:`~trilink_spark.keyed.snapshot`'s columns).
+
+        Returns
+        -------
+        numpy.ndarray of float or None
+            One time per row (``inf``: nothing pending). Cost: vectorised, O(rows).
+        """
+        return None
+
     @property
     def vectorised(self) -> bool:
         """Whether the class overrides :meth:`process_rows` (then the runtime calls it rather

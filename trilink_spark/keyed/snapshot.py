@@ -34,7 +34,7 @@ import pandas as pd
 from ..errors import StateCorruptError, StateTypeError
 
 __all__ = ["PartitionState", "encode_state", "decode_state", "decode_keys", "split_out", "cut_segments", "merge_in",
-           "check_value", "object_array", "read_counters", "add_counters", "KEY_FIELD", "NULL_KEY"]
+           "check_value", "object_array", "key_array", "read_counters", "add_counters", "KEY_FIELD", "NULL_KEY"]
 
 KEY_FIELD = "key"
 #: The one object the runtime uses for a null (or NaN) key, so that a null key's state is
@@ -130,7 +130,7 @@ def check_value(name: str, value: Any, fields: dict[str, Any] | None, key: Hasha
             f"does not fit its declared type {fields[name]} ({err})") from None
 
 
-def _key_array(keys: list[Hashable], key_type: Any) -> Any:
+def key_array(keys: list[Hashable], key_type: Any) -> Any:
     import pyarrow as pa
 
     try:
@@ -187,7 +187,7 @@ def encode_state(state: PartitionState, key_type: Any = None,
         if len(table):
             order.update(dict.fromkeys(table.index.get_level_values(0).tolist()))
     keys = list(order)
-    columns: dict[str, Any] = {KEY_FIELD: _key_array(keys, key_type)}
+    columns: dict[str, Any] = {KEY_FIELD: key_array(keys, key_type)}
     columns["high"] = pa.array([state.key_high.get(k) for k in keys], pa.float64())
     columns["seen"] = pa.array([state.last_seen.get(k) for k in keys], pa.float64())
     columns["rows"] = pa.array([state.key_rows.get(k, 0) for k in keys], pa.int64())

@@ -15,7 +15,10 @@ starts from, the commit), :mod:`~trilink_spark.keyed.prepare` (arguments, arriva
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import math
+import tempfile
 import threading
 import time
 import uuid
@@ -26,13 +29,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._internal.optiming import operator_timer
+from .._internal.spark.session import conf_get
 from .._internal.spark.compat import streaming_query_id
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..errors import StateStoreError
 from ..partitioners import BlockPartitioner, Partitioner
 from ..placement.key_by import place_rows
 from ..placement.source import is_keyed_by_source
+from ..eventtime import delay_in_units, event_time_micros
+from ..state.local import LOCAL_KEY_TYPES, supports_key_type
 from ..state.store import KeyedStateStore, StatefulBatchFunction
+from .incremental import LocalConfig
 from .manifest import claim, commit_batch, runner_config, start_version
 from .prepare import arrival_order, check_processor, prepare
 from .process import KeyedWatermarkProcessFunction
@@ -82,6 +89,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
         #: The key type of a state whose placement record holds none (an older release's),
         #: derived once from its stored keys (:func:`~trilink_spark.keyed.replan.state_key_type`).
         self._derived_kind: tuple[str | None] | None = None
+        self._warned_files = False  # logged once that the key type keeps the file store
+        self._ttl_units = math.inf  # state_ttl in the event-time column's units
         self._init_placement_state()
 
     def _init_placement_state(self) -> None:
@@ -105,6 +114,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
             self._init_placement_state()
         self.__dict__.setdefault("_column", None)
         self.__dict__.setdefault("_derived_kind", None)
+        self.__dict__.setdefault("_warned_files", False)
+        self.__dict__.setdefault("_ttl_units", math.inf)
 
     # ------------------------------------------------------------------ swaps
     def request_swap(self, strategy: str | Partitioner | None = None, *,
@@ -268,6 +279,12 @@ class KeyedBatchFunction(StatefulBatchFunction):
         if self._types is None:  # a stream's schema is fixed: parse the state types once
             self._types = state_types(batch_df, o["key"], o["processor"])
             self._column = KeyColumn.of(batch_df, o["key"])
+            if o.get("state_ttl") is not None:
+                _, time_kind = event_time_micros(batch_df, o["event_time"])
+                self._ttl_units = delay_in_units(o["state_ttl"], time_kind, "state_ttl")
+                if not self._ttl_units > 0:
+                    raise InvalidArgumentError(
+                        f"state_ttl must be a positive duration, got {o['state_ttl']!r}")
         key_type, value_type = self._types
         config = runner_config(o, delay_units, idle_units, value_type)
         query = streaming_query_id(batch_df)
@@ -306,7 +323,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
                      key_type, value_type,
                      blocks if isinstance(blocks, BlockPartitioner) else None,
                      carried=None if swap_plan is None else swap_plan.get("carried_counters"),
-                     owner=self.token)
+                     owner=self.token,
+                     local=self._local_config(batch_df, key_type, blocks))
         placed = arrival_order(placed, o["order_by"])
         fn = partition_function(o["processor"], o["key"], delay_units, idle_units,
                                 arrow_schema, io, operator_timer(batch_df.sparkSession, "keyed"))
@@ -328,6 +346,43 @@ class KeyedBatchFunction(StatefulBatchFunction):
         if swap_plan is not None:
             self.swaps.append(swap_report(swap_plan, batch_id, moved_bytes,
                                           time.perf_counter() - started))
+
+    def _local_config(self, batch_df: DataFrame, key_type: Any, placement: Partitioner | None
+                      ) -> LocalConfig | None:
+        """The executor-local store's settings for this batch (None: the file store, chosen
+        with ``state_store="files"`` or needed for a key type the local store cannot encode)."""
+        o = self.options
+        spark = batch_df.sparkSession
+        mode = o.get("state_store") or conf_get(spark, "state.store", "rocksdb")
+        if mode not in STATE_STORES:
+            raise InvalidArgumentError(
+                f"state store must be one of {STATE_STORES}, got {mode!r} (state_store= or "
+                "spark.trilink.state.store)")
+        if mode == "files":
+            return None
+        if not supports_key_type(key_type):
+            if not self._warned_files:
+                logger.warning("state at %s: key type %s is kept in the file store (the "
+                               "local store encodes %s)", self.store.path, key_type,
+                               ", ".join(LOCAL_KEY_TYPES))
+                self._warned_files = True
+            return None
+        local_dirs = (spark.conf.get("spark.local.dir", None) or "").split(",")
+        root = conf_get(spark, "state.localDir", "") or local_dirs[0] or tempfile.gettempdir()
+        raw = conf_get(spark, "state.snapshotInterval", "10").strip()
+        if not raw.isdigit() or int(raw) < 1:
+            raise InvalidArgumentError(
+                f"spark.trilink.state.snapshotInterval must be an int >= 1, got {raw!r}")
+        interval = int(raw)
+        if isinstance(placement, BlockPartitioner):
+            blocks: BlockPartitioner | None = placement
+        else:
+            kind = self._column.kind if self._column is not None else None
+            blocks = BlockPartitioner(1, key_type=kind or "auto", null_policy="partition0") \
+                if kind in ("int", "long", "string", "binary") else None
+        store_id = hashlib.sha256(
+            f"{type(self.store.fs).__name__}:{self.store.path}".encode()).hexdigest()[:20]
+        return LocalConfig(root, store_id, interval, self._ttl_units, blocks)
 
     def _placement(self, batch_df: DataFrame, batch_id: int, prev: int | None,
                    manifest: dict[str, Any] | None) -> Placed:
@@ -498,9 +553,13 @@ class KeyedBatchFunction(StatefulBatchFunction):
         -------
         pandas.DataFrame
             One row per partition: ``partition``, ``rows`` (rows it processed),
-            ``process_ms`` (its keyed work: load state, run the hooks, encode state) and
-            ``blocks`` (how many blocks it got rows of, -1 without a block placement). A
-            partition without a record (carried forward: no task ran) has ``-1`` figures.
+            ``process_ms`` (its keyed work: load state, run the hooks, encode state),
+            ``blocks`` (how many blocks it got rows of, -1 without a block placement), and
+            with the local store ``sync`` (what the task did to its local copy first:
+            ``current``, ``undo``, ``catch-up`` or ``rebuild``, counted here and logged) and
+            ``keys_read`` (the keys whose state it read: the batch's and the due ones; the
+            file store reads them all and reports -1, as does a partition without a record:
+            carried forward, no task ran, with ``-1`` figures and ``sync`` "").
 
         Raises
         ------
@@ -570,6 +629,8 @@ def keyed_foreach_batch(
     keep_versions: int = 10,
     takeover: bool = False,
     rebalancer: Any = None,
+    state_store: str | None = None,
+    state_ttl: Any = None,
 ) -> KeyedBatchFunction:
     """A ``foreachBatch`` function running ``processor`` with state kept across micro-batches.
 
@@ -662,8 +723,42 @@ def keyed_foreach_batch(
         "key": key, "event_time": event_time, "processor": processor, "delay": delay,
         "order_by": order_by, "strategy": strategy, "num_partitions": num_partitions,
         "idle_timeout": idle_timeout, "takeover": bool(takeover), "rebalancer": rebalancer,
+        "state_store": check_state_store(state_store), "state_ttl": check_ttl(state_ttl),
     }
     return KeyedBatchFunction(func, store, options)
+
+
+#: The keyed state stores: ``rocksdb`` (executor-local, costs what a batch touches) and
+#: ``files`` (every batch rewrites each partition's whole state).
+STATE_STORES = ("rocksdb", "files")
+
+
+def check_state_store(value: Any) -> str | None:
+    """``state_store`` checked at call time (None: the conf decides at the first batch)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgumentTypeError(f"state_store must be a str, got {type(value).__name__}")
+    if value not in STATE_STORES:
+        raise InvalidArgumentError(f"state_store must be one of {STATE_STORES}, got {value!r}")
+    return value
+
+
+def check_ttl(value: Any) -> Any:
+    """``state_ttl`` checked at call time: an interval string, a positive number or
+    timedelta (converted to the event time's units at the first batch), or None."""
+    import datetime
+
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float, datetime.timedelta)):
+        raise InvalidArgumentTypeError(
+            "state_ttl must be an interval string ('7 days'), a number or a timedelta, got "
+            f"{type(value).__name__}")
+    seconds = value.total_seconds() if isinstance(value, datetime.timedelta) else value
+    if not seconds > 0:
+        raise InvalidArgumentError(f"state_ttl must be positive, got {value!r}")
+    return value
 
 
 def read_task_timings(store: KeyedStateStore, version: int | None = None) -> Any:
@@ -678,7 +773,7 @@ def read_task_timings(store: KeyedStateStore, version: int | None = None) -> Any
     Returns
     -------
     pandas.DataFrame
-        Columns ``partition``, ``rows``, ``process_ms``, ``blocks``
+        Columns ``partition``, ``rows``, ``process_ms``, ``blocks``, ``sync``, ``keys_read``
         (:meth:`~trilink_spark.keyed.KeyedBatchFunction.task_timings`).
 
     Raises
@@ -702,18 +797,22 @@ def read_task_timings(store: KeyedStateStore, version: int | None = None) -> Any
             f"batch {version} is not a committed version of {store.path}; the "
             f"committed ones are {committed}")
     if not committed:
-        return pd.DataFrame({"partition": [], "rows": [], "process_ms": [], "blocks": []})
+        return pd.DataFrame({c: [] for c in _TIMING_COLUMNS})
     at, partitions = store.committed_layout(None if version is None else int(version))
     rows = []
     for p in range(partitions):
         t = store.timing(p, at)
         if t is None:
-            rows.append((p, -1, -1.0, -1))
+            rows.append((p, -1, -1.0, -1, "", -1))
             continue
         per_block = t.get("block_rows")
         rows.append((p, int(t["rows"]), float(t["process_ms"]),
-                     -1 if per_block is None else len(per_block["blocks"])))
-    return pd.DataFrame(rows, columns=["partition", "rows", "process_ms", "blocks"])
+                     -1 if per_block is None else len(per_block["blocks"]),
+                     t.get("sync") or "", int(t.get("keys_read", -1))))
+    return pd.DataFrame(rows, columns=list(_TIMING_COLUMNS))
+
+
+_TIMING_COLUMNS = ("partition", "rows", "process_ms", "blocks", "sync", "keys_read")
 
 
 def sum_counters(store: KeyedStateStore) -> dict[str, int]:

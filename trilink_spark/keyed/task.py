@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,9 @@ from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorrup
 from ..errors import TrilinkError
 from ..partitioners import BlockPartitioner
 from ..state.store import KEY_FIELD, KeyedStateStore
+from ..state.changelog import changelog_table
+from ..state.local import LocalState
+from .incremental import LocalConfig, load_touched, save_touched, sync
 from .prepare import in_arrival_order
 from .process import KeyedRuntime, KeyedWatermarkProcessFunction
 from .snapshot import PartitionState, add_counters, decode_state, encode_state, merge_in
@@ -185,6 +189,10 @@ def partition_function(
                  if received else None)
         if frame is not None and not len(frame):
             frame = None
+        if io is not None and io.local is not None and not io.swap:
+            yield from _run_local(io, pid, frame, processor, key, delay, idle_timeout, fields,
+                                  arrow_schema, watch, timer, started)
+            return
         previous = None
         if io is not None:
             table = io.load(pid)
@@ -216,6 +224,53 @@ def partition_function(
     return run
 
 
+def _run_local(io: StateIO, pid: int, frame: Any, processor: KeyedWatermarkProcessFunction,
+               key: str, delay: float, idle_timeout: float, fields: dict[str, Any] | None,
+               arrow_schema: Any, watch: Stopwatch, timer: OperatorTimer | None,
+               started: float) -> Iterator[Any]:
+    """One task on the executor-local store: only the batch's and the due keys' state is
+    read, decoded and written (:mod:`~trilink_spark.keyed.incremental`)."""
+    config = io.local
+    if config is None:  # pragma: no cover - the caller checked
+        raise InvalidArgumentError("no local store configured")
+    target = io.prev if pid < io.prev_partitions else None
+    where = f"state of partition {pid} before batch {io.batch_id}"
+    with LocalState.open(config.root, config.store_id, pid) as local:
+        try:
+            synced = sync(local, io.store, config, pid, target, processor, delay, idle_timeout)
+            previous, before = load_touched(local, config, frame, key, io.key_type, where)
+        except StateCorruptError as err:  # the local copy is a cache: rebuilt, never trusted
+            logger.warning("partition %d, batch %d: %s; rebuilding the local copy from %s",
+                           pid, io.batch_id, err, io.store.path)
+            local.reset()
+            synced = sync(local, io.store, config, pid, target, processor, delay, idle_timeout)
+            previous, before = load_touched(local, config, frame, key, io.key_type, where)
+        runtime = KeyedRuntime(processor, key, delay, idle_timeout, previous, fields)
+        processor.open(pid)
+        outs = [] if frame is None else runtime.process(frame)
+        processor.close()
+        batches_out = list(outputs_to_batches(outs, arrow_schema))
+        written = save_touched(local, io.store, config, pid, io.batch_id, target,
+                               runtime.snapshot(), before, io.key_type, io.value_type,
+                               processor, delay, idle_timeout, lambda: io.fence(pid))
+    timing: dict[str, Any] = {
+        "rows": 0 if frame is None else len(frame),
+        "process_ms": round((time.perf_counter() - started) * 1000.0, 3),
+        "sync": synced, "keys_read": len(before),
+    }
+    per_block = io.block_rows([] if frame is None else frame[key].to_numpy())
+    if per_block is not None:
+        timing["block_rows"] = per_block
+    io.save_timing(pid, timing)
+    logger.debug("partition %d, batch %d: %s local state, %d keys read, %d bytes logged", pid,
+                 io.batch_id, synced, len(before), written)
+    yield from watch.emit(batches_out)
+    if timer is not None:
+        timer.write(rows_in=0 if frame is None else len(frame),
+                    rows_out=sum(b.num_rows for b in batches_out),
+                    busy_ms=watch.busy_ms(), wait_ms=watch.wait_ms)
+
+
 @dataclass(frozen=True)
 class StateIO:
     """What a task of a stateful batch needs to load and save its partition's state
@@ -245,6 +300,10 @@ class StateIO:
         The runner's owner token: before it writes, each task checks that the manifest
         still names it (:meth:`KeyedStateStore.check_owner`; one small read), so a runner
         whose path was taken over writes nothing. None: no check.
+    local : LocalConfig or None
+        The executor-local store (:mod:`~trilink_spark.keyed.incremental`): a task of a batch
+        without a swap reads and writes only the keys it touches, and writes a changelog.
+        None: each task reads and writes its partition's whole state (a snapshot).
     """
 
     store: KeyedStateStore
@@ -257,6 +316,7 @@ class StateIO:
     blocks: BlockPartitioner | None = None
     carried: dict[str, int] | None = None
     owner: str | None = None
+    local: LocalConfig | None = None
 
     def load(self, pid: int) -> Any:
         """The state table partition ``pid`` starts this batch from (None: empty)."""
@@ -291,14 +351,24 @@ class StateIO:
         return merged
 
     def carry_forward(self, pid: int) -> None:
-        """Write ``pid``'s version as it stands (no task ran for it: an empty micro-batch)."""
+        """Write ``pid``'s version as it stands (no task ran for it: an empty micro-batch):
+        with the local store, an empty changelog that keeps the partition-wide values (O(1));
+        else the whole state again."""
+        if self.local is not None and not self.swap:
+            empty = encode_state(PartitionState(), self.key_type, self.value_type)
+            prev = self.prev if pid < self.prev_partitions else None
+            log = changelog_table(empty, empty.column(KEY_FIELD).combine_chunks(), prev,
+                                  f"carried:{uuid.uuid4().hex}", inherit=True)
+            self.fence(pid)
+            self.store.save_changelog(pid, self.batch_id, log)
+            return
         table = self.load(pid)
         if table is None:
             table = encode_state(PartitionState(), self.key_type, self.value_type)
-        self._fence(pid)
+        self.fence(pid)
         self.store.save_table(pid, self.batch_id, table)
 
-    def _fence(self, pid: int) -> None:
+    def fence(self, pid: int) -> None:
         """StateOwnershipError unless this runner still owns the path (``owner``)."""
         if self.owner is not None:
             self.store.check_owner(self.owner, f"partition {pid}'s state of batch "
@@ -312,14 +382,19 @@ class StateIO:
         logged and never fails the task. Refused (StateOwnershipError) when another runner
         owns the path now."""
         table = encode_state(state, self.key_type, self.value_type)
-        self._fence(pid)
+        self.fence(pid)
         self.store.save_table(pid, self.batch_id, table)
         if timing is not None:
-            try:
-                self.store.save_timing(pid, self.batch_id, timing)
-            except (TrilinkError, OSError, ValueError, TypeError) as err:
-                logger.warning("partition %d, batch %d: timing not written (%s: %s)", pid,
-                               self.batch_id, type(err).__name__, err)
+            self.save_timing(pid, timing)
+
+    def save_timing(self, pid: int, timing: dict[str, Any]) -> None:
+        """Write the task's timing beside its version: a measurement, so a failure is logged,
+        never raised."""
+        try:
+            self.store.save_timing(pid, self.batch_id, timing)
+        except (TrilinkError, OSError, ValueError, TypeError) as err:
+            logger.warning("partition %d, batch %d: timing not written (%s: %s)", pid,
+                           self.batch_id, type(err).__name__, err)
 
     def block_rows(self, keys: Any) -> dict[str, list[int]] | None:
         """Rows per block of ``keys`` (sparse: the blocks that got rows), or None without a

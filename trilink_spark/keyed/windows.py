@@ -142,6 +142,23 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         runtime.shared["windows"] = table[~due]
         return self._rows(table[due])
 
+    def state_wake(self, table: Any) -> Any:
+        """The end of each stored key's earliest open window (``inf``: none open): before
+        it, the key's state is not needed without its rows. Vectorised, O(open windows)."""
+        import pyarrow.compute as pc
+
+        out = np.full(table.num_rows, np.inf)
+        column = "shared:windows"
+        if column not in table.column_names or not table.num_rows:
+            return out
+        lists = table.column(column).combine_chunks()
+        flat = pc.list_flatten(lists)
+        if len(flat):
+            starts = np.asarray(pc.struct_field(flat, "s").to_numpy(zero_copy_only=False),
+                                dtype=np.float64)
+            np.minimum.at(out, pc.list_parent_indices(lists).to_numpy(), starts + self.size_units)
+        return out
+
     def _accumulate(self, runtime: KeyedRuntime, keys: Any, codes: Any, et: Any,
                     values: Any) -> None:
         """Add rows (``codes`` index the distinct ``keys``) to their open windows: Arrow's

@@ -310,13 +310,24 @@ def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
               and len(blocks["blocks"]) == len(blocks["rows"])
               and all(_is_timed_count(b, 0) for b in blocks["blocks"])
               and all(_is_timed_count(r, 1) for r in blocks["rows"]))
+    sync = value.get("sync") if isinstance(value, dict) else None
+    keys_read = value.get("keys_read") if isinstance(value, dict) else None
+    if ok and sync is not None:
+        ok = sync in ("current", "undo", "catch-up", "rebuild")
+    if ok and keys_read is not None:
+        ok = _is_timed_count(keys_read, 0)
     if not ok:
         logger.warning("%s: timing record is not well-formed; ignored", where)
         return None
-    return {"rows": int(value["rows"]), "process_ms": float(value["process_ms"]),
-            "block_rows": None if blocks is None else
-            {"blocks": [int(b) for b in blocks["blocks"]],
-             "rows": [int(r) for r in blocks["rows"]]}}
+    out: dict[str, Any] = {
+        "rows": int(value["rows"]), "process_ms": float(value["process_ms"]),
+        "block_rows": None if blocks is None else
+        {"blocks": [int(b) for b in blocks["blocks"]], "rows": [int(r) for r in blocks["rows"]]}}
+    if sync is not None:
+        out["sync"] = str(sync)
+    if keys_read is not None:
+        out["keys_read"] = int(keys_read)
+    return out
 
 
 def _is_timed_count(value: object, least: int) -> bool:

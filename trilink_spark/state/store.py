@@ -342,6 +342,12 @@ class KeyedStateStore:
         self._write(self.changelog_path(partition, version), data)
         return len(data)
 
+    def load_changelog(self, partition: int, version: int) -> Any:
+        """``partition``'s changelog ``version`` (None: there is none). O(its bytes)."""
+        path = self.changelog_path(partition, version)
+        raw = self._read(path)
+        return None if raw is None else read_table(raw, CHANGELOG_KIND, path)
+
     def changelog_attempt(self, partition: int, version: int) -> str | None:
         """The attempt token of ``partition``'s changelog ``version`` (None: there is none,
         or it is a snapshot), read from the head of the file only (its schema), O(1)."""

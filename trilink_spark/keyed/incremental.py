@@ -1,0 +1,421 @@
+"""A keyed task that costs what its micro-batch touches: the executor-local store.
+
+With the local store (the default of :func:`~trilink_spark.keyed_foreach_batch`), a task does
+not read and rewrite its partition's whole state. It opens the partition's local RocksDB copy
+(:class:`~trilink_spark.state.local.LocalState`), brings it to the version the batch starts
+from (:func:`sync`), and reads only:
+
+- the rows of the batch's keys;
+- the keys the wake index names as due: those for which the partition's progress alone makes
+  something happen (a timer or an open window whose time the key's watermark reaches once the
+  key is idle, or a state TTL that runs out). A key's wake time is
+  ``min(max(next + delay, seen + idle_timeout), seen + state_ttl)``, ``next`` being its
+  earliest timer or what the processor reports (:meth:`KeyedWatermarkProcessFunction.state_wake`).
+
+Only those keys become Python objects. The hooks run as before over them; the task then writes
+a changelog of their rows (and of the keys the TTL expired) to the state path, applies it to the
+local copy in one atomic write, and, every ``snapshot_interval`` batches, writes a snapshot of
+the version it started from in a background thread from a RocksDB checkpoint.
+
+:func:`sync` brings the local copy to the batch's start: nothing to do when it holds that
+version (and the changelog on the state path is the one it applied: the attempt tokens match);
+an undo of the last batch when it is one batch ahead (a replayed batch); the changelogs since
+its version when it is behind (another executor ran the partition, or no task ran); else a
+rebuild from the latest snapshot and the changelogs since, counted and logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import threading
+import uuid
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..columns import EVENT_TIME_COL
+from ..errors import StateCorruptError, TrilinkError
+from ..state.changelog import DELETED_FIELD, changelog_info, changelog_table
+from ..state.local import LocalState, head, iter_rows, key_bytes, open_checkpoint, split_head
+from ..state.rows import decode_rows, encode_rows
+from ..state.store import KEY_FIELD, STATE_KIND, KeyedStateStore
+from .snapshot import PartitionState, decode_state, encode_state, key_array
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..partitioners import BlockPartitioner
+    from .process import KeyedWatermarkProcessFunction
+
+__all__ = ["LocalConfig", "sync", "load_touched", "save_touched", "wake_times", "SYNC_KINDS"]
+
+logger = logging.getLogger(__name__)
+
+#: What :func:`sync` did: the copy was current, undone one batch, caught up, or rebuilt.
+SYNC_KINDS = ("current", "undo", "catch-up", "rebuild")
+_META_KEYS = (b"trilink.partition_high", b"trilink.counters", b"trilink.shared",
+              b"trilink.shared_tables")
+_SNAPSHOT_LOCK = threading.Lock()
+_TABLES = "trilink.shared_tables"
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    """Where a stateful run keeps its executor-local copies, and how (picklable).
+
+    Attributes
+    ----------
+    root : str
+        The local directory (``spark.trilink.state.localDir``, else ``spark.local.dir``'s
+        first entry, else the temporary directory).
+    store_id : str
+        Names the state path's copies under ``root``.
+    snapshot_interval : int
+        A snapshot every this many batches (``spark.trilink.state.snapshotInterval``).
+    state_ttl : float
+        Event-time units a key may send nothing before its state expires (``inf``: never).
+    blocks : BlockPartitioner
+        Gives each key its block (the placement's, when it is a block table).
+    """
+
+    root: str
+    store_id: str
+    snapshot_interval: int
+    state_ttl: float
+    blocks: BlockPartitioner | None
+
+
+def _key_bytes(config: LocalConfig, keys: Any) -> list[bytes]:
+    """Local key bytes of an Arrow key array, with the key's block first."""
+    n = len(keys)
+    blocks = np.zeros(n, dtype=np.int64)
+    if config.blocks is not None and n:
+        try:
+            blocks = np.maximum(config.blocks.blocks(keys), 0)
+        except (TrilinkError, ValueError, TypeError, OverflowError):
+            pass  # a key type Spark's hash has no rule for: one block, 0
+    return key_bytes(keys, blocks)
+
+
+def wake_times(table: Any, processor: KeyedWatermarkProcessFunction, delay: float,
+               idle_timeout: float, state_ttl: float) -> Any:
+    """Each row's wake time (module docs), vectorised over a state table. O(rows + timers +
+    shared rows)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    nxt = np.full(n, np.inf)
+    timers = table.column("timers").combine_chunks() if n else None
+    if timers is not None and len(pc.list_flatten(timers)):
+        flat = pc.list_flatten(timers).to_numpy().astype(np.float64)
+        parents = pc.list_parent_indices(timers).to_numpy()
+        np.minimum.at(nxt, parents, flat)
+    own = processor.state_wake(table)
+    if own is not None:
+        nxt = np.minimum(nxt, np.asarray(own, dtype=np.float64))
+    else:
+        for name in table.column_names:
+            if name.startswith("shared:"):
+                lengths = pc.fill_null(pc.list_value_length(table.column(name)), 0)
+                nxt = np.where(np.asarray(lengths.to_numpy()) > 0, -np.inf, nxt)
+    seen = np.asarray(pc.fill_null(table.column("seen"), -math.inf).to_numpy(), np.float64) \
+        if n else np.zeros(0)
+    with np.errstate(invalid="ignore"):
+        due = np.where(np.isposinf(nxt), np.inf, np.maximum(nxt + delay, seen + idle_timeout))
+        expiry = seen + state_ttl
+    out = np.minimum(due, expiry)
+    out[np.isnan(out)] = -np.inf
+    del pa
+    return out
+
+
+def _stored_table(local: LocalState, rows: Sequence[bytes]) -> Any:
+    """The state table of stored rows (grouped by schema, decoded, concatenated)."""
+    import pyarrow as pa
+
+    groups: dict[int, list[bytes]] = {}
+    for row in rows:
+        _, sid, body = split_head(row)
+        groups.setdefault(sid, []).append(body)
+    parts = [decode_rows(bodies, local.schema(sid)) for sid, bodies in groups.items()]
+    if not parts:
+        return None
+    try:
+        return pa.concat_tables(parts, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise StateCorruptError(f"{local.directory}: stored rows do not combine ({err})") \
+            from None
+
+
+def _with_meta(table: Any, meta: dict[str, Any]) -> Any:
+    """``table`` with the partition-wide values ``meta``; of the shared tables it names,
+    only those whose column ``table`` has (keys read without rows in a table have none)."""
+    encoded = {k.encode(): v.encode() for k, v in meta.items()}
+    tables = meta.get(_TABLES)
+    if tables is not None:
+        kept = {name: info for name, info in json.loads(tables).items()
+                if f"shared:{name}" in table.column_names}
+        encoded[_TABLES.encode()] = json.dumps(kept).encode()
+    return table.replace_schema_metadata(encoded)
+
+
+def _sticky(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``new`` partition-wide values, naming every shared table ``old`` named too: a batch
+    that read no key of a table must not forget how its rows are indexed."""
+    merged = dict(new)
+    before = json.loads(old.get(_TABLES) or "{}")
+    now = json.loads(new.get(_TABLES) or "{}")
+    if set(before) - set(now):
+        merged[_TABLES] = json.dumps({**before, **now})
+    return merged
+
+
+def _meta_of(table: Any) -> dict[str, str]:
+    found = table.schema.metadata or {}
+    return {k.decode(): found[k].decode() for k in _META_KEYS if k in found}
+
+
+def _puts(local: LocalState, config: LocalConfig, table: Any,
+          processor: KeyedWatermarkProcessFunction, delay: float, idle: float
+          ) -> list[tuple[bytes, bytes]]:
+    """The local rows of a state table: key bytes and (head + encoded row)."""
+    if table is None or not table.num_rows:
+        return []
+    plain = table.replace_schema_metadata(None)
+    sid = local.register(plain.schema)
+    wakes = wake_times(plain, processor, delay, idle, config.state_ttl).tolist()
+    kbs = _key_bytes(config, plain.column(KEY_FIELD).combine_chunks())
+    bodies = encode_rows(plain)
+    return [(k, head(w, sid) + b) for k, w, b in zip(kbs, wakes, bodies)]
+
+
+def _apply_table(local: LocalState, config: LocalConfig, version: int, attempt: str,
+                 table: Any, inherit: bool, processor: KeyedWatermarkProcessFunction,
+                 delay: float, idle: float) -> None:
+    """Apply a changelog (or, into an empty copy, a whole state table)."""
+    import pyarrow.compute as pc
+
+    meta = local.meta.get("meta") or {}
+    if not inherit:
+        meta = _sticky(meta, _meta_of(table))
+    deleted: list[bytes] = []
+    if DELETED_FIELD in table.column_names:
+        gone = pc.fill_null(table.column(DELETED_FIELD), False)
+        deleted = _key_bytes(config, table.filter(gone).column(KEY_FIELD).combine_chunks())
+        table = table.filter(pc.invert(gone)).drop_columns([DELETED_FIELD])
+    puts = _puts(local, config, table, processor, delay, idle)
+    keys = [k for k, _ in puts] + deleted
+    before = {k: v for k, v in zip(keys, local.get(keys)) if v is not None}
+    local.apply(version, attempt, meta, puts, deleted, before)
+
+
+def sync(local: LocalState, store: KeyedStateStore, config: LocalConfig, pid: int,
+         target: int | None, processor: KeyedWatermarkProcessFunction, delay: float,
+         idle: float) -> str:
+    """Bring ``local`` to version ``target`` of partition ``pid`` (module docs); returns
+    which of :data:`SYNC_KINDS` it took. A rebuild is logged.
+
+    Raises
+    ------
+    StateCorruptError
+        The state path lacks what ``target`` needs, or a file is damaged.
+    """
+    if target is None:
+        if local.version is None:
+            return "current"
+        local.reset()
+        return "rebuild"
+    if _matches(local, store, pid, target):
+        return "current"
+    if local.version is not None and local.version > target and local.undo() \
+            and _matches(local, store, pid, target):
+        return "undo"
+    chain: list[tuple[int, Any]] = []
+    at: int | None = target
+    snapshots, _ = store.listing(pid)
+    while at is not None and at not in snapshots:
+        if local.version == at and _matches(local, store, pid, at):
+            for version, log in reversed(chain):
+                info = changelog_info(log, store.changelog_path(pid, version))
+                _apply_table(local, config, version, info.attempt, log, info.inherit,
+                             processor, delay, idle)
+            return "catch-up"
+        path = store.changelog_path(pid, at)
+        log = store.load_changelog(pid, at)
+        if log is None:
+            break
+        chain.append((at, log))
+        at = changelog_info(log, path).prev
+    table = store.load_table(pid, target)
+    local.reset()
+    attempt = store.changelog_attempt(pid, target) or f"snapshot:{target}"
+    _apply_table(local, config, target, attempt, table, False, processor, delay, idle)
+    logger.info("partition %d: local state rebuilt at version %d from %s (%d keys)", pid,
+                target, store.path, table.num_rows)
+    return "rebuild"
+
+
+def _matches(local: LocalState, store: KeyedStateStore, pid: int, version: int) -> bool:
+    """Whether ``local`` holds ``version`` as the state path has it (same attempt)."""
+    if local.version != version:
+        return False
+    durable = store.changelog_attempt(pid, version)
+    mine = local.meta.get("attempt")
+    return durable == mine if durable is not None else mine == f"snapshot:{version}"
+
+
+def load_touched(local: LocalState, config: LocalConfig, frame: pd.DataFrame | None,
+                 key: str, key_type: Any, where: str
+                 ) -> tuple[PartitionState, dict[bytes, bytes]]:
+    """The state of the batch's keys and of the due keys, and their stored rows (by key
+    bytes): only those are read and decoded."""
+    import pyarrow as pa
+
+    meta = dict(local.meta.get("meta") or {})
+    high = float(json.loads(meta.get("trilink.partition_high", "-Infinity")))
+    kbs: list[bytes] = []
+    if frame is not None and len(frame):
+        keys = pa.array(frame[key].to_numpy(dtype=object), from_pandas=True)
+        if key_type is not None and keys.type != key_type:
+            try:
+                keys = keys.cast(key_type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                pass
+        kbs = list(dict.fromkeys(_key_bytes(config, keys.unique())))
+        times = frame[EVENT_TIME_COL].to_numpy(dtype=np.float64)
+        if np.isfinite(times).any() or np.isinf(times).any():
+            high = max(high, float(np.nanmax(times)))
+    wanted = list(dict.fromkeys(kbs + local.due(high)))
+    stored = local.get(wanted)
+    before = {k: v for k, v in zip(wanted, stored) if v is not None}
+    table = _stored_table(local, list(before.values()))
+    if table is None:
+        state = PartitionState()
+        if meta:
+            empty = encode_state(PartitionState(), key_type, None)
+            state = decode_state(_with_meta(empty.slice(0, 0), meta), where)
+        return state, before
+    return decode_state(_with_meta(table, meta), where), before
+
+
+def expire(state: PartitionState, state_ttl: float) -> list[Hashable]:
+    """Remove (and return) the keys of ``state`` that sent nothing for ``state_ttl`` of the
+    partition's event time. O(keys of ``state``)."""
+    if not math.isfinite(state_ttl):
+        return []
+    limit = state.partition_high - state_ttl
+    gone = [k for k in state.key_high if state.last_seen.get(k, -math.inf) <= limit]
+    if not gone:
+        return []
+    drop = set(gone)
+    for mapping in (state.key_high, state.last_seen, state.key_rows, state.values):
+        for k in gone:
+            mapping.pop(k, None)
+    state.timers = [(k, t) for k, t in state.timers if k not in drop]
+    import pandas as pd
+
+    for name, frame in list(state.shared.items()):
+        if isinstance(frame, pd.DataFrame) and len(frame):
+            level = frame.index.get_level_values(0)
+            state.shared[name] = frame[~level.isin(list(drop))]
+    return gone
+
+
+def save_touched(local: LocalState, store: KeyedStateStore, config: LocalConfig, pid: int,
+                 batch_id: int, prev: int | None, state: PartitionState,
+                 before: dict[bytes, bytes], key_type: Any, value_type: Any,
+                 processor: KeyedWatermarkProcessFunction, delay: float, idle: float,
+                 fence: Any) -> int:
+    """Write the batch's changelog to the state path, then apply it locally; returns its
+    bytes. ``fence()`` is called before anything is written (the owner check)."""
+    import pyarrow as pa
+
+    gone = expire(state, config.state_ttl)
+    upserts = encode_state(state, key_type, value_type)
+    meta = _sticky(local.meta.get("meta") or {}, _meta_of(upserts))
+    upserts = upserts.replace_schema_metadata(
+        {**(upserts.schema.metadata or {}), **{k.encode(): v.encode() for k, v in meta.items()}})
+    deleted = key_array(gone, key_type) if gone else pa.array([], upserts.schema.field(
+        KEY_FIELD).type)
+    attempt = uuid.uuid4().hex
+    log = changelog_table(upserts, deleted, prev, attempt)
+    fence()
+    written = store.save_changelog(pid, batch_id, log)
+    if prev is not None and config.snapshot_interval and batch_id % config.snapshot_interval == 0:
+        _snapshot_in_background(local, store, pid, prev, key_type)
+    puts = _puts(local, config, upserts, processor, delay, idle)
+    dels = _key_bytes(config, deleted) if len(deleted) else []
+    local.apply(batch_id, attempt, meta, puts, dels, before)
+    return written
+
+
+def _snapshot_in_background(local: LocalState, store: KeyedStateStore, pid: int,
+                            version: int, key_type: Any) -> None:
+    """Write ``version`` (the local copy's, before this batch applies) as a snapshot from a
+    RocksDB checkpoint, in a daemon thread: the batch does not wait for it. A snapshot is
+    only a shortcut for a rebuild, so a failure is logged, never raised."""
+    if local.version != version:
+        return
+    directory = tempfile.mkdtemp(prefix=f"snap-{pid}-", dir=os.path.dirname(local.directory))
+    os.rmdir(directory)
+    try:
+        local.checkpoint(directory)
+    except Exception as err:  # noqa: BLE001 - a snapshot is optional
+        logger.warning("partition %d: no snapshot of version %d (%s)", pid, version, err)
+        shutil.rmtree(directory, ignore_errors=True)
+        return
+    meta = dict(local.meta.get("meta") or {})
+    schemas = {sid: local.schema(sid) for sid in _schema_ids(directory)}
+
+    def write() -> None:
+        import pyarrow as pa
+
+        try:
+            with _SNAPSHOT_LOCK:
+                db = open_checkpoint(directory)
+                try:
+                    groups: dict[int, list[bytes]] = {}
+                    for _, row in iter_rows(db):
+                        _, sid, body = split_head(row)
+                        groups.setdefault(sid, []).append(body)
+                finally:
+                    db.close()
+                parts = [decode_rows(b, schemas[s]) for s, b in groups.items()]
+                table = (pa.concat_tables(parts, promote_options="permissive") if parts
+                         else encode_state(PartitionState(), key_type, None).slice(0, 0))
+                store.save_table(pid, version, _with_meta(table, meta))
+        except Exception as err:  # noqa: BLE001 - a snapshot is optional
+            logger.warning("partition %d: snapshot of version %d not written (%s: %s)", pid,
+                           version, type(err).__name__, err)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    threading.Thread(target=write, name=f"trilink-snapshot-{pid}", daemon=True).start()
+
+
+def _schema_ids(directory: str) -> list[int]:
+    """The schema ids a checkpoint holds."""
+    import struct
+
+    db = open_checkpoint(directory)
+    try:
+        out = []
+        it = db.iter()
+        it.seek(b"s")
+        while it.valid() and it.key().startswith(b"s"):
+            out.append(struct.unpack(">I", it.key()[1:5])[0])
+            it.next()
+        return out
+    finally:
+        db.close()
+
+
+__all__ += ["expire", "STATE_KIND"]

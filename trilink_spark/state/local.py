@@ -1,0 +1,430 @@
+"""A partition's executor-local copy of its keyed state, in RocksDB (``rocksdict``).
+
+The durable truth of keyed state is on the state path (snapshots and changelogs,
+:mod:`trilink_spark.state.changelog`); this is its cache on the executor's local disk, so a
+micro-batch reads and writes only the keys it touches. It is opened by the task of its
+partition, under an exclusive lock, and closed when the task ends; the data stays on disk
+between batches.
+
+Layout (one RocksDB directory per state path and partition, under the local directory)::
+
+    m                      JSON: version, attempt token, partition-wide values
+    r <key bytes>          a key's row: its wake time (8 bytes), its schema id (4 bytes),
+                           its row (:func:`~trilink_spark.state.rows.encode_rows`)
+    w <wake> <key bytes>   the wake index: keys in order of the event time at which the
+                           partition's progress alone makes something due for them
+    s <schema id>          Arrow schemas of the rows (IPC bytes, read with pyarrow)
+    u <key bytes>          undo record of the last batch: the key's row before it (or none)
+    U                      undo record of the last batch: the ``m`` record before it
+
+Key bytes are the block (2 bytes) then the key (:func:`key_bytes`), so one block's keys are
+one contiguous range. Nothing stored is unpickled or evaluated; an undecodable record is a
+:class:`~trilink_spark.errors.StateCorruptError` naming the directory.
+
+Locking: one process per partition at a time, through ``fcntl.flock`` on a lock file beside
+the database. The kernel releases the lock when its process dies, so a task retried after a
+crash never waits on a dead holder.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import struct
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import StateCorruptError, StateStoreError
+
+__all__ = ["LocalState", "key_bytes", "LOCAL_KEY_TYPES", "wake_bytes", "supports_key_type",
+           "head", "split_head", "iter_rows", "open_checkpoint"]
+
+logger = logging.getLogger(__name__)
+
+_META = b"m"
+_UNDO_META = b"U"
+_ROW = b"r"
+_WAKE = b"w"
+_SCHEMA = b"s"
+_UNDO = b"u"
+_HEAD = struct.Struct(">dI")  # wake time, schema id
+#: Arrow type names whose keys the local store encodes (others keep the file store).
+LOCAL_KEY_TYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "bool",
+                   "float", "double", "halffloat", "string", "large_string", "binary",
+                   "large_binary", "date32", "date64", "timestamp", "null")
+
+
+def supports_key_type(arrow_type: Any) -> bool:
+    """Whether :func:`key_bytes` encodes keys of ``arrow_type`` (a pyarrow DataType)."""
+    import pyarrow as pa
+
+    if arrow_type is None:
+        return False
+    if pa.types.is_timestamp(arrow_type):
+        return True
+    return str(arrow_type) in LOCAL_KEY_TYPES
+
+
+def key_bytes(keys: Any, blocks: Any) -> list[bytes]:
+    """Each key's bytes in the local store: its block (2 bytes, big-endian), a tag, the key.
+
+    Null and NaN keys are one key (as the runtime keeps them); ``-0.0`` is ``0.0``. Integers
+    are 8 big-endian bytes with the sign bit flipped, floats their canonical 8 bytes, strings
+    and binaries their bytes. Vectorised: O(total key bytes), one Python object per key.
+
+    Parameters
+    ----------
+    keys : pyarrow.Array
+        Of a type :func:`supports_key_type` accepts.
+    blocks : numpy.ndarray
+        Each key's block, in ``[0, 65536)``.
+
+    Examples
+    --------
+    >>> import numpy as np, pyarrow as pa
+    >>> key_bytes(pa.array(["a", None]), np.array([3, 0]))
+    [b'\\x00\\x03\\x03a', b'\\x00\\x00\\x00']
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    n = len(keys)
+    if n == 0:
+        return []
+    t = keys.type
+    null = np.asarray(keys.is_null(nan_is_null=True).to_numpy(zero_copy_only=False), bool) \
+        if (pa.types.is_floating(t) or keys.null_count) else np.zeros(n, dtype=bool)
+    head = np.empty((n, 3), dtype=np.uint8)
+    head[:, :2] = np.where(null, 0, np.asarray(blocks, dtype=np.int64)).astype(">u2") \
+        .view(np.uint8).reshape(n, 2)  # a null key is one key: one block
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) \
+            or pa.types.is_large_binary(t):
+        head[:, 2] = np.where(null, 0, 3)
+        prefix = pa.FixedSizeBinaryArray.from_buffers(
+            pa.binary(3), n, [None, pa.py_buffer(head.tobytes())]).cast(pa.binary())
+        body = pc.fill_null(keys.cast(pa.binary()), b"")
+        out: list[bytes] = pc.binary_join_element_wise(prefix, body, b"").to_pylist()
+        return out
+    if pa.types.is_floating(t):
+        values = np.asarray(pc.fill_null(keys.cast(pa.float64()), 0.0).to_numpy(), np.float64)
+        payload = (values + 0.0).astype(">f8")
+        tag = 2
+    elif t == pa.null():
+        payload = np.zeros(n, dtype=">u8")
+        tag = 1
+    else:
+        if pa.types.is_timestamp(t) or pa.types.is_date64(t):
+            keys = keys.cast(pa.int64())
+        elif pa.types.is_date32(t) or pa.types.is_boolean(t):
+            keys = keys.cast(pa.int32()).cast(pa.int64())
+        ints = np.asarray(pc.fill_null(keys.cast(pa.int64()), 0).to_numpy(), np.int64)
+        payload = (ints.view(np.uint64) ^ np.uint64(1 << 63)).astype(">u8")
+        tag = 1
+    head[:, 2] = np.where(null, 0, tag)
+    body8 = np.where(null[:, None], 0, payload.view(np.uint8).reshape(n, 8)).astype(np.uint8)
+    whole = np.concatenate([head, body8], axis=1)
+    fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(11), n,
+                                                 [None, pa.py_buffer(whole.tobytes())])
+    rows: list[bytes] = fixed.to_pylist()
+    for i in np.flatnonzero(null).tolist():
+        rows[i] = rows[i][:3]
+    return rows
+
+
+def wake_bytes(times: Any) -> list[bytes]:
+    """Event times as 8 bytes each that sort as the numbers do (NaN first). Vectorised."""
+    t = np.asarray(times, dtype=np.float64) + 0.0
+    bits = t.view(np.uint64)
+    negative = (bits >> np.uint64(63)).astype(bool)
+    ordered = np.where(negative, ~bits, bits | np.uint64(1 << 63)).astype(">u8")
+    raw = ordered.tobytes()
+    return [raw[i:i + 8] for i in range(0, len(raw), 8)]
+
+
+class LocalState:
+    """One partition's local RocksDB copy, opened under the partition's lock.
+
+    Use :meth:`open` (a context manager closes it). Not picklable: runtime only, opened by the
+    task that runs the partition.
+
+    Notes
+    -----
+    Cost: opening is one ``flock`` and one RocksDB open (milliseconds); reads and writes
+    cost what they touch (:meth:`get`: one multi-get; :meth:`due`: one range scan of the due
+    entries; :meth:`apply`: one atomic write batch).
+    """
+
+    def __init__(self, directory: str, db: Any, lock_fd: int) -> None:
+        self.directory = directory
+        self._db = db
+        self._lock_fd = lock_fd
+        self._schemas: dict[int, Any] = {}
+        self.meta: dict[str, Any] = self._read_meta(_META) or {"version": None}
+
+    @classmethod
+    def open(cls, root: str, store_id: str, partition: int, timeout: float = 600.0
+             ) -> LocalState:
+        """Lock and open partition ``partition``'s copy of state path ``store_id`` under
+        ``root`` (created when missing).
+
+        Raises
+        ------
+        StateStoreError
+            The directory cannot be created, the lock is not free within ``timeout`` seconds,
+            or RocksDB cannot open the copy (then it is removed, so the next attempt rebuilds
+            it from the state path).
+        """
+        from rocksdict import Options, Rdict
+
+        base = os.path.join(root, store_id)
+        directory = os.path.join(base, f"p{partition:05d}.db")
+        try:
+            os.makedirs(base, exist_ok=True)
+            fd = os.open(os.path.join(base, f"p{partition:05d}.lock"),
+                         os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise StateStoreError(f"local state directory {base} cannot be used "
+                                  f"({type(err).__name__}: {err}); set "
+                                  "spark.trilink.state.localDir to a writable directory") from None
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    raise StateStoreError(
+                        f"{directory} is locked by another process for more than {timeout} s "
+                        "(one task per partition at a time)") from None
+                time.sleep(0.02)
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        try:
+            db = Rdict(directory, options)
+        except Exception as err:  # noqa: BLE001 - RocksDB raises plain Exceptions
+            shutil.rmtree(directory, ignore_errors=True)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise StateStoreError(f"local state {directory} cannot be opened ({err}); removed, "
+                                  "the next attempt rebuilds it from the state path") from None
+        try:
+            return cls(directory, db, fd)
+        except StateCorruptError as err:  # a cache: emptied, then rebuilt by its caller
+            logger.warning("%s; the local copy is emptied", err)
+            db.close()
+            Rdict.destroy(directory, options)
+            return cls(directory, Rdict(directory, options), fd)
+
+    def close(self) -> None:
+        """Close the database and release the lock (idempotent)."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        if self._lock_fd >= 0:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def __enter__(self) -> LocalState:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ records
+    def _read_meta(self, name: bytes) -> dict[str, Any] | None:
+        raw = self._db.get(name)
+        if raw is None:
+            return None
+        try:
+            meta = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            meta = None
+        if not isinstance(meta, dict) or "version" not in meta:
+            raise StateCorruptError(f"{self.directory}: malformed local state record {name!r}")
+        return meta
+
+    @property
+    def version(self) -> int | None:
+        """The version this copy holds (None: empty)."""
+        v = self.meta.get("version")
+        return v if isinstance(v, int) else None
+
+    def schema(self, sid: int) -> Any:
+        """The Arrow schema with id ``sid``."""
+        import pyarrow as pa
+
+        found = self._schemas.get(sid)
+        if found is None:
+            raw = self._db.get(_SCHEMA + struct.pack(">I", sid))
+            if raw is None:
+                raise StateCorruptError(f"{self.directory}: rows of unknown schema {sid}")
+            found = pa.ipc.read_schema(pa.py_buffer(raw))
+            self._schemas[sid] = found
+        return found
+
+    def get(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """The stored rows (head included) of ``keys``; None for a key without one."""
+        if not keys:
+            return []
+        found: list[bytes | None] = self._db.get([_ROW + k for k in keys])
+        return found
+
+    def due(self, upto: float) -> list[bytes]:
+        """Keys whose wake time is at or below ``upto``, in wake order (one range scan)."""
+        end = _WAKE + wake_bytes([upto])[0] + b"\xff"
+        out: list[bytes] = []
+        it = self._db.iter()
+        it.seek(_WAKE)
+        while it.valid():
+            k = it.key()
+            if k >= end or not k.startswith(_WAKE):
+                break
+            out.append(k[9:])
+            it.next()
+        return out
+
+    def rows(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every key's bytes and stored row, in key order (a full scan: snapshots)."""
+        return iter_rows(self._db)
+
+    # ------------------------------------------------------------------ writing
+    def register(self, schema: Any) -> int:
+        """The id of ``schema`` (stored on first use)."""
+        from .rows import schema_id
+
+        sid = int(schema_id(schema))
+        if sid not in self._schemas:
+            key = _SCHEMA + struct.pack(">I", sid)
+            if self._db.get(key) is None:
+                self._db.put(key, schema.remove_metadata().serialize().to_pybytes())
+            self._schemas[sid] = schema.remove_metadata()
+        return sid
+
+    def apply(self, version: int, attempt: str, meta: dict[str, Any],
+              puts: Sequence[tuple[bytes, bytes]], deletes: Sequence[bytes],
+              before: Mapping[bytes, bytes | None]) -> None:
+        """Move this copy to ``version`` in one atomic write.
+
+        Parameters
+        ----------
+        puts : sequence of (key bytes, row with head)
+        deletes : sequence of key bytes
+        before : dict
+            Every key of ``puts`` and ``deletes`` that had a row before, with it (keys absent
+            from it had none): the undo record, and the wake entries to replace.
+        """
+        from rocksdict import WriteBatch
+
+        wb = WriteBatch(raw_mode=True)
+        wb.delete_range(_UNDO, _UNDO + b"\xff" * 8)
+        wb.put(_UNDO_META, json.dumps(self.meta).encode())
+        touched = [k for k, _ in puts] + list(deletes)
+        for k in touched:
+            old = before.get(k)
+            wb.put(_UNDO + k, b"\x00" if old is None else b"\x01" + old)
+            if old is not None:
+                wake = _HEAD.unpack_from(old)[0]
+                if wake == wake and wake != float("inf"):  # finite or -inf: indexed
+                    wb.delete(_WAKE + wake_bytes([wake])[0] + k)
+        for k, row in puts:
+            wb.put(_ROW + k, row)
+            wake = _HEAD.unpack_from(row)[0]
+            if wake == wake and wake != float("inf"):
+                wb.put(_WAKE + wake_bytes([wake])[0] + k, b"")
+        for k in deletes:
+            wb.delete(_ROW + k)
+        new_meta = {"version": version, "attempt": attempt, "meta": meta}
+        wb.put(_META, json.dumps(new_meta).encode())
+        self._db.write(wb)
+        self.meta = new_meta
+
+    def undo(self) -> bool:
+        """Return to the version before the last :meth:`apply` (False: no undo record)."""
+        from rocksdict import WriteBatch
+
+        previous = self._read_meta(_UNDO_META)
+        if previous is None:
+            return False
+        wb = WriteBatch(raw_mode=True)
+        it = self._db.iter()
+        it.seek(_UNDO)
+        while it.valid():
+            k = it.key()
+            if not k.startswith(_UNDO):
+                break
+            key, old = k[1:], it.value()
+            current = self._db.get(_ROW + key)
+            if current is not None:
+                wake = _HEAD.unpack_from(current)[0]
+                if wake == wake and wake != float("inf"):
+                    wb.delete(_WAKE + wake_bytes([wake])[0] + key)
+            if old[:1] == b"\x01":
+                wb.put(_ROW + key, old[1:])
+                wake = _HEAD.unpack_from(old, 1)[0]
+                if wake == wake and wake != float("inf"):
+                    wb.put(_WAKE + wake_bytes([wake])[0] + key, b"")
+            else:
+                wb.delete(_ROW + key)
+            it.next()
+        wb.delete_range(_UNDO, _UNDO + b"\xff" * 8)
+        wb.delete(_UNDO_META)
+        wb.put(_META, json.dumps(previous).encode())
+        self._db.write(wb)
+        self.meta = previous
+        return True
+
+    def reset(self) -> None:
+        """Empty this copy (before a rebuild)."""
+        from rocksdict import WriteBatch
+
+        wb = WriteBatch(raw_mode=True)
+        wb.delete_range(b"\x00", b"\xff" * 8)
+        self._db.write(wb)
+        self._schemas.clear()
+        self.meta = {"version": None}
+
+    def checkpoint(self, directory: str) -> None:
+        """A consistent copy of this database at ``directory`` (hard links: cheap)."""
+        from rocksdict import Checkpoint
+
+        Checkpoint(self._db).create_checkpoint(directory)
+
+
+def head(wake: float, sid: int) -> bytes:
+    """The head of a stored row: its wake time and schema id."""
+    return _HEAD.pack(wake, sid)
+
+
+def split_head(row: bytes) -> tuple[float, int, bytes]:
+    """A stored row's wake time, schema id and encoded row."""
+    wake, sid = _HEAD.unpack_from(row)
+    return wake, sid, row[_HEAD.size:]
+
+
+def iter_rows(db: Any) -> Iterator[tuple[bytes, bytes]]:
+    """Every key's bytes and stored row of an open database, in key order (a full scan)."""
+    it = db.iter()
+    it.seek(_ROW)
+    while it.valid():
+        k = it.key()
+        if not k.startswith(_ROW):
+            break
+        yield k[1:], it.value()
+        it.next()
+
+
+def open_checkpoint(directory: str) -> Any:
+    """A checkpoint copy opened read-only (for a snapshot writer)."""
+    from rocksdict import AccessType, Options, Rdict
+
+    return Rdict(directory, Options(raw_mode=True), access_type=AccessType.read_only())
