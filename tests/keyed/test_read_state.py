@@ -261,7 +261,7 @@ def test_read_state_damaged_files_are_state_corrupt(spark: Any, tmp_path: Path) 
     df, _ = _batch(spark, 0, np.random.default_rng(9))
     run(df, 0)
     root = tmp_path / "state"
-    state_file = root / "partition=00001" / "000000000000.state"
+    state_file = root / "partition=00001" / "000000000000.log"  # the local store's changelog
     data = bytearray(state_file.read_bytes())
     data[len(data) // 2] ^= 0xFF
     state_file.write_bytes(bytes(data))

@@ -61,7 +61,9 @@ def test_state_version_is_an_arrow_table_with_one_row_per_key(spark: Any, tmp_pa
     keys = [k for t in tables for k in t.column("key").to_pylist()]
     assert sorted(keys) == sorted(counts.index) and len(keys) == len(set(keys))
     assert str(tables[0].schema.field("values").type) == "struct<n: int64>"
-    assert not any(run.store.load(p, 0).startswith(b"\x80") for p in range(4))  # no pickle
+    stored = [run.store.load(p, 0) or Path(run.store.changelog_path(p, 0)).read_bytes()
+              for p in range(4)]  # a snapshot, or (the local store) a changelog
+    assert all(data.startswith(b"ARROW1") for data in stored)  # no pickle
     check_invariants(run, counts)
 
 
@@ -104,13 +106,16 @@ def test_declared_state_type_refuses_a_value_that_does_not_fit() -> None:
     assert rt.values == {"a": {"n": 3}}  # the refused values changed nothing
 
 
+@pytest.mark.parametrize("store,name", [("files", "000000000000.state"),
+                                        ("rocksdb", "000000000000.log")])
 @pytest.mark.parametrize("junk", [b"", b"\x80\x04K\x01.", b"ARROW1 but truncated",
                                   b"not arrow at all"])
-def test_corrupt_state_file_is_named_never_empty(spark: Any, tmp_path: Path, junk: bytes) -> None:
-    run = make_run(tmp_path)
+def test_corrupt_state_file_is_named_never_empty(spark: Any, tmp_path: Path, junk: bytes,
+                                                 store: str, name: str) -> None:
+    run = make_run(tmp_path, state_store=store)
     df, _ = batch(spark, 0, np.random.default_rng(2))
     run(df, 0)
-    path = tmp_path / "state" / "partition=00001" / "000000000000.state"
+    path = tmp_path / "state" / "partition=00001" / name
     path.write_bytes(junk)
     df1, _ = batch(spark, 1, np.random.default_rng(3))
     with pytest.raises(Exception, match="partition=00001"):
@@ -143,12 +148,15 @@ def test_keep_versions_1_replay_keeps_the_state_it_needs(spark: Any, tmp_path: P
     check_invariants(run, c0.add(c1, fill_value=0))
 
 
-def test_a_deleted_version_is_a_gap_not_an_older_start(spark: Any, tmp_path: Path) -> None:
-    run = make_run(tmp_path)
+@pytest.mark.parametrize("store,name", [("files", "000000000002.state"),
+                                        ("rocksdb", "000000000002.log")])
+def test_a_deleted_version_is_a_gap_not_an_older_start(spark: Any, tmp_path: Path, store: str,
+                                                       name: str) -> None:
+    run = make_run(tmp_path, state_store=store)
     rng = np.random.default_rng(5)
     for b in range(3):
         run(batch(spark, b, rng)[0], b)
-    (tmp_path / "state" / "partition=00000" / "000000000002.state").unlink()
+    (tmp_path / "state" / "partition=00000" / name).unlink()
     with pytest.raises(Exception, match="missing"):
         run(batch(spark, 3, rng)[0], 3)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -113,7 +114,7 @@ def _state(keys: list[str]) -> pa.Table:
 # ---------------------------------------------------------------------- 1. checksums
 def test_a_flipped_value_byte_in_a_committed_state_file_fails_the_next_batch(
         spark: Any, tmp_path: Path) -> None:
-    run = runner(tmp_path / "state")
+    run = runner(tmp_path / "state", state_store="files")
     run(frame(spark, ["a", "a", "a"]), 0)
     path = run.store.version_path(run.owners()["a"], 0)
     data = Path(path).read_bytes()
@@ -125,6 +126,33 @@ def test_a_flipped_value_byte_in_a_committed_state_file_fails_the_next_batch(
                                         r"\.state fails its checksum"):
         run(frame(spark, ["a"], 3), 1)
     assert run.store.read_manifest()["committed"] == [0]  # nothing committed on it
+
+
+def test_a_flipped_value_byte_in_a_changelog_is_never_read_as_a_count(
+        spark: Any, tmp_path: Path) -> None:
+    """The local store: the running copy keeps the right count; the first read of the damaged
+    changelog (a rebuild on a fresh executor) refuses it, naming it."""
+    local = tmp_path / "local"
+    spark.conf.set("spark.trilink.state.localDir", str(local))
+    try:
+        out: list[Any] = []
+        run = runner(tmp_path / "state", state_store="rocksdb",
+                     sink=lambda df, b: out.extend(df.collect()))
+        run(frame(spark, ["a", "a", "a"]), 0)
+        path = run.store.changelog_path(run.owners()["a"], 0)
+        data = Path(path).read_bytes()
+        marker = (MARK + 3).to_bytes(8, "little")
+        assert data.count(marker) == 1
+        Path(path).write_bytes(data.replace(marker, (MARK + 4).to_bytes(8, "little")))
+        run(frame(spark, ["a"], 3), 1)  # from the local copy: 3 + 1, not the damaged 4 + 1
+        assert out[-1]["n"] - MARK == 4
+        shutil.rmtree(local)  # another executor: it rebuilds from the state path
+        with pytest.raises(Exception, match=r"StateCorruptError: \S*partition=0000\d/"
+                                            r"000000000000\.log fails its checksum"):
+            run(frame(spark, ["a"], 5), 2)
+        assert run.store.read_manifest()["committed"] == [0, 1]  # nothing committed on it
+    finally:
+        spark.conf.unset("spark.trilink.state.localDir")
 
 
 def test_every_flipped_byte_of_a_state_file_is_refused_or_harmless() -> None:

@@ -229,9 +229,13 @@ def _offsets(arr: Any) -> np.ndarray[Any, Any]:
     return raw.astype(np.int64)
 
 
+_NO_BYTES = pa.py_buffer(bytearray(1))  # a valid buffer for pieces that hold no bytes
+
+
 def _piece(n: int, offsets: np.ndarray[Any, Any], data: Any) -> Any:
     """A large_binary array of ``n`` pieces of ``data`` (zero copy)."""
-    data = pa.py_buffer(b"") if data is None else data
+    if data is None or data.address == 0:  # Arrow IPC reads an empty buffer as address 0
+        data = _NO_BYTES
     return pa.Array.from_buffers(_BIN, n, [None, pa.py_buffer(offsets.astype(np.int64)), data])
 
 
