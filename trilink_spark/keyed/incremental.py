@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from ..partitioners import BlockPartitioner
     from .process import KeyedWatermarkProcessFunction
 
-__all__ = ["LocalConfig", "sync", "load_touched", "save_touched", "wake_times", "SYNC_KINDS"]
+__all__ = ["LocalConfig", "local_root", "sync", "load_touched", "save_touched", "wake_times", "SYNC_KINDS"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +73,8 @@ class LocalConfig:
     Attributes
     ----------
     root : str
-        The local directory (``spark.trilink.state.localDir``, else ``spark.local.dir``'s
-        first entry, else the temporary directory).
+        The local directory (``spark.trilink.state.localDir``); empty: the executor's own,
+        resolved by the task (:func:`local_root`).
     store_id : str
         Names the state path's copies under ``root``.
     snapshot_interval : int
@@ -90,6 +90,16 @@ class LocalConfig:
     snapshot_interval: int
     state_ttl: float
     blocks: BlockPartitioner | None
+
+
+def local_root(config: LocalConfig) -> str:
+    """Where this executor keeps the copies: ``config.root``, else the first of the
+    executor's ``SPARK_LOCAL_DIRS``, else the temporary directory (a ``trilink-state``
+    folder in either)."""
+    if config.root:
+        return config.root
+    first = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0].strip()
+    return os.path.join(first or tempfile.gettempdir(), "trilink-state")
 
 
 def _key_bytes(config: LocalConfig, keys: Any) -> list[bytes]:
@@ -199,7 +209,7 @@ def _puts(local: LocalState, config: LocalConfig, table: Any,
 
 def _apply_table(local: LocalState, config: LocalConfig, version: int, attempt: str,
                  table: Any, inherit: bool, processor: KeyedWatermarkProcessFunction,
-                 delay: float, idle: float) -> None:
+                 delay: float, idle: float, fresh: bool = False) -> None:
     """Apply a changelog (or, into an empty copy, a whole state table)."""
     import pyarrow.compute as pc
 
@@ -212,6 +222,9 @@ def _apply_table(local: LocalState, config: LocalConfig, version: int, attempt: 
         deleted = _key_bytes(config, table.filter(gone).column(KEY_FIELD).combine_chunks())
         table = table.filter(pc.invert(gone)).drop_columns([DELETED_FIELD])
     puts = _puts(local, config, table, processor, delay, idle)
+    if fresh:  # an emptied copy: nothing to read back or undo
+        local.apply(version, attempt, meta, puts, [], {}, undo=False)
+        return
     keys = [k for k, _ in puts] + deleted
     before = {k: v for k, v in zip(keys, local.get(keys)) if v is not None}
     local.apply(version, attempt, meta, puts, deleted, before)
@@ -257,7 +270,8 @@ def sync(local: LocalState, store: KeyedStateStore, config: LocalConfig, pid: in
     table = store.load_table(pid, target)
     local.reset()
     attempt = store.changelog_attempt(pid, target) or f"snapshot:{target}"
-    _apply_table(local, config, target, attempt, table, False, processor, delay, idle)
+    _apply_table(local, config, target, attempt, table, False, processor, delay, idle,
+                 fresh=True)
     logger.info("partition %d: local state rebuilt at version %d from %s (%d keys)", pid,
                 target, store.path, table.num_rows)
     return "rebuild"
@@ -291,7 +305,7 @@ def load_touched(local: LocalState, config: LocalConfig, frame: pd.DataFrame | N
                 pass
         kbs = list(dict.fromkeys(_key_bytes(config, keys.unique())))
         times = frame[EVENT_TIME_COL].to_numpy(dtype=np.float64)
-        if np.isfinite(times).any() or np.isinf(times).any():
+        if (~np.isnan(times)).any():
             high = max(high, float(np.nanmax(times)))
     wanted = list(dict.fromkeys(kbs + local.due(high)))
     stored = local.get(wanted)

@@ -280,7 +280,7 @@ def state_summary(state_path: str) -> dict[str, Any]:
     for p in range(partitions):
         table = store.load_table(p, version)  # read once: its size is the file's, not re-read
         keys = 0 if table is None else table.num_rows
-        size = store.fs.get_file_info(store.version_path(p, version)).size or 0
+        size = store.version_bytes(p, version)  # its snapshot and changelogs
         out["partitions"].append({"partition": p, "keys": keys, "bytes": size,
                                   "versions": store.versions(p)})
         out["keys"] += keys

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import tempfile
 import threading
 import time
 import uuid
@@ -367,8 +366,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
                                ", ".join(LOCAL_KEY_TYPES))
                 self._warned_files = True
             return None
-        local_dirs = (spark.conf.get("spark.local.dir", None) or "").split(",")
-        root = conf_get(spark, "state.localDir", "") or local_dirs[0] or tempfile.gettempdir()
+        root = conf_get(spark, "state.localDir", "")  # "": the executor's own (the task's)
         raw = conf_get(spark, "state.snapshotInterval", "10").strip()
         if not raw.isdigit() or int(raw) < 1:
             raise InvalidArgumentError(

@@ -28,7 +28,7 @@ from ..partitioners import BlockPartitioner
 from ..state.store import KEY_FIELD, KeyedStateStore
 from ..state.changelog import changelog_table
 from ..state.local import LocalState
-from .incremental import LocalConfig, load_touched, save_touched, sync
+from .incremental import LocalConfig, load_touched, local_root, save_touched, sync
 from .prepare import in_arrival_order
 from .process import KeyedRuntime, KeyedWatermarkProcessFunction
 from .snapshot import PartitionState, add_counters, decode_state, encode_state, merge_in
@@ -235,7 +235,7 @@ def _run_local(io: StateIO, pid: int, frame: Any, processor: KeyedWatermarkProce
         raise InvalidArgumentError("no local store configured")
     target = io.prev if pid < io.prev_partitions else None
     where = f"state of partition {pid} before batch {io.batch_id}"
-    with LocalState.open(config.root, config.store_id, pid) as local:
+    with LocalState.open(local_root(config), config.store_id, pid) as local:
         try:
             synced = sync(local, io.store, config, pid, target, processor, delay, idle_timeout)
             previous, before = load_touched(local, config, frame, key, io.key_type, where)

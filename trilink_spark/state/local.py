@@ -312,7 +312,7 @@ class LocalState:
 
     def apply(self, version: int, attempt: str, meta: dict[str, Any],
               puts: Sequence[tuple[bytes, bytes]], deletes: Sequence[bytes],
-              before: Mapping[bytes, bytes | None]) -> None:
+              before: Mapping[bytes, bytes | None], undo: bool = True) -> None:
         """Move this copy to ``version`` in one atomic write.
 
         Parameters
@@ -322,16 +322,22 @@ class LocalState:
         before : dict
             Every key of ``puts`` and ``deletes`` that had a row before, with it (keys absent
             from it had none): the undo record, and the wake entries to replace.
+        undo : bool
+            Keep an undo record (:meth:`undo`); False for a rebuild into an empty copy.
         """
         from rocksdict import WriteBatch
 
         wb = WriteBatch(raw_mode=True)
         wb.delete_range(_UNDO, _UNDO + b"\xff" * 8)
-        wb.put(_UNDO_META, json.dumps(self.meta).encode())
+        if undo:
+            wb.put(_UNDO_META, json.dumps(self.meta).encode())
+        else:
+            wb.delete(_UNDO_META)
         touched = [k for k, _ in puts] + list(deletes)
         for k in touched:
             old = before.get(k)
-            wb.put(_UNDO + k, b"\x00" if old is None else b"\x01" + old)
+            if undo:
+                wb.put(_UNDO + k, b"\x00" if old is None else b"\x01" + old)
             if old is not None:
                 wake = _HEAD.unpack_from(old)[0]
                 if wake == wake and wake != float("inf"):  # finite or -inf: indexed

@@ -331,6 +331,22 @@ class KeyedStateStore:
             at = prev
         return combine(None, logs[::-1], path)
 
+    def version_bytes(self, partition: int, version: int) -> int:
+        """Bytes of the files ``partition``'s ``version`` is read from: its snapshot, or the
+        newest snapshot before it and the changelogs since (one listing)."""
+        from pyarrow import fs
+
+        sizes: dict[tuple[str, int], int] = {}
+        for info in self._list(self._dir(partition)):
+            for suffix in (_SUFFIX, _LOG_SUFFIX):
+                stem = info.base_name[: -len(suffix)]
+                if info.type == fs.FileType.File and info.base_name.endswith(suffix) \
+                        and stem.isdigit():
+                    sizes[(suffix, int(stem))] = int(info.size or 0)
+        base = max((v for s, v in sizes if s == _SUFFIX and v <= version), default=-1)
+        return sum(size for (s, v), size in sizes.items()
+                   if (s == _SUFFIX and v == base) or (s == _LOG_SUFFIX and base < v <= version))
+
     def changelog_path(self, partition: int, version: int) -> str:
         """Where ``partition``'s changelog of ``version`` lives."""
         return f"{self._dir(partition)}/{version:012d}{_LOG_SUFFIX}"
@@ -797,13 +813,13 @@ class KeyedStateStore:
             if floor is None:
                 continue
             bases = [v for v in snapshots if v <= floor]
-            if not bases and any(v < floor for v in logs):
-                continue  # the chain of the kept versions starts at empty state: keep it all
-            base = max(bases) if bases else floor
+            # the chain of the kept versions may start at empty state: then keep it all
+            base = max(bases) if bases else (-1 if any(v < floor for v in logs) else floor)
             for v in versions:
                 if v < base:
                     self._delete(self.version_path(p, v))
                     self._delete(self.changelog_path(p, v))
+                if v < floor and v not in kept:  # a measurement, not part of any chain
                     self._delete(self.timing_path(p, v))
         if keep_from is not None:
             for batch in self.swap_batches():
@@ -846,7 +862,7 @@ class KeyedStateStore:
         if manifest is None or not manifest.get("committed"):
             return sum(len(self.latest(p) or b"") for p in self.partitions())
         version, partitions = self.committed_layout(None, manifest)
-        return sum(len(self.load(p, version) or b"") for p in range(partitions))
+        return sum(self.version_bytes(p, version) for p in range(partitions))
 
 
 class StatefulBatchFunction:
