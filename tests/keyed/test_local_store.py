@@ -200,9 +200,14 @@ def test_snapshots_bound_the_changelogs_kept(spark: Any, tmp_path: Path) -> None
         run = tl.keyed_foreach_batch(lambda df, b: None, "k", "t", Counting(), DELAY,
                                      str(tmp_path / "s"), num_partitions=1, keep_versions=1,
                                      state_store="rocksdb")
+        ref = tl.keyed_foreach_batch(lambda df, b: None, "k", "t", Counting(), DELAY,
+                                     str(tmp_path / "ref"), num_partitions=1,
+                                     state_store="files")
         batches = stream(11, 9)
         for b, part in enumerate(batches):
-            run(spark.createDataFrame(part, "k string, t double, v double"), b)
+            frame = spark.createDataFrame(part, "k string, t double, v double")
+            run(frame, b)
+            ref(frame, b)
             deadline = time.monotonic() + 30
             while b >= 2 and b % 2 == 0 and time.monotonic() < deadline:
                 if b - 1 in run.store.listing(0)[0]:  # the snapshot of the version before
@@ -214,6 +219,7 @@ def test_snapshots_bound_the_changelogs_kept(spark: Any, tmp_path: Path) -> None
         assert run.counters()["rows"] == sum(len(b) for b in batches)
         table = run.store.load_table(0, 8)  # snapshot + changelogs since
         assert table.num_rows == len(run.state_values())
+        assert values(run) == values(ref)  # what the snapshots hold is the state
     finally:
         spark.conf.unset("spark.trilink.state.snapshotInterval")
 

@@ -373,6 +373,8 @@ def save_touched(local: LocalState, store: KeyedStateStore, config: LocalConfig,
 
 def _snapshot_in_background(local: LocalState, store: KeyedStateStore, pid: int,
                             version: int, key_type: Any) -> None:
+    import pyarrow as pa
+
     """Write ``version`` (the local copy's, before this batch applies) as a snapshot from a
     RocksDB checkpoint, in a daemon thread: the batch does not wait for it. A snapshot is
     only a shortcut for a rebuild, so a failure is logged, never raised."""
@@ -388,24 +390,37 @@ def _snapshot_in_background(local: LocalState, store: KeyedStateStore, pid: int,
         return
     meta = dict(local.meta.get("meta") or {})
     schemas = {sid: local.schema(sid) for sid in _schema_ids(directory)}
+    base = encode_state(PartitionState(), key_type, None).schema.remove_metadata()
+    try:
+        unified = pa.unify_schemas(list(schemas.values()) or [base],
+                                   promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        logger.warning("partition %d: no snapshot of version %d (%s)", pid, version, err)
+        shutil.rmtree(directory, ignore_errors=True)
+        return
+
+    def chunks() -> Any:
+        """The checkpoint's rows as record batches of the unified schema, a chunk at a time."""
+        db = open_checkpoint(directory)
+        try:
+            groups: dict[int, list[bytes]] = {}
+            held = 0
+            for _, row in iter_rows(db):
+                _, sid, body = split_head(row)
+                groups.setdefault(sid, []).append(body)
+                held += 1
+                if held >= _SNAPSHOT_CHUNK:
+                    yield from _conformed(groups, schemas, unified)
+                    groups, held = {}, 0
+            yield from _conformed(groups, schemas, unified)
+        finally:
+            db.close()
 
     def write() -> None:
-        import pyarrow as pa
-
         try:
             with _SNAPSHOT_LOCK:
-                db = open_checkpoint(directory)
-                try:
-                    groups: dict[int, list[bytes]] = {}
-                    for _, row in iter_rows(db):
-                        _, sid, body = split_head(row)
-                        groups.setdefault(sid, []).append(body)
-                finally:
-                    db.close()
-                parts = [decode_rows(b, schemas[s]) for s, b in groups.items()]
-                table = (pa.concat_tables(parts, promote_options="permissive") if parts
-                         else encode_state(PartitionState(), key_type, None).slice(0, 0))
-                store.save_table(pid, version, _with_meta(table, meta))
+                store.save_snapshot_stream(pid, version, unified.with_metadata(
+                    {k.encode(): v.encode() for k, v in meta.items()}), chunks)
         except Exception as err:  # noqa: BLE001 - a snapshot is optional
             logger.warning("partition %d: snapshot of version %d not written (%s: %s)", pid,
                            version, type(err).__name__, err)
@@ -413,6 +428,21 @@ def _snapshot_in_background(local: LocalState, store: KeyedStateStore, pid: int,
             shutil.rmtree(directory, ignore_errors=True)
 
     threading.Thread(target=write, name=f"trilink-snapshot-{pid}", daemon=True).start()
+
+
+#: Rows decoded at a time while a snapshot is written.
+_SNAPSHOT_CHUNK = 65536
+
+
+def _conformed(groups: dict[int, list[bytes]], schemas: dict[int, Any], unified: Any) -> Any:
+    """The grouped rows decoded as record batches of ``unified`` (absent columns null)."""
+    import pyarrow as pa
+
+    for sid, bodies in groups.items():
+        table = decode_rows(bodies, schemas[sid])
+        columns = [table.column(f.name).cast(f.type) if f.name in table.column_names
+                   else pa.nulls(table.num_rows, f.type) for f in unified]
+        yield from pa.table(columns, schema=unified).combine_chunks().to_batches()
 
 
 def _schema_ids(directory: str) -> list[int]:

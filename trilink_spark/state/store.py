@@ -41,11 +41,12 @@ from typing import Any
 
 import numpy as np
 
-from .._internal.io.arrowio import open_table, read_table, write_table
+from .._internal.io.arrowio import open_table, read_table, write_batches, write_table
 from .._internal.io.sealed import seal
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..errors import StateOwnershipError, StateStoreError
 from .._internal.io.files import create_if_absent, resolve_filesystem, write_atomic
+from .._internal.io.files import write_atomic_stream
 from ..partitioners import Partitioner
 from ..partitioners.persistence import read_strategy, write_strategy
 from .formats import MAX_RECORD_BYTES, manifest_bytes, parse_manifest, parse_placement
@@ -286,6 +287,19 @@ class KeyedStateStore:
         data = write_table(table, STATE_KIND)
         self.save(partition, version, data)
         return len(data)
+
+    def save_snapshot_stream(self, partition: int, version: int, schema: Any,
+                             batches: Callable[[], Any]) -> None:
+        """Write a snapshot of ``partition``'s ``version`` from record batches of ``schema``
+        (``batches()`` is called twice, :func:`~trilink_spark._internal.io.arrowio.write_batches`),
+        atomically, one batch in memory at a time."""
+        path = self.version_path(partition, version)
+        try:
+            self.fs.create_dir(self._dir(partition), recursive=True)
+            write_atomic_stream(self.fs, path,
+                                lambda f: write_batches(f, schema, batches, STATE_KIND))
+        except OSError as err:
+            raise StateStoreError(f"cannot write {path} ({type(err).__name__}: {err})") from None
 
     def load_table(self, partition: int, version: int) -> Any:
         """``partition``'s state table ``version``: its snapshot, or the snapshot before it

@@ -76,13 +76,14 @@ from __future__ import annotations
 import json
 import re
 import zlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
 
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 
-__all__ = ["write_table", "read_table", "open_table", "StoredTable", "FORMAT_KEY", "VERSION_KEY",
+__all__ = ["write_table", "write_batches", "read_table", "open_table", "StoredTable", "FORMAT_KEY", "VERSION_KEY",
            "CHECKSUM_KEY", "FORMAT_VERSION"]
 
 #: Schema metadata key of the kind tag.
@@ -191,6 +192,28 @@ def write_table(table: pa.Table, kind: str) -> bytes:
             writer.write_batch(batch)
     data: bytes = sink.getvalue().to_pybytes()
     return data
+
+
+def write_batches(file: Any, schema: pa.Schema, batches: Callable[[], Iterator[pa.RecordBatch]],
+                  kind: str) -> None:
+    """Write the bytes :func:`write_table` would write for a table of ``schema`` and the
+    batches ``batches()`` yields, to ``file``, holding one batch in memory at a time.
+
+    ``batches`` is called twice: once to checksum the batches (the checksums go in the schema,
+    which comes first in the file), once to write them; both calls must yield the same batches.
+    Cost: two passes over the batches, O(size); memory: one batch.
+    """
+    _check_kind(kind)
+    metadata = dict(schema.metadata or {})
+    metadata[FORMAT_KEY] = kind.encode("ascii")
+    metadata[VERSION_KEY] = str(FORMAT_VERSION).encode("ascii")
+    tagged = schema.with_metadata(metadata)
+    sums = {"algorithm": _ALGORITHM, "schema": _hex(_schema_crc(tagged)),
+            "batches": [_hex(_batch_crc(batch)) for batch in batches()]}
+    metadata[CHECKSUM_KEY] = json.dumps(sums, separators=(",", ":")).encode("ascii")
+    with pa.ipc.new_file(file, schema.with_metadata(metadata)) as writer:
+        for batch in batches():
+            writer.write_batch(batch)
 
 
 _ALGORITHM = "crc32"

@@ -38,11 +38,12 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from ...errors import InvalidArgumentTypeError
 
-__all__ = ["resolve_filesystem", "write_atomic", "create_if_absent"]
+__all__ = ["resolve_filesystem", "write_atomic", "write_atomic_stream", "create_if_absent"]
 
 
 def resolve_filesystem(path: str, filesystem: Any = None) -> tuple[Any, str]:
@@ -79,6 +80,22 @@ def write_atomic(filesystem: Any, path: str, data: bytes) -> None:
         filesystem.move(temporary, path)
     except BaseException:
         try:  # leave no half-written temporary behind
+            filesystem.delete_file(temporary)
+        except OSError:
+            pass
+        raise
+
+
+def write_atomic_stream(filesystem: Any, path: str, write: Callable[[Any], None]) -> None:
+    """:func:`write_atomic` for data produced by ``write(stream)`` into an output stream, so
+    it need not be in memory at once."""
+    temporary = f"{path}.tmp-{uuid.uuid4().hex}"
+    try:
+        with filesystem.open_output_stream(temporary) as f:
+            write(f)
+        filesystem.move(temporary, path)
+    except BaseException:
+        try:
             filesystem.delete_file(temporary)
         except OSError:
             pass
