@@ -1,10 +1,11 @@
 """A streaming driver for the crash tests: a keyed count over a file stream, which kills its
 own process with SIGKILL at a named step of a named batch (``none``: it runs to the end).
 
-Usage: ``python crash_driver.py WORK KILL_STEP KILL_BATCH [SWAP_AT]``. KILL_STEP is ``sink``
+Usage: ``python crash_driver.py WORK KILL_STEP KILL_BATCH [SWAP_AT [PARTITIONS]]``. KILL_STEP is ``sink``
 (the batch's output is written, its state not committed), ``commit`` (the state committed,
 Spark's own commit not) or ``none``. SWAP_AT: after that batch, request a rescale to 5
-partitions (a swap at the next batch).
+partitions (a swap at the next batch). PARTITIONS: the ``num_partitions`` it starts with (default 3;
+another value at a restart swaps to it).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import trilink_spark as tl
 
 WORK, STEP, AT = sys.argv[1], sys.argv[2], int(sys.argv[3])
 SWAP_AT = int(sys.argv[4]) if len(sys.argv) > 4 else -1
+PARTITIONS = int(sys.argv[5]) if len(sys.argv) > 5 else 3
 
 
 class Count(tl.KeyedWatermarkProcessFunction):
@@ -55,7 +57,7 @@ def main() -> None:
              .getOrCreate())
     os.makedirs(os.path.join(WORK, "out"), exist_ok=True)
     run = tl.keyed_foreach_batch(sink, "k", "t", Count(), 1000.0,
-                                 os.path.join(WORK, "state"), num_partitions=3,
+                                 os.path.join(WORK, "state"), num_partitions=PARTITIONS,
                                  strategy=tl.BlockPartitioner(3))
 
     def batch(df: Any, batch_id: int) -> None:

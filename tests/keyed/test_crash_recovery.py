@@ -34,24 +34,26 @@ def inputs(work: Path, seed: int) -> list[pd.DataFrame]:
     return frames
 
 
-def drive(work: Path, step: str, at: int, swap_at: int) -> int:
+def drive(work: Path, step: str, at: int, swap_at: int, partitions: int = 3) -> int:
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    done = subprocess.run([sys.executable, str(DRIVER), str(work), step, str(at), str(swap_at)],
-                          env=env, capture_output=True, timeout=600)
+    done = subprocess.run([sys.executable, str(DRIVER), str(work), step, str(at), str(swap_at),
+                           str(partitions)], env=env, capture_output=True, timeout=600)
     return done.returncode
 
 
-@pytest.mark.parametrize("step,at,swap_at", [
-    ("sink", 2, -1),     # output written, state not committed
-    ("commit", 3, -1),   # state committed, Spark's commit not: the batch replays
-    ("sink", 2, 1),      # killed in the middle of a swap batch (4 -> 5 partitions)
-    ("commit", 2, 1),    # killed after the swap committed
+@pytest.mark.parametrize("step,at,swap_at,restart", [
+    ("sink", 2, -1, 3),     # output written, state not committed
+    ("commit", 3, -1, 3),   # state committed, Spark's commit not: the batch replays
+    ("sink", 2, 1, 3),      # killed in the middle of a swap batch (3 -> 5 partitions)
+    ("commit", 2, 1, 3),    # killed after the swap committed
+    ("sink", 2, -1, 5),     # the killed batch replayed as a swap: a restart with 5 partitions
 ])
 def test_sigkill_then_restart_gives_exact_outputs_and_counts(tmp_path: Path, step: str,
-                                                             at: int, swap_at: int) -> None:
+                                                             at: int, swap_at: int,
+                                                             restart: int) -> None:
     frames = inputs(tmp_path, seed=at * 10 + swap_at + 2)
     assert drive(tmp_path, step, at, swap_at) == -9  # killed
-    assert drive(tmp_path, "none", -1, -1) == 0  # restarted with the original arguments
+    assert drive(tmp_path, "none", -1, -1, restart) == 0  # restarted
     running: dict[str, int] = {}
     for b, frame in enumerate(frames):
         counts = frame["k"].value_counts()
@@ -61,5 +63,5 @@ def test_sigkill_then_restart_gives_exact_outputs_and_counts(tmp_path: Path, ste
         assert dict(zip(out["k"], out["n"])) == {k: running[k] for k in counts.index}, b
     store = KeyedStateStore.open_existing(str(tmp_path / "state"))
     assert {k: v["n"] for k, v in read_state_values(store).items()} == running
-    if swap_at >= 0:
+    if swap_at >= 0 or restart != 3:
         assert store.committed_layout()[1] == 5  # the rescale survived the kill and restart

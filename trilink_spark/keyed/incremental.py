@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..columns import EVENT_TIME_COL
-from ..errors import StateCorruptError, TrilinkError
-from ..state.changelog import DELETED_FIELD, changelog_info, changelog_table
+from ..errors import StateCorruptError, StateTypeError, TrilinkError
+from ..state.changelog import DELETED_FIELD, changelog_info, changelog_table, combine
 from ..state.local import LocalState, head, iter_rows, key_bytes, open_checkpoint, split_head
 from ..state.rows import decode_rows, encode_rows
 from ..state.store import KEY_FIELD, STATE_KIND, KeyedStateStore
@@ -109,8 +109,9 @@ def _key_bytes(config: LocalConfig, keys: Any) -> list[bytes]:
     if config.blocks is not None and n:
         try:
             blocks = np.maximum(config.blocks.blocks(keys), 0)
-        except (TrilinkError, ValueError, TypeError, OverflowError):
-            pass  # a key type Spark's hash has no rule for: one block, 0
+        except (TrilinkError, ValueError, TypeError, OverflowError) as err:
+            raise StateTypeError(f"keys of type {keys.type} cannot be given their block "
+                                 f"({err})") from None
     return key_bytes(keys, blocks)
 
 
@@ -139,10 +140,17 @@ def wake_times(table: Any, processor: KeyedWatermarkProcessFunction, delay: floa
     seen = np.asarray(pc.fill_null(table.column("seen"), -math.inf).to_numpy(), np.float64) \
         if n else np.zeros(0)
     with np.errstate(invalid="ignore"):
-        due = np.where(np.isposinf(nxt), np.inf, np.maximum(nxt + delay, seen + idle_timeout))
-        expiry = seen + state_ttl
+        idle_at = seen + idle_timeout  # -inf + inf: never idle, as the runtime's rule says
+        idle_at[np.isnan(idle_at)] = np.inf
+        due = np.where(np.isposinf(nxt), np.inf, np.maximum(nxt + delay, idle_at))
+        expiry = np.full(n, np.inf) if math.isinf(state_ttl) else seen + state_ttl
     out = np.minimum(due, expiry)
-    out[np.isnan(out)] = -np.inf
+    out[np.isnan(out)] = np.inf
+    # -inf (a key without a finite time): read once the partition has one, not before;
+    # one step down: what the runtime computes as ``x <= H - delay`` the index must not miss
+    # as ``x + delay <= H`` by a rounding
+    out = np.where(np.isinf(out), np.where(out > 0, np.inf, np.finfo(np.float64).min),
+                   np.nextafter(out, -np.inf))
     del pa
     return out
 
@@ -253,7 +261,7 @@ def sync(local: LocalState, store: KeyedStateStore, config: LocalConfig, pid: in
         return "undo"
     chain: list[tuple[int, Any]] = []
     at: int | None = target
-    snapshots, _ = store.listing(pid)
+    snapshots, logs = store.listing(pid)
     while at is not None and at not in snapshots:
         if local.version == at and _matches(local, store, pid, at):
             for version, log in reversed(chain):
@@ -262,12 +270,23 @@ def sync(local: LocalState, store: KeyedStateStore, config: LocalConfig, pid: in
                              processor, delay, idle)
             return "catch-up"
         path = store.changelog_path(pid, at)
-        log = store.load_changelog(pid, at)
+        log = store.load_changelog(pid, at) if at in logs else None
         if log is None:
             break
         chain.append((at, log))
-        at = changelog_info(log, path).prev
-    table = store.load_table(pid, target)
+        prev = changelog_info(log, path).prev
+        if prev is not None and prev >= at:
+            raise StateCorruptError(f"{path} applies to version {prev}, not an earlier one: "
+                                    "not a changelog of this partition")
+        at = prev
+    if at is None or at in snapshots:  # the chain is read: replay it, not read it again
+        base = None if at is None else store.load_snapshot(pid, at)
+        table = combine(base, [log for _, log in reversed(chain)],
+                        store.changelog_path(pid, target))
+        if table is None:
+            table = encode_state(PartitionState()).slice(0, 0)
+    else:
+        table = store.load_table(pid, target)  # names the missing link
     local.reset()
     attempt = store.changelog_attempt(pid, target) or f"snapshot:{target}"
     _apply_table(local, config, target, attempt, table, False, processor, delay, idle,
@@ -301,8 +320,10 @@ def load_touched(local: LocalState, config: LocalConfig, frame: pd.DataFrame | N
         if key_type is not None and keys.type != key_type:
             try:
                 keys = keys.cast(key_type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-                pass
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
+                raise StateTypeError(
+                    f"keys of column {key!r} do not convert back to its type {key_type} "
+                    f"({err}); the local state store keys them by that type") from None
         kbs = list(dict.fromkeys(_key_bytes(config, keys.unique())))
         times = frame[EVENT_TIME_COL].to_numpy(dtype=np.float64)
         if (~np.isnan(times)).any():
@@ -323,10 +344,10 @@ def load_touched(local: LocalState, config: LocalConfig, frame: pd.DataFrame | N
 def expire(state: PartitionState, state_ttl: float) -> list[Hashable]:
     """Remove (and return) the keys of ``state`` that sent nothing for ``state_ttl`` of the
     partition's event time. O(keys of ``state``)."""
-    if not math.isfinite(state_ttl):
-        return []
-    limit = state.partition_high - state_ttl
-    gone = [k for k in state.key_high if state.last_seen.get(k, -math.inf) <= limit]
+    if not math.isfinite(state_ttl) or not math.isfinite(state.partition_high):
+        return []  # no event time to judge by (nor an infinite one)
+    high = state.partition_high
+    gone = [k for k in state.key_high if high - state.last_seen.get(k, -math.inf) >= state_ttl]
     if not gone:
         return []
     drop = set(gone)
@@ -354,6 +375,10 @@ def save_touched(local: LocalState, store: KeyedStateStore, config: LocalConfig,
 
     gone = expire(state, config.state_ttl)
     upserts = encode_state(state, key_type, value_type)
+    stored_type = upserts.schema.field(KEY_FIELD).type
+    if key_type is not None and stored_type != key_type and upserts.num_rows:
+        raise StateTypeError(f"keys do not convert back to the key column's type {key_type} "
+                             f"(they are {stored_type}); the local state store keys them by it")
     meta = _sticky(local.meta.get("meta") or {}, _meta_of(upserts))
     upserts = upserts.replace_schema_metadata(
         {**(upserts.schema.metadata or {}), **{k.encode(): v.encode() for k, v in meta.items()}})
@@ -373,11 +398,11 @@ def save_touched(local: LocalState, store: KeyedStateStore, config: LocalConfig,
 
 def _snapshot_in_background(local: LocalState, store: KeyedStateStore, pid: int,
                             version: int, key_type: Any) -> None:
-    import pyarrow as pa
-
     """Write ``version`` (the local copy's, before this batch applies) as a snapshot from a
     RocksDB checkpoint, in a daemon thread: the batch does not wait for it. A snapshot is
     only a shortcut for a rebuild, so a failure is logged, never raised."""
+    import pyarrow as pa
+
     if local.version != version:
         return
     directory = tempfile.mkdtemp(prefix=f"snap-{pid}-", dir=os.path.dirname(local.directory))
@@ -419,8 +444,10 @@ def _snapshot_in_background(local: LocalState, store: KeyedStateStore, pid: int,
     def write() -> None:
         try:
             with _SNAPSHOT_LOCK:
-                store.save_snapshot_stream(pid, version, unified.with_metadata(
-                    {k.encode(): v.encode() for k, v in meta.items()}), chunks)
+                if version in store.listing(pid)[0]:
+                    return  # never over a snapshot already there (a swap's, say)
+                schema = _with_meta(unified.empty_table(), meta).schema
+                store.save_snapshot_stream(pid, version, schema, chunks)
         except Exception as err:  # noqa: BLE001 - a snapshot is optional
             logger.warning("partition %d: snapshot of version %d not written (%s: %s)", pid,
                            version, type(err).__name__, err)

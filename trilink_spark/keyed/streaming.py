@@ -329,7 +329,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
                                 arrow_schema, io, operator_timer(batch_df.sparkSession, "keyed"))
         out = placed.mapInArrow(fn, out_schema)
         self.func(out, batch_id)
-        listed = self._ensure_written(out, batch_id, partitions, fill=io.carry_forward)
+        listed = self._ensure_written(out, batch_id, partitions, fill=io.carry_forward,
+                                      snapshots=io.swap or io.local is None)
         extra: dict[str, Any] = {}
         if self._restart_checked:  # this start's arguments: what the next restart compares
             extra["started_with"] = self._arguments
@@ -357,6 +358,12 @@ class KeyedBatchFunction(StatefulBatchFunction):
             raise InvalidArgumentError(
                 f"state store must be one of {STATE_STORES}, got {mode!r} (state_store= or "
                 "spark.trilink.state.store)")
+        if mode == "files" or not supports_key_type(key_type):
+            if math.isfinite(self._ttl_units):
+                raise InvalidArgumentError(
+                    "state_ttl needs the local state store (state_store='rocksdb' and a key "
+                    f"column of an integer, float, boolean, string, binary, date or timestamp "
+                    f"type); this run uses the file store (key type {key_type})")
         if mode == "files":
             return None
         if not supports_key_type(key_type):
@@ -723,6 +730,9 @@ def keyed_foreach_batch(
         "idle_timeout": idle_timeout, "takeover": bool(takeover), "rebalancer": rebalancer,
         "state_store": check_state_store(state_store), "state_ttl": check_ttl(state_ttl),
     }
+    if state_store == "files" and state_ttl is not None:
+        raise InvalidArgumentError("state_ttl needs the local state store; "
+                                   "state_store='files' keeps every key")
     return KeyedBatchFunction(func, store, options)
 
 

@@ -352,9 +352,12 @@ class StateIO:
 
     def carry_forward(self, pid: int) -> None:
         """Write ``pid``'s version as it stands (no task ran for it: an empty micro-batch):
-        with the local store, an empty changelog that keeps the partition-wide values (O(1));
-        else the whole state again."""
-        if self.local is not None and not self.swap:
+        with the local store, an empty changelog that keeps the partition-wide values (O(1)),
+        but a snapshot every ``snapshot_interval`` batches, so that a partition without rows
+        keeps its chain of changelogs short; else the whole state again."""
+        if self.local is not None and not self.swap and not (
+                self.local.snapshot_interval and self.batch_id % self.local.snapshot_interval == 0
+                and self.prev is not None and pid < self.prev_partitions):
             empty = encode_state(PartitionState(), self.key_type, self.value_type)
             prev = self.prev if pid < self.prev_partitions else None
             log = changelog_table(empty, empty.column(KEY_FIELD).combine_chunks(), prev,
@@ -366,6 +369,7 @@ class StateIO:
         if table is None:
             table = encode_state(PartitionState(), self.key_type, self.value_type)
         self.fence(pid)
+        self.store.delete_changelog(pid, self.batch_id)
         self.store.save_table(pid, self.batch_id, table)
 
     def fence(self, pid: int) -> None:
@@ -383,6 +387,7 @@ class StateIO:
         owns the path now."""
         table = encode_state(state, self.key_type, self.value_type)
         self.fence(pid)
+        self.store.delete_changelog(pid, self.batch_id)  # an earlier attempt's, if any
         self.store.save_table(pid, self.batch_id, table)
         if timing is not None:
             self.save_timing(pid, timing)

@@ -17,7 +17,7 @@ Layout (one RocksDB directory per state path and partition, under the local dire
     u <key bytes>          undo record of the last batch: the key's row before it (or none)
     U                      undo record of the last batch: the ``m`` record before it
 
-Key bytes are the block (2 bytes) then the key (:func:`key_bytes`), so one block's keys are
+Key bytes are the block (4 bytes) then the key (:func:`key_bytes`), so one block's keys are
 one contiguous range. Nothing stored is unpickled or evaluated; an undecodable record is a
 :class:`~trilink_spark.errors.StateCorruptError` naming the directory.
 
@@ -36,6 +36,7 @@ import shutil
 import struct
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -72,7 +73,7 @@ def supports_key_type(arrow_type: Any) -> bool:
 
 
 def key_bytes(keys: Any, blocks: Any) -> list[bytes]:
-    """Each key's bytes in the local store: its block (2 bytes, big-endian), a tag, the key.
+    """Each key's bytes in the local store: its block (4 bytes, big-endian), a tag, the key.
 
     Null and NaN keys are one key (as the runtime keeps them); ``-0.0`` is ``0.0``. Integers
     are 8 big-endian bytes with the sign bit flipped, floats their canonical 8 bytes, strings
@@ -83,13 +84,13 @@ def key_bytes(keys: Any, blocks: Any) -> list[bytes]:
     keys : pyarrow.Array
         Of a type :func:`supports_key_type` accepts.
     blocks : numpy.ndarray
-        Each key's block, in ``[0, 65536)``.
+        Each key's block, in ``[0, 2**32)``.
 
     Examples
     --------
     >>> import numpy as np, pyarrow as pa
     >>> key_bytes(pa.array(["a", None]), np.array([3, 0]))
-    [b'\\x00\\x03\\x03a', b'\\x00\\x00\\x00']
+    [b'\\x00\\x00\\x00\\x03\\x03a', b'\\x00\\x00\\x00\\x00\\x00']
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -102,14 +103,14 @@ def key_bytes(keys: Any, blocks: Any) -> list[bytes]:
     t = keys.type
     null = np.asarray(keys.is_null(nan_is_null=True).to_numpy(zero_copy_only=False), bool) \
         if (pa.types.is_floating(t) or keys.null_count) else np.zeros(n, dtype=bool)
-    head = np.empty((n, 3), dtype=np.uint8)
-    head[:, :2] = np.where(null, 0, np.asarray(blocks, dtype=np.int64)).astype(">u2") \
-        .view(np.uint8).reshape(n, 2)  # a null key is one key: one block
+    head = np.empty((n, 5), dtype=np.uint8)
+    head[:, :4] = np.where(null, 0, np.asarray(blocks, dtype=np.int64)).astype(">u4") \
+        .view(np.uint8).reshape(n, 4)  # a null key is one key: one block
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) \
             or pa.types.is_large_binary(t):
-        head[:, 2] = np.where(null, 0, 3)
+        head[:, 4] = np.where(null, 0, 3)
         prefix = pa.FixedSizeBinaryArray.from_buffers(
-            pa.binary(3), n, [None, pa.py_buffer(head.tobytes())]).cast(pa.binary())
+            pa.binary(5), n, [None, pa.py_buffer(head.tobytes())]).cast(pa.binary())
         body = pc.fill_null(keys.cast(pa.binary()), b"")
         out: list[bytes] = pc.binary_join_element_wise(prefix, body, b"").to_pylist()
         return out
@@ -128,14 +129,14 @@ def key_bytes(keys: Any, blocks: Any) -> list[bytes]:
         ints = np.asarray(pc.fill_null(keys.cast(pa.int64()), 0).to_numpy(), np.int64)
         payload = (ints.view(np.uint64) ^ np.uint64(1 << 63)).astype(">u8")
         tag = 1
-    head[:, 2] = np.where(null, 0, tag)
+    head[:, 4] = np.where(null, 0, tag)
     body8 = np.where(null[:, None], 0, payload.view(np.uint8).reshape(n, 8)).astype(np.uint8)
     whole = np.concatenate([head, body8], axis=1)
-    fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(11), n,
+    fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(13), n,
                                                  [None, pa.py_buffer(whole.tobytes())])
     rows: list[bytes] = fixed.to_pylist()
     for i in np.flatnonzero(null).tolist():
-        rows[i] = rows[i][:3]
+        rows[i] = rows[i][:5]
     return rows
 
 
@@ -211,28 +212,47 @@ class LocalState:
         try:
             db = Rdict(directory, options)
         except Exception as err:  # noqa: BLE001 - RocksDB raises plain Exceptions
-            shutil.rmtree(directory, ignore_errors=True)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
-            raise StateStoreError(f"local state {directory} cannot be opened ({err}); removed, "
-                                  "the next attempt rebuilds it from the state path") from None
+            logger.warning("local state %s cannot be opened (%s); emptied, to be rebuilt",
+                           directory, err)
+            shutil.rmtree(directory, ignore_errors=True)  # a cache: start it again
+            try:
+                db = Rdict(directory, options)
+            except Exception as again:  # noqa: BLE001
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+                raise StateStoreError(f"local state {directory} cannot be created ({again}); "
+                                      "set spark.trilink.state.localDir to a writable "
+                                      "directory") from None
+        _remove_stale_checkpoints(base, partition)
         try:
             return cls(directory, db, fd)
-        except StateCorruptError as err:  # a cache: emptied, then rebuilt by its caller
-            logger.warning("%s; the local copy is emptied", err)
-            db.close()
-            Rdict.destroy(directory, options)
-            return cls(directory, Rdict(directory, options), fd)
+        except Exception as err:  # noqa: BLE001 - a cache: emptied, then rebuilt by its caller
+            logger.warning("%s: %s; the local copy is emptied", directory, err)
+            try:
+                db.close()
+            except Exception:  # noqa: BLE001 - it is removed next
+                pass
+            shutil.rmtree(directory, ignore_errors=True)
+            try:
+                return cls(directory, Rdict(directory, options), fd)
+            except Exception as again:  # noqa: BLE001
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+                raise StateStoreError(f"local state {directory} cannot be opened ({again})") \
+                    from None
 
     def close(self) -> None:
-        """Close the database and release the lock (idempotent)."""
-        if self._db is not None:
-            self._db.close()
-            self._db = None
-        if self._lock_fd >= 0:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
-            self._lock_fd = -1
+        """Close the database and release the lock (idempotent; the lock is released even
+        when closing the database fails)."""
+        try:
+            if self._db is not None:
+                db, self._db = self._db, None
+                db.close()
+        finally:
+            if self._lock_fd >= 0:
+                fd, self._lock_fd = self._lock_fd, -1
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
 
     def __enter__(self) -> LocalState:
         return self
@@ -242,7 +262,8 @@ class LocalState:
 
     # ------------------------------------------------------------------ records
     def _read_meta(self, name: bytes) -> dict[str, Any] | None:
-        raw = self._db.get(name)
+        with self._guard("read its record"):
+            raw = self._db.get(name)
         if raw is None:
             return None
         try:
@@ -265,10 +286,15 @@ class LocalState:
 
         found = self._schemas.get(sid)
         if found is None:
-            raw = self._db.get(_SCHEMA + struct.pack(">I", sid))
+            with self._guard("read a schema"):
+                raw = self._db.get(_SCHEMA + struct.pack(">I", sid))
             if raw is None:
                 raise StateCorruptError(f"{self.directory}: rows of unknown schema {sid}")
-            found = pa.ipc.read_schema(pa.py_buffer(raw))
+            try:
+                found = pa.ipc.read_schema(pa.py_buffer(raw))
+            except (pa.ArrowInvalid, OSError, ValueError) as err:
+                raise StateCorruptError(f"{self.directory}: schema {sid} is not an Arrow "
+                                        f"schema ({err})") from None
             self._schemas[sid] = found
         return found
 
@@ -276,21 +302,34 @@ class LocalState:
         """The stored rows (head included) of ``keys``; None for a key without one."""
         if not keys:
             return []
-        found: list[bytes | None] = self._db.get([_ROW + k for k in keys])
+        with self._guard("read rows"):
+            found: list[bytes | None] = self._db.get([_ROW + k for k in keys])
         return found
+
+    @contextmanager
+    def _guard(self, what: str) -> Iterator[None]:
+        """RocksDB's own errors (a damaged file, an I/O error) as a StateCorruptError naming
+        the copy: the task then rebuilds it from the state path."""
+        try:
+            yield
+        except StateCorruptError:
+            raise
+        except Exception as err:  # noqa: BLE001 - rocksdict raises plain Exceptions
+            raise StateCorruptError(f"{self.directory}: cannot {what} ({err})") from None
 
     def due(self, upto: float) -> list[bytes]:
         """Keys whose wake time is at or below ``upto``, in wake order (one range scan)."""
-        end = _WAKE + wake_bytes([upto])[0] + b"\xff"
+        end = _WAKE + wake_bytes([np.nextafter(upto, np.inf)])[0]  # the first wake above
         out: list[bytes] = []
-        it = self._db.iter()
-        it.seek(_WAKE)
-        while it.valid():
-            k = it.key()
-            if k >= end or not k.startswith(_WAKE):
-                break
-            out.append(k[9:])
-            it.next()
+        with self._guard("scan the wake index"):
+            it = self._db.iter()
+            it.seek(_WAKE)
+            while it.valid():
+                k = it.key()
+                if k >= end:
+                    break
+                out.append(k[9:])
+                it.next()
         return out
 
     def rows(self) -> Iterator[tuple[bytes, bytes]]:
@@ -339,19 +378,20 @@ class LocalState:
             if undo:
                 wb.put(_UNDO + k, b"\x00" if old is None else b"\x01" + old)
             if old is not None:
-                wake = _HEAD.unpack_from(old)[0]
+                wake = _wake_of(old, self.directory)
                 if wake == wake and wake != float("inf"):  # finite or -inf: indexed
                     wb.delete(_WAKE + wake_bytes([wake])[0] + k)
         for k, row in puts:
             wb.put(_ROW + k, row)
-            wake = _HEAD.unpack_from(row)[0]
+            wake = _wake_of(row, self.directory)
             if wake == wake and wake != float("inf"):
                 wb.put(_WAKE + wake_bytes([wake])[0] + k, b"")
         for k in deletes:
             wb.delete(_ROW + k)
         new_meta = {"version": version, "attempt": attempt, "meta": meta}
         wb.put(_META, json.dumps(new_meta).encode())
-        self._db.write(wb)
+        with self._guard("write"):
+            self._db.write(wb)
         self.meta = new_meta
 
     def undo(self) -> bool:
@@ -361,6 +401,12 @@ class LocalState:
         previous = self._read_meta(_UNDO_META)
         if previous is None:
             return False
+        with self._guard("read the undo record"):
+            return self._undo(previous)
+
+    def _undo(self, previous: dict[str, Any]) -> bool:
+        from rocksdict import WriteBatch
+
         wb = WriteBatch(raw_mode=True)
         it = self._db.iter()
         it.seek(_UNDO)
@@ -371,12 +417,12 @@ class LocalState:
             key, old = k[1:], it.value()
             current = self._db.get(_ROW + key)
             if current is not None:
-                wake = _HEAD.unpack_from(current)[0]
+                wake = _wake_of(current, self.directory)
                 if wake == wake and wake != float("inf"):
                     wb.delete(_WAKE + wake_bytes([wake])[0] + key)
             if old[:1] == b"\x01":
                 wb.put(_ROW + key, old[1:])
-                wake = _HEAD.unpack_from(old, 1)[0]
+                wake = _wake_of(old[1:], self.directory)
                 if wake == wake and wake != float("inf"):
                     wb.put(_WAKE + wake_bytes([wake])[0] + key, b"")
             else:
@@ -385,7 +431,8 @@ class LocalState:
         wb.delete_range(_UNDO, _UNDO + b"\xff" * 8)
         wb.delete(_UNDO_META)
         wb.put(_META, json.dumps(previous).encode())
-        self._db.write(wb)
+        with self._guard("write"):
+            self._db.write(wb)
         self.meta = previous
         return True
 
@@ -395,7 +442,8 @@ class LocalState:
 
         wb = WriteBatch(raw_mode=True)
         wb.delete_range(b"\x00", b"\xff" * 8)
-        self._db.write(wb)
+        with self._guard("empty the copy"):
+            self._db.write(wb)
         self._schemas.clear()
         self.meta = {"version": None}
 
@@ -406,13 +454,52 @@ class LocalState:
         Checkpoint(self._db).create_checkpoint(directory)
 
 
+#: A checkpoint directory older than this (seconds) belongs to a snapshot whose writer died.
+STALE_CHECKPOINT_SECONDS = 3600.0
+
+
+def _remove_stale_checkpoints(base: str, partition: int) -> None:
+    """Remove snapshot checkpoints of ``partition`` left by writers that died (their
+    hard links would pin old files)."""
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    now = time.time()
+    for name in names:
+        if name.startswith(f"snap-{partition}-"):
+            path = os.path.join(base, name)
+            try:
+                if now - os.stat(path).st_mtime > STALE_CHECKPOINT_SECONDS:
+                    shutil.rmtree(path, ignore_errors=True)
+            except OSError:
+                pass
+
+
 def head(wake: float, sid: int) -> bytes:
     """The head of a stored row: its wake time and schema id."""
     return _HEAD.pack(wake, sid)
 
 
-def split_head(row: bytes) -> tuple[float, int, bytes]:
-    """A stored row's wake time, schema id and encoded row."""
+def _wake_of(row: bytes, where: str) -> float:
+    if len(row) < _HEAD.size:
+        raise StateCorruptError(f"{where}: a stored row of {len(row)} bytes (at least "
+                                f"{_HEAD.size})")
+    wake: float = _HEAD.unpack_from(row)[0]
+    return wake
+
+
+def split_head(row: bytes, where: str = "local state") -> tuple[float, int, bytes]:
+    """A stored row's wake time, schema id and encoded row.
+
+    Raises
+    ------
+    StateCorruptError
+        The row is shorter than its head.
+    """
+    if len(row) < _HEAD.size:
+        raise StateCorruptError(f"{where}: a stored row of {len(row)} bytes (at least "
+                                f"{_HEAD.size})")
     wake, sid = _HEAD.unpack_from(row)
     return wake, sid, row[_HEAD.size:]
 

@@ -361,6 +361,20 @@ class KeyedStateStore:
         return sum(size for (s, v), size in sizes.items()
                    if (s == _SUFFIX and v == base) or (s == _LOG_SUFFIX and base < v <= version))
 
+    def load_snapshot(self, partition: int, version: int) -> Any:
+        """``partition``'s snapshot ``version`` (StateCorruptError when it is missing)."""
+        path = self.version_path(partition, version)
+        data = self._read(path)
+        if data is None:
+            raise StateCorruptError(f"{path} is missing: partition {partition} needs its "
+                                    f"snapshot of version {version}")
+        return read_table(data, STATE_KIND, path)
+
+    def delete_changelog(self, partition: int, version: int) -> None:
+        """Delete ``partition``'s changelog ``version`` (before a whole version replaces it,
+        so a changelog an earlier attempt left is never read as that version)."""
+        self._delete(self.changelog_path(partition, version))
+
     def changelog_path(self, partition: int, version: int) -> str:
         """Where ``partition``'s changelog of ``version`` lives."""
         return f"{self._dir(partition)}/{version:012d}{_LOG_SUFFIX}"
@@ -383,13 +397,18 @@ class KeyedStateStore:
         or it is a snapshot), read from the head of the file only (its schema), O(1)."""
         import pyarrow as pa
 
-        head = self._read(self.changelog_path(partition, version), 1 << 16)
+        path = self.changelog_path(partition, version)
+        head = self._read(path, 1 << 16)
         if head is None or len(head) < 16:
             return None
+        # after the magic: a continuation marker, then the schema message's length
+        need = 16 + int.from_bytes(head[12:16], "little", signed=True)
+        if len(head) < need <= MAX_TIMING_BYTES:  # a long schema (partition-wide values)
+            head = self._read(path, need) or head
         try:
             schema = pa.ipc.read_schema(pa.py_buffer(head[8:]))
         except (pa.ArrowInvalid, OSError, ValueError):
-            return None  # too long a schema, or damaged: the caller reads the whole file
+            return None  # damaged: no token, so the caller reads the chain (and refuses it)
         attempt = (schema.metadata or {}).get(b"trilink.attempt")
         return None if attempt is None else attempt.decode("utf-8", "replace")
 
@@ -889,17 +908,23 @@ class StatefulBatchFunction:
         self.options = options
 
     def _ensure_written(self, out: Any, batch_id: int, partitions: int,
-                        fill: Callable[[int], None] | None = None) -> list[list[int]]:
+                        fill: Callable[[int], None] | None = None,
+                        snapshots: bool = False) -> list[list[int]]:
         """After ``func``: make sure every partition wrote state ``batch_id``, computing ``out``
         once more (to a no-op sink) if ``func`` did not. A partition no task ran for (an empty
         micro-batch) is written by ``fill(partition)``; without ``fill`` it is an error.
-        Returns each partition's versions."""
-        listed = [self.store.versions(p) for p in range(partitions)]  # one listing each
+        Returns each partition's versions. ``snapshots``: only a snapshot counts (the tasks
+        of this batch write whole versions: a changelog is an earlier attempt's)."""
+        def listing() -> list[list[int]]:  # one listing each
+            found = [self.store.listing(p) for p in range(partitions)]
+            return [sorted(s if snapshots else s | logs) for s, logs in found]
+
+        listed = listing()
         if not all(batch_id in versions for versions in listed):
             logger.info("batch %d: output not computed by func; computing it for the state",
                         batch_id)
             out.write.format("noop").mode("overwrite").save()
-            listed = [self.store.versions(p) for p in range(partitions)]
+            listed = listing()
         missing = [p for p, versions in enumerate(listed) if batch_id not in versions]
         if missing:
             if fill is None:

@@ -1,0 +1,199 @@
+"""Hostile cases of the executor-local store, driven without Spark: each one broke an
+earlier build of it (a loop on a forged changelog, a lock kept after a RocksDB error, a wake
+time one rounding too late, ...)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from trilink_spark.columns import EVENT_TIME_COL
+from trilink_spark.errors import StateCorruptError, StateStoreError, StateTypeError
+from trilink_spark.keyed.incremental import LocalConfig, expire, load_touched, save_touched
+from trilink_spark.keyed.incremental import sync, wake_times
+from trilink_spark.keyed.process import KeyedRuntime, KeyedWatermarkProcessFunction
+from trilink_spark.keyed.snapshot import PartitionState, decode_state, encode_state
+from trilink_spark.keyed.task import StateIO
+from trilink_spark.state.changelog import changelog_table
+from trilink_spark.state.local import LocalState, head, split_head
+from trilink_spark.state.store import KeyedStateStore
+
+
+class Count(KeyedWatermarkProcessFunction):
+    state_schema = None
+
+    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: Any) -> Any:
+        ctx.set_state("n", ctx.get_state("n", 0) + len(rows))
+        return None
+
+
+def setup(tmp: Path, interval: int = 1000, ttl: float = math.inf
+          ) -> tuple[KeyedStateStore, LocalConfig]:
+    return (KeyedStateStore(str(tmp / "state")),
+            LocalConfig(str(tmp / "local"), "sid", interval, ttl, None))
+
+
+def task(store: KeyedStateStore, config: LocalConfig, batch_id: int, prev: int | None,
+         keys: list[Any], times: list[float], key_type: Any = pa.string()) -> str:
+    """One task of partition 0 as ``task._run_local`` runs it (no Spark)."""
+    frame = pd.DataFrame({"k": keys, EVENT_TIME_COL: np.asarray(times, dtype=float)})
+    proc = Count()
+    with LocalState.open(config.root, config.store_id, 0) as local:
+        synced = sync(local, store, config, 0, prev, proc, 0.0, math.inf)
+        state, before = load_touched(local, config, frame, "k", key_type, "test")
+        runtime = KeyedRuntime(proc, "k", 0.0, math.inf, state, None)
+        runtime.process(frame)
+        save_touched(local, store, config, 0, batch_id, prev, runtime.snapshot(), before,
+                     key_type, None, proc, 0.0, math.inf, lambda: None)
+    return synced
+
+
+def counts(store: KeyedStateStore, version: int) -> dict[Any, int]:
+    state = decode_state(store.load_table(0, version))
+    return {k: v["n"] for k, v in state.values.items()}
+
+
+def test_a_changelog_that_points_at_itself_is_refused_not_followed(tmp_path: Path) -> None:
+    store, config = setup(tmp_path)
+    task(store, config, 0, None, ["a"], [1.0])
+    forged = changelog_table(encode_state(PartitionState(), pa.string()),
+                             pa.array([], pa.string()), 2, "forged")
+    store.save_changelog(0, 2, forged)  # "version 2 applies to version 2"
+    with LocalState.open(config.root, "other", 0) as local:  # a fresh executor: a rebuild
+        with pytest.raises(StateCorruptError, match="applies to version 2"):
+            sync(local, store, config, 0, 2, Count(), 0.0, math.inf)
+
+
+def test_a_damaged_rocksdb_file_empties_the_copy_and_frees_the_lock(tmp_path: Path) -> None:
+    with LocalState.open(str(tmp_path), "x", 0) as local:
+        local.apply(1, "t", {}, [(b"k" * 20, head(math.inf, 1) + b"r" * 4000)], [], {})
+    with LocalState.open(str(tmp_path), "x", 0):
+        pass  # closing flushes the memtable into a table file
+    tables = list((tmp_path / "x" / "p00000.db").glob("*.sst"))
+    assert tables
+    for table in tables:
+        data = bytearray(table.read_bytes())
+        for i in range(0, min(len(data), 2000), 7):
+            data[i] ^= 0x5A
+        table.write_bytes(bytes(data))
+    with LocalState.open(str(tmp_path), "x", 0, timeout=1.0) as local:
+        assert local.version is None  # emptied: its task rebuilds it
+    with LocalState.open(str(tmp_path), "x", 0, timeout=1.0) as local:  # not locked
+        assert local.version is None
+
+
+def test_a_long_changelog_schema_still_names_its_attempt(tmp_path: Path) -> None:
+    store, _ = setup(tmp_path)
+    table = pa.table({"key": ["a"], "n": [1]}).replace_schema_metadata(
+        {b"trilink.shared": json.dumps({"x": "y" * 300_000}).encode()})
+    store.save_changelog(0, 3, changelog_table(table, pa.array([], pa.string()), None, "tok"))
+    assert store.changelog_attempt(0, 3) == "tok"
+
+
+def test_wake_times_never_nan_and_never_a_rounding_late() -> None:
+    table = encode_state(PartitionState(key_high={"a": 1.0, "b": 1.0},
+                                        last_seen={"a": -math.inf, "b": 5.0},
+                                        timers=[("b", 7)]), pa.string())
+    wakes = wake_times(table, Count(), 0.0, math.inf, math.inf)
+    assert wakes.tolist() == [math.inf, math.inf]  # never idle: nothing wakes them
+    rng = np.random.default_rng(0)
+    for _ in range(2000):  # what the runtime fires (t <= H - d), the index reads (wake <= H)
+        t, d = rng.uniform(0, 1e5), rng.uniform(0, 1e4)
+        h = t + d
+        if not t <= h - d:
+            continue
+        state = PartitionState(key_high={"k": 0.0}, last_seen={"k": -1e18}, timers=[("k", 0)])
+        table = encode_state(state, pa.string())
+        table = table.set_column(table.column_names.index("timers"), "timers",
+                                 pa.array([[int(t)]], pa.list_(pa.int64())))
+        wake = wake_times(table, Count(), d, 1.0, math.inf)[0]
+        assert wake <= max(float(int(t)) + d, -1e18 + 1.0)
+
+
+def test_ttl_keeps_keys_without_event_time() -> None:
+    state = PartitionState(key_high={"x": -math.inf}, last_seen={"x": -math.inf},
+                           values={"x": {"n": 2}}, partition_high=-math.inf)
+    assert expire(state, 100.0) == [] and "x" in state.values
+    state.partition_high = 500.0
+    assert expire(state, 100.0) == ["x"] and "x" not in state.values
+
+
+def test_keys_that_do_not_convert_to_the_key_type_are_refused(tmp_path: Path) -> None:
+    store, config = setup(tmp_path)
+    task(store, config, 0, None, [1, 2], [1.0, 1.0], key_type=pa.int64())
+    with pytest.raises(StateTypeError, match="int64"):  # pandas made the column float
+        task(store, config, 1, 0, [1.0, 2.0**63], [2.0, 2.0], key_type=pa.int64())
+    assert counts(store, 0) == {1: 1, 2: 1}
+
+
+def test_due_reads_keys_of_every_block_at_the_bound(tmp_path: Path) -> None:
+    keys = [bytes([0, 0, b, 0, 3]) + b"k" for b in (0x00, 0xFF, 0x11)] + [b"\xff" * 6]
+    with LocalState.open(str(tmp_path), "x", 0) as local:
+        local.apply(1, "t", {}, [(k, head(10.0, 1) + b"r") for k in keys], [], {})
+        assert sorted(local.due(10.0)) == sorted(keys)
+        assert local.due(9.999) == []
+
+
+def test_short_and_junk_local_records_are_state_corrupt(tmp_path: Path) -> None:
+    with pytest.raises(StateCorruptError, match="2 bytes"):
+        split_head(b"ab")
+    with LocalState.open(str(tmp_path), "x", 0) as local:
+        local.apply(1, "t", {}, [(b"k", head(1.0, 7) + b"r")], [], {})
+        with pytest.raises(StateCorruptError, match="unknown schema 7"):
+            local.schema(7)
+
+
+def test_a_whole_version_replaces_an_earlier_attempts_changelog(tmp_path: Path) -> None:
+    """A batch first run without a swap (its changelog written, its commit lost), then
+    replayed as a swap: the swap's snapshot is the version, never the stale changelog."""
+    store, config = setup(tmp_path)
+    task(store, config, 0, None, ["a", "z"], [1.0, 1.0])
+    task(store, config, 1, 0, ["a"], [2.0])  # the first attempt of batch 1
+    assert 1 in store.listing(0)[1]
+    io = StateIO(store, 1, 0, 1, False, pa.string(), None)  # the replay, as whole versions
+    state = decode_state(store.load_table(0, 0))
+    state.values["a"] = {"n": 5}
+    io.save(0, state)
+    assert store.listing(0) == ({1}, {0})  # the stale changelog is gone
+    assert counts(store, 1) == {"a": 5, "z": 1}
+    assert task(store, config, 2, 1, ["z"], [3.0]) == "rebuild"  # the copy follows
+    assert counts(store, 2) == {"a": 5, "z": 2}
+
+
+def test_a_partition_without_rows_gets_a_snapshot_every_interval(tmp_path: Path) -> None:
+    store, config = setup(tmp_path, interval=3)
+    store.keep_versions = 1
+    task(store, config, 0, None, ["a"], [1.0])
+    for b in range(1, 10):
+        io = StateIO(store, b, b - 1, 1, False, pa.string(), None, local=config)
+        io.carry_forward(0)
+        store.prune(1, b, keep_from=b - 1)
+    snapshots, logs = store.listing(0)
+    assert 9 in snapshots and min(snapshots | logs) >= 6  # the chain stays short
+    assert counts(store, 9) == {"a": 1}
+
+
+def test_a_stale_checkpoint_directory_is_removed(tmp_path: Path) -> None:
+    stale = tmp_path / "x" / "snap-0-old"
+    stale.mkdir(parents=True)
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    fresh = tmp_path / "x" / "snap-0-new"
+    fresh.mkdir()
+    with LocalState.open(str(tmp_path), "x", 0):
+        pass
+    assert not stale.exists() and fresh.exists()
+
+
+def test_open_times_out_with_a_typed_error(tmp_path: Path) -> None:
+    with LocalState.open(str(tmp_path), "x", 0):
+        with pytest.raises(StateStoreError, match="locked"):
+            LocalState.open(str(tmp_path), "x", 0, timeout=0.1)
