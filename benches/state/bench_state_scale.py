@@ -51,7 +51,8 @@ Measured, per query:
   of all of them together, and the largest ``VmHWM`` (peak RSS) at the end of the steady
   batches; the peaks are reset (``/proc/<pid>/clear_refs`` = 5) when the steady batches begin,
   and the JSON says whether that worked. The JVM's largest ``VmRSS`` comes along. MB = 2**20
-  bytes. Python workers are reused (``spark.python.worker.reuse=true``), so a worker's memory
+  bytes. By default each task gets a fresh Python worker (``--worker-reuse false``), so a
+  worker's peak is its own task's; with ``--worker-reuse true`` a worker's memory
   can hold what an earlier query left;
 - restart: the seconds (triggerExecution) of the first batch after the warm and after the
   cold restart.
@@ -652,6 +653,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--spark-max-keys", type=int, default=None,
                         help="run Spark's baselines only at K up to this (default: all)")
     parser.add_argument("--driver-memory", default="8g")
+    parser.add_argument("--worker-reuse", choices=("true", "false"), default="false",
+                        help="spark.python.worker.reuse (false: each task's worker is fresh, "
+                        "so its peak memory is that task's, not what a load batch left)")
     parser.add_argument("--work-dir", default=None, help="where input and state go (temp)")
     parser.add_argument("--out", default="state_scale", help="results/<out>.json")
     parser.add_argument("--quick", action="store_true",
@@ -675,13 +679,14 @@ def main(argv: list[str] | None = None) -> None:
 
     spark = tl.get_session("local[2]", shuffle_partitions=PARTITIONS, extra_conf={
         "spark.driver.memory": args.driver_memory, "spark.ui.enabled": "false",
-        "spark.python.worker.reuse": "true"})
+        "spark.python.worker.reuse": args.worker_reuse})
     root = Path(tempfile.mkdtemp(prefix="tl-state-scale-", dir=args.work_dir))
     payload: dict[str, Any] = {
         "argv": sys.argv[1:] if argv is None else argv, "keys": args.keys, "rows": args.rows,
         "steady_batches": args.batches, "load_chunk": args.load_chunk, "stores": args.stores,
         "files_max_keys": args.files_max_keys, "spark_max_keys": args.spark_max_keys,
-        "driver_memory": args.driver_memory, "partitions": PARTITIONS, "window": WINDOW,
+        "driver_memory": args.driver_memory, "worker_reuse": args.worker_reuse,
+        "partitions": PARTITIONS, "window": WINDOW,
         "delay": DELAY, "pyspark": pyspark.__version__, "runs": {}}
     started = time.perf_counter()
     try:

@@ -203,7 +203,7 @@ def test_snapshots_bound_the_changelogs_kept(spark: Any, tmp_path: Path) -> None
         ref = tl.keyed_foreach_batch(lambda df, b: None, "k", "t", Counting(), DELAY,
                                      str(tmp_path / "ref"), num_partitions=1,
                                      state_store="files")
-        batches = stream(11, 9)
+        batches = stream(11, 10)
         for b, part in enumerate(batches):
             frame = spark.createDataFrame(part, "k string, t double, v double")
             run(frame, b)
@@ -217,7 +217,7 @@ def test_snapshots_bound_the_changelogs_kept(spark: Any, tmp_path: Path) -> None
         assert snapshots and max(snapshots) >= 5
         assert min(snapshots | logs) >= max(snapshots) - 1  # older ones pruned
         assert run.counters()["rows"] == sum(len(b) for b in batches)
-        table = run.store.load_table(0, 8)  # snapshot + changelogs since
+        table = run.store.load_table(0, 9)  # snapshot + changelogs since
         assert table.num_rows == len(run.state_values())
         assert values(run) == values(ref)  # what the snapshots hold is the state
     finally:

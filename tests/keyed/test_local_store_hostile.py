@@ -197,3 +197,25 @@ def test_open_times_out_with_a_typed_error(tmp_path: Path) -> None:
     with LocalState.open(str(tmp_path), "x", 0):
         with pytest.raises(StateStoreError, match="locked"):
             LocalState.open(str(tmp_path), "x", 0, timeout=0.1)
+
+
+def test_the_snapshot_writer_process_refuses_a_bad_request_and_writes_a_good_one(
+        tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    run = [sys.executable, "-m", "trilink_spark.keyed.snapshots"]
+    bad = subprocess.run(run, input=b'{"checkpoint": 1}', capture_output=True, timeout=120)
+    assert bad.returncode == 2 and b"bad snapshot request" in bad.stderr
+    store, config = setup(tmp_path)
+    task(store, config, 0, None, ["a", "b"], [1.0, 1.0])
+    with LocalState.open(config.root, config.store_id, 0) as local:
+        local.checkpoint(str(tmp_path / "ckpt"))
+        meta = dict(local.meta["meta"])
+    request = {"checkpoint": str(tmp_path / "ckpt"), "state_path": store.path, "partition": 0,
+               "version": 0, "meta": meta}
+    good = subprocess.run(run, input=json.dumps(request).encode(), capture_output=True,
+                          timeout=120)
+    assert good.returncode == 0, good.stderr
+    assert store.listing(0)[0] == {0} and not (tmp_path / "ckpt").exists()
+    assert counts(store, 0) == {"a": 1, "b": 1}  # the snapshot, read before the changelog

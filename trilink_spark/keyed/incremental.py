@@ -14,8 +14,8 @@ from (:func:`sync`), and reads only:
 
 Only those keys become Python objects. The hooks run as before over them; the task then writes
 a changelog of their rows (and of the keys the TTL expired) to the state path, applies it to the
-local copy in one atomic write, and, every ``snapshot_interval`` batches, writes a snapshot of
-the version it started from in a background thread from a RocksDB checkpoint.
+local copy in one atomic write, and, every ``snapshot_interval`` batches, has the version it
+started from written as a snapshot off its path (:mod:`~trilink_spark.keyed.snapshots`).
 
 :func:`sync` brings the local copy to the batch's start: nothing to do when it holds that
 version (and the changelog on the state path is the one it applied: the attempt tokens match);
@@ -30,9 +30,7 @@ import json
 import logging
 import math
 import os
-import shutil
 import tempfile
-import threading
 import uuid
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -43,10 +41,11 @@ import numpy as np
 from ..columns import EVENT_TIME_COL
 from ..errors import StateCorruptError, StateTypeError, TrilinkError
 from ..state.changelog import DELETED_FIELD, changelog_info, changelog_table, combine
-from ..state.local import LocalState, head, iter_rows, key_bytes, open_checkpoint, split_head
+from ..state.local import LocalState, head, key_bytes, split_head
 from ..state.rows import decode_rows, encode_rows
 from ..state.store import KEY_FIELD, STATE_KIND, KeyedStateStore
 from .snapshot import PartitionState, decode_state, encode_state, key_array
+from .snapshots import start_snapshot, with_meta
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,7 +61,6 @@ logger = logging.getLogger(__name__)
 SYNC_KINDS = ("current", "undo", "catch-up", "rebuild")
 _META_KEYS = (b"trilink.partition_high", b"trilink.counters", b"trilink.shared",
               b"trilink.shared_tables")
-_SNAPSHOT_LOCK = threading.Lock()
 _TABLES = "trilink.shared_tables"
 
 
@@ -171,18 +169,6 @@ def _stored_table(local: LocalState, rows: Sequence[bytes]) -> Any:
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
         raise StateCorruptError(f"{local.directory}: stored rows do not combine ({err})") \
             from None
-
-
-def _with_meta(table: Any, meta: dict[str, Any]) -> Any:
-    """``table`` with the partition-wide values ``meta``; of the shared tables it names,
-    only those whose column ``table`` has (keys read without rows in a table have none)."""
-    encoded = {k.encode(): v.encode() for k, v in meta.items()}
-    tables = meta.get(_TABLES)
-    if tables is not None:
-        kept = {name: info for name, info in json.loads(tables).items()
-                if f"shared:{name}" in table.column_names}
-        encoded[_TABLES.encode()] = json.dumps(kept).encode()
-    return table.replace_schema_metadata(encoded)
 
 
 def _sticky(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -336,9 +322,9 @@ def load_touched(local: LocalState, config: LocalConfig, frame: pd.DataFrame | N
         state = PartitionState()
         if meta:
             empty = encode_state(PartitionState(), key_type, None)
-            state = decode_state(_with_meta(empty.slice(0, 0), meta), where)
+            state = decode_state(with_meta(empty.slice(0, 0), meta), where)
         return state, before
-    return decode_state(_with_meta(table, meta), where), before
+    return decode_state(with_meta(table, meta), where), before
 
 
 def expire(state: PartitionState, state_ttl: float) -> list[Hashable]:
@@ -389,104 +375,11 @@ def save_touched(local: LocalState, store: KeyedStateStore, config: LocalConfig,
     fence()
     written = store.save_changelog(pid, batch_id, log)
     if prev is not None and config.snapshot_interval and batch_id % config.snapshot_interval == 0:
-        _snapshot_in_background(local, store, pid, prev, key_type)
+        start_snapshot(local, store, pid, prev, key_type)
     puts = _puts(local, config, upserts, processor, delay, idle)
     dels = _key_bytes(config, deleted) if len(deleted) else []
     local.apply(batch_id, attempt, meta, puts, dels, before)
     return written
-
-
-def _snapshot_in_background(local: LocalState, store: KeyedStateStore, pid: int,
-                            version: int, key_type: Any) -> None:
-    """Write ``version`` (the local copy's, before this batch applies) as a snapshot from a
-    RocksDB checkpoint, in a daemon thread: the batch does not wait for it. A snapshot is
-    only a shortcut for a rebuild, so a failure is logged, never raised."""
-    import pyarrow as pa
-
-    if local.version != version:
-        return
-    directory = tempfile.mkdtemp(prefix=f"snap-{pid}-", dir=os.path.dirname(local.directory))
-    os.rmdir(directory)
-    try:
-        local.checkpoint(directory)
-    except Exception as err:  # noqa: BLE001 - a snapshot is optional
-        logger.warning("partition %d: no snapshot of version %d (%s)", pid, version, err)
-        shutil.rmtree(directory, ignore_errors=True)
-        return
-    meta = dict(local.meta.get("meta") or {})
-    schemas = {sid: local.schema(sid) for sid in _schema_ids(directory)}
-    base = encode_state(PartitionState(), key_type, None).schema.remove_metadata()
-    try:
-        unified = pa.unify_schemas(list(schemas.values()) or [base],
-                                   promote_options="permissive")
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-        logger.warning("partition %d: no snapshot of version %d (%s)", pid, version, err)
-        shutil.rmtree(directory, ignore_errors=True)
-        return
-
-    def chunks() -> Any:
-        """The checkpoint's rows as record batches of the unified schema, a chunk at a time."""
-        db = open_checkpoint(directory)
-        try:
-            groups: dict[int, list[bytes]] = {}
-            held = 0
-            for _, row in iter_rows(db):
-                _, sid, body = split_head(row)
-                groups.setdefault(sid, []).append(body)
-                held += 1
-                if held >= _SNAPSHOT_CHUNK:
-                    yield from _conformed(groups, schemas, unified)
-                    groups, held = {}, 0
-            yield from _conformed(groups, schemas, unified)
-        finally:
-            db.close()
-
-    def write() -> None:
-        try:
-            with _SNAPSHOT_LOCK:
-                if version in store.listing(pid)[0]:
-                    return  # never over a snapshot already there (a swap's, say)
-                schema = _with_meta(unified.empty_table(), meta).schema
-                store.save_snapshot_stream(pid, version, schema, chunks)
-        except Exception as err:  # noqa: BLE001 - a snapshot is optional
-            logger.warning("partition %d: snapshot of version %d not written (%s: %s)", pid,
-                           version, type(err).__name__, err)
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
-
-    threading.Thread(target=write, name=f"trilink-snapshot-{pid}", daemon=True).start()
-
-
-#: Rows decoded at a time while a snapshot is written.
-_SNAPSHOT_CHUNK = 65536
-
-
-def _conformed(groups: dict[int, list[bytes]], schemas: dict[int, Any], unified: Any) -> Any:
-    """The grouped rows decoded as record batches of ``unified`` (absent columns null)."""
-    import pyarrow as pa
-
-    for sid, bodies in groups.items():
-        table = decode_rows(bodies, schemas[sid])
-        columns = [table.column(f.name).cast(f.type) if f.name in table.column_names
-                   else pa.nulls(table.num_rows, f.type) for f in unified]
-        yield from pa.table(columns, schema=unified).combine_chunks().to_batches()
-
-
-def _schema_ids(directory: str) -> list[int]:
-    """The schema ids a checkpoint holds."""
-    import struct
-
-    db = open_checkpoint(directory)
-    try:
-        out = []
-        it = db.iter()
-        it.seek(b"s")
-        while it.valid() and it.key().startswith(b"s"):
-            out.append(struct.unpack(">I", it.key()[1:5])[0])
-            it.next()
-        return out
-    finally:
-        db.close()
 
 
 __all__ += ["expire", "STATE_KIND"]

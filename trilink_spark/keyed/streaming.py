@@ -37,7 +37,8 @@ from ..placement.key_by import place_rows
 from ..placement.source import is_keyed_by_source
 from ..eventtime import delay_in_units, event_time_micros
 from ..state.local import LOCAL_KEY_TYPES, supports_key_type
-from ..state.store import KeyedStateStore, StatefulBatchFunction
+from ..state.batch import StatefulBatchFunction
+from ..state.store import KeyedStateStore
 from .incremental import LocalConfig
 from .manifest import claim, commit_batch, runner_config, start_version
 from .prepare import arrival_order, check_processor, prepare

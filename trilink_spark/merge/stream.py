@@ -27,7 +27,8 @@ from ..columns import ET_COL, ORDER_COL, POS_COL, SLOT_COL
 from .._internal.spark.compat import num_partitions
 from ..errors import InvalidArgumentTypeError, StateCorruptError
 from .._internal.optiming import OperatorTimer, Stopwatch, operator_timer
-from ..state.store import KeyedStateStore, StatefulBatchFunction
+from ..state.batch import StatefulBatchFunction
+from ..state.store import KeyedStateStore
 from .local import plan_merge
 from .pandas_engine import partition_partials, read_partition, source_rows, to_arrow
 from .plan import MergePlan

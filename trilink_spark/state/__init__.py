@@ -1,5 +1,6 @@
 """Keyed state: per-partition versions, one per micro-batch, on any ``pyarrow.fs`` filesystem."""
 
-from .store import KeyedStateStore, StatefulBatchFunction
+from .batch import StatefulBatchFunction
+from .store import KeyedStateStore
 
 __all__ = ["KeyedStateStore", "StatefulBatchFunction"]

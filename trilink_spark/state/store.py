@@ -8,6 +8,7 @@ Layout under the state path::
     placements/000000000000.json           the placement in force from batch 0 and the key
                                            column's type it hashes keys as (immutable)
     partition=00003/000000000042.state     partition 3's state after batch 42 (Arrow IPC)
+    partition=00003/000000000043.log       or what batch 43 changed (changelog.py)
     swaps/000000000042/plan.json           the swap decided for batch 42 (immutable)
     swaps/000000000042/moves.state         its moved keys: key, from, to (Arrow IPC)
     swaps/000000000042/segment-00001.state moved keys' state leaving partition 1 (Arrow IPC,
@@ -54,7 +55,7 @@ from .formats import parse_plan, parse_record, placement_bytes, plan_bytes, reco
 from .formats import MAX_TIMING_BYTES, TIMING_SUFFIX, parse_timing, segment_index, SEGMENT_INDEX
 from .changelog import CHANGELOG_KIND, changelog_info, combine
 
-__all__ = ["KeyedStateStore", "StatefulBatchFunction", "KEY_FIELD", "STATE_KIND", "TIMING_SUFFIX",
+__all__ = ["KeyedStateStore", "KEY_FIELD", "STATE_KIND", "TIMING_SUFFIX",
            "MAX_RECORD_BYTES", "parse_timing"]
 
 logger = logging.getLogger(__name__)
@@ -896,47 +897,3 @@ class KeyedStateStore:
             return sum(len(self.latest(p) or b"") for p in self.partitions())
         version, partitions = self.committed_layout(None, manifest)
         return sum(self.version_bytes(p, version) for p in range(partitions))
-
-
-class StatefulBatchFunction:
-    """Base of the ``foreachBatch`` callables whose tasks keep state in a KeyedStateStore."""
-
-    def __init__(self, func: Callable[[Any, int], Any], store: KeyedStateStore,
-                 options: dict[str, Any]) -> None:
-        self.func = func
-        self.store = store
-        self.options = options
-
-    def _ensure_written(self, out: Any, batch_id: int, partitions: int,
-                        fill: Callable[[int], None] | None = None,
-                        snapshots: bool = False) -> list[list[int]]:
-        """After ``func``: make sure every partition wrote state ``batch_id``, computing ``out``
-        once more (to a no-op sink) if ``func`` did not. A partition no task ran for (an empty
-        micro-batch) is written by ``fill(partition)``; without ``fill`` it is an error.
-        Returns each partition's versions. ``snapshots``: only a snapshot counts (the tasks
-        of this batch write whole versions: a changelog is an earlier attempt's)."""
-        def listing() -> list[list[int]]:  # one listing each
-            found = [self.store.listing(p) for p in range(partitions)]
-            return [sorted(s if snapshots else s | logs) for s, logs in found]
-
-        listed = listing()
-        if not all(batch_id in versions for versions in listed):
-            logger.info("batch %d: output not computed by func; computing it for the state",
-                        batch_id)
-            out.write.format("noop").mode("overwrite").save()
-            listed = listing()
-        missing = [p for p, versions in enumerate(listed) if batch_id not in versions]
-        if missing:
-            if fill is None:
-                raise StateStoreError(
-                    f"partitions {missing[:10]} wrote no state version {batch_id} under "
-                    f"{self.store.path}")
-            for p in missing:
-                fill(p)
-                listed[p].append(batch_id)
-        return listed
-
-    def _complete(self, out: Any, batch_id: int, partitions: int) -> None:
-        """:meth:`_ensure_written`, then prune old versions."""
-        listed = self._ensure_written(out, batch_id, partitions)
-        self.store.prune(partitions, batch_id, listed=listed)
