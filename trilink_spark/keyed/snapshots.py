@@ -84,8 +84,9 @@ def start_snapshot(local: LocalState, store: KeyedStateStore, pid: int, version:
                            pid, err)
         else:
             try:  # sent now: a worker that exits after its task must not take it along
-                process.stdin.write(json.dumps(request).encode())
-                process.stdin.close()
+                if process.stdin is not None:
+                    process.stdin.write(json.dumps(request).encode())
+                    process.stdin.close()
             except OSError as err:
                 logger.warning("partition %d: snapshot request not sent (%s)", pid, err)
             threading.Thread(target=_reap, args=(process, pid, version),
