@@ -31,8 +31,10 @@ time from ``query.stop()`` to the end of the first batch after the restart (stop
 Moved bytes vs the moved keys' state: ``SwapReport.moved_bytes`` (the Arrow IPC segments
 written) is compared with the moved keys' rows in the state tables of the version before the
 swap (``run.store.load_table(p, prev)``, filtered to exactly the keys of the swap's moves
-table): (a) their share of the stored state file bytes, file bytes x (moved rows' Arrow nbytes
-/ the table's Arrow nbytes), summed over source partitions; (b) their Arrow nbytes; (c) their
+table): (a) their share of the state file bytes (the version written as one state file, as
+the file store keeps it; the local store keeps a snapshot and changelogs), file bytes x (moved
+rows' Arrow nbytes / the table's Arrow nbytes), summed over source partitions; (b) their Arrow
+nbytes; (c) their
 size as one uncompressed Arrow IPC file per source partition.
 
 Run: ``PYSPARK_PYTHON=.venv/bin/python .venv/bin/python benches/keyed/bench_swap.py``
@@ -137,7 +139,8 @@ def moved_state(run: Any, report: Any) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from trilink_spark.state.store import KEY_FIELD
+    from trilink_spark._internal.io.arrowio import write_table
+    from trilink_spark.state.store import KEY_FIELD, STATE_KIND
 
     plan = run.store.load_plan(report.batch_id)
     prev = int(plan["prev"])
@@ -148,7 +151,8 @@ def moved_state(run: Any, report: Any) -> dict[str, Any]:
         keys = moves.filter(pc.equal(moves.column("from"), source)).column(KEY_FIELD)
         table = run.store.load_table(source, prev)
         table = pa.Table.from_batches(table.to_batches()).combine_chunks()
-        file_bytes = len(run.store.load(source, prev))
+        # the version as one state file (with the local store it is a snapshot and changelogs)
+        file_bytes = len(write_table(table, STATE_KIND))
         mine = table.filter(pc.is_in(table.column(KEY_FIELD), value_set=keys.combine_chunks()))
         rows += mine.num_rows
         sink = pa.BufferOutputStream()

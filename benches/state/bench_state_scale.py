@@ -51,9 +51,9 @@ Measured, per query:
   of all of them together, and the largest ``VmHWM`` (peak RSS) at the end of the steady
   batches; the peaks are reset (``/proc/<pid>/clear_refs`` = 5) when the steady batches begin,
   and the JSON says whether that worked. The JVM's largest ``VmRSS`` comes along. MB = 2**20
-  bytes. By default each task gets a fresh Python worker (``--worker-reuse false``), so a
-  worker's peak is its own task's; with ``--worker-reuse true`` a worker's memory
-  can hold what an earlier query left;
+  bytes. Python workers are reused (PySpark's default; ``--worker-reuse false`` forks one per
+  task, whose imports then cost about 1.5 s a task), so a worker's memory can hold what an
+  earlier query or the load batches left;
 - restart: the seconds (triggerExecution) of the first batch after the warm and after the
   cold restart.
 
@@ -653,9 +653,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--spark-max-keys", type=int, default=None,
                         help="run Spark's baselines only at K up to this (default: all)")
     parser.add_argument("--driver-memory", default="8g")
-    parser.add_argument("--worker-reuse", choices=("true", "false"), default="false",
-                        help="spark.python.worker.reuse (false: each task's worker is fresh, "
-                        "so its peak memory is that task's, not what a load batch left)")
+    parser.add_argument("--worker-reuse", choices=("true", "false"), default="true",
+                        help="spark.python.worker.reuse (false: a fresh worker per task)")
     parser.add_argument("--work-dir", default=None, help="where input and state go (temp)")
     parser.add_argument("--out", default="state_scale", help="results/<out>.json")
     parser.add_argument("--quick", action="store_true",
