@@ -20,9 +20,7 @@ from pyspark.sql import SparkSession
 
 import trilink_spark as tl
 
-WORK, STEP, AT = sys.argv[1], sys.argv[2], int(sys.argv[3])
-SWAP_AT = int(sys.argv[4]) if len(sys.argv) > 4 else -1
-PARTITIONS = int(sys.argv[5]) if len(sys.argv) > 5 else 3
+WORK, STEP, AT, SWAP_AT, PARTITIONS = "", "none", -1, -1, 3  # set by main() from argv
 
 
 class Count(tl.KeyedWatermarkProcessFunction):
@@ -49,6 +47,10 @@ def sink(df: Any, batch_id: int) -> None:
 
 
 def main() -> None:
+    global WORK, STEP, AT, SWAP_AT, PARTITIONS
+    WORK, STEP, AT = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    SWAP_AT = int(sys.argv[4]) if len(sys.argv) > 4 else -1
+    PARTITIONS = int(sys.argv[5]) if len(sys.argv) > 5 else 3
     spark = (SparkSession.builder.master("local[2]").appName("crash-driver")
              .config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "2")

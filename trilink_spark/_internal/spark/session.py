@@ -2,20 +2,25 @@
 
 Job-wide defaults can be set as Spark conf; keyword arguments always win:
 
-=============================== ======= ====================================================
-key                             default meaning
-=============================== ======= ====================================================
-spark.trilink.sampleRate        0.01    fraction of rows ``strategy="auto"`` samples
-spark.trilink.minSample         10000   fewer sampled rows than this: auto counts every row
-spark.trilink.nullPolicy        error   ``error`` or ``partition0`` for null keys
-spark.trilink.fit               full    how table strategies learn keys in ``key_by``
-spark.trilink.compactPartitions auto    whether ``key_by`` runs no task for empty partitions
-spark.trilink.operatorTiming    unset   directory where trilink operators' tasks time
-                                        themselves (:mod:`trilink_spark._internal.optiming`)
-spark.trilink.mergeEngine       python  ``local_merge``'s engine: ``python`` (inside each
-                                        partition) or ``spark`` (Spark's partial
-                                        aggregation, where the call allows it)
-=============================== ======= ====================================================
+==================================== ======= ====================================================
+key                                  default meaning
+==================================== ======= ====================================================
+spark.trilink.sampleRate             0.01    fraction of rows ``strategy="auto"`` samples
+spark.trilink.minSample              10000   fewer sampled rows than this: auto counts every row
+spark.trilink.nullPolicy             error   ``error`` or ``partition0`` for null keys
+spark.trilink.fit                    full    how table strategies learn keys in ``key_by``
+spark.trilink.compactPartitions      auto    whether ``key_by`` runs no task for empty partitions
+spark.trilink.operatorTiming         unset   directory where trilink operators' tasks time
+                                             themselves (:mod:`trilink_spark._internal.optiming`)
+spark.trilink.mergeEngine            python  ``local_merge``'s engine: ``python`` (inside each
+                                             partition) or ``spark`` (Spark's partial
+                                             aggregation, where the call allows it)
+spark.trilink.state.store            rocksdb ``keyed_foreach_batch``'s state store: ``rocksdb``
+                                             (executor-local copies) or ``files``
+spark.trilink.state.localDir         unset   where executors keep the local copies (default the
+                                             executor's local directory)
+spark.trilink.state.snapshotInterval 10      a snapshot every this many batches
+==================================== ======= ====================================================
 """
 
 from __future__ import annotations
