@@ -7,6 +7,7 @@ import math
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,17 @@ class Counting(tl.KeyedWatermarkProcessFunction):
 
     def on_timer(self, key: Any, timestamp: int, ctx: KeyedContext) -> Any:
         return [("timer", key, ctx.get_state("n", 0), float(timestamp))]
+
+
+@pytest.fixture
+def local_root(spark: Any, tmp_path: Path) -> Iterator[Path]:
+    """The executors' local directory for one test (``spark.trilink.state.localDir``)."""
+    root = tmp_path / "local"
+    spark.conf.set("spark.trilink.state.localDir", str(root))
+    try:
+        yield root
+    finally:
+        spark.conf.unset("spark.trilink.state.localDir")
 
 
 def stream(seed: int, batches: int, keys: int = 40) -> list[pd.DataFrame]:
@@ -138,60 +150,51 @@ def test_a_replayed_batch_undoes_the_local_copy_and_gives_the_same_result(
 
 
 def test_a_lost_or_foreign_local_copy_is_rebuilt_from_the_state_path(
-        spark: Any, tmp_path: Path) -> None:
-    local_root = tmp_path / "local"
-    spark.conf.set("spark.trilink.state.localDir", str(local_root))
-    try:
-        batches = stream(7, 8)
-        sink: list[pd.DataFrame] = []
-        reference: list[pd.DataFrame] = []
-        ref = tl.keyed_foreach_batch(lambda df, b: reference.append(df.toPandas()), "k", "t",
-                                     Counting(), DELAY, str(tmp_path / "ref"),
-                                     num_partitions=2, idle_timeout=8.0, state_store="files")
-        run = tl.keyed_foreach_batch(lambda df, b: sink.append(df.toPandas()), "k", "t",
-                                     Counting(), DELAY, str(tmp_path / "s"), num_partitions=2,
-                                     idle_timeout=8.0, state_store="rocksdb")
-        syncs = []
-        for b, part in enumerate(batches):
-            if b == 3:
-                shutil.rmtree(local_root)  # the executor's disk is gone
-            if b == 5:  # another executor's stale copy: version 4's attempt, not ours
-                for db in local_root.rglob("p00000.db"):
-                    shutil.rmtree(db)
-            frame = spark.createDataFrame(part, "k string, t double, v double")
-            ref(frame, b)
-            run(frame, b)
-            assert ordered(sink[-1]).equals(ordered(reference[-1]))
-            syncs.append(sorted(set(run.task_timings()["sync"])))
-        assert "rebuild" in syncs[3] and "rebuild" in syncs[5]
-        assert values(run) == values(ref)
-    finally:
-        spark.conf.unset("spark.trilink.state.localDir")
+        spark: Any, tmp_path: Path, local_root: Path) -> None:
+    batches = stream(7, 8)
+    sink: list[pd.DataFrame] = []
+    reference: list[pd.DataFrame] = []
+    ref = tl.keyed_foreach_batch(lambda df, b: reference.append(df.toPandas()), "k", "t",
+                                 Counting(), DELAY, str(tmp_path / "ref"),
+                                 num_partitions=2, idle_timeout=8.0, state_store="files")
+    run = tl.keyed_foreach_batch(lambda df, b: sink.append(df.toPandas()), "k", "t",
+                                 Counting(), DELAY, str(tmp_path / "s"), num_partitions=2,
+                                 idle_timeout=8.0, state_store="rocksdb")
+    syncs = []
+    for b, part in enumerate(batches):
+        if b == 3:
+            shutil.rmtree(local_root)  # the executor's disk is gone
+        if b == 5:  # another executor's stale copy: version 4's attempt, not ours
+            for db in local_root.rglob("p00000.db"):
+                shutil.rmtree(db)
+        frame = spark.createDataFrame(part, "k string, t double, v double")
+        ref(frame, b)
+        run(frame, b)
+        assert ordered(sink[-1]).equals(ordered(reference[-1]))
+        syncs.append(sorted(set(run.task_timings()["sync"])))
+    assert "rebuild" in syncs[3] and "rebuild" in syncs[5]
+    assert values(run) == values(ref)
 
 
-def test_a_damaged_local_copy_is_rebuilt_not_trusted(spark: Any, tmp_path: Path) -> None:
-    local_root = tmp_path / "local"
-    spark.conf.set("spark.trilink.state.localDir", str(local_root))
-    try:
-        run = tl.keyed_foreach_batch(lambda df, b: None, "k", "t", Counting(), DELAY,
-                                     str(tmp_path / "s"), num_partitions=1,
-                                     state_store="rocksdb")
-        batches = stream(9, 3)
-        run(spark.createDataFrame(batches[0], "k string, t double, v double"), 0)
-        from rocksdict import Options, Rdict
+def test_a_damaged_local_copy_is_rebuilt_not_trusted(spark: Any, tmp_path: Path,
+                                                    local_root: Path) -> None:
+    run = tl.keyed_foreach_batch(lambda df, b: None, "k", "t", Counting(), DELAY,
+                                 str(tmp_path / "s"), num_partitions=1,
+                                 state_store="rocksdb")
+    batches = stream(9, 3)
+    run(spark.createDataFrame(batches[0], "k string, t double, v double"), 0)
+    from rocksdict import Options, Rdict
 
-        for db_dir in local_root.rglob("p00000.db"):
-            db = Rdict(str(db_dir), Options(raw_mode=True))
-            for k in list(db.keys()):
-                if k.startswith(b"r"):
-                    db[k] = db[k][:12] + b"\x07garbage"  # a row no decoder accepts
-            db.close()
-        run(spark.createDataFrame(batches[1], "k string, t double, v double"), 1)
-        assert "rebuild" in set(run.task_timings()["sync"])
-        total = sum(len(b) for b in batches[:2])
-        assert run.counters()["rows"] == total
-    finally:
-        spark.conf.unset("spark.trilink.state.localDir")
+    for db_dir in local_root.rglob("p00000.db"):
+        db = Rdict(str(db_dir), Options(raw_mode=True))
+        for k in list(db.keys()):
+            if k.startswith(b"r"):
+                db[k] = db[k][:12] + b"\x07garbage"  # a row no decoder accepts
+        db.close()
+    run(spark.createDataFrame(batches[1], "k string, t double, v double"), 1)
+    assert "rebuild" in set(run.task_timings()["sync"])
+    total = sum(len(b) for b in batches[:2])
+    assert run.counters()["rows"] == total
 
 
 def test_snapshots_bound_the_changelogs_kept(spark: Any, tmp_path: Path) -> None:
@@ -309,25 +312,20 @@ def test_a_garbled_local_record_empties_the_copy(tmp_path: Path) -> None:
         assert local.version is None  # emptied: the caller rebuilds it
 
 
-def test_corrupt_changelog_is_named_when_a_rebuild_needs_it(spark: Any,
-                                                           tmp_path: Path) -> None:
-    local_root = tmp_path / "local"
-    spark.conf.set("spark.trilink.state.localDir", str(local_root))
-    try:
-        run = tl.keyed_foreach_batch(lambda df, b: None, "k", "t", Counting(), DELAY,
-                                     str(tmp_path / "s"), num_partitions=1,
-                                     state_store="rocksdb")
-        batches = stream(17, 3)
-        for b in range(2):
-            run(spark.createDataFrame(batches[b], "k string, t double, v double"), b)
-        log = Path(run.store.changelog_path(0, 0))
-        data = bytearray(log.read_bytes())
-        data[len(data) // 2] ^= 0xFF
-        log.write_bytes(bytes(data))
-        shutil.rmtree(local_root)
-        with pytest.raises(Exception, match=r"000000000000\.log") as info:
-            run(spark.createDataFrame(batches[2], "k string, t double, v double"), 2)
-        assert "StateCorruptError" in str(info.value) or isinstance(info.value,
-                                                                   StateCorruptError)
-    finally:
-        spark.conf.unset("spark.trilink.state.localDir")
+def test_corrupt_changelog_is_named_when_a_rebuild_needs_it(spark: Any, tmp_path: Path,
+                                                           local_root: Path) -> None:
+    run = tl.keyed_foreach_batch(lambda df, b: None, "k", "t", Counting(), DELAY,
+                                 str(tmp_path / "s"), num_partitions=1,
+                                 state_store="rocksdb")
+    batches = stream(17, 3)
+    for b in range(2):
+        run(spark.createDataFrame(batches[b], "k string, t double, v double"), b)
+    log = Path(run.store.changelog_path(0, 0))
+    data = bytearray(log.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    log.write_bytes(bytes(data))
+    shutil.rmtree(local_root)
+    with pytest.raises(Exception, match=r"000000000000\.log") as info:
+        run(spark.createDataFrame(batches[2], "k string, t double, v double"), 2)
+    assert "StateCorruptError" in str(info.value) or isinstance(info.value,
+                                                               StateCorruptError)
