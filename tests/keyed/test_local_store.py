@@ -164,7 +164,7 @@ def test_a_lost_or_foreign_local_copy_is_rebuilt_from_the_state_path(
     for b, part in enumerate(batches):
         if b == 3:
             shutil.rmtree(local_root)  # the executor's disk is gone
-        if b == 5:  # another executor's stale copy: version 4's attempt, not ours
+        if b == 5:  # partition 0's copy alone is lost
             for db in local_root.rglob("p00000.db"):
                 shutil.rmtree(db)
         frame = spark.createDataFrame(part, "k string, t double, v double")

@@ -117,7 +117,6 @@ def wake_times(table: Any, processor: KeyedWatermarkProcessFunction, delay: floa
                idle_timeout: float, state_ttl: float) -> Any:
     """Each row's wake time (module docs), vectorised over a state table. O(rows + timers +
     shared rows)."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     n = table.num_rows
@@ -149,7 +148,6 @@ def wake_times(table: Any, processor: KeyedWatermarkProcessFunction, delay: floa
     # as ``x + delay <= H`` by a rounding
     out = np.where(np.isinf(out), np.where(out > 0, np.inf, np.finfo(np.float64).min),
                    np.nextafter(out, -np.inf))
-    del pa
     return out
 
 
