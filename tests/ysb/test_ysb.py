@@ -164,8 +164,11 @@ def test_variant_is_exact(spark: Any, kafka_broker: Any, redis_kept: RedisServer
     assert result.throughput > 0 and result.batches >= 1
     assert result.redis_round_trips_per_1000 is not None
     trips_per_batch = result.redis_round_trips_per_1000 * EVENTS / 1000 / (result.batches + 1)
-    # a handful per batch, not per event: one script (or pipeline) per batch
-    assert trips_per_batch <= 5
+    # a handful per batch, not per event: one script (or pipeline) per batch. Redis counts
+    # one read per 16 KB of a request, so when the events arrive in one batch its one large
+    # script counts several: then the reads per 1,000 events stay a handful (one write per
+    # event would be 1,000 of them)
+    assert trips_per_batch <= 5 or result.redis_round_trips_per_1000 <= 10
     if variant == "global_merge":
         # one script per batch from the driver: every partition's counts, the markers and
         # the metadata (the first also carries the script's body); a count, not a time
