@@ -92,6 +92,12 @@ def run_both(spark: Any, tmp_path: Path, processor: Any, batches: list[pd.DataFr
     return outs["files"], outs["rocksdb"], runs["files"], runs["rocksdb"]
 
 
+def one_partition_run(tmp_path: Path) -> Any:
+    """A Counting runner on one partition, on the local store."""
+    return tl.keyed_foreach_batch(lambda df, b: None, "k", "t", Counting(), DELAY,
+                                  str(tmp_path / "s"), num_partitions=1, state_store="rocksdb")
+
+
 def ordered(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.sort_values(list(frame.columns), na_position="first").reset_index(drop=True)
 
@@ -178,9 +184,7 @@ def test_a_lost_or_foreign_local_copy_is_rebuilt_from_the_state_path(
 
 def test_a_damaged_local_copy_is_rebuilt_not_trusted(spark: Any, tmp_path: Path,
                                                     local_root: Path) -> None:
-    run = tl.keyed_foreach_batch(lambda df, b: None, "k", "t", Counting(), DELAY,
-                                 str(tmp_path / "s"), num_partitions=1,
-                                 state_store="rocksdb")
+    run = one_partition_run(tmp_path)
     batches = stream(9, 3)
     run(spark.createDataFrame(batches[0], "k string, t double, v double"), 0)
     from rocksdict import Options, Rdict
@@ -314,9 +318,7 @@ def test_a_garbled_local_record_empties_the_copy(tmp_path: Path) -> None:
 
 def test_corrupt_changelog_is_named_when_a_rebuild_needs_it(spark: Any, tmp_path: Path,
                                                            local_root: Path) -> None:
-    run = tl.keyed_foreach_batch(lambda df, b: None, "k", "t", Counting(), DELAY,
-                                 str(tmp_path / "s"), num_partitions=1,
-                                 state_store="rocksdb")
+    run = one_partition_run(tmp_path)
     batches = stream(17, 3)
     for b in range(2):
         run(spark.createDataFrame(batches[b], "k string, t double, v double"), b)

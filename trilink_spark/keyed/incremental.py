@@ -290,17 +290,21 @@ def _matches(local: LocalState, store: KeyedStateStore, pid: int, version: int) 
 
 
 def load_touched(local: LocalState, config: LocalConfig, frame: pd.DataFrame | None,
-                 key: str, key_type: Any, where: str
+                 key: str, key_type: Any, where: str, keys: Any = None
                  ) -> tuple[PartitionState, dict[bytes, bytes]]:
     """The state of the batch's keys and of the due keys, and their stored rows (by key
-    bytes): only those are read and decoded."""
+    bytes): only those are read and decoded. ``keys``: the batch's key column as Arrow, when
+    the caller has it (else it is taken from ``frame``)."""
     import pyarrow as pa
 
     meta = dict(local.meta.get("meta") or {})
     high = float(json.loads(meta.get("trilink.partition_high", "-Infinity")))
     kbs: list[bytes] = []
     if frame is not None and len(frame):
-        keys = pa.array(frame[key].to_numpy(dtype=object), from_pandas=True)
+        if keys is None:
+            keys = pa.array(frame[key].to_numpy(dtype=object), from_pandas=True)
+        elif isinstance(keys, pa.ChunkedArray):
+            keys = keys.combine_chunks()
         if key_type is not None and keys.type != key_type:
             try:
                 keys = keys.cast(key_type)

@@ -359,15 +359,15 @@ class KeyedBatchFunction(StatefulBatchFunction):
             raise InvalidArgumentError(
                 f"state store must be one of {STATE_STORES}, got {mode!r} (state_store= or "
                 "spark.trilink.state.store)")
-        if mode == "files" or not supports_key_type(key_type):
-            if math.isfinite(self._ttl_units):
-                raise InvalidArgumentError(
-                    "state_ttl needs the local state store (state_store='rocksdb' and a key "
-                    f"column of an integer, float, boolean, string, binary, date or timestamp "
-                    f"type); this run uses the file store (key type {key_type})")
+        encodable = supports_key_type(key_type)
+        if (mode == "files" or not encodable) and math.isfinite(self._ttl_units):
+            raise InvalidArgumentError(
+                "state_ttl needs the local state store (state_store='rocksdb' and a key "
+                f"column of an integer, float, boolean, string, binary, date or timestamp "
+                f"type); this run uses the file store (key type {key_type})")
         if mode == "files":
             return None
-        if not supports_key_type(key_type):
+        if not encodable:
             if not self._warned_files:
                 logger.warning("state at %s: key type %s is kept in the file store (the "
                                "local store encodes %s)", self.store.path, key_type,

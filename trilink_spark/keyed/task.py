@@ -185,36 +185,28 @@ def partition_function(
         started = time.perf_counter()
         watch = Stopwatch()
         received = list(watch.pull(batches))
-        frame = (in_arrival_order(pa.Table.from_batches(received)).to_pandas()
-                 if received else None)
-        if frame is not None and not len(frame):
-            frame = None
+        table = in_arrival_order(pa.Table.from_batches(received)) if received else None
+        frame = None if table is None or not table.num_rows else table.to_pandas()
         if io is not None and io.local is not None and not io.swap:
-            yield from _run_local(io, pid, frame, processor, key, delay, idle_timeout, fields,
-                                  arrow_schema, watch, timer, started)
-            return
-        previous = None
-        if io is not None:
-            table = io.load(pid)
-            where = f"state of partition {pid} before batch {io.batch_id}"
-            previous = None if table is None else decode_state(table, where)
-        runtime = KeyedRuntime(processor, key, delay, idle_timeout, previous, fields)
-        processor.open(pid)
-        outs = [] if frame is None else runtime.process(frame)
-        if io is None:
-            outs += runtime.finish()
-        processor.close()
-        batches_out = list(outputs_to_batches(outs, arrow_schema))
-        if io is not None:
-            state = runtime.snapshot()
-            timing: dict[str, Any] = {
-                "rows": 0 if frame is None else len(frame),
-                "process_ms": round((time.perf_counter() - started) * 1000.0, 3),
-            }
-            per_block = io.block_rows([] if frame is None else frame[key].to_numpy())
-            if per_block is not None:
-                timing["block_rows"] = per_block
-            io.save(pid, state, timing)
+            keys = None if table is None or frame is None else table.column(key)
+            batches_out, extra = _run_local(io, pid, frame, keys, processor, key, delay,
+                                            idle_timeout, fields, arrow_schema)
+            io.save_timing(pid, _timing(io, frame, key, started, extra))
+        else:
+            previous = None
+            if io is not None:
+                table = io.load(pid)
+                where = f"state of partition {pid} before batch {io.batch_id}"
+                previous = None if table is None else decode_state(table, where)
+            runtime = KeyedRuntime(processor, key, delay, idle_timeout, previous, fields)
+            processor.open(pid)
+            outs = [] if frame is None else runtime.process(frame)
+            if io is None:
+                outs += runtime.finish()
+            processor.close()
+            batches_out = list(outputs_to_batches(outs, arrow_schema))
+            if io is not None:
+                io.save(pid, runtime.snapshot(), _timing(io, frame, key, started, {}))
         yield from watch.emit(batches_out)
         if timer is not None:
             timer.write(rows_in=0 if frame is None else len(frame),
@@ -224,27 +216,43 @@ def partition_function(
     return run
 
 
-def _run_local(io: StateIO, pid: int, frame: Any, processor: KeyedWatermarkProcessFunction,
-               key: str, delay: float, idle_timeout: float, fields: dict[str, Any] | None,
-               arrow_schema: Any, watch: Stopwatch, timer: OperatorTimer | None,
-               started: float) -> Iterator[Any]:
+def _timing(io: StateIO, frame: Any, key: str, started: float, extra: dict[str, Any]
+            ) -> dict[str, Any]:
+    """What a task measured of its own work (:meth:`KeyedStateStore.save_timing`)."""
+    timing: dict[str, Any] = {
+        "rows": 0 if frame is None else len(frame),
+        "process_ms": round((time.perf_counter() - started) * 1000.0, 3), **extra}
+    per_block = io.block_rows([] if frame is None else frame[key].to_numpy())
+    if per_block is not None:
+        timing["block_rows"] = per_block
+    return timing
+
+
+def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
+               processor: KeyedWatermarkProcessFunction, key: str, delay: float, idle_timeout: float, fields: dict[str, Any] | None,
+               arrow_schema: Any) -> tuple[list[Any], dict[str, Any]]:
     """One task on the executor-local store: only the batch's and the due keys' state is
-    read, decoded and written (:mod:`~trilink_spark.keyed.incremental`)."""
+    read, decoded and written (:mod:`~trilink_spark.keyed.incremental`). Returns the output
+    batches and what the timing record adds (``sync``, ``keys_read``)."""
     config = io.local
     if config is None:  # pragma: no cover - the caller checked
         raise InvalidArgumentError("no local store configured")
     target = io.prev if pid < io.prev_partitions else None
     where = f"state of partition {pid} before batch {io.batch_id}"
     with LocalState.open(local_root(config), config.store_id, pid) as local:
-        try:
-            synced = sync(local, io.store, config, pid, target, processor, delay, idle_timeout)
-            previous, before = load_touched(local, config, frame, key, io.key_type, where)
-        except StateCorruptError as err:  # the local copy is a cache: rebuilt, never trusted
-            logger.warning("partition %d, batch %d: %s; rebuilding the local copy from %s",
-                           pid, io.batch_id, err, io.store.path)
-            local.reset()
-            synced = sync(local, io.store, config, pid, target, processor, delay, idle_timeout)
-            previous, before = load_touched(local, config, frame, key, io.key_type, where)
+        for attempt in (1, 2):
+            try:
+                synced = sync(local, io.store, config, pid, target, processor, delay,
+                              idle_timeout)
+                previous, before = load_touched(local, config, frame, key, io.key_type, where,
+                                                keys)
+                break
+            except StateCorruptError as err:  # the local copy is a cache: never trusted
+                if attempt == 2:
+                    raise  # the state path itself is damaged
+                logger.warning("partition %d, batch %d: %s; rebuilding the local copy from "
+                               "%s", pid, io.batch_id, err, io.store.path)
+                local.reset()
         runtime = KeyedRuntime(processor, key, delay, idle_timeout, previous, fields)
         processor.open(pid)
         outs = [] if frame is None else runtime.process(frame)
@@ -253,22 +261,9 @@ def _run_local(io: StateIO, pid: int, frame: Any, processor: KeyedWatermarkProce
         written = save_touched(local, io.store, config, pid, io.batch_id, target,
                                runtime.snapshot(), before, io.key_type, io.value_type,
                                processor, delay, idle_timeout, lambda: io.fence(pid))
-    timing: dict[str, Any] = {
-        "rows": 0 if frame is None else len(frame),
-        "process_ms": round((time.perf_counter() - started) * 1000.0, 3),
-        "sync": synced, "keys_read": len(before),
-    }
-    per_block = io.block_rows([] if frame is None else frame[key].to_numpy())
-    if per_block is not None:
-        timing["block_rows"] = per_block
-    io.save_timing(pid, timing)
     logger.debug("partition %d, batch %d: %s local state, %d keys read, %d bytes logged", pid,
                  io.batch_id, synced, len(before), written)
-    yield from watch.emit(batches_out)
-    if timer is not None:
-        timer.write(rows_in=0 if frame is None else len(frame),
-                    rows_out=sum(b.num_rows for b in batches_out),
-                    busy_ms=watch.busy_ms(), wait_ms=watch.wait_ms)
+    return batches_out, {"sync": synced, "keys_read": len(before)}
 
 
 @dataclass(frozen=True)
