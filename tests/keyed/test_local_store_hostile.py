@@ -19,7 +19,7 @@ import pytest
 from trilink_spark.columns import EVENT_TIME_COL
 from trilink_spark.errors import StateCorruptError, StateStoreError, StateTypeError
 from trilink_spark.keyed.incremental import LocalConfig, expire, load_touched, save_touched
-from trilink_spark.keyed.incremental import sync, wake_times
+from trilink_spark.keyed.incremental import MAX_CHAIN_INTERVALS, snapshot_due, sync, wake_times
 from trilink_spark.keyed.process import KeyedRuntime, KeyedWatermarkProcessFunction
 from trilink_spark.keyed.snapshot import PartitionState, decode_state, encode_state
 from trilink_spark.keyed.task import StateIO
@@ -43,8 +43,10 @@ def setup(tmp: Path, interval: int = 1000, ttl: float = math.inf
 
 
 def task(store: KeyedStateStore, config: LocalConfig, batch_id: int, prev: int | None,
-         keys: list[Any], times: list[float], key_type: Any = pa.string()) -> str:
-    """One task of partition 0 as ``task._run_local`` runs it (no Spark)."""
+         keys: list[Any], times: list[float], key_type: Any = pa.string(),
+         snapshots: list[int] | None = None) -> str:
+    """One task of partition 0 as ``task._run_local`` runs it (no Spark); ``snapshots``
+    gets ``batch_id`` when the task started a snapshot."""
     frame = pd.DataFrame({"k": keys, EVENT_TIME_COL: np.asarray(times, dtype=float)})
     proc = Count()
     with LocalState.open(config.root, config.store_id, 0) as local:
@@ -52,8 +54,10 @@ def task(store: KeyedStateStore, config: LocalConfig, batch_id: int, prev: int |
         state, before = load_touched(local, config, frame, "k", key_type, "test")
         runtime = KeyedRuntime(proc, "k", 0.0, math.inf, state, None)
         runtime.process(frame)
-        save_touched(local, store, config, 0, batch_id, prev, runtime.snapshot(), before,
-                     key_type, None, proc, 0.0, math.inf, lambda: None)
+        _, started = save_touched(local, store, config, 0, batch_id, prev, runtime.snapshot(),
+                                  before, key_type, None, proc, 0.0, math.inf, lambda: None)
+    if started is not None and snapshots is not None:
+        snapshots.append(batch_id)
     return synced
 
 
@@ -169,17 +173,51 @@ def test_a_whole_version_replaces_an_earlier_attempts_changelog(tmp_path: Path) 
     assert counts(store, 2) == {"a": 5, "z": 2}
 
 
-def test_a_partition_without_rows_gets_a_snapshot_every_interval(tmp_path: Path) -> None:
-    store, config = setup(tmp_path, interval=3)
+def test_a_partition_without_rows_gets_a_snapshot_once_its_chain_is_long(tmp_path: Path
+                                                                         ) -> None:
+    store, config = setup(tmp_path, interval=1)
     store.keep_versions = 1
     task(store, config, 0, None, ["a"], [1.0])
-    for b in range(1, 10):
+    bound = MAX_CHAIN_INTERVALS * config.snapshot_interval
+    for b in range(1, bound + 3):
         io = StateIO(store, b, b - 1, 1, False, pa.string(), None, local=config)
         io.carry_forward(0)
         store.prune(1, b, keep_from=b - 1)
+        if b < bound - 1:
+            assert not store.listing(0)[0], b  # changelogs only: O(1) each
     snapshots, logs = store.listing(0)
-    assert 9 in snapshots and min(snapshots | logs) >= 6  # the chain stays short
-    assert counts(store, 9) == {"a": 1}
+    assert snapshots == {bound - 1}  # the chain is cut, and pruned behind the cut
+    assert min(snapshots | logs) >= bound - 1
+    assert counts(store, bound + 2) == {"a": 1}
+
+
+def test_a_snapshot_waits_until_the_changelogs_hold_as_much_as_the_state(tmp_path: Path
+                                                                         ) -> None:
+    store, config = setup(tmp_path, interval=2)
+    keys = [f"k{i:03d}" for i in range(100)]
+    started: list[int] = []
+    expected = dict.fromkeys(keys, 1)
+    task(store, config, 0, None, keys, [1.0] * 100, snapshots=started)
+    for b in range(1, 26):  # 10 keys a batch: a tenth of the state
+        some = keys[(b * 10) % 100:(b * 10) % 100 + 10]
+        task(store, config, b, b - 1, some, [float(b)] * 10, snapshots=started)
+        for k in some:
+            expected[k] += 1
+    # the first once the interval passed (batch 0's changelog held every key); then each
+    # once ten changelogs of 10 rows hold as many rows as the 100 keys
+    assert started == [1, 11, 21]
+    deadline = time.monotonic() + 60
+    while store.listing(0)[0] != {0, 10, 20} and time.monotonic() < deadline:
+        time.sleep(0.05)  # written off the task's path
+    assert store.listing(0)[0] == {0, 10, 20}
+    with LocalState.open(config.root, "fresh", 0) as local:  # another executor: a rebuild
+        assert sync(local, store, config, 0, 25, Count(), 0.0, math.inf) == "rebuild"
+        assert local.keys == 100
+        assert local.chain == {"at": 20, "logged": 50}  # batches 21 to 25's changelogs
+        cap = 20 + MAX_CHAIN_INTERVALS * 2  # 50 rows logged of 100 keys: only the cap
+        assert not snapshot_due(local, 26, 2) and not snapshot_due(local, cap - 1, 2)
+        assert snapshot_due(local, cap, 2)
+    assert counts(store, 25) == expected
 
 
 def test_a_stale_checkpoint_directory_is_removed(tmp_path: Path) -> None:

@@ -14,8 +14,10 @@ from (:func:`sync`), and reads only:
 
 Only those keys become Python objects. The hooks run as before over them; the task then writes
 a changelog of their rows (and of the keys the TTL expired) to the state path, applies it to the
-local copy in one atomic write, and, every ``snapshot_interval`` batches, has the version it
-started from written as a snapshot off its path (:mod:`~trilink_spark.keyed.snapshots`).
+local copy in one atomic write, and, when a snapshot is due (:func:`snapshot_due`: at least
+``snapshot_interval`` batches since the last one, and changelogs since that hold as many rows
+as the state has keys), has the version it started from written as a snapshot off its path
+(:mod:`~trilink_spark.keyed.snapshots`).
 
 :func:`sync` brings the local copy to the batch's start: nothing to do when it holds that
 version (and the changelog on the state path is the one it applied: the attempt tokens match);
@@ -31,6 +33,7 @@ import logging
 import math
 import os
 import tempfile
+import time
 import uuid
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -53,7 +56,8 @@ if TYPE_CHECKING:
     from ..partitioners import BlockPartitioner
     from .process import KeyedWatermarkProcessFunction
 
-__all__ = ["LocalConfig", "local_root", "sync", "load_touched", "save_touched", "wake_times", "SYNC_KINDS"]
+__all__ = ["LocalConfig", "local_root", "sync", "load_touched", "save_touched", "wake_times",
+           "snapshot_due", "SYNC_KINDS", "MAX_CHAIN_INTERVALS"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +66,9 @@ SYNC_KINDS = ("current", "undo", "catch-up", "rebuild")
 _META_KEYS = (b"trilink.partition_high", b"trilink.counters", b"trilink.shared",
               b"trilink.shared_tables")
 _TABLES = "trilink.shared_tables"
+#: However little a partition changes, a snapshot after this many snapshot intervals, so that
+#: its chain of changelogs (files to list, keep and replay) stays bounded.
+MAX_CHAIN_INTERVALS = 100
 
 
 @dataclass(frozen=True)
@@ -76,7 +83,8 @@ class LocalConfig:
     store_id : str
         Names the state path's copies under ``root``.
     snapshot_interval : int
-        A snapshot every this many batches (``spark.trilink.state.snapshotInterval``).
+        At least this many batches between two snapshots of a partition
+        (``spark.trilink.state.snapshotInterval``; :func:`snapshot_due`).
     state_ttl : float
         Event-time units a key may send nothing before its state expires (``inf``: never).
     blocks : BlockPartitioner
@@ -201,10 +209,14 @@ def _puts(local: LocalState, config: LocalConfig, table: Any,
 
 def _apply_table(local: LocalState, config: LocalConfig, version: int, attempt: str,
                  table: Any, inherit: bool, processor: KeyedWatermarkProcessFunction,
-                 delay: float, idle: float, fresh: bool = False) -> None:
-    """Apply a changelog (or, into an empty copy, a whole state table)."""
+                 delay: float, idle: float, fresh: dict[str, Any] | None = None) -> None:
+    """Apply a changelog (counted in the copy's :attr:`~LocalState.chain`), or, into an
+    empty copy, a whole state table (``fresh``: the chain it was read from)."""
     import pyarrow.compute as pc
 
+    chain = local.chain
+    if fresh is None:
+        chain["logged"] = int(chain.get("logged", 0)) + table.num_rows
     meta = local.meta.get("meta") or {}
     if not inherit:
         meta = _sticky(meta, _meta_of(table))
@@ -214,12 +226,34 @@ def _apply_table(local: LocalState, config: LocalConfig, version: int, attempt: 
         deleted = _key_bytes(config, table.filter(gone).column(KEY_FIELD).combine_chunks())
         table = table.filter(pc.invert(gone)).drop_columns([DELETED_FIELD])
     puts = _puts(local, config, table, processor, delay, idle)
-    if fresh:  # an emptied copy: nothing to read back or undo
-        local.apply(version, attempt, meta, puts, [], {}, undo=False)
+    if fresh is not None:  # an emptied copy: nothing to read back or undo
+        local.apply(version, attempt, meta, puts, [], {}, undo=False, chain=fresh)
         return
     keys = [k for k, _ in puts] + deleted
     before = {k: v for k, v in zip(keys, local.get(keys)) if v is not None}
-    local.apply(version, attempt, meta, puts, deleted, before)
+    local.apply(version, attempt, meta, puts, deleted, before, chain=chain)
+
+
+def snapshot_due(local: LocalState, batch_id: int, interval: int) -> bool:
+    """Whether the task of ``batch_id`` has the version it starts from written as a snapshot.
+
+    A snapshot is due once ``interval`` batches have passed since the last one and the
+    changelogs since hold at least as many rows as the state has keys, or, however little
+    changed, once :data:`MAX_CHAIN_INTERVALS` intervals have passed. The snapshot's cost,
+    O(state), is so spread over batches that changed as much as it holds: a batch pays
+    O(its keys) for it, amortised, at any state size (as Spark's RocksDB provider consolidates
+    changelogs after ``minDeltasForSnapshot`` of them); a rebuild reads at most about twice
+    the state. O(1).
+    """
+    if interval < 1:
+        return False
+    chain = local.chain
+    at = chain.get("at")
+    since = batch_id - (at if isinstance(at, int) else -1)
+    if since < interval:
+        return False
+    return (int(chain.get("logged", 0)) >= local.keys
+            or since >= MAX_CHAIN_INTERVALS * interval)
 
 
 def sync(local: LocalState, store: KeyedStateStore, config: LocalConfig, pid: int,
@@ -273,8 +307,9 @@ def sync(local: LocalState, store: KeyedStateStore, config: LocalConfig, pid: in
         table = store.load_table(pid, target)  # names the missing link
     local.reset()
     attempt = store.changelog_attempt(pid, target) or f"snapshot:{target}"
+    fresh = {"at": at, "logged": sum(log.num_rows for _, log in chain)}
     _apply_table(local, config, target, attempt, table, False, processor, delay, idle,
-                 fresh=True)
+                 fresh=fresh)
     logger.info("partition %d: local state rebuilt at version %d from %s (%d keys)", pid,
                 target, store.path, table.num_rows)
     return "rebuild"
@@ -356,9 +391,11 @@ def save_touched(local: LocalState, store: KeyedStateStore, config: LocalConfig,
                  batch_id: int, prev: int | None, state: PartitionState,
                  before: dict[bytes, bytes], key_type: Any, value_type: Any,
                  processor: KeyedWatermarkProcessFunction, delay: float, idle: float,
-                 fence: Any) -> int:
+                 fence: Any) -> tuple[int, float | None]:
     """Write the batch's changelog to the state path, then apply it locally; returns its
-    bytes. ``fence()`` is called before anything is written (the owner check)."""
+    bytes, and the milliseconds spent starting a snapshot of ``prev`` when one was due
+    (:func:`snapshot_due`; None: none was).
+    ``fence()`` is called before anything is written (the owner check)."""
     import pyarrow as pa
 
     gone = expire(state, config.state_ttl)
@@ -376,12 +413,18 @@ def save_touched(local: LocalState, store: KeyedStateStore, config: LocalConfig,
     log = changelog_table(upserts, deleted, prev, attempt)
     fence()
     written = store.save_changelog(pid, batch_id, log)
-    if prev is not None and config.snapshot_interval and batch_id % config.snapshot_interval == 0:
+    chain = local.chain
+    snapshot_ms: float | None = None
+    if prev is not None and snapshot_due(local, batch_id, config.snapshot_interval):
+        started = time.perf_counter()
         start_snapshot(local, store, pid, prev, key_type)
+        snapshot_ms = (time.perf_counter() - started) * 1000.0
+        chain = {"at": prev, "logged": 0}
+    chain["logged"] = int(chain.get("logged", 0)) + log.num_rows
     puts = _puts(local, config, upserts, processor, delay, idle)
     dels = _key_bytes(config, deleted) if len(deleted) else []
-    local.apply(batch_id, attempt, meta, puts, dels, before)
-    return written
+    local.apply(batch_id, attempt, meta, puts, dels, before, chain=chain)
+    return written, snapshot_ms
 
 
 __all__ += ["expire", "STATE_KIND"]

@@ -1,6 +1,7 @@
 """Snapshots of a partition's local copy, written off the task's path.
 
-Every ``snapshot_interval`` batches the task of a partition takes a RocksDB checkpoint of its
+When a snapshot is due (:func:`~trilink_spark.keyed.incremental.snapshot_due`) the task of a
+partition takes a RocksDB checkpoint of its
 local copy (hard links: milliseconds) at the version the batch started from, which is
 committed, and hands it to a writer that turns it into the snapshot ``<version>.state`` on the
 state path: a separate, low-priority Python process when the state path is a local filesystem

@@ -565,7 +565,10 @@ class KeyedBatchFunction(StatefulBatchFunction):
             ``current``, ``undo``, ``catch-up`` or ``rebuild``, counted here and logged) and
             ``keys_read`` (the keys whose state it read: the batch's and the due ones; the
             file store reads them all and reports -1, as does a partition without a record:
-            carried forward, no task ran, with ``-1`` figures and ``sync`` "").
+            carried forward, no task ran, with ``-1`` figures and ``sync`` ""), and
+            ``snapshot`` (whether the task had the version it started from written as a
+            snapshot, off its path; the few milliseconds of starting it are not in
+            ``process_ms``: they are upkeep, not load).
 
         Raises
         ------
@@ -782,8 +785,8 @@ def read_task_timings(store: KeyedStateStore, version: int | None = None) -> Any
     Returns
     -------
     pandas.DataFrame
-        Columns ``partition``, ``rows``, ``process_ms``, ``blocks``, ``sync``, ``keys_read``
-        (:meth:`~trilink_spark.keyed.KeyedBatchFunction.task_timings`).
+        Columns ``partition``, ``rows``, ``process_ms``, ``blocks``, ``sync``, ``keys_read``,
+        ``snapshot`` (:meth:`~trilink_spark.keyed.KeyedBatchFunction.task_timings`).
 
     Raises
     ------
@@ -812,16 +815,18 @@ def read_task_timings(store: KeyedStateStore, version: int | None = None) -> Any
     for p in range(partitions):
         t = store.timing(p, at)
         if t is None:
-            rows.append((p, -1, -1.0, -1, "", -1))
+            rows.append((p, -1, -1.0, -1, "", -1, False))
             continue
         per_block = t.get("block_rows")
         rows.append((p, int(t["rows"]), float(t["process_ms"]),
                      -1 if per_block is None else len(per_block["blocks"]),
-                     t.get("sync") or "", int(t.get("keys_read", -1))))
+                     t.get("sync") or "", int(t.get("keys_read", -1)),
+                     bool(t.get("snapshot", False))))
     return pd.DataFrame(rows, columns=list(_TIMING_COLUMNS))
 
 
-_TIMING_COLUMNS = ("partition", "rows", "process_ms", "blocks", "sync", "keys_read")
+_TIMING_COLUMNS = ("partition", "rows", "process_ms", "blocks", "sync", "keys_read",
+                   "snapshot")
 
 
 def sum_counters(store: KeyedStateStore) -> dict[str, int]:

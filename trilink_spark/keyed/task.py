@@ -28,7 +28,8 @@ from ..partitioners import BlockPartitioner
 from ..state.store import KEY_FIELD, KeyedStateStore
 from ..state.changelog import changelog_table
 from ..state.local import LocalState
-from .incremental import LocalConfig, load_touched, local_root, save_touched, sync
+from .incremental import (MAX_CHAIN_INTERVALS, LocalConfig, load_touched, local_root, save_touched,
+                          sync)
 from .prepare import in_arrival_order
 from .process import KeyedRuntime, KeyedWatermarkProcessFunction
 from .snapshot import PartitionState, add_counters, decode_state, encode_state, merge_in
@@ -218,10 +219,15 @@ def partition_function(
 
 def _timing(io: StateIO, frame: Any, key: str, started: float, extra: dict[str, Any]
             ) -> dict[str, Any]:
-    """What a task measured of its own work (:meth:`KeyedStateStore.save_timing`)."""
+    """What a task measured of its own work (:meth:`KeyedStateStore.save_timing`).
+    ``process_ms`` leaves out the starting of a snapshot (``extra["_snapshot_ms"]``): upkeep
+    of the whole partition that no placement changes, never load that moving keys spreads."""
+    extra = dict(extra)
+    upkeep = float(extra.pop("_snapshot_ms", 0.0))
+    elapsed = (time.perf_counter() - started) * 1000.0
     timing: dict[str, Any] = {
         "rows": 0 if frame is None else len(frame),
-        "process_ms": round((time.perf_counter() - started) * 1000.0, 3), **extra}
+        "process_ms": round(max(elapsed - upkeep, 0.001), 3), **extra}
     per_block = io.block_rows([] if frame is None else frame[key].to_numpy())
     if per_block is not None:
         timing["block_rows"] = per_block
@@ -233,7 +239,7 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
                arrow_schema: Any) -> tuple[list[Any], dict[str, Any]]:
     """One task on the executor-local store: only the batch's and the due keys' state is
     read, decoded and written (:mod:`~trilink_spark.keyed.incremental`). Returns the output
-    batches and what the timing record adds (``sync``, ``keys_read``)."""
+    batches and what the timing record adds (``sync``, ``keys_read``, ``snapshot``)."""
     config = io.local
     if config is None:  # pragma: no cover - the caller checked
         raise InvalidArgumentError("no local store configured")
@@ -258,12 +264,14 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
         outs = [] if frame is None else runtime.process(frame)
         processor.close()
         batches_out = list(outputs_to_batches(outs, arrow_schema))
-        written = save_touched(local, io.store, config, pid, io.batch_id, target,
-                               runtime.snapshot(), before, io.key_type, io.value_type,
-                               processor, delay, idle_timeout, lambda: io.fence(pid))
-    logger.debug("partition %d, batch %d: %s local state, %d keys read, %d bytes logged", pid,
-                 io.batch_id, synced, len(before), written)
-    return batches_out, {"sync": synced, "keys_read": len(before)}
+        written, snapshot_ms = save_touched(
+            local, io.store, config, pid, io.batch_id, target, runtime.snapshot(), before,
+            io.key_type, io.value_type, processor, delay, idle_timeout, lambda: io.fence(pid))
+    logger.debug("partition %d, batch %d: %s local state, %d keys read, %d bytes logged%s",
+                 pid, io.batch_id, synced, len(before), written,
+                 "" if snapshot_ms is None else ", a snapshot started")
+    return batches_out, {"sync": synced, "keys_read": len(before),
+                         "snapshot": snapshot_ms is not None, "_snapshot_ms": snapshot_ms or 0.0}
 
 
 @dataclass(frozen=True)
@@ -347,12 +355,12 @@ class StateIO:
 
     def carry_forward(self, pid: int) -> None:
         """Write ``pid``'s version as it stands (no task ran for it: an empty micro-batch):
-        with the local store, an empty changelog that keeps the partition-wide values (O(1)),
-        but a snapshot every ``snapshot_interval`` batches, so that a partition without rows
-        keeps its chain of changelogs short; else the whole state again."""
-        if self.local is not None and not self.swap and not (
-                self.local.snapshot_interval and self.batch_id % self.local.snapshot_interval == 0
-                and self.prev is not None and pid < self.prev_partitions):
+        with the local store, an empty changelog that keeps the partition-wide values (O(1)
+        and one listing), but a snapshot once its last one is
+        :data:`~trilink_spark.keyed.incremental.MAX_CHAIN_INTERVALS` snapshot intervals old,
+        so that a partition without rows keeps its chain of changelogs bounded; else the
+        whole state again."""
+        if self.local is not None and not self.swap and not self._chain_too_long(pid):
             empty = encode_state(PartitionState(), self.key_type, self.value_type)
             prev = self.prev if pid < self.prev_partitions else None
             log = changelog_table(empty, empty.column(KEY_FIELD).combine_chunks(), prev,
@@ -366,6 +374,15 @@ class StateIO:
         self.fence(pid)
         self.store.delete_changelog(pid, self.batch_id)
         self.store.save_table(pid, self.batch_id, table)
+
+    def _chain_too_long(self, pid: int) -> bool:
+        """Whether ``pid``'s changelogs since its last snapshot reach the bound
+        (:meth:`carry_forward`). One listing."""
+        if self.local is None or self.prev is None or pid >= self.prev_partitions:
+            return False
+        snapshots, _ = self.store.listing(pid)
+        last = max((s for s in snapshots if s <= self.prev), default=-1)
+        return self.batch_id - last >= MAX_CHAIN_INTERVALS * self.local.snapshot_interval
 
     def fence(self, pid: int) -> None:
         """StateOwnershipError unless this runner still owns the path (``owner``)."""

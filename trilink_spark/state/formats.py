@@ -314,8 +314,11 @@ def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
     keys_read = value.get("keys_read") if isinstance(value, dict) else None
     if ok and sync is not None:
         ok = sync in ("current", "undo", "catch-up", "rebuild")
+    snapshot = value.get("snapshot") if isinstance(value, dict) else None
     if ok and keys_read is not None:
         ok = _is_timed_count(keys_read, 0)
+    if ok and snapshot is not None:
+        ok = isinstance(snapshot, bool)
     if not ok:
         logger.warning("%s: timing record is not well-formed; ignored", where)
         return None
@@ -327,6 +330,8 @@ def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
         out["sync"] = str(sync)
     if keys_read is not None:
         out["keys_read"] = int(keys_read)
+    if snapshot is not None:
+        out["snapshot"] = snapshot
     return out
 
 

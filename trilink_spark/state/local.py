@@ -280,6 +280,19 @@ class LocalState:
         v = self.meta.get("version")
         return v if isinstance(v, int) else None
 
+    @property
+    def keys(self) -> int:
+        """The keys this copy holds (counted by :meth:`apply`, O(1))."""
+        n = self.meta.get("keys")
+        return n if isinstance(n, int) and n >= 0 else 0
+
+    @property
+    def chain(self) -> dict[str, Any]:
+        """What its owner records of the changelogs since the last snapshot (``at``: the
+        snapshot's version; ``logged``: the changelog rows since), kept with the version."""
+        found = self.meta.get("chain")
+        return dict(found) if isinstance(found, dict) else {}
+
     def schema(self, sid: int) -> Any:
         """The Arrow schema with id ``sid``."""
         import pyarrow as pa
@@ -351,7 +364,8 @@ class LocalState:
 
     def apply(self, version: int, attempt: str, meta: dict[str, Any],
               puts: Sequence[tuple[bytes, bytes]], deletes: Sequence[bytes],
-              before: Mapping[bytes, bytes | None], undo: bool = True) -> None:
+              before: Mapping[bytes, bytes | None], undo: bool = True,
+              chain: dict[str, Any] | None = None) -> None:
         """Move this copy to ``version`` in one atomic write.
 
         Parameters
@@ -360,9 +374,12 @@ class LocalState:
         deletes : sequence of key bytes
         before : dict
             Every key of ``puts`` and ``deletes`` that had a row before, with it (keys absent
-            from it had none): the undo record, and the wake entries to replace.
+            from it had none): the undo record, the wake entries to replace, and the change
+            in :attr:`keys`.
         undo : bool
             Keep an undo record (:meth:`undo`); False for a rebuild into an empty copy.
+        chain : dict, optional
+            The new :attr:`chain` record (default: the current one is kept).
         """
         from rocksdict import WriteBatch
 
@@ -388,7 +405,11 @@ class LocalState:
                 wb.put(_WAKE + wake_bytes([wake])[0] + k, b"")
         for k in deletes:
             wb.delete(_ROW + k)
-        new_meta = {"version": version, "attempt": attempt, "meta": meta}
+        added = sum(1 for k, _ in puts if before.get(k) is None)
+        removed = sum(1 for k in deletes if before.get(k) is not None)
+        new_meta = {"version": version, "attempt": attempt, "meta": meta,
+                    "keys": max(self.keys + added - removed, 0),
+                    "chain": self.chain if chain is None else chain}
         wb.put(_META, json.dumps(new_meta).encode())
         with self._guard("write"):
             self._db.write(wb)

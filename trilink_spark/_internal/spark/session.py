@@ -19,7 +19,9 @@ spark.trilink.state.store            rocksdb ``keyed_foreach_batch``'s state sto
                                              (executor-local copies) or ``files``
 spark.trilink.state.localDir         unset   where executors keep the local copies (default the
                                              executor's local directory)
-spark.trilink.state.snapshotInterval 10      a snapshot every this many batches
+spark.trilink.state.snapshotInterval 10      at least this many batches between two
+                                             snapshots of a partition (and changelogs since
+                                             that hold as many rows as it has keys)
 ==================================== ======= ====================================================
 """
 
