@@ -41,7 +41,16 @@ Measured, per query:
   and after each one; a batch's bytes are the sizes of the files that are new since the
   previous snapshot or were rewritten (another inode or mtime, not larger), plus the growth of
   the files that grew in place. Each interval ends where the next begins, so what a background
-  thread writes between batches is counted in the next batch. Also reported: the directory's
+  writer writes between batches is counted in the next batch.
+- snapshots: after the load batches the bench waits until no snapshot writer process
+  (``python -m trilink_spark.keyed.snapshots``, any on the machine) runs, so the snapshot the
+  load asks for (part of building the state) is not in the steady window; the wait is in the
+  JSON (``load_snapshot_drain_seconds``), as are the snapshot files the steady batches started
+  (``steady_snapshot_files``), the wait for them before the restarts, the bytes of each
+  partition's newest snapshot (``snapshot_bytes``) and the writers' peak RSS. A snapshot is due
+  once the changelogs since the last one hold as many rows as there are keys, at least 10
+  batches apart, so the amortised snapshot bytes per batch are ``snapshot_bytes / max(10,
+  K / distinct keys per batch)``; Also reported: the directory's
   total size after the steady batches, our Spark checkpoint's bytes per batch and the local
   store directory's size;
 - Python worker memory: a background thread reads ``/proc/<pid>/status`` every 50 ms for the
@@ -127,6 +136,9 @@ PROVIDERS = {
     "hdfs": None,  # unset: Spark's default, HDFSBackedStateStoreProvider
 }
 WORKER_MARKS = ("pyspark.daemon", "pyspark.worker")
+SNAPSHOT_MARK = "trilink_spark.keyed.snapshots"  # the snapshot writer's command line
+SNAPSHOT_INTERVAL = 10  # spark.trilink.state.snapshotInterval's default (the bench keeps it)
+DRAIN_TIMEOUT_S = 1800.0
 JVM_MARKS = ("org.apache.spark.deploy.SparkSubmit",)
 
 
@@ -276,6 +288,7 @@ class MemoryMonitor:
         self.peak_worker_kb = 0
         self.peak_workers_total_kb = 0
         self.peak_jvm_kb = 0
+        self.peak_snapshot_kb = 0
         self.hwm_kb: dict[int, int] = {}  # last VmHWM seen per worker
         self.samples = 0
         self.reset: dict[str, int] = {"tried": 0, "done": 0}
@@ -299,7 +312,9 @@ class MemoryMonitor:
         cmd = read_cmdline(pid)
         if not cmd:
             return ""
-        if any(m in cmd for m in WORKER_MARKS):
+        if SNAPSHOT_MARK in cmd:
+            kind = "snapshot"
+        elif any(m in cmd for m in WORKER_MARKS):
             kind = "worker"
         elif any(m in cmd for m in JVM_MARKS):
             kind = "jvm"
@@ -334,6 +349,9 @@ class MemoryMonitor:
             if kind == "jvm":
                 self.peak_jvm_kb = max(self.peak_jvm_kb, rss)
                 continue
+            if kind == "snapshot":
+                self.peak_snapshot_kb = max(self.peak_snapshot_kb, rss)
+                continue
             workers_kb += rss
             self.peak_worker_kb = max(self.peak_worker_kb, rss)
             if "VmHWM" in status:
@@ -363,12 +381,36 @@ class MemoryMonitor:
             "peak_workers_total_rss_mb": self.peak_workers_total_kb / mb,
             "worker_hwm_mb": max(self.hwm_kb.values(), default=0) / mb,
             "peak_jvm_rss_mb": self.peak_jvm_kb / mb,
+            "peak_snapshot_writer_rss_mb": self.peak_snapshot_kb / mb,
             "workers_seen": sum(1 for k in self.kind.values() if k == "worker"),
             "samples": self.samples,
         }
         if self.reset_peaks:
             out["hwm_reset"] = dict(self.reset)
         return out
+
+
+# ------------------------------------------------------------------ snapshots
+def drain_snapshot_writers() -> float:
+    """Wait until no snapshot writer process runs (any on this machine: run the bench on a
+    quiet one); returns the seconds waited."""
+    start = time.perf_counter()
+    while any(SNAPSHOT_MARK in read_cmdline(int(e)) for e in os.listdir("/proc")
+              if e.isdigit()):
+        if time.perf_counter() - start > DRAIN_TIMEOUT_S:
+            raise RuntimeError(f"snapshot writers still running after {DRAIN_TIMEOUT_S} s")
+        time.sleep(0.2)
+    return time.perf_counter() - start
+
+
+def latest_snapshots(state: Path) -> dict[str, int]:
+    """Each partition's newest snapshot file and its bytes."""
+    out: dict[str, int] = {}
+    for part in sorted(state.glob("partition=*")):
+        found = sorted(part.glob("*.state"))
+        if found:
+            out[str(found[-1])] = found[-1].stat().st_size
+    return out
 
 
 # ------------------------------------------------------------------ driving a query
@@ -467,12 +509,23 @@ def run_ours(spark: Any, files: Files, work: Path, store: str) -> dict[str, Any]
         driver = Driver(query, feed)
         with MemoryMonitor() as monitor:
             load = [driver.step(f, f"load {i}") for i, f in enumerate(files.load)]
+            # the snapshot the load asks for is part of building the state: the steady
+            # batches start once it is written (its cost is reported, amortised, apart)
+            out["load_snapshot_drain_seconds"] = drain_snapshot_writers()
         out["load_batch_seconds"] = [b["seconds"] for b in load]
         out["load_memory"] = monitor.report()
+        loaded = latest_snapshots(state)
+        out["snapshot_bytes_after_load"] = sum(loaded.values())
         watched = {"state": state, "checkpoint": ckpt}
         batches, memory, snaps = steady_phase(driver, files.steady, watched)
         out.update(summary(batches, list(watched)))
         out["memory"] = memory
+        out["steady_snapshot_files"] = sorted(
+            os.path.basename(f) for f in snaps["state"]
+            if f.endswith(".state") and f not in loaded and os.path.exists(f))
+        out["steady_snapshot_drain_seconds"] = drain_snapshot_writers()
+        newest = latest_snapshots(state)
+        out["snapshot_bytes"] = sum(newest.values())
         out["state_total_bytes"] = total_bytes(snaps["state"])
         out["state_files"] = len(snaps["state"])
         out["checkpoint_total_bytes"] = total_bytes(snaps["checkpoint"])
@@ -574,6 +627,9 @@ def ratios(runs: dict[str, Any], stores: list[str]) -> dict[str, Any]:
                         ours["median_batch_seconds"] / theirs["median_batch_seconds"])
             per_key = ours["state_total_bytes"] / k
             reference = run["distinct_keys_per_batch"] * per_key
+            # snapshot_due: one once the changelogs since hold as many rows as there are keys,
+            # at least SNAPSHOT_INTERVAL batches apart
+            period = max(SNAPSHOT_INTERVAL, k / max(run["distinct_keys_per_batch"], 1))
             state_bytes[str(k)] = {
                 "bytes_per_batch_median": ours["state_bytes_per_batch_median"],
                 "bytes_per_batch_mean": ours["state_bytes_per_batch_mean"],
@@ -582,6 +638,10 @@ def ratios(runs: dict[str, Any], stores: list[str]) -> dict[str, Any]:
                 "changed_keys_state_bytes": reference,
                 "mean_over_changed_keys_state": (ours["state_bytes_per_batch_mean"] / reference
                                                  if reference else None),
+                "snapshot_bytes": ours.get("snapshot_bytes"),
+                "batches_per_snapshot": period,
+                "amortised_snapshot_bytes_per_batch": (ours["snapshot_bytes"] / period
+                                                       if ours.get("snapshot_bytes") else None),
             }
         out[f"{store}_over_spark_batch_seconds"] = {
             "target_vs_rocksdb_at_1000000": 1.0, **versus}
@@ -628,8 +688,11 @@ def print_ratios(found: dict[str, Any]) -> None:
                     print(f"{name} / {provider}: {text}")
         else:
             for k, v in value.items():
+                amortised = v.get("amortised_snapshot_bytes_per_batch")
                 print(f"{name} K={k}: mean {v['bytes_per_batch_mean']:.0f} B/batch, "
-                      f"changed keys' state {v['changed_keys_state_bytes']:.0f} B")
+                      f"changed keys' state {v['changed_keys_state_bytes']:.0f} B, snapshot "
+                      f"{'n/a' if amortised is None else f'{amortised:.0f}'} B/batch "
+                      f"amortised (every {v['batches_per_snapshot']:.0f} batches)")
 
 
 # ------------------------------------------------------------------ main
