@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._internal.memory import release_unused_memory
 from .._internal.optiming import OperatorTimer, Stopwatch
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..errors import TrilinkError
@@ -214,7 +215,11 @@ def partition_function(
                         rows_out=sum(b.num_rows for b in batches_out),
                         busy_ms=watch.busy_ms(), wait_ms=watch.wait_ms)
 
-    return run
+    def run_and_release(batches: Iterator[Any]) -> Iterator[Any]:
+        yield from run(batches)  # its frame, and the partition's objects, are gone after it
+        release_unused_memory()  # so a reused worker does not keep this task's peak
+
+    return run_and_release
 
 
 def _timing(io: StateIO, frame: Any, key: str, started: float, extra: dict[str, Any]
