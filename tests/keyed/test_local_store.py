@@ -334,3 +334,26 @@ def test_corrupt_changelog_is_named_when_a_rebuild_needs_it(spark: Any, tmp_path
         run(spark.createDataFrame(batches[2], "k string, t double, v double"), 2)
     assert "StateCorruptError" in str(info.value) or isinstance(info.value,
                                                                StateCorruptError)
+
+
+def test_a_wiped_state_path_begun_again_gets_local_copies_of_its_own(
+        spark: Any, tmp_path: Path, local_root: Path) -> None:
+    path = str(tmp_path / "s")
+
+    def runner(where: str) -> Any:
+        return tl.keyed_foreach_batch(lambda df, b: None, "k", "t", Counting(), DELAY, where,
+                                      num_partitions=2, state_store="rocksdb")
+
+    old = runner(path)
+    for b, part in enumerate(stream(21, 4)):
+        old(spark.createDataFrame(part, "k string, t double, v double"), b)
+    shutil.rmtree(path)  # wiped; the executors' copies of it stay on their disks
+    new, ref = runner(path), runner(str(tmp_path / "ref"))
+    for b, part in enumerate(stream(22, 4)):  # other rows, the same batch ids
+        frame = spark.createDataFrame(part, "k string, t double, v double")
+        new(frame, b)
+        ref(frame, b)
+        # fresh copies of their own: none was reset (a "rebuild") or taken as current
+        assert set(new.task_timings()["sync"]) <= {"current", ""}
+        assert values(new) == values(ref)
+    assert len([d for d in local_root.iterdir() if d.is_dir()]) == 3  # old, new and ref

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from typing import Any
 
 from ..errors import InvalidArgumentError, StateCorruptError, StateOwnershipError
@@ -99,7 +100,10 @@ def claim(store: KeyedStateStore, manifest: dict[str, Any] | None, token: str,
     """
     ours_now = {"token": token, "query": query}
     if manifest is None:
-        fresh = {"owner": ours_now, "config": config, "committed": [], "placements": []}
+        # path_id names this incarnation of the path: a path wiped and begun again gets
+        # another, so no executor-local copy of the old one is taken for the new one
+        fresh = {"owner": ours_now, "config": config, "committed": [], "placements": [],
+                 "path_id": uuid.uuid4().hex}
         if store.create_manifest(fresh):
             logger.info("state at %s: claimed by runner %s (query %s)", store.path, token,
                         query)

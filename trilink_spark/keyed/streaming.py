@@ -324,7 +324,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
                      blocks if isinstance(blocks, BlockPartitioner) else None,
                      carried=None if swap_plan is None else swap_plan.get("carried_counters"),
                      owner=self.token,
-                     local=self._local_config(batch_df, key_type, blocks))
+                     local=self._local_config(batch_df, key_type, blocks,
+                                              manifest.get("path_id")))
         placed = arrival_order(placed, o["order_by"])
         fn = partition_function(o["processor"], o["key"], delay_units, idle_units,
                                 arrow_schema, io, operator_timer(batch_df.sparkSession, "keyed"))
@@ -348,10 +349,13 @@ class KeyedBatchFunction(StatefulBatchFunction):
             self.swaps.append(swap_report(swap_plan, batch_id, moved_bytes,
                                           time.perf_counter() - started))
 
-    def _local_config(self, batch_df: DataFrame, key_type: Any, placement: Partitioner | None
-                      ) -> LocalConfig | None:
+    def _local_config(self, batch_df: DataFrame, key_type: Any, placement: Partitioner | None,
+                      path_id: Any = None) -> LocalConfig | None:
         """The executor-local store's settings for this batch (None: the file store, chosen
-        with ``state_store="files"`` or needed for a key type the local store cannot encode)."""
+        with ``state_store="files"`` or needed for a key type the local store cannot encode).
+        The copies are named by the state path and its manifest's ``path_id``: a path wiped
+        and begun again gets copies of its own (a manifest written before ``path_id`` existed
+        keeps the name it had)."""
         o = self.options
         spark = batch_df.sparkSession
         mode = o.get("state_store") or conf_get(spark, "state.store", "rocksdb")
@@ -386,8 +390,10 @@ class KeyedBatchFunction(StatefulBatchFunction):
             kind = self._column.kind if self._column is not None else None
             blocks = BlockPartitioner(1, key_type=kind or "auto", null_policy="partition0") \
                 if kind in ("int", "long", "string", "binary") else None
-        store_id = hashlib.sha256(
-            f"{type(self.store.fs).__name__}:{self.store.path}".encode()).hexdigest()[:20]
+        named = f"{type(self.store.fs).__name__}:{self.store.path}"
+        if isinstance(path_id, str) and path_id:
+            named += f":{path_id}"
+        store_id = hashlib.sha256(named.encode()).hexdigest()[:20]
         return LocalConfig(root, store_id, interval, self._ttl_units, blocks)
 
     def _placement(self, batch_df: DataFrame, batch_id: int, prev: int | None,

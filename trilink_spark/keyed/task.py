@@ -272,6 +272,7 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
         written, snapshot_ms = save_touched(
             local, io.store, config, pid, io.batch_id, target, runtime.snapshot(), before,
             io.key_type, io.value_type, processor, delay, idle_timeout, lambda: io.fence(pid))
+        local.settle()  # the copy's compaction runs while it is open: reads stay flat
     logger.debug("partition %d, batch %d: %s local state, %d keys read, %d bytes logged%s",
                  pid, io.batch_id, synced, len(before), written,
                  "" if snapshot_ms is None else ", a snapshot started")
