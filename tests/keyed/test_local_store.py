@@ -225,7 +225,9 @@ def test_snapshots_bound_the_changelogs_kept(spark: Any, tmp_path: Path) -> None
         snapshots, logs = run.store.listing(0)
         assert any(started) and not started[0]  # reported with the task's timing
         assert snapshots and max(snapshots) >= 5
-        assert min(snapshots | logs) >= max(snapshots) - 1  # older ones pruned
+        # older ones pruned: the last prune ran before the newest snapshot was written (off
+        # the task's path), so nothing older than the one before it is left
+        assert len(snapshots) <= 2 and min(snapshots | logs) >= min(snapshots)
         assert run.counters()["rows"] == sum(len(b) for b in batches)
         table = run.store.load_table(0, 9)  # snapshot + changelogs since
         assert table.num_rows == len(run.state_values())

@@ -206,16 +206,16 @@ def test_a_snapshot_waits_until_the_changelogs_hold_as_much_as_the_state(tmp_pat
             expected[k] += 1
     # the first once the interval passed (batch 0's changelog held every key); then each
     # once ten changelogs of 10 rows hold as many rows as the 100 keys
-    assert started == [1, 11, 21]
+    assert started == [2, 12, 22]
     deadline = time.monotonic() + 60
-    while store.listing(0)[0] != {0, 10, 20} and time.monotonic() < deadline:
+    while store.listing(0)[0] != {1, 11, 21} and time.monotonic() < deadline:
         time.sleep(0.05)  # written off the task's path
-    assert store.listing(0)[0] == {0, 10, 20}
+    assert store.listing(0)[0] == {1, 11, 21}  # each of the version its task started from
     with LocalState.open(config.root, "fresh", 0) as local:  # another executor: a rebuild
         assert sync(local, store, config, 0, 25, Count(), 0.0, math.inf) == "rebuild"
         assert local.keys == 100
-        assert local.chain == {"at": 20, "logged": 50}  # batches 21 to 25's changelogs
-        cap = 20 + MAX_CHAIN_INTERVALS * 2  # 50 rows logged of 100 keys: only the cap
+        assert local.chain == {"at": 21, "logged": 40}  # batches 22 to 25's changelogs
+        cap = 22 + MAX_CHAIN_INTERVALS * 2  # 40 rows logged of 100 keys: only the cap
         assert not snapshot_due(local, 26, 2) and not snapshot_due(local, cap - 1, 2)
         assert snapshot_due(local, cap, 2)
     assert counts(store, 25) == expected
@@ -289,3 +289,55 @@ def test_settle_keeps_level0_bounded_where_closing_alone_lets_it_grow(tmp_path: 
     # down at 20 of them (and its compaction gets the time)
     assert found[False] >= 10, found
     assert found[True] < 8, found
+
+
+@pytest.mark.parametrize("interval", [1, 2, 3, 5])
+def test_snapshots_of_a_state_rewritten_each_batch_are_an_interval_apart(
+        tmp_path: Path, interval: int) -> None:
+    store, config = setup(tmp_path, interval=interval)
+    keys = [f"k{i}" for i in range(10)]
+    started: list[int] = []
+    for b in range(16):
+        task(store, config, b, None if b == 0 else b - 1, keys, [float(b)] * 10,
+             snapshots=started)
+    assert started == list(range(interval, 16, interval))
+
+
+def write_record(config: LocalConfig, change: Any) -> None:
+    """Rewrite partition 0's local record (the ``m`` entry) through ``change(record)``."""
+    from rocksdict import Options, Rdict
+
+    db = Rdict(os.path.join(config.root, config.store_id, "p00000.db"),
+               Options(raw_mode=True))
+    record = json.loads(db[b"m"])
+    change(record)
+    db[b"m"] = json.dumps(record).encode()
+    db.close()
+
+
+def test_a_copy_without_a_key_count_counts_once_and_keeps_the_rule(tmp_path: Path) -> None:
+    store, config = setup(tmp_path, interval=2)
+    keys = [f"k{i:03d}" for i in range(200)]
+    task(store, config, 0, None, keys, [1.0] * 200)
+    task(store, config, 1, 0, keys[:2], [2.0] * 2)
+    write_record(config, lambda r: (r.pop("keys"), r.pop("chain")))  # as older builds wrote
+    started: list[int] = []
+    for b in range(2, 30):  # 2 keys a batch: 1 % of the state
+        task(store, config, b, b - 1, keys[b % 100 * 2:b % 100 * 2 + 2], [float(b)] * 2,
+             snapshots=started)
+    assert started == [2]  # unknown chain: one snapshot at the interval, then the rule
+    with LocalState.open(config.root, config.store_id, 0) as local:
+        assert local.keys == 200 and local.chain["at"] == 1
+
+
+@pytest.mark.parametrize("bad", [None, "x", float("inf"), [1], -3, True])
+def test_a_malformed_chain_record_is_not_a_failure(tmp_path: Path, bad: Any) -> None:
+    store, config = setup(tmp_path, interval=2)
+    task(store, config, 0, None, ["a", "b"], [1.0, 1.0])
+    write_record(config, lambda r: r.update(chain={"at": 0, "logged": bad}, keys=bad))
+    started: list[int] = []
+    for b in range(1, 5):
+        task(store, config, b, b - 1, ["a"], [float(b)], snapshots=started)
+    assert started and counts(store, 4) == {"a": 5, "b": 1}
+    with LocalState.open(config.root, config.store_id, 0) as local:
+        assert local.keys == 2

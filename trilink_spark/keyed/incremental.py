@@ -216,7 +216,7 @@ def _apply_table(local: LocalState, config: LocalConfig, version: int, attempt: 
 
     chain = local.chain
     if fresh is None:
-        chain["logged"] = int(chain.get("logged", 0)) + table.num_rows
+        chain["logged"] = chain.get("logged", 0) + table.num_rows
     meta = local.meta.get("meta") or {}
     if not inherit:
         meta = _sticky(meta, _meta_of(table))
@@ -237,9 +237,11 @@ def _apply_table(local: LocalState, config: LocalConfig, version: int, attempt: 
 def snapshot_due(local: LocalState, batch_id: int, interval: int) -> bool:
     """Whether the task of ``batch_id`` has the version it starts from written as a snapshot.
 
-    A snapshot is due once ``interval`` batches have passed since the last one and the
-    changelogs since hold at least as many rows as the state has keys, or, however little
-    changed, once :data:`MAX_CHAIN_INTERVALS` intervals have passed. The snapshot's cost,
+    A snapshot is due once ``interval`` batches have run since the one that started the last
+    snapshot (since batch 0 before the first) and the changelogs since hold at least as many
+    rows as the state has keys, or, however little changed, once :data:`MAX_CHAIN_INTERVALS`
+    intervals have passed. A copy that does not know its chain (written before it was
+    recorded) takes one at the interval. The snapshot's cost,
     O(state), is so spread over batches that changed as much as it holds: a batch pays
     O(its keys) for it, amortised, at any state size (as Spark's RocksDB provider consolidates
     changelogs after ``minDeltasForSnapshot`` of them); a rebuild reads at most about twice
@@ -249,11 +251,13 @@ def snapshot_due(local: LocalState, batch_id: int, interval: int) -> bool:
         return False
     chain = local.chain
     at = chain.get("at")
-    since = batch_id - (at if isinstance(at, int) else -1)
+    # the task of batch at + 1 took the last snapshot (of version at); none yet: batch 0
+    since = batch_id - (at + 1 if isinstance(at, int) else 0)
     if since < interval:
         return False
-    return (int(chain.get("logged", 0)) >= local.keys
-            or since >= MAX_CHAIN_INTERVALS * interval)
+    if "logged" not in chain:  # not recorded (an older copy) or malformed: by the interval
+        return True
+    return chain["logged"] >= local.keys or since >= MAX_CHAIN_INTERVALS * interval
 
 
 def sync(local: LocalState, store: KeyedStateStore, config: LocalConfig, pid: int,
@@ -420,7 +424,7 @@ def save_touched(local: LocalState, store: KeyedStateStore, config: LocalConfig,
         start_snapshot(local, store, pid, prev, key_type)
         snapshot_ms = (time.perf_counter() - started) * 1000.0
         chain = {"at": prev, "logged": 0}
-    chain["logged"] = int(chain.get("logged", 0)) + log.num_rows
+    chain["logged"] = chain.get("logged", 0) + log.num_rows
     puts = _puts(local, config, upserts, processor, delay, idle)
     dels = _key_bytes(config, deleted) if len(deleted) else []
     local.apply(batch_id, attempt, meta, puts, dels, before, chain=chain)

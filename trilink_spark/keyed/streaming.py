@@ -573,8 +573,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
             file store reads them all and reports -1, as does a partition without a record:
             carried forward, no task ran, with ``-1`` figures and ``sync`` ""), and
             ``snapshot`` (whether the task had the version it started from written as a
-            snapshot, off its path; the few milliseconds of starting it are not in
-            ``process_ms``: they are upkeep, not load).
+            snapshot, off its path). ``process_ms`` leaves out the local copy's upkeep
+            (starting a snapshot, waiting for RocksDB's compaction): it is not load.
 
         Raises
         ------

@@ -225,10 +225,11 @@ def partition_function(
 def _timing(io: StateIO, frame: Any, key: str, started: float, extra: dict[str, Any]
             ) -> dict[str, Any]:
     """What a task measured of its own work (:meth:`KeyedStateStore.save_timing`).
-    ``process_ms`` leaves out the starting of a snapshot (``extra["_snapshot_ms"]``): upkeep
-    of the whole partition that no placement changes, never load that moving keys spreads."""
+    ``process_ms`` leaves out the local copy's upkeep (``extra["_upkeep_ms"]``: starting a
+    snapshot, waiting for a compaction): periodic work of the whole copy, not load that moving
+    keys spreads, which the rebalancer would read as skew."""
     extra = dict(extra)
-    upkeep = float(extra.pop("_snapshot_ms", 0.0))
+    upkeep = float(extra.pop("_upkeep_ms", 0.0))
     elapsed = (time.perf_counter() - started) * 1000.0
     timing: dict[str, Any] = {
         "rows": 0 if frame is None else len(frame),
@@ -272,12 +273,13 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
         written, snapshot_ms = save_touched(
             local, io.store, config, pid, io.batch_id, target, runtime.snapshot(), before,
             io.key_type, io.value_type, processor, delay, idle_timeout, lambda: io.fence(pid))
-        local.settle()  # the copy's compaction runs while it is open: reads stay flat
+        settled = local.settle()  # the copy's compaction runs while it is open
     logger.debug("partition %d, batch %d: %s local state, %d keys read, %d bytes logged%s",
                  pid, io.batch_id, synced, len(before), written,
                  "" if snapshot_ms is None else ", a snapshot started")
+    upkeep = (snapshot_ms or 0.0) + settled * 1000.0
     return batches_out, {"sync": synced, "keys_read": len(before),
-                         "snapshot": snapshot_ms is not None, "_snapshot_ms": snapshot_ms or 0.0}
+                         "snapshot": snapshot_ms is not None, "_upkeep_ms": upkeep}
 
 
 @dataclass(frozen=True)

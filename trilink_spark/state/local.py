@@ -287,16 +287,47 @@ class LocalState:
 
     @property
     def keys(self) -> int:
-        """The keys this copy holds (counted by :meth:`apply`, O(1))."""
+        """The keys this copy holds: counted by :meth:`apply` (O(1)); a copy whose record
+        lacks the count (written before it was kept) or holds a malformed one is counted
+        once, by a scan of its keys, and keeps the count from its next write on."""
         n = self.meta.get("keys")
-        return n if isinstance(n, int) and n >= 0 else 0
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            if self.meta.get("version") is None:
+                n = 0
+            else:
+                with self._guard("count its keys"):
+                    n = self._count_rows()
+                logger.info("%s: %d keys counted (a copy without a key count)",
+                            self.directory, n)
+            self.meta["keys"] = n
+        return n
+
+    def _count_rows(self) -> int:
+        """Rows of this copy, by a scan of their keys. O(keys)."""
+        n = 0
+        it = self._db.iter()
+        it.seek(_ROW)
+        while it.valid():
+            if not it.key().startswith(_ROW):
+                break
+            n += 1
+            it.next()
+        return n
 
     @property
     def chain(self) -> dict[str, Any]:
-        """What its owner records of the changelogs since the last snapshot (``at``: the
-        snapshot's version; ``logged``: the changelog rows since), kept with the version."""
+        """What its owner records of the changelogs since the last snapshot, kept with the
+        version: ``at``, the version the last snapshot was taken of (None: none since the
+        empty state), and ``logged``, the changelog rows since. Empty when unknown (a copy
+        written before it was kept) or malformed."""
         found = self.meta.get("chain")
-        return dict(found) if isinstance(found, dict) else {}
+        if not isinstance(found, dict):
+            return {}
+        at, logged = found.get("at"), found.get("logged")
+        if (at is not None and (isinstance(at, bool) or not isinstance(at, int) or at < 0)) \
+                or isinstance(logged, bool) or not isinstance(logged, int) or logged < 0:
+            return {}
+        return {"at": at, "logged": logged}
 
     def schema(self, sid: int) -> Any:
         """The Arrow schema with id ``sid``."""
