@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 from typing import Any
 
@@ -19,24 +20,20 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["release_unused_memory"]
 
-_TRIM: list[Any] = []  # [malloc_trim or None], resolved once per process
 
-
+@functools.cache
 def _malloc_trim() -> Any:
-    if not _TRIM:
-        trim = None
-        try:
-            name = ctypes.util.find_library("c")
-            if name:
-                found = getattr(ctypes.CDLL(name), "malloc_trim", None)
-                if found is not None:
-                    found.argtypes = [ctypes.c_size_t]
-                    found.restype = ctypes.c_int
-                    trim = found
-        except OSError as err:  # no C library to load: nothing to trim
-            logger.debug("malloc_trim unavailable (%s)", err)
-        _TRIM.append(trim)
-    return _TRIM[0]
+    """The C library's ``malloc_trim``, or None where it has none (resolved once)."""
+    try:
+        name = ctypes.util.find_library("c")
+        found = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    except OSError as err:  # no C library to load: nothing to trim
+        logger.debug("malloc_trim unavailable (%s)", err)
+        return None
+    if found is not None:
+        found.argtypes = [ctypes.c_size_t]
+        found.restype = ctypes.c_int
+    return found
 
 
 def release_unused_memory() -> None:

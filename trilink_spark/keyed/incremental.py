@@ -214,9 +214,7 @@ def _apply_table(local: LocalState, config: LocalConfig, version: int, attempt: 
     empty copy, a whole state table (``fresh``: the chain it was read from)."""
     import pyarrow.compute as pc
 
-    chain = local.chain
-    if fresh is None:
-        chain["logged"] = chain.get("logged", 0) + table.num_rows
+    logged = table.num_rows  # upserts and deletions, as the changelog holds them
     meta = local.meta.get("meta") or {}
     if not inherit:
         meta = _sticky(meta, _meta_of(table))
@@ -231,6 +229,8 @@ def _apply_table(local: LocalState, config: LocalConfig, version: int, attempt: 
         return
     keys = [k for k, _ in puts] + deleted
     before = {k: v for k, v in zip(keys, local.get(keys)) if v is not None}
+    chain = local.chain
+    chain["logged"] = chain.get("logged", 0) + logged
     local.apply(version, attempt, meta, puts, deleted, before, chain=chain)
 
 

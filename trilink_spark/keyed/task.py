@@ -191,9 +191,10 @@ def partition_function(
         frame = None if table is None or not table.num_rows else table.to_pandas()
         if io is not None and io.local is not None and not io.swap:
             keys = None if table is None or frame is None else table.column(key)
-            batches_out, extra = _run_local(io, pid, frame, keys, processor, key, delay,
-                                            idle_timeout, fields, arrow_schema)
-            io.save_timing(pid, _timing(io, frame, key, started, extra))
+            batches_out, extra, upkeep_ms = _run_local(io, pid, frame, keys, processor, key,
+                                                       delay, idle_timeout, fields,
+                                                       arrow_schema)
+            io.save_timing(pid, _timing(io, frame, key, started, extra, upkeep_ms))
         else:
             previous = None
             if io is not None:
@@ -222,18 +223,16 @@ def partition_function(
     return run_and_release
 
 
-def _timing(io: StateIO, frame: Any, key: str, started: float, extra: dict[str, Any]
-            ) -> dict[str, Any]:
+def _timing(io: StateIO, frame: Any, key: str, started: float, extra: dict[str, Any],
+            upkeep_ms: float = 0.0) -> dict[str, Any]:
     """What a task measured of its own work (:meth:`KeyedStateStore.save_timing`).
-    ``process_ms`` leaves out the local copy's upkeep (``extra["_upkeep_ms"]``: starting a
-    snapshot, waiting for a compaction): periodic work of the whole copy, not load that moving
-    keys spreads, which the rebalancer would read as skew."""
-    extra = dict(extra)
-    upkeep = float(extra.pop("_upkeep_ms", 0.0))
+    ``process_ms`` leaves out the local copy's upkeep (``upkeep_ms``: starting a snapshot,
+    waiting for a compaction): periodic work of the whole copy, not load that moving keys
+    spreads, which the rebalancer would read as skew."""
     elapsed = (time.perf_counter() - started) * 1000.0
     timing: dict[str, Any] = {
         "rows": 0 if frame is None else len(frame),
-        "process_ms": round(max(elapsed - upkeep, 0.001), 3), **extra}
+        "process_ms": round(max(elapsed - upkeep_ms, 0.001), 3), **extra}
     per_block = io.block_rows([] if frame is None else frame[key].to_numpy())
     if per_block is not None:
         timing["block_rows"] = per_block
@@ -242,10 +241,11 @@ def _timing(io: StateIO, frame: Any, key: str, started: float, extra: dict[str, 
 
 def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
                processor: KeyedWatermarkProcessFunction, key: str, delay: float, idle_timeout: float, fields: dict[str, Any] | None,
-               arrow_schema: Any) -> tuple[list[Any], dict[str, Any]]:
+               arrow_schema: Any) -> tuple[list[Any], dict[str, Any], float]:
     """One task on the executor-local store: only the batch's and the due keys' state is
     read, decoded and written (:mod:`~trilink_spark.keyed.incremental`). Returns the output
-    batches and what the timing record adds (``sync``, ``keys_read``, ``snapshot``)."""
+    batches, what the timing record adds (``sync``, ``keys_read``, ``snapshot``) and the
+    milliseconds of the copy's upkeep (:func:`_timing`)."""
     config = io.local
     if config is None:  # pragma: no cover - the caller checked
         raise InvalidArgumentError("no local store configured")
@@ -277,9 +277,8 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
     logger.debug("partition %d, batch %d: %s local state, %d keys read, %d bytes logged%s",
                  pid, io.batch_id, synced, len(before), written,
                  "" if snapshot_ms is None else ", a snapshot started")
-    upkeep = (snapshot_ms or 0.0) + settled * 1000.0
-    return batches_out, {"sync": synced, "keys_read": len(before),
-                         "snapshot": snapshot_ms is not None, "_upkeep_ms": upkeep}
+    extra = {"sync": synced, "keys_read": len(before), "snapshot": snapshot_ms is not None}
+    return batches_out, extra, (snapshot_ms or 0.0) + settled * 1000.0
 
 
 @dataclass(frozen=True)

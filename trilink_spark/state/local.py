@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import StateCorruptError, StateStoreError
+from .formats import is_count
 
 __all__ = ["LocalState", "key_bytes", "LOCAL_KEY_TYPES", "wake_bytes", "supports_key_type",
            "head", "split_head", "iter_rows", "open_checkpoint"]
@@ -290,28 +291,15 @@ class LocalState:
         """The keys this copy holds: counted by :meth:`apply` (O(1)); a copy whose record
         lacks the count (written before it was kept) or holds a malformed one is counted
         once, by a scan of its keys, and keeps the count from its next write on."""
-        n = self.meta.get("keys")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            if self.meta.get("version") is None:
-                n = 0
-            else:
-                with self._guard("count its keys"):
-                    n = self._count_rows()
-                logger.info("%s: %d keys counted (a copy without a key count)",
-                            self.directory, n)
-            self.meta["keys"] = n
-        return n
-
-    def _count_rows(self) -> int:
-        """Rows of this copy, by a scan of their keys. O(keys)."""
+        found = self.meta.get("keys")
+        if isinstance(found, int) and is_count(found, 0):
+            return found
         n = 0
-        it = self._db.iter()
-        it.seek(_ROW)
-        while it.valid():
-            if not it.key().startswith(_ROW):
-                break
-            n += 1
-            it.next()
+        if self.meta.get("version") is not None:
+            with self._guard("count its keys"):
+                n = sum(1 for _ in iter_rows(self._db))
+            logger.info("%s: %d keys counted (a copy without a key count)", self.directory, n)
+        self.meta["keys"] = n
         return n
 
     @property
@@ -324,8 +312,7 @@ class LocalState:
         if not isinstance(found, dict):
             return {}
         at, logged = found.get("at"), found.get("logged")
-        if (at is not None and (isinstance(at, bool) or not isinstance(at, int) or at < 0)) \
-                or isinstance(logged, bool) or not isinstance(logged, int) or logged < 0:
+        if not (at is None or is_count(at, 0)) or not is_count(logged, 0):
             return {}
         return {"at": at, "logged": logged}
 
