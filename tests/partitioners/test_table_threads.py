@@ -55,3 +55,34 @@ def test_threads_mixing_partition_and_fit_place_each_key_once():
     assert len(p) == len(keys)
     assert p.loads.sum() == len(keys)
     p._check()
+
+
+@pytest.mark.parametrize("pickled", [False, True])
+def test_threads_looking_up_a_fresh_overlay_agree(pickled):
+    """A shared lookup index gets its hash table before it is shared: pandas builds it lazily,
+    and two threads building it at once were told the index was not unique."""
+    import pickle
+
+    for trial in range(20):
+        p = tl.OverlayPartitioner(tl.HashPartitioner(8), {k: k % 8 for k in range(50_000)})
+        if pickled:
+            p = pickle.loads(pickle.dumps(p))
+        keys = np.arange(60_000, dtype=np.int64)
+        out: list[np.ndarray] = [np.empty(0)] * 4
+        errors: list[BaseException] = []
+
+        def run(i: int) -> None:
+            try:
+                out[i] = p.assign(keys)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [], f"trial {trial}: {errors!r}"
+        assert np.array_equal(out[0][:50_000], np.arange(50_000) % 8)
+        for other in out[1:]:
+            assert np.array_equal(out[0], other)

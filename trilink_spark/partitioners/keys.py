@@ -74,6 +74,26 @@ def normalize_key(key: Any) -> Key | None:
     )
 
 
+def key_index(keys: list[Key]) -> pd.Index:
+    """A lookup index over distinct normalised ``keys``, safe to share between threads.
+
+    pandas builds an index's hash table on its first lookup, and that first build is not
+    thread-safe: two threads looking up at once can see a half-built table and be told the
+    index is not unique. The table is built here, before the index is shared.
+
+    Examples
+    --------
+    >>> key_index([3, 1]).get_indexer([1, 7]).tolist()
+    [1, -1]
+
+    Cost: O(len(keys)) time and memory, once.
+    """
+    index = pd.Index(keys, dtype=object if not keys else None, tupleize_cols=False)
+    if not index.is_unique:
+        raise InvalidArgumentError("a key index needs distinct keys")
+    return index
+
+
 @dataclass(frozen=True)
 class KeyArray:
     """A validated batch of keys.

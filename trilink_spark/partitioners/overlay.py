@@ -14,12 +14,11 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 import pyarrow as pa
 
 from .._internal.validation import check_num_partitions
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
-from .keys import Key, KeyArray, normalize_key, to_counts, to_key_array
+from .keys import Key, KeyArray, key_index, normalize_key, to_counts, to_key_array
 from .base import Partitioner, decode_key, encode_key
 from .table import TablePartitioner
 
@@ -125,7 +124,7 @@ class OverlayPartitioner(Partitioner):
         keys, pids, kind = self._check_overrides(overrides)
         self._overrides: dict[Key, int] = dict(zip(keys, pids.tolist()))
         self._kind = kind
-        self._index = pd.Index(keys, dtype=object if not keys else None, tupleize_cols=False)
+        self._index = key_index(keys)
         self._pids = pids
 
     def _check_overrides(
@@ -300,6 +299,10 @@ class OverlayPartitioner(Partitioner):
             overrides[k] = pid
         return cls(base, overrides, data.get("num_partitions"),
                    null_policy=data.get("null_policy", "error"))
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._index = key_index(list(self._overrides))  # an unpickled index has no hash table
 
     def __repr__(self) -> str:
         return (

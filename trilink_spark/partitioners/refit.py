@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from .._internal.validation import check_num_partitions
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
-from .keys import Key, to_key_array
+from .keys import Key, key_index, to_key_array
 from .balance import balance_degree, keyed_bound
 from .base import Partitioner, encode_key
 from .block import BlockPartitioner
@@ -443,7 +443,7 @@ def _rebalance_table(p: LeastKeyPartitioner | LeastCountPartitioner, counts: Any
         have, got = _FAMILY[to_key_array(table_keys).kind], _FAMILY[to_key_array(distinct).kind]
         if have != got:
             raise InvalidKeyTypeError(f"counts have {got} keys but the table holds {have} keys")
-    index = pd.Index(table_keys, dtype=object if not table_keys else None, tupleize_cols=False)
+    index = key_index(table_keys)
     objs = to_key_array(distinct).objects()
     pos = index.get_indexer(objs) if keys else np.zeros(0, np.intp)  # type: ignore[arg-type]
     known = pos >= 0

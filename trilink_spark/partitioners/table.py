@@ -25,7 +25,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..errors import InvalidArgumentError, InvalidKeyTypeError
-from .keys import Key, KeyArray, normalize_key, to_key_array
+from .keys import Key, KeyArray, key_index, normalize_key, to_key_array
 from .base import Partitioner, decode_key, encode_key
 from .hash import check_key_type, spark_hash_array, spark_hash_of
 
@@ -83,8 +83,8 @@ class TablePartitioner(Partitioner):
         super().__init__(num_partitions, null_policy=null_policy)
         self._key_type = check_key_type(key_type)
         self._table: dict[Key, int] = {}
-        self._index: pd.Index | None = None
-        self._index_pids: npt.NDArray[np.int32] | None = None
+        # (index, partition ids), replaced whole so a reader never pairs one with the other's
+        self._lookup_cache: tuple[pd.Index, npt.NDArray[np.int32]] | None = None
         self._lock = threading.RLock()
 
     @property
@@ -147,16 +147,18 @@ class TablePartitioner(Partitioner):
 
     def _record(self, key: Key, pid: int) -> None:
         self._table[key] = pid
-        self._index = None
+        self._lookup_cache = None
 
     def _lookup(self) -> tuple[pd.Index, npt.NDArray[np.int32]]:
-        index, pids = self._index, self._index_pids
-        if index is None or pids is None:
+        cache = self._lookup_cache
+        if cache is None:
             with self._lock:
-                keys, pids = self.table_arrays()
-                index = pd.Index(keys, dtype=object if not keys else None, tupleize_cols=False)
-                self._index, self._index_pids = index, pids
-        return index, pids
+                cache = self._lookup_cache
+                if cache is None:
+                    keys, pids = self.table_arrays()
+                    cache = (key_index(keys), pids)
+                    self._lookup_cache = cache
+        return cache
 
     # ------------------------------------------------------------------ placement
     @abstractmethod
@@ -256,12 +258,12 @@ class TablePartitioner(Partitioner):
         with self._lock:
             state = dict(self.__dict__)
             state["_table"] = dict(self._table)
-        state["_index"] = None
-        state["_index_pids"] = None
+        state["_lookup_cache"] = None
         state.pop("_lock", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("_key_type", "auto")
+        self._lookup_cache = None
         self._lock = threading.RLock()
