@@ -371,10 +371,13 @@ class KeyedStateStore:
                                     f"snapshot of version {version}")
         return read_table(data, STATE_KIND, path)
 
-    def delete_changelog(self, partition: int, version: int) -> None:
+    def delete_changelog(self, partition: int, version: int, snapshot: bool = False) -> None:
         """Delete ``partition``'s changelog ``version`` (before a whole version replaces it,
-        so a changelog an earlier attempt left is never read as that version)."""
+        so a changelog an earlier attempt left is never read as that version), and with
+        ``snapshot`` its snapshot ``version`` too (all an earlier attempt wrote as it)."""
         self._delete(self.changelog_path(partition, version))
+        if snapshot:
+            self._delete(self.version_path(partition, version))
 
     def changelog_path(self, partition: int, version: int) -> str:
         """Where ``partition``'s changelog of ``version`` lives."""
@@ -382,8 +385,10 @@ class KeyedStateStore:
 
     def save_changelog(self, partition: int, version: int, table: Any) -> int:
         """Write a changelog (:func:`~trilink_spark.state.changelog.changelog_table`) as
-        ``partition``'s ``version``; returns the bytes written. O(bytes)."""
+        ``partition``'s ``version`` (a snapshot an earlier attempt left as ``version`` is
+        deleted first, or it would be read instead); returns the bytes written. O(bytes)."""
         data = write_table(table, CHANGELOG_KIND)
+        self._delete(self.version_path(partition, version))
         self._write(self.changelog_path(partition, version), data)
         return len(data)
 
@@ -858,19 +863,11 @@ class KeyedStateStore:
         if keep_from is not None:
             for batch in self.swap_batches():
                 if batch < keep_from:
-                    self._delete_dir(self._swap_dir(batch))
+                    self._delete(self._swap_dir(batch), directory=True)
 
-    def _delete(self, path: str) -> None:
+    def _delete(self, path: str, directory: bool = False) -> None:
         try:
-            self.fs.delete_file(path)
-        except FileNotFoundError:
-            pass
-        except OSError as err:
-            raise StateStoreError(f"cannot delete {path} ({type(err).__name__}: {err})") from None
-
-    def _delete_dir(self, path: str) -> None:
-        try:
-            self.fs.delete_dir(path)
+            (self.fs.delete_dir if directory else self.fs.delete_file)(path)
         except FileNotFoundError:
             pass
         except OSError as err:
