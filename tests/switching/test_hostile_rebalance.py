@@ -219,6 +219,8 @@ def test_a_rebalancer_pickles_with_its_measurements() -> None:
     b'{"rows": 1, "process_ms": 1, "block_rows": {"blocks": [[1]], "rows": [1]}}',
     b'{"rows": 1, "process_ms": 1, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
     b'{"rows": 1, "process_ms": true}',
+    b'{"rows": 1, "process_ms": 1, "upkeep_ms": "slow"}',
+    b'{"rows": 1, "process_ms": 1, "upkeep_ms": -3}',
     b"\xef\xbb\xbf{}",
 ])
 def test_forged_timing_records_are_ignored_never_raised(raw: bytes) -> None:

@@ -47,7 +47,8 @@ from ..state.changelog import DELETED_FIELD, changelog_info, changelog_table, co
 from ..state.local import LocalState, head, key_bytes, split_head
 from ..state.rows import decode_rows, encode_rows
 from ..state.store import KEY_FIELD, STATE_KIND, KeyedStateStore
-from .snapshot import PartitionState, decode_state, encode_state, key_array
+from .snapshot import PartitionState, add_counters, decode_state, encode_state, key_array
+from .snapshot import merge_in
 from .snapshots import start_snapshot, with_meta
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
     from ..partitioners import BlockPartitioner
     from .process import KeyedWatermarkProcessFunction
 
-__all__ = ["LocalConfig", "local_root", "sync", "load_touched", "save_touched", "wake_times",
+__all__ = ["LocalConfig", "LocalSync", "SwapIn", "read_moved", "local_root", "sync", "load_touched", "save_touched", "wake_times",
            "snapshot_due", "SYNC_KINDS", "MAX_CHAIN_INTERVALS"]
 
 logger = logging.getLogger(__name__)
@@ -96,6 +97,24 @@ class LocalConfig:
     snapshot_interval: int
     state_ttl: float
     blocks: BlockPartitioner | None
+
+    @property
+    def layout(self) -> str:
+        """How keys are given their block in the local key bytes: a copy recorded under
+        another layout is rebuilt, not read (its keys would be looked up under other bytes)."""
+        b = self.blocks
+        return "none" if b is None else f"{b.num_blocks}:{b.key_type}:{b.null_policy}"
+
+
+@dataclass(frozen=True)
+class SwapIn:
+    """What a swap batch moves for one partition (:mod:`~trilink_spark.keyed.swap`): the keys
+    that leave it (an Arrow key array), the segments of state that arrive (state tables),
+    and, for partition 0, the counters of the partitions the swap removes. Runtime only."""
+
+    leaving: Any
+    incoming: Sequence[Any]
+    carried: dict[str, int] | None = None
 
 
 def local_root(config: LocalConfig) -> str:
@@ -225,13 +244,14 @@ def _apply_table(local: LocalState, config: LocalConfig, version: int, attempt: 
         table = table.filter(pc.invert(gone)).drop_columns([DELETED_FIELD])
     puts = _puts(local, config, table, processor, delay, idle)
     if fresh is not None:  # an emptied copy: nothing to read back or undo
-        local.apply(version, attempt, meta, puts, [], {}, undo=False, chain=fresh)
+        local.apply(version, attempt, meta, puts, [], {}, undo=False, chain=fresh,
+                    layout=config.layout)
         return
     keys = [k for k, _ in puts] + deleted
     before = {k: v for k, v in zip(keys, local.get(keys)) if v is not None}
     chain = local.chain
     chain["logged"] = chain.get("logged", 0) + logged
-    local.apply(version, attempt, meta, puts, deleted, before, chain=chain)
+    local.apply(version, attempt, meta, puts, deleted, before, chain=chain, layout=config.layout)
 
 
 def snapshot_due(local: LocalState, batch_id: int, interval: int) -> bool:
@@ -276,16 +296,16 @@ def sync(local: LocalState, store: KeyedStateStore, config: LocalConfig, pid: in
             return "current"
         local.reset()
         return "rebuild"
-    if _matches(local, store, pid, target):
+    if _matches(local, store, config, pid, target):
         return "current"
     if local.version is not None and local.version > target and local.undo() \
-            and _matches(local, store, pid, target):
+            and _matches(local, store, config, pid, target):
         return "undo"
     chain: list[tuple[int, Any]] = []
     at: int | None = target
     snapshots, logs = store.listing(pid)
     while at is not None and at not in snapshots:
-        if local.version == at and _matches(local, store, pid, at):
+        if local.version == at and _matches(local, store, config, pid, at):
             for version, log in reversed(chain):
                 info = changelog_info(log, store.changelog_path(pid, version))
                 _apply_table(local, config, version, info.attempt, log, info.inherit,
@@ -319,9 +339,11 @@ def sync(local: LocalState, store: KeyedStateStore, config: LocalConfig, pid: in
     return "rebuild"
 
 
-def _matches(local: LocalState, store: KeyedStateStore, pid: int, version: int) -> bool:
-    """Whether ``local`` holds ``version`` as the state path has it (same attempt)."""
-    if local.version != version:
+def _matches(local: LocalState, store: KeyedStateStore, config: LocalConfig, pid: int,
+             version: int) -> bool:
+    """Whether ``local`` holds ``version`` as the state path has it (same attempt), with its
+    keys in ``config``'s layout (:attr:`LocalConfig.layout`)."""
+    if local.version != version or local.layout != config.layout:
         return False
     durable = store.changelog_attempt(pid, version)
     mine = local.meta.get("attempt")
@@ -329,11 +351,23 @@ def _matches(local: LocalState, store: KeyedStateStore, pid: int, version: int) 
 
 
 def load_touched(local: LocalState, config: LocalConfig, frame: pd.DataFrame | None,
-                 key: str, key_type: Any, where: str, keys: Any = None
-                 ) -> tuple[PartitionState, dict[bytes, bytes]]:
+                 key: str, key_type: Any, where: str, keys: Any = None,
+                 swap: SwapIn | None = None) -> tuple[PartitionState, dict[bytes, bytes]]:
     """The state of the batch's keys and of the due keys, and their stored rows (by key
     bytes): only those are read and decoded. ``keys``: the batch's key column as Arrow, when
-    the caller has it (else it is taken from ``frame``)."""
+    the caller has it (else it is taken from ``frame``).
+
+    In a swap batch (``swap``), the keys that leave are neither read nor run (their stored
+    rows join the undo record, for :func:`save_touched` deletes them) and the arriving
+    segments join the state (:func:`~trilink_spark.keyed.snapshot.merge_in`): O(the batch's,
+    due and moved keys), not the partition.
+
+    Raises
+    ------
+    StateCorruptError
+        The copy lacks a key the swap moves out, already holds one it moves in, or the batch
+        brought rows of a key that leaves (the plan and the placement disagree).
+    """
     import pyarrow as pa
 
     meta = dict(local.meta.get("meta") or {})
@@ -355,10 +389,17 @@ def load_touched(local: LocalState, config: LocalConfig, frame: pd.DataFrame | N
         times = frame[EVENT_TIME_COL].to_numpy(dtype=np.float64)
         if (~np.isnan(times)).any():
             high = max(high, float(np.nanmax(times)))
-    wanted = list(dict.fromkeys(kbs + local.due(high)))
+    leaving = _moved_bytes(config, None if swap is None else swap.leaving, key_type)
+    if leaving and not set(leaving).isdisjoint(kbs):
+        raise StateCorruptError(f"{where}: the batch brought rows of keys its swap plan moves "
+                                "out of this partition (the plan and the placement disagree)")
+    wanted = [k for k in dict.fromkeys(kbs + local.due(high)) if k not in set(leaving)]
     stored = local.get(wanted)
     before = {k: v for k, v in zip(wanted, stored) if v is not None}
     table = _stored_table(local, list(before.values()))
+    if swap is not None:
+        return _swapped(local, config, swap, table, meta, before, leaving, key_type, where), \
+            before
     if table is None:
         state = PartitionState()
         if meta:
@@ -366,6 +407,84 @@ def load_touched(local: LocalState, config: LocalConfig, frame: pd.DataFrame | N
             state = decode_state(with_meta(empty.slice(0, 0), meta), where)
         return state, before
     return decode_state(with_meta(table, meta), where), before
+
+
+@dataclass(frozen=True)
+class LocalSync:
+    """What a task other than the batch's own needs to open a partition's local copy and
+    bring it to a version (:func:`sync`): picklable, shipped with the swap's segment job."""
+
+    config: LocalConfig
+    processor: KeyedWatermarkProcessFunction
+    delay: float
+    idle: float
+    key_type: Any
+
+
+def read_moved(local: LocalSync, store: KeyedStateStore, pid: int, version: int, keys: Any,
+               where: str) -> Any:
+    """The rows of ``keys`` (an Arrow array of stored keys) in partition ``pid``'s version
+    ``version``, as a state table with the partition-wide values, read from its local copy
+    (brought to that version first: O(the changelogs since its own, or a rebuild)): a swap's
+    segments cost the moved keys, not the partition. O(len(keys)).
+
+    Raises
+    ------
+    StateCorruptError
+        The version lacks one of ``keys``.
+    """
+    config, key_type = local.config, local.key_type
+    with LocalState.open(local_root(config), config.store_id, pid) as copy:
+        sync(copy, store, config, pid, version, local.processor, local.delay, local.idle)
+        wanted = _moved_bytes(config, keys, key_type)
+        rows = [v for v in copy.get(wanted) if v is not None]
+        if len(rows) != len(wanted):
+            raise StateCorruptError(f"{where}: the swap plan moves {len(wanted)} keys out, but "
+                                    f"version {version} holds {len(rows)} of them")
+        table = _stored_table(copy, rows)
+        meta = dict(copy.meta.get("meta") or {})
+        if table is None:
+            table = encode_state(PartitionState(), key_type).slice(0, 0)
+        return with_meta(table, meta)
+
+
+def _moved_bytes(config: LocalConfig, keys: Any, key_type: Any) -> list[bytes]:
+    """Local key bytes of a swap's moved keys (an Arrow array of stored keys)."""
+    import pyarrow as pa
+
+    if keys is None or not len(keys):
+        return []
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    if key_type is not None and keys.type != key_type and not pa.types.is_null(keys.type):
+        keys = keys.cast(key_type)
+    return _key_bytes(config, keys)
+
+
+def _swapped(local: LocalState, config: LocalConfig, swap: SwapIn, table: Any,
+             meta: dict[str, Any], before: dict[bytes, bytes], leaving: list[bytes],
+             key_type: Any, where: str) -> PartitionState:
+    """The touched state of a swap batch (:func:`load_touched`): ``before`` takes the leaving
+    keys' rows, the arriving segments are merged in, and partition 0 takes the removed
+    partitions' counters."""
+    out_rows = local.get(leaving)
+    held = sum(1 for v in out_rows if v is not None)
+    if held != len(leaving):
+        raise StateCorruptError(f"{where}: the swap plan moves {len(leaving)} keys out of this "
+                                f"partition, but its state holds {held} of them")
+    before.update({k: v for k, v in zip(leaving, out_rows) if v is not None})
+    arriving = [k for t in swap.incoming if t.num_rows
+                for k in _moved_bytes(config, t.column(KEY_FIELD), key_type)]
+    if any(v is not None for v in local.get(arriving)):
+        raise StateCorruptError(f"{where}: keys the swap plan moves into this partition are "
+                                "already stored in it")
+    parts = [t for t in swap.incoming if t.num_rows]
+    if table is None:  # the incoming rows' columns, or the empty state's
+        table = (parts[0] if parts else encode_state(PartitionState(), key_type)).slice(0, 0)
+    merged = merge_in(with_meta(table, meta), parts)
+    if swap.carried:
+        merged = add_counters(merged, swap.carried, where)
+    return decode_state(merged, where)
 
 
 def expire(state: PartitionState, state_ttl: float) -> list[Hashable]:
@@ -395,11 +514,12 @@ def save_touched(local: LocalState, store: KeyedStateStore, config: LocalConfig,
                  batch_id: int, prev: int | None, state: PartitionState,
                  before: dict[bytes, bytes], key_type: Any, value_type: Any,
                  processor: KeyedWatermarkProcessFunction, delay: float, idle: float,
-                 fence: Any) -> tuple[int, float | None]:
+                 fence: Any, leaving: Any = None) -> tuple[int, float | None]:
     """Write the batch's changelog to the state path, then apply it locally; returns its
     bytes, and the milliseconds spent starting a snapshot of ``prev`` when one was due
     (:func:`snapshot_due`; None: none was).
-    ``fence()`` is called before anything is written (the owner check)."""
+    ``fence()`` is called before anything is written (the owner check). ``leaving``: the
+    keys a swap moves out (an Arrow array), deleted with the expired ones."""
     import pyarrow as pa
 
     gone = expire(state, config.state_ttl)
@@ -413,6 +533,9 @@ def save_touched(local: LocalState, store: KeyedStateStore, config: LocalConfig,
         {**(upserts.schema.metadata or {}), **{k.encode(): v.encode() for k, v in meta.items()}})
     deleted = key_array(gone, key_type) if gone else pa.array([], upserts.schema.field(
         KEY_FIELD).type)
+    if leaving is not None and len(leaving):
+        out = leaving.combine_chunks() if isinstance(leaving, pa.ChunkedArray) else leaving
+        deleted = pa.concat_arrays([deleted, out.cast(deleted.type)]) if len(deleted) else out
     attempt = uuid.uuid4().hex
     log = changelog_table(upserts, deleted, prev, attempt)
     fence()
@@ -427,7 +550,7 @@ def save_touched(local: LocalState, store: KeyedStateStore, config: LocalConfig,
     chain["logged"] = chain.get("logged", 0) + log.num_rows
     puts = _puts(local, config, upserts, processor, delay, idle)
     dels = _key_bytes(config, deleted) if len(deleted) else []
-    local.apply(batch_id, attempt, meta, puts, dels, before, chain=chain)
+    local.apply(batch_id, attempt, meta, puts, dels, before, chain=chain, layout=config.layout)
     return written, snapshot_ms
 
 

@@ -39,7 +39,7 @@ from ..eventtime import delay_in_units, event_time_micros
 from ..state.local import LOCAL_KEY_TYPES, supports_key_type
 from ..state.batch import StatefulBatchFunction
 from ..state.store import KeyedStateStore
-from .incremental import LocalConfig
+from .incremental import LocalConfig, LocalSync
 from .manifest import claim, commit_batch, runner_config, start_version
 from .prepare import arrival_order, check_processor, prepare
 from .process import KeyedWatermarkProcessFunction
@@ -312,27 +312,31 @@ class KeyedBatchFunction(StatefulBatchFunction):
                                                          chosen.new)
             placed = place_rows(tagged, o["key"], chosen.strategy, fit="none")
             partitions = chosen.strategy.num_partitions
-            if swap_plan is not None:
-                planned = time.perf_counter()
-                moved_bytes = write_segments(batch_df.sparkSession, self.store, batch_id,
-                                             int(swap_plan["prev"]), chosen.moves, self.token)
-                logger.info("batch %d: swap planned in %.3f s, segments written in %.3f s",
-                            batch_id, planned - started, time.perf_counter() - planned)
         blocks = None if source else chosen.strategy
+        local = self._local_config(batch_df, key_type, blocks, manifest.get("path_id"))
+        if swap_plan is not None:
+            local_sync = None if local is None else LocalSync(
+                local, o["processor"], delay_units, idle_units, key_type)
+            planned = time.perf_counter()
+            for p in range(partitions):  # what an attempt under another plan wrote
+                self.store.delete_changelog(p, batch_id, snapshot=True)
+            moved_bytes = write_segments(batch_df.sparkSession, self.store, batch_id,
+                                         int(swap_plan["prev"]), chosen.moves, self.token,
+                                         local_sync)
+            logger.info("batch %d: swap planned in %.3f s, segments written in %.3f s",
+                        batch_id, planned - started, time.perf_counter() - planned)
         io = StateIO(self.store, batch_id, prev, prev_partitions, swap_plan is not None,
                      key_type, value_type,
                      blocks if isinstance(blocks, BlockPartitioner) else None,
                      carried=None if swap_plan is None else swap_plan.get("carried_counters"),
-                     owner=self.token,
-                     local=self._local_config(batch_df, key_type, blocks,
-                                              manifest.get("path_id")))
+                     owner=self.token, local=local)
         placed = arrival_order(placed, o["order_by"])
         fn = partition_function(o["processor"], o["key"], delay_units, idle_units,
                                 arrow_schema, io, operator_timer(batch_df.sparkSession, "keyed"))
         out = placed.mapInArrow(fn, out_schema)
         self.func(out, batch_id)
         listed = self._ensure_written(out, batch_id, partitions, fill=io.carry_forward,
-                                      snapshots=io.swap or io.local is None)
+                                      snapshots=io.local is None)
         extra: dict[str, Any] = {}
         if self._restart_checked:  # this start's arguments: what the next restart compares
             extra["started_with"] = self._arguments
@@ -574,7 +578,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
             carried forward, no task ran, with ``-1`` figures and ``sync`` ""), and
             ``snapshot`` (whether the task had the version it started from written as a
             snapshot, off its path). ``process_ms`` leaves out the local copy's upkeep
-            (starting a snapshot, waiting for RocksDB's compaction): it is not load.
+            (starting a snapshot, waiting for RocksDB's compaction): it is not load;
+            ``upkeep_ms`` is that upkeep (-1 without the local store).
 
         Raises
         ------
@@ -792,7 +797,7 @@ def read_task_timings(store: KeyedStateStore, version: int | None = None) -> Any
     -------
     pandas.DataFrame
         Columns ``partition``, ``rows``, ``process_ms``, ``blocks``, ``sync``, ``keys_read``,
-        ``snapshot`` (:meth:`~trilink_spark.keyed.KeyedBatchFunction.task_timings`).
+        ``snapshot``, ``upkeep_ms`` (:meth:`~trilink_spark.keyed.KeyedBatchFunction.task_timings`).
 
     Raises
     ------
@@ -821,18 +826,18 @@ def read_task_timings(store: KeyedStateStore, version: int | None = None) -> Any
     for p in range(partitions):
         t = store.timing(p, at)
         if t is None:
-            rows.append((p, -1, -1.0, -1, "", -1, False))
+            rows.append((p, -1, -1.0, -1, "", -1, False, -1.0))
             continue
         per_block = t.get("block_rows")
         rows.append((p, int(t["rows"]), float(t["process_ms"]),
                      -1 if per_block is None else len(per_block["blocks"]),
                      t.get("sync") or "", int(t.get("keys_read", -1)),
-                     bool(t.get("snapshot", False))))
+                     bool(t.get("snapshot", False)), float(t.get("upkeep_ms", -1.0))))
     return pd.DataFrame(rows, columns=list(_TIMING_COLUMNS))
 
 
 _TIMING_COLUMNS = ("partition", "rows", "process_ms", "blocks", "sync", "keys_read",
-                   "snapshot")
+                   "snapshot", "upkeep_ms")
 
 
 def sum_counters(store: KeyedStateStore) -> dict[str, int]:

@@ -34,6 +34,7 @@ from ..partitioners.base import KEY_KINDS
 from ..partitioners.overlay import OverlayPartitioner
 from ..partitioners.refit import rebalance_minimal
 from ..state.store import KEY_FIELD, KeyedStateStore
+from .incremental import LocalSync, read_moved
 from .snapshot import decode_keys, read_counters
 
 __all__ = ["SwapReport", "SwapRequest", "SWAP_MODES", "REFITS", "check_request", "plan_swap",
@@ -420,18 +421,21 @@ def plan_swap(store: KeyedStateStore, batch_id: int, prev: int, current: Partiti
 
 
 def write_segments(spark: Any, store: KeyedStateStore, batch_id: int, prev: int,
-                   moves: Any, owner: str | None = None) -> int:
+                   moves: Any, owner: str | None = None, local: LocalSync | None = None) -> int:
     """Cut the moved keys' state out of version ``prev`` into per-(source, destination)
     segments, with one Spark task per source partition; returns the bytes written.
 
     Idempotent: a replay rewrites the same segments from the same inputs. ``owner``: the
     runner's token, which each task checks in the manifest before it writes
-    (:meth:`KeyedStateStore.check_owner`; None: no check).
+    (:meth:`KeyedStateStore.check_owner`; None: no check). ``local``: the state's
+    executor-local copies, from which each task reads only the moved keys
+    (:func:`~trilink_spark.keyed.incremental.read_moved`); None: it reads its source's whole
+    version from the state path.
     """
     if moves.num_rows == 0:
         return 0
     sources = sorted(set(moves.column("from").to_pylist()))
-    fn = _segment_function(store, batch_id, prev, sources, owner)
+    fn = _segment_function(store, batch_id, prev, sources, owner, local)
     ids = spark.range(0, len(sources), 1, len(sources))
     written = ids.mapInArrow(fn, "source int, bytes long").collect()
     total = int(sum(int(r["bytes"]) for r in written))
@@ -441,7 +445,8 @@ def write_segments(spark: Any, store: KeyedStateStore, batch_id: int, prev: int,
 
 
 def _segment_function(store: KeyedStateStore, batch_id: int, prev: int,
-                      sources: list[int], owner: str | None = None) -> Any:
+                      sources: list[int], owner: str | None = None,
+                      local: LocalSync | None = None) -> Any:
     def run(batches: Any) -> Any:
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -454,7 +459,12 @@ def _segment_function(store: KeyedStateStore, batch_id: int, prev: int,
             for i in batch.column(0).to_pylist():
                 source = sources[int(i)]
                 mine = moves.filter(pc.equal(moves.column("from"), source))
-                _, parts = cut_segments(store.load_table(source, prev), mine)
+                if local is None:
+                    stored = store.load_table(source, prev)
+                else:
+                    stored = read_moved(local, store, source, prev, mine.column(KEY_FIELD),
+                                        f"partition {source}'s state before batch {batch_id}")
+                _, parts = cut_segments(stored, mine)
                 if sum(t.num_rows for t in parts.values()) != mine.num_rows:
                     raise StateCorruptError(
                         f"batch {batch_id}'s plan moves {mine.num_rows} keys out of partition "

@@ -29,8 +29,8 @@ from ..partitioners import BlockPartitioner
 from ..state.store import KEY_FIELD, KeyedStateStore
 from ..state.changelog import changelog_table
 from ..state.local import LocalState
-from .incremental import (MAX_CHAIN_INTERVALS, LocalConfig, load_touched, local_root, save_touched,
-                          sync)
+from .incremental import (MAX_CHAIN_INTERVALS, LocalConfig, SwapIn, load_touched, local_root,
+                          save_touched, sync)
 from .prepare import in_arrival_order
 from .process import KeyedRuntime, KeyedWatermarkProcessFunction
 from .snapshot import PartitionState, add_counters, decode_state, encode_state, merge_in
@@ -189,7 +189,7 @@ def partition_function(
         received = list(watch.pull(batches))
         table = in_arrival_order(pa.Table.from_batches(received)) if received else None
         frame = None if table is None or not table.num_rows else table.to_pandas()
-        if io is not None and io.local is not None and not io.swap:
+        if io is not None and io.local is not None:
             keys = None if table is None or frame is None else table.column(key)
             batches_out, extra, upkeep_ms = _run_local(io, pid, frame, keys, processor, key,
                                                        delay, idle_timeout, fields,
@@ -251,13 +251,14 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
         raise InvalidArgumentError("no local store configured")
     target = io.prev if pid < io.prev_partitions else None
     where = f"state of partition {pid} before batch {io.batch_id}"
+    moved = io.moved(pid) if io.swap else None
     with LocalState.open(local_root(config), config.store_id, pid) as local:
         for attempt in (1, 2):
             try:
                 synced = sync(local, io.store, config, pid, target, processor, delay,
                               idle_timeout)
                 previous, before = load_touched(local, config, frame, key, io.key_type, where,
-                                                keys)
+                                                keys, moved)
                 break
             except StateCorruptError as err:  # the local copy is a cache: never trusted
                 if attempt == 2:
@@ -272,13 +273,16 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
         batches_out = list(outputs_to_batches(outs, arrow_schema))
         written, snapshot_ms = save_touched(
             local, io.store, config, pid, io.batch_id, target, runtime.snapshot(), before,
-            io.key_type, io.value_type, processor, delay, idle_timeout, lambda: io.fence(pid))
+            io.key_type, io.value_type, processor, delay, idle_timeout, lambda: io.fence(pid),
+            None if moved is None else moved.leaving)
         settled = local.settle()  # the copy's compaction runs while it is open
     logger.debug("partition %d, batch %d: %s local state, %d keys read, %d bytes logged%s",
                  pid, io.batch_id, synced, len(before), written,
                  "" if snapshot_ms is None else ", a snapshot started")
-    extra = {"sync": synced, "keys_read": len(before), "snapshot": snapshot_ms is not None}
-    return batches_out, extra, (snapshot_ms or 0.0) + settled * 1000.0
+    upkeep_ms = (snapshot_ms or 0.0) + settled * 1000.0
+    extra = {"sync": synced, "keys_read": len(before), "snapshot": snapshot_ms is not None,
+             "upkeep_ms": round(upkeep_ms, 3)}
+    return batches_out, extra, upkeep_ms
 
 
 @dataclass(frozen=True)
@@ -330,17 +334,36 @@ class StateIO:
 
     def load(self, pid: int) -> Any:
         """The state table partition ``pid`` starts this batch from (None: empty)."""
-        import pyarrow.compute as pc
-
         table = None
         if self.prev is not None and pid < self.prev_partitions:
             table = self.store.load_table(pid, self.prev)
         if not self.swap:
             return table
-        moves = self.store.load_moves(self.batch_id)
+        moved = self.moved(pid)
         if table is not None:
-            leaving = moves.filter(pc.equal(moves.column("from"), pid))
-            table, _ = split_out(table, leaving.column(KEY_FIELD).combine_chunks())
+            table, _ = split_out(table, moved.leaving)
+        merged = merge_in(table, list(moved.incoming))
+        if moved.carried:
+            if merged is None:
+                merged = encode_state(PartitionState(), self.key_type, self.value_type)
+            merged = add_counters(merged, moved.carried,
+                                  f"state of partition 0 before batch {self.batch_id}")
+        return merged
+
+    def moved(self, pid: int) -> SwapIn:
+        """What this swap batch moves for partition ``pid``: the keys that leave it, the
+        segments that arrive (each checked against the plan) and, for partition 0, the
+        removed partitions' counters. O(moves + the arriving segments' bytes).
+
+        Raises
+        ------
+        StateCorruptError
+            A segment does not hold exactly the keys the plan moves from its source to ``pid``.
+        """
+        import pyarrow.compute as pc
+
+        moves = self.store.load_moves(self.batch_id)
+        leaving = moves.filter(pc.equal(moves.column("from"), pid))
         arriving = moves.filter(pc.equal(moves.column("to"), pid))
         sources = sorted(set(arriving.column("from").to_pylist()))
         incoming = [self.store.load_segment(self.batch_id, s, pid) for s in sources]
@@ -352,13 +375,8 @@ class StateIO:
                     f"partition {pid} holds {segment.num_rows} rows, not the "
                     f"{expected.num_rows} keys batch {self.batch_id}'s plan moves from "
                     f"partition {source} to {pid} (each once); it is not this swap's segment")
-        merged = merge_in(table, incoming)
-        if pid == 0 and self.carried:
-            if merged is None:
-                merged = encode_state(PartitionState(), self.key_type, self.value_type)
-            merged = add_counters(merged, self.carried,
-                                  f"state of partition 0 before batch {self.batch_id}")
-        return merged
+        return SwapIn(leaving.column(KEY_FIELD).combine_chunks(), incoming,
+                      self.carried if pid == 0 else None)
 
     def carry_forward(self, pid: int) -> None:
         """Write ``pid``'s version as it stands (no task ran for it: an empty micro-batch):

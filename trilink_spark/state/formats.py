@@ -319,6 +319,9 @@ def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
         ok = _is_timed_count(keys_read, 0)
     if ok and snapshot is not None:
         ok = isinstance(snapshot, bool)
+    upkeep = value.get("upkeep_ms") if isinstance(value, dict) else None
+    if ok and upkeep is not None:
+        ok = _is_milliseconds(upkeep)
     if not ok:
         logger.warning("%s: timing record is not well-formed; ignored", where)
         return None
@@ -332,6 +335,8 @@ def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
         out["keys_read"] = int(keys_read)
     if snapshot is not None:
         out["snapshot"] = snapshot
+    if upkeep is not None:
+        out["upkeep_ms"] = float(upkeep)
     return out
 
 

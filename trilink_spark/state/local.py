@@ -316,6 +316,13 @@ class LocalState:
             return {}
         return {"at": at, "logged": logged}
 
+    @property
+    def layout(self) -> str | None:
+        """How its owner encoded the keys' blocks (:func:`key_bytes`), as it recorded it with
+        the version; None when not recorded (a copy written before it was kept)."""
+        found = self.meta.get("layout")
+        return found if isinstance(found, str) else None
+
     def schema(self, sid: int) -> Any:
         """The Arrow schema with id ``sid``."""
         import pyarrow as pa
@@ -388,7 +395,7 @@ class LocalState:
     def apply(self, version: int, attempt: str, meta: dict[str, Any],
               puts: Sequence[tuple[bytes, bytes]], deletes: Sequence[bytes],
               before: Mapping[bytes, bytes | None], undo: bool = True,
-              chain: dict[str, Any] | None = None) -> None:
+              chain: dict[str, Any] | None = None, layout: str | None = None) -> None:
         """Move this copy to ``version`` in one atomic write.
 
         Parameters
@@ -403,6 +410,8 @@ class LocalState:
             Keep an undo record (:meth:`undo`); False for a rebuild into an empty copy.
         chain : dict, optional
             The new :attr:`chain` record (default: the current one is kept).
+        layout : str, optional
+            The new :attr:`layout` (default: the current one is kept).
         """
         from rocksdict import WriteBatch
 
@@ -433,6 +442,8 @@ class LocalState:
         new_meta = {"version": version, "attempt": attempt, "meta": meta,
                     "keys": max(self.keys + added - removed, 0),
                     "chain": self.chain if chain is None else chain}
+        if (layout or self.layout) is not None:
+            new_meta["layout"] = layout or self.layout
         wb.put(_META, json.dumps(new_meta).encode())
         with self._guard("write"):
             self._db.write(wb)
