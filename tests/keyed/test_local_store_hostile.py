@@ -341,3 +341,27 @@ def test_a_malformed_chain_record_is_not_a_failure(tmp_path: Path, bad: Any) -> 
     assert started and counts(store, 4) == {"a": 5, "b": 1}
     with LocalState.open(config.root, config.store_id, 0) as local:
         assert local.keys == 2
+
+
+def test_keys_arriving_in_a_swap_raise_the_partition_time_before_due_keys_are_read(
+        tmp_path: Path) -> None:
+    """The arriving keys raise the partition's event time (merge_in); keys of the copy that
+    are due by that raised time are read (here: expired by the TTL) in the swap batch itself,
+    as when the whole partition was read."""
+    from trilink_spark.keyed.incremental import SwapIn
+
+    store, config = setup(tmp_path, ttl=50.0)
+    task(store, config, 0, None, ["a"], [0.0])
+    arriving = pd.DataFrame({"k": ["b"], EVENT_TIME_COL: [100.0]})
+    runtime = KeyedRuntime(Count(), "k", 0.0, math.inf, PartitionState(), None)
+    runtime.process(arriving)
+    segment = encode_state(runtime.snapshot(), pa.string())
+    proc = Count()
+    swap = SwapIn(pa.array([], pa.string()), [segment])
+    with LocalState.open(config.root, config.store_id, 0) as local:
+        sync(local, store, config, 0, 0, proc, 0.0, math.inf)
+        state, before = load_touched(local, config, None, "k", pa.string(), "test", None, swap)
+        assert set(state.key_high) == {"a", "b"} and state.partition_high == 100.0
+        save_touched(local, store, config, 0, 1, 0, state, before, pa.string(), None, proc, 0.0,
+                     math.inf, lambda: None)
+    assert counts(store, 1) == {"b": 1}  # "a" expired: 100 - 0 >= 50

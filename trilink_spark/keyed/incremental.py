@@ -48,7 +48,7 @@ from ..state.local import LocalState, head, key_bytes, split_head
 from ..state.rows import decode_rows, encode_rows
 from ..state.store import KEY_FIELD, STATE_KIND, KeyedStateStore
 from .snapshot import PartitionState, add_counters, decode_state, encode_state, key_array
-from .snapshot import merge_in
+from .snapshot import arriving_high, merge_in
 from .snapshots import start_snapshot, with_meta
 
 if TYPE_CHECKING:
@@ -390,10 +390,13 @@ def load_touched(local: LocalState, config: LocalConfig, frame: pd.DataFrame | N
         if (~np.isnan(times)).any():
             high = max(high, float(np.nanmax(times)))
     leaving = _moved_bytes(config, None if swap is None else swap.leaving, key_type)
-    if leaving and not set(leaving).isdisjoint(kbs):
+    out = set(leaving)
+    if out and not out.isdisjoint(kbs):
         raise StateCorruptError(f"{where}: the batch brought rows of keys its swap plan moves "
                                 "out of this partition (the plan and the placement disagree)")
-    wanted = [k for k in dict.fromkeys(kbs + local.due(high)) if k not in set(leaving)]
+    if swap is not None:  # the arriving keys raise the partition's event time (merge_in)
+        high = max(high, arriving_high(swap.incoming))
+    wanted = [k for k in dict.fromkeys(kbs + local.due(high)) if k not in out]
     stored = local.get(wanted)
     before = {k: v for k, v in zip(wanted, stored) if v is not None}
     table = _stored_table(local, list(before.values()))

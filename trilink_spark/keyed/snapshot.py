@@ -416,6 +416,21 @@ def cut_segments(table: Any, moves: Any) -> tuple[Any, dict[int, Any]]:
     return kept, parts
 
 
+def arriving_high(incoming: Sequence[Any]) -> float:
+    """The newest event time the arriving keys' rows hold (their watermarks and last
+    seen): a partition that takes them in raises its own to it (:func:`merge_in`).
+    ``-inf`` when they hold none. O(rows), vectorised."""
+    import pyarrow.compute as pc
+
+    high = -math.inf
+    for table in incoming:
+        for name in ("high", "seen"):
+            peak = pc.max(table.column(name)).as_py() if table.num_rows else None
+            if peak is not None:
+                high = max(high, float(peak))
+    return high
+
+
 def merge_in(own: Any | None, incoming: Sequence[Any]) -> Any | None:
     """A partition's table after a swap: its own rows plus the incoming keys' rows.
 
@@ -424,7 +439,6 @@ def merge_in(own: Any | None, incoming: Sequence[Any]) -> Any | None:
     watermarks and idle clocks stay below it. Missing columns are filled with nulls.
     """
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     parts = ([own] if own is not None else []) + [t for t in incoming if t.num_rows]
     if not parts:
@@ -432,12 +446,8 @@ def merge_in(own: Any | None, incoming: Sequence[Any]) -> Any | None:
     metadata = dict((own.schema.metadata or {}) if own is not None else {})
     merged = pa.concat_tables([p.replace_schema_metadata(None) for p in parts],
                               promote_options="permissive")
-    high = float(json.loads(metadata.get(_META_HIGH, b"-Infinity")))
-    for table in incoming:
-        for name in ("high", "seen"):
-            peak = pc.max(table.column(name)).as_py() if table.num_rows else None
-            if peak is not None:
-                high = max(high, float(peak))
+    high = max(float(json.loads(metadata.get(_META_HIGH, b"-Infinity"))),
+               arriving_high(incoming))
     metadata[_META_HIGH] = json.dumps(high).encode()
     tables: dict[str, Any] = {}
     for table in parts:
