@@ -5,12 +5,13 @@ callable: it places each micro-batch as :func:`~trilink_spark.keyed_process` doe
 each partition's state (watermarks, timers, window accumulators, user state) between
 micro-batches in a :class:`~trilink_spark.state.KeyedStateStore`, versioned by batch id.
 
-This module also holds what committed state says (:func:`read_task_timings`,
-:func:`sum_counters`, :func:`read_state_values`). What it calls:
-:mod:`~trilink_spark.keyed.manifest` (the manifest protocol: one writer, the version a batch
-starts from, the commit), :mod:`~trilink_spark.keyed.prepare` (arguments, arrival order),
-:mod:`~trilink_spark.keyed.replan` (the batch's placement and the swaps decided for it) and
-:mod:`~trilink_spark.keyed.task` (each partition's task and its state I/O).
+What committed state says (:func:`read_task_timings`, :func:`sum_counters`,
+:func:`read_state_values`) is read by :mod:`~trilink_spark.keyed.state_reader`. What this
+module calls: :mod:`~trilink_spark.keyed.manifest` (the manifest protocol: one writer, the
+version a batch starts from, the commit), :mod:`~trilink_spark.keyed.prepare` (arguments,
+arrival order), :mod:`~trilink_spark.keyed.replan` (the batch's placement and the swaps
+decided for it) and :mod:`~trilink_spark.keyed.task` (each partition's task and its state
+I/O).
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from .._internal.optiming import operator_timer
 from .._internal.spark.session import conf_get
@@ -48,7 +47,7 @@ from .replan import check_rebalancer, first_placement, rebalance_target, rebalan
 from .replan import refusal_report, replayed_placement, restart_request, resume_request
 from .replan import source_placement, started_arguments, state_key_type
 from .replan import stored_placement, swap_report
-from .snapshot import decode_state, read_counters
+from .state_reader import read_state_values, read_task_timings, sum_counters
 from .swap import SwapReport, SwapRequest, check_request, plan_swap, write_segments
 from .task import StateIO, partition_function, state_types
 
@@ -782,94 +781,3 @@ def check_ttl(value: Any) -> Any:
     if not seconds > 0:
         raise InvalidArgumentError(f"state_ttl must be positive, got {value!r}")
     return value
-
-
-def read_task_timings(store: KeyedStateStore, version: int | None = None) -> Any:
-    """What each task of a committed batch measured of its own work.
-
-    Parameters
-    ----------
-    store : KeyedStateStore
-    version : int, optional
-        A committed batch (the newest by default).
-
-    Returns
-    -------
-    pandas.DataFrame
-        Columns ``partition``, ``rows``, ``process_ms``, ``blocks``, ``sync``, ``keys_read``,
-        ``snapshot``, ``upkeep_ms`` (:meth:`~trilink_spark.keyed.KeyedBatchFunction.task_timings`).
-
-    Raises
-    ------
-    InvalidArgumentTypeError
-        ``version`` is not an int.
-    InvalidArgumentError
-        ``version`` is not a committed batch (the committed ones are named).
-    """
-    import pandas as pd
-
-    if version is not None and (isinstance(version, bool)
-                                or not isinstance(version, (int, np.integer))):
-        raise InvalidArgumentTypeError(
-            f"version must be an int (a committed batch id) or None, got "
-            f"{type(version).__name__}")
-    manifest = store.read_manifest() or {}
-    committed = [int(c) for c in manifest.get("committed") or []]
-    if version is not None and int(version) not in committed:
-        raise InvalidArgumentError(
-            f"batch {version} is not a committed version of {store.path}; the "
-            f"committed ones are {committed}")
-    if not committed:
-        return pd.DataFrame({c: [] for c in _TIMING_COLUMNS})
-    at, partitions = store.committed_layout(None if version is None else int(version))
-    rows = []
-    for p in range(partitions):
-        t = store.timing(p, at)
-        if t is None:
-            rows.append((p, -1, -1.0, -1, "", -1, False, -1.0))
-            continue
-        per_block = t.get("block_rows")
-        rows.append((p, int(t["rows"]), float(t["process_ms"]),
-                     -1 if per_block is None else len(per_block["blocks"]),
-                     t.get("sync") or "", int(t.get("keys_read", -1)),
-                     bool(t.get("snapshot", False)), float(t.get("upkeep_ms", -1.0))))
-    return pd.DataFrame(rows, columns=list(_TIMING_COLUMNS))
-
-
-_TIMING_COLUMNS = ("partition", "rows", "process_ms", "blocks", "sync", "keys_read",
-                   "snapshot", "upkeep_ms")
-
-
-def sum_counters(store: KeyedStateStore) -> dict[str, int]:
-    """Rows, late rows (key watermark) and late rows by the partition watermark, summed
-    over the partitions' latest committed state (zeros before the first commit).
-    O(partitions) state reads."""
-    total = {"rows": 0, "late": 0, "late_partition": 0}
-    if not (store.read_manifest() or {}).get("committed"):
-        return total
-    version, partitions = store.committed_layout()
-    for p in range(partitions):
-        found = read_counters(store.load_table(p, version), store.version_path(p, version))
-        for name in total:
-            total[name] += found.get(name, 0)
-    return total
-
-
-def read_state_values(store: KeyedStateStore, version: int | None = None
-                 ) -> dict[Any, dict[str, Any]]:
-    """Every key's stored values in the newest (or a given) committed version:
-    ``{key: {name: value}}`` (:meth:`~trilink_spark.keyed.KeyedBatchFunction.state_values`).
-
-    Raises
-    ------
-    StateCorruptError
-        A key is stored in two partitions, or a file is missing or corrupt.
-    """
-    owners = store.owners(version)
-    manifest = store.read_manifest() or {}
-    at = int(manifest["committed"][-1]) if version is None else version
-    out: dict[Any, dict[str, Any]] = {}
-    for p in sorted(set(owners.values())):
-        where = store.version_path(p, at)
-        out.update(decode_state(store.load_table(p, at), where).values)
-    return out
