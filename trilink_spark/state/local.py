@@ -13,12 +13,18 @@ Layout (one RocksDB directory per state path and partition, under the local dire
                            its row (:func:`~trilink_spark.state.rows.encode_rows`)
     w <wake> <key bytes>   the wake index: keys in order of the event time at which the
                            partition's progress alone makes something due for them
+    t <key bytes>          a key's processing time (8 bytes, ordered as ``w``'s): when the
+                           last batch that brought it a row ran (:meth:`LocalState.times`)
+    x <time> <key bytes>   the processing-time index: keys in order of that time
     s <schema id>          Arrow schemas of the rows (IPC bytes, read with pyarrow)
     u <key bytes>          undo record of the last batch: the key's row before it (or none)
     U                      undo record of the last batch: the ``m`` record before it
 
 Key bytes are the block (4 bytes) then the key (:func:`key_bytes`), so one block's keys are
-one contiguous range. Nothing stored is unpickled or evaluated; an undecodable record is a
+one contiguous range. Only a copy kept for a processing-time TTL (:attr:`LocalState.timed`)
+holds ``t`` and ``x`` records: one of each per key, ``-inf`` for a key without a recorded
+time; :meth:`LocalState.apply` keeps them, :meth:`LocalState.undo` restores them. Nothing
+stored is unpickled or evaluated; an undecodable record is a
 :class:`~trilink_spark.errors.StateCorruptError` naming the directory.
 
 Locking: one process per partition at a time, through ``fcntl.flock`` on a lock file beside
@@ -55,6 +61,8 @@ _ROW = b"r"
 _WAKE = b"w"
 _SCHEMA = b"s"
 _UNDO = b"u"
+_TIME = b"t"
+_EXPIRY = b"x"
 #: The longest :meth:`LocalState.settle` waits for a compaction (seconds).
 SETTLE_TIMEOUT_S = 120.0
 _HEAD = struct.Struct(">dI")  # wake time, schema id
@@ -162,11 +170,12 @@ class LocalState:
     Notes
     -----
     Cost: opening is one ``flock`` and one RocksDB open (milliseconds); reads and writes
-    cost what they touch (:meth:`get`: one multi-get; :meth:`due`: one range scan of the due
-    entries; :meth:`apply`: one atomic write batch). A copy is open only while a task runs,
-    so RocksDB's background compaction has no time of its own: :meth:`settle`, at the end of
-    each task, lets it finish, or each task's writes would stay one more level-0 table file
-    that every later read searches.
+    cost what they touch (:meth:`get`: one multi-get; :meth:`due` and :meth:`expiring`: one
+    range scan of the due entries; :meth:`apply`: one atomic write batch, and for a
+    :attr:`timed` copy one multi-get of the touched keys' processing times). A copy is open
+    only while a task runs, so RocksDB's background compaction has no time of its own:
+    :meth:`settle`, at the end of each task, lets it finish, or each task's writes would stay
+    one more level-0 table file that every later read searches.
     """
 
     def __init__(self, directory: str, db: Any, lock_fd: int) -> None:
@@ -363,10 +372,41 @@ class LocalState:
     def due(self, upto: float) -> list[bytes]:
         """Keys whose wake time is at or below ``upto``, in wake order (one range scan)."""
         end = _WAKE + wake_bytes([np.nextafter(upto, np.inf)])[0]  # the first wake above
+        return self._scan(_WAKE, end, "scan the wake index")
+
+    @property
+    def timed(self) -> bool:
+        """Whether this copy keeps the processing-time index (``t`` and ``x`` records): the
+        copy of a run with a processing-time TTL."""
+        return bool(self.meta.get("timed"))
+
+    def expiring(self, upto: float, unknown: bool) -> list[bytes]:
+        """Keys of a :attr:`timed` copy whose processing time is at or below ``upto``, in
+        time order (one range scan of the processing-time index); the keys without a
+        recorded time only with ``unknown``. Empty for a copy without the index."""
+        start = _NO_TIME if unknown else _FIRST_TIME
+        end = wake_bytes([np.nextafter(upto, np.inf)])[0]
+        if end <= start:
+            return []
+        return self._scan(_EXPIRY + start, _EXPIRY + end, "scan the processing-time index")
+
+    def times(self, keys: Sequence[bytes]) -> list[float | None]:
+        """The processing times :meth:`apply` recorded for ``keys`` (``-inf``: none
+        recorded; None: a key without a row, or a copy that is not :attr:`timed`). One
+        multi-get."""
+        if not keys:
+            return []
+        with self._guard("read processing times"):
+            found = self._db.get([_TIME + k for k in keys])
+        return [None if raw is None else _time_of(raw, self.directory) for raw in found]
+
+    def _scan(self, start: bytes, end: bytes, what: str) -> list[bytes]:
+        """The key bytes of the index entries from ``start`` up to (not including) ``end``
+        (one range scan; an index entry is a prefix, 8 bytes of time, the key bytes)."""
         out: list[bytes] = []
-        with self._guard("scan the wake index"):
+        with self._guard(what):
             it = self._db.iter()
-            it.seek(_WAKE)
+            it.seek(start)
             while it.valid():
                 k = it.key()
                 if k >= end:
@@ -374,6 +414,32 @@ class LocalState:
                 out.append(k[9:])
                 it.next()
         return out
+
+    def check(self) -> None:
+        """Invariant checker (tests, diagnosis): each row has exactly its wake entry, and in
+        a :attr:`timed` copy exactly one processing time and its index entry.
+
+        Raises
+        ------
+        StateCorruptError
+            Naming the first disagreement. O(keys).
+        """
+        with self._guard("check its indexes"):
+            rows = dict(iter_rows(self._db))
+            wakes = sorted((k[9:], k[1:9]) for k in _prefixed(self._db, _WAKE))
+            times = sorted((k[1:], v) for k, v in _prefixed_items(self._db, _TIME))
+            expiry = sorted((k[9:], k[1:9]) for k in _prefixed(self._db, _EXPIRY))
+        indexed = sorted((k, wake_bytes([w])[0]) for k, w in
+                         ((k, _wake_of(r, self.directory)) for k, r in rows.items())
+                         if w == w and w != float("inf"))
+        if wakes != indexed:
+            raise StateCorruptError(f"{self.directory}: the wake index disagrees with the rows "
+                                    f"({len(wakes)} entries, {len(indexed)} expected)")
+        timed_keys = sorted(rows) if self.timed else []
+        if [k for k, _ in times] != timed_keys or expiry != times:
+            raise StateCorruptError(
+                f"{self.directory}: the processing-time index disagrees with the rows "
+                f"({len(rows)} rows, {len(times)} times, {len(expiry)} index entries)")
 
     def rows(self) -> Iterator[tuple[bytes, bytes]]:
         """Every key's bytes and stored row, in key order (a full scan: snapshots)."""
@@ -395,7 +461,8 @@ class LocalState:
     def apply(self, version: int, attempt: str, meta: dict[str, Any],
               puts: Sequence[tuple[bytes, bytes]], deletes: Sequence[bytes],
               before: Mapping[bytes, bytes | None], undo: bool = True,
-              chain: dict[str, Any] | None = None, layout: str | None = None) -> None:
+              chain: dict[str, Any] | None = None, times: Sequence[float] | None = None,
+              layout: str | None = None) -> None:
         """Move this copy to ``version`` in one atomic write.
 
         Parameters
@@ -412,9 +479,28 @@ class LocalState:
             The new :attr:`chain` record (default: the current one is kept).
         layout : str, optional
             The new :attr:`layout` (default: the current one is kept).
+        times : sequence of float, optional
+            Each put's processing time (``-inf`` or NaN: none recorded), in the order of
+            ``puts``: given for every write of a :attr:`timed` copy (an empty copy given
+            them becomes one), which then keeps the processing-time index; never for any
+            other. One more multi-get, of the touched keys' times.
+
+        Raises
+        ------
+        StateCorruptError
+            ``times`` given to a copy that is not :attr:`timed`, or withheld from one.
         """
         from rocksdict import WriteBatch
 
+        timed = times is not None
+        if self.version is not None and timed != self.timed:
+            raise StateCorruptError(
+                f"{self.directory}: a copy {'with' if self.timed else 'without'} the "
+                "processing-time index cannot apply a batch "
+                f"{'without' if self.timed else 'with'} processing times")
+        if times is not None and len(times) != len(puts):
+            raise StateCorruptError(f"{self.directory}: {len(times)} processing times for "
+                                    f"{len(puts)} rows")
         wb = WriteBatch(raw_mode=True)
         wb.delete_range(_UNDO, _UNDO + b"\xff" * 8)
         if undo:
@@ -422,21 +508,36 @@ class LocalState:
         else:
             wb.delete(_UNDO_META)
         touched = [k for k, _ in puts] + list(deletes)
-        for k in touched:
+        old_times: list[bytes | None] = [None] * len(touched)
+        if timed and touched:
+            with self._guard("read processing times"):
+                old_times = self._db.get([_TIME + k for k in touched])
+        for k, old_time in zip(touched, old_times):
             old = before.get(k)
-            if undo:
-                wb.put(_UNDO + k, b"\x00" if old is None else b"\x01" + old)
+            if undo:  # none, the row, or the row and its processing time
+                record = b"\x00" if old is None else (
+                    b"\x01" + old if old_time is None else b"\x02" + old_time + old)
+                wb.put(_UNDO + k, record)
             if old is not None:
                 wake = _wake_of(old, self.directory)
                 if wake == wake and wake != float("inf"):  # finite or -inf: indexed
                     wb.delete(_WAKE + wake_bytes([wake])[0] + k)
+            if old_time is not None:
+                wb.delete(_EXPIRY + old_time + k)
         for k, row in puts:
             wb.put(_ROW + k, row)
             wake = _wake_of(row, self.directory)
             if wake == wake and wake != float("inf"):
                 wb.put(_WAKE + wake_bytes([wake])[0] + k, b"")
+        if times is not None:
+            at = np.asarray(times, np.float64)
+            for (k, _), when in zip(puts, wake_bytes(np.where(np.isnan(at), -np.inf, at))):
+                wb.put(_TIME + k, when)
+                wb.put(_EXPIRY + when + k, b"")
         for k in deletes:
             wb.delete(_ROW + k)
+            if timed:
+                wb.delete(_TIME + k)
         added = sum(1 for k, _ in puts if before.get(k) is None)
         removed = sum(1 for k in deletes if before.get(k) is not None)
         new_meta = {"version": version, "attempt": attempt, "meta": meta,
@@ -444,6 +545,8 @@ class LocalState:
                     "chain": self.chain if chain is None else chain}
         if (layout or self.layout) is not None:
             new_meta["layout"] = layout or self.layout
+        if timed:
+            new_meta["timed"] = True
         wb.put(_META, json.dumps(new_meta).encode())
         with self._guard("write"):
             self._db.write(wb)
@@ -463,6 +566,7 @@ class LocalState:
         from rocksdict import WriteBatch
 
         wb = WriteBatch(raw_mode=True)
+        timed = self.timed
         it = self._db.iter()
         it.seek(_UNDO)
         while it.valid():
@@ -475,6 +579,14 @@ class LocalState:
                 wake = _wake_of(current, self.directory)
                 if wake == wake and wake != float("inf"):
                     wb.delete(_WAKE + wake_bytes([wake])[0] + key)
+            now = self._db.get(_TIME + key) if timed else None
+            if now is not None:
+                wb.delete(_EXPIRY + now + key)
+                wb.delete(_TIME + key)
+            if old[:1] == b"\x02":  # the row and its processing time (8 bytes)
+                old_time, old = old[1:9], b"\x01" + old[9:]
+                wb.put(_TIME + key, old_time)
+                wb.put(_EXPIRY + old_time + key, b"")
             if old[:1] == b"\x01":
                 wb.put(_ROW + key, old[1:])
                 wake = _wake_of(old[1:], self.directory)
@@ -574,6 +686,39 @@ def _wake_of(row: bytes, where: str) -> float:
     return wake
 
 
+#: Index bytes of a key without a recorded processing time (``-inf``), and of the first time
+#: above it: the keys without one come first in the processing-time index.
+_NO_TIME = wake_bytes([-np.inf])[0]
+_FIRST_TIME = wake_bytes([np.nextafter(-np.inf, np.inf)])[0]
+
+
+def _time_of(raw: bytes, where: str) -> float:
+    """The processing time of a ``t`` record (the inverse of :func:`wake_bytes`)."""
+    if len(raw) != 8:
+        raise StateCorruptError(f"{where}: a processing time of {len(raw)} bytes (8)")
+    bits = np.frombuffer(raw, dtype=">u8").astype(np.uint64)
+    top = np.uint64(1 << 63)
+    plain = np.where(bits & top, bits ^ top, ~bits).astype(np.uint64)
+    return float(plain.view(np.float64)[0])
+
+
+def _prefixed(db: Any, prefix: bytes) -> Iterator[bytes]:
+    """The keys of an open database that start with ``prefix``, in order."""
+    for k, _ in _prefixed_items(db, prefix):
+        yield k
+
+
+def _prefixed_items(db: Any, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+    it = db.iter()
+    it.seek(prefix)
+    while it.valid():
+        k = it.key()
+        if not k.startswith(prefix):
+            break
+        yield k, it.value()
+        it.next()
+
+
 def split_head(row: bytes, where: str = "local state") -> tuple[float, int, bytes]:
     """A stored row's wake time, schema id and encoded row.
 
@@ -591,14 +736,8 @@ def split_head(row: bytes, where: str = "local state") -> tuple[float, int, byte
 
 def iter_rows(db: Any) -> Iterator[tuple[bytes, bytes]]:
     """Every key's bytes and stored row of an open database, in key order (a full scan)."""
-    it = db.iter()
-    it.seek(_ROW)
-    while it.valid():
-        k = it.key()
-        if not k.startswith(_ROW):
-            break
-        yield k[1:], it.value()
-        it.next()
+    for k, row in _prefixed_items(db, _ROW):
+        yield k[1:], row
 
 
 def open_checkpoint(directory: str) -> Any:
