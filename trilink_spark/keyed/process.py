@@ -519,6 +519,10 @@ class KeyedRuntime:
     value_fields : dict of str to pyarrow.DataType, optional
         The processor's declared ``state_schema``, field by field: ``ctx.set_state`` checks
         values against it.
+    processing_time : float, optional
+        The batch's processing time (ms since the epoch), recorded by the driver: every key
+        of the batch gets it in :attr:`batch_time` (for a processing-time TTL). None: the
+        keys of the batch lose theirs (the run keeps none).
 
     Notes
     -----
@@ -536,8 +540,10 @@ class KeyedRuntime:
         idle_timeout: float,
         state: PartitionState | None = None,
         value_fields: dict[str, Any] | None = None,
+        processing_time: float | None = None,
     ) -> None:
         self.processor = processor
+        self.processing_time = processing_time
         self.key_column = key
         self.delay = float(delay)
         self.idle_timeout = float(idle_timeout)
@@ -556,6 +562,8 @@ class KeyedRuntime:
         self.shared: dict[str, Any] = restored.shared
         #: Partition's newest event time when each key last sent a row (for idleness).
         self.last_seen: dict[Hashable, float] = restored.last_seen
+        #: Processing time of the last batch that brought each key a row (``processing_time``).
+        self.batch_time: dict[Hashable, float] = restored.batch_time
         #: True once bounded input ended (:meth:`finish`): every watermark is then ``+inf``.
         self.ended = False
 
@@ -573,7 +581,7 @@ class KeyedRuntime:
             values=self.values, timers=[(k, int(t)) for k, t in self.timers.to_list()],
             partition_high=self.partition_high,
             counters={"rows": c.rows, "late": c.late, "late_partition": c.late_partition},
-            shared=self.shared)
+            shared=self.shared, batch_time=self.batch_time)
 
     # ------------------------------------------------------------------ the semantics
     def judge(self, frame: pd.DataFrame) -> KeyedBatch:
@@ -584,7 +592,7 @@ class KeyedRuntime:
         times are never late and move no watermark. Afterwards the late rows are counted,
         every key of the batch has its highest event time in :attr:`key_high` and the
         partition's newest event time in :attr:`last_seen` (when it last sent, for the idle
-        rule of :meth:`watermarks`).
+        rule of :meth:`watermarks`) and the batch's processing time in :attr:`batch_time`.
 
         Parameters
         ----------
@@ -627,6 +635,11 @@ class KeyedRuntime:
         self.counters.late += int(np.count_nonzero(late))
         self.key_high.update(zip(keys, high.tolist()))
         self.last_seen.update(dict.fromkeys(keys, self.partition_high))
+        if self.processing_time is not None:
+            self.batch_time.update(dict.fromkeys(keys, self.processing_time))
+        elif self.batch_time:  # a time from a run that kept them is no longer the last one
+            for k in keys:
+                self.batch_time.pop(k, None)
         sent = np.bincount(codes, minlength=len(keys)).tolist()
         rows = self.key_rows
         rows.update([(k, rows.get(k, 0) + n) for k, n in zip(keys, sent)])

@@ -6,6 +6,9 @@ Columns of a state table (every one but ``key`` optional when empty):
 - ``high``: the key's highest event time (its watermark is ``high - delay``);
 - ``seen``: the partition's newest event time when the key last sent (the idle rule);
 - ``rows``: rows the key sent so far (a load measure for rebalancing);
+- ``batch_time``: the processing time (milliseconds since the epoch) of the last batch that
+  brought the key a row, kept for a processing-time TTL (null: none recorded; the column is
+  absent when no key has one, as in state written before it existed);
 - ``timers``: the key's registered timers, ``list<int64>``;
 - ``values``: the processor's per-key values: a struct of the declared ``state_schema``, or a
   JSON object when the processor declares none;
@@ -35,8 +38,11 @@ from ..errors import StateCorruptError, StateTypeError
 
 __all__ = ["PartitionState", "encode_state", "decode_state", "decode_keys", "split_out", "cut_segments", "merge_in",
            "check_value", "object_array", "key_array", "read_counters", "add_counters", "KEY_FIELD", "NULL_KEY"]
+__all__ += ["BATCH_TIME"]
 
 KEY_FIELD = "key"
+#: The state column of each key's last batch time (module docs).
+BATCH_TIME = "batch_time"
 #: The one object the runtime uses for a null (or NaN) key, so that a null key's state is
 #: found again from batch to batch (NaN is not equal to itself; this object is identical).
 NULL_KEY: float = float("nan")
@@ -59,6 +65,9 @@ class PartitionState:
     partition_high: float = -math.inf
     counters: dict[str, int] = field(default_factory=dict)
     shared: dict[str, Any] = field(default_factory=dict)
+    #: The processing time (ms since the epoch) of the last batch that brought each key a row
+    #: (the ``batch_time`` column; a key without an entry has none recorded).
+    batch_time: dict[Hashable, float] = field(default_factory=dict)
 
 
 def object_array(items: Sequence[Any]) -> np.ndarray[Any, Any]:
@@ -179,6 +188,7 @@ def encode_state(state: PartitionState, key_type: Any = None,
     order: dict[Hashable, None] = dict.fromkeys(state.key_high)
     order.update(dict.fromkeys(state.last_seen))
     order.update(dict.fromkeys(state.values))
+    order.update(dict.fromkeys(state.batch_time))
     by_key: dict[Hashable, list[int]] = {}
     for key, ts in state.timers:
         by_key.setdefault(key, []).append(int(ts))
@@ -191,6 +201,8 @@ def encode_state(state: PartitionState, key_type: Any = None,
     columns["high"] = pa.array([state.key_high.get(k) for k in keys], pa.float64())
     columns["seen"] = pa.array([state.last_seen.get(k) for k in keys], pa.float64())
     columns["rows"] = pa.array([state.key_rows.get(k, 0) for k in keys], pa.int64())
+    if state.batch_time:
+        columns[BATCH_TIME] = pa.array([state.batch_time.get(k) for k in keys], pa.float64())
     columns["timers"] = pa.array([sorted(by_key.get(k, [])) for k in keys],
                                  pa.list_(pa.int64()))
     if value_type is not None:
@@ -305,6 +317,8 @@ def decode_state(table: Any, where: str = "state") -> PartitionState:
         seen = table.column("seen").to_pylist()
         rows = table.column("rows").to_pylist()
         timers = table.column("timers").to_pylist()
+        times = table.column(BATCH_TIME).to_pylist() if BATCH_TIME in names \
+            else [None] * len(keys)
         values_col = table.column("values")
         if pa.types.is_string(values_col.type) or pa.types.is_large_string(values_col.type):
             values = [None if v is None else json.loads(v) for v in values_col.to_pylist()]
@@ -315,7 +329,9 @@ def decode_state(table: Any, where: str = "state") -> PartitionState:
             RecursionError) as err:
         raise StateCorruptError(f"{where} has malformed state columns ({err})") from None
     try:
-        return _decoded(table, where, names, keys, high, seen, rows, timers, values)
+        state = _decoded(table, where, names, keys, high, seen, rows, timers, values)
+        state.batch_time = {k: float(t) for k, t in zip(keys, times) if t is not None}
+        return state
     except (ValueError, TypeError, AttributeError, KeyError, OverflowError) as err:
         if isinstance(err, StateCorruptError):
             raise
