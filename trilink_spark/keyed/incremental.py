@@ -10,7 +10,11 @@ from (:func:`sync`), and reads only:
   something happen (a timer or an open window whose time the key's watermark reaches once the
   key is idle, or a state TTL that runs out). A key's wake time is
   ``min(max(next + delay, seen + idle_timeout), seen + state_ttl)``, ``next`` being its
-  earliest timer or what the processor reports (:meth:`KeyedWatermarkProcessFunction.state_wake`).
+  earliest timer or what the processor reports (:meth:`KeyedWatermarkProcessFunction.state_wake`);
+- with a processing-time TTL, the keys the processing-time index names as expired: no batch
+  brought them a row for ``processing_ttl`` by the batch's processing time
+  (:attr:`LocalConfig.batch_time`, fixed by the driver before the tasks run), the index
+  ordering keys by their ``batch_time`` column (:func:`expire_processed`).
 
 Only those keys become Python objects. The hooks run as before over them; the task then writes
 a changelog of their rows (and of the keys the TTL expired) to the state path, applies it to the
@@ -47,8 +51,8 @@ from ..state.changelog import DELETED_FIELD, changelog_info, changelog_table, co
 from ..state.local import LocalState, head, key_bytes, split_head
 from ..state.rows import decode_rows, encode_rows
 from ..state.store import KEY_FIELD, STATE_KIND, KeyedStateStore
-from .snapshot import PartitionState, add_counters, decode_state, encode_state, key_array
-from .snapshot import arriving_high, merge_in
+from .snapshot import BATCH_TIME, PartitionState, add_counters, decode_state, encode_state
+from .snapshot import arriving_high, key_array, merge_in
 from .snapshots import start_snapshot, with_meta
 
 if TYPE_CHECKING:
@@ -90,6 +94,16 @@ class LocalConfig:
         Event-time units a key may send nothing before its state expires (``inf``: never).
     blocks : BlockPartitioner
         Gives each key its block (the placement's, when it is a block table).
+    processing_ttl : float
+        Milliseconds of processing time a key may go without a batch that brings it a row
+        before its state expires (``inf``: no processing-time TTL). Finite: the copy keeps
+        the processing-time index (:attr:`~trilink_spark.state.local.LocalState.timed`).
+    batch_time : float or None
+        The batch's processing time (ms since the epoch), recorded in the manifest before
+        the tasks run, so that a replay uses it again; None: the run keeps none.
+    ttl_since : float or None
+        The processing time a key without a recorded ``batch_time`` counts as last brought
+        a row at: the time of the first batch of the run's processing-time TTL.
     """
 
     root: str
@@ -97,6 +111,9 @@ class LocalConfig:
     snapshot_interval: int
     state_ttl: float
     blocks: BlockPartitioner | None
+    processing_ttl: float = math.inf
+    batch_time: float | None = None
+    ttl_since: float | None = None
 
     @property
     def layout(self) -> str:
@@ -125,6 +142,44 @@ def local_root(config: LocalConfig) -> str:
         return config.root
     first = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0].strip()
     return os.path.join(first or tempfile.gettempdir(), "trilink-state")
+
+
+def _timed(config: LocalConfig) -> bool:
+    """Whether the run expires keys by processing time (its copies keep the index)."""
+    return math.isfinite(config.processing_ttl)
+
+
+def _times(config: LocalConfig, table: Any) -> list[float] | None:
+    """Each row's ``batch_time`` (``-inf``: none recorded) for a copy with the processing-time
+    index, in row order; None for a copy without it. O(rows), vectorised."""
+    import pyarrow.compute as pc
+
+    if not _timed(config):
+        return None
+    if table is None or not table.num_rows:
+        return []
+    if BATCH_TIME not in table.column_names:
+        return [-math.inf] * table.num_rows
+    column = pc.fill_null(table.column(BATCH_TIME).cast("float64"), -math.inf)
+    out: list[float] = column.to_numpy().astype(np.float64).tolist()
+    return out
+
+
+def _expiry_bound(config: LocalConfig) -> tuple[float, bool] | None:
+    """The processing time at or below which a key's TTL ran out by this batch, and whether
+    the keys without a recorded time are expired too (their time counts as
+    :attr:`LocalConfig.ttl_since`); None without a processing-time TTL."""
+    if not _timed(config) or config.batch_time is None:
+        return None
+    bound = config.batch_time - config.processing_ttl
+    since = config.batch_time if config.ttl_since is None else config.ttl_since
+    return bound, since <= bound
+
+
+def _expiring(local: LocalState, config: LocalConfig) -> list[bytes]:
+    """The keys whose processing-time TTL ran out by this batch (one index range scan)."""
+    found = _expiry_bound(config)
+    return [] if found is None else local.expiring(*found)
 
 
 def _key_bytes(config: LocalConfig, keys: Any) -> list[bytes]:
@@ -243,15 +298,17 @@ def _apply_table(local: LocalState, config: LocalConfig, version: int, attempt: 
         deleted = _key_bytes(config, table.filter(gone).column(KEY_FIELD).combine_chunks())
         table = table.filter(pc.invert(gone)).drop_columns([DELETED_FIELD])
     puts = _puts(local, config, table, processor, delay, idle)
+    times = _times(config, table)
     if fresh is not None:  # an emptied copy: nothing to read back or undo
-        local.apply(version, attempt, meta, puts, [], {}, undo=False, chain=fresh,
+        local.apply(version, attempt, meta, puts, [], {}, undo=False, chain=fresh, times=times,
                     layout=config.layout)
         return
     keys = [k for k, _ in puts] + deleted
     before = {k: v for k, v in zip(keys, local.get(keys)) if v is not None}
     chain = local.chain
     chain["logged"] = chain.get("logged", 0) + logged
-    local.apply(version, attempt, meta, puts, deleted, before, chain=chain, layout=config.layout)
+    local.apply(version, attempt, meta, puts, deleted, before, chain=chain, times=times,
+                layout=config.layout)
 
 
 def snapshot_due(local: LocalState, batch_id: int, interval: int) -> bool:
@@ -291,6 +348,8 @@ def sync(local: LocalState, store: KeyedStateStore, config: LocalConfig, pid: in
     StateCorruptError
         The state path lacks what ``target`` needs, or a file is damaged.
     """
+    if local.version is not None and local.timed != _timed(config):
+        local.reset()  # the processing-time index is kept, and rebuilt, for a run that uses it
     if target is None:
         if local.version is None:
             return "current"
@@ -396,7 +455,8 @@ def load_touched(local: LocalState, config: LocalConfig, frame: pd.DataFrame | N
                                 "out of this partition (the plan and the placement disagree)")
     if swap is not None:  # the arriving keys raise the partition's event time (merge_in)
         high = max(high, arriving_high(swap.incoming))
-    wanted = [k for k in dict.fromkeys(kbs + local.due(high)) if k not in out]
+    wanted = [k for k in dict.fromkeys(kbs + local.due(high) + _expiring(local, config))
+              if k not in out]
     stored = local.get(wanted)
     before = {k: v for k, v in zip(wanted, stored) if v is not None}
     table = _stored_table(local, list(before.values()))
@@ -497,10 +557,31 @@ def expire(state: PartitionState, state_ttl: float) -> list[Hashable]:
         return []  # no event time to judge by (nor an infinite one)
     high = state.partition_high
     gone = [k for k in state.key_high if high - state.last_seen.get(k, -math.inf) >= state_ttl]
+    return _drop(state, gone)
+
+
+def expire_processed(state: PartitionState, config: LocalConfig) -> list[Hashable]:
+    """Remove (and return) the keys of ``state`` that no batch brought a row for
+    ``config.processing_ttl`` of processing time, by the batch's recorded time: the last
+    batch that did is at or below ``batch_time - processing_ttl`` (a key without a recorded
+    one counts from ``ttl_since``). O(keys of ``state``)."""
+    found = _expiry_bound(config)
+    if found is None:
+        return []
+    bound, unknown = found
+    gone = [k for k in dict.fromkeys([*state.key_high, *state.batch_time])
+            if (k in state.batch_time and state.batch_time[k] <= bound)
+            or (k not in state.batch_time and unknown)]
+    return _drop(state, gone)
+
+
+def _drop(state: PartitionState, gone: list[Hashable]) -> list[Hashable]:
+    """Remove the keys ``gone`` from ``state`` (every per-key field); returns them."""
     if not gone:
         return []
     drop = set(gone)
-    for mapping in (state.key_high, state.last_seen, state.key_rows, state.values):
+    for mapping in (state.key_high, state.last_seen, state.key_rows, state.values,
+                    state.batch_time):
         for k in gone:
             mapping.pop(k, None)
     state.timers = [(k, t) for k, t in state.timers if k not in drop]
@@ -525,7 +606,7 @@ def save_touched(local: LocalState, store: KeyedStateStore, config: LocalConfig,
     keys a swap moves out (an Arrow array), deleted with the expired ones."""
     import pyarrow as pa
 
-    gone = expire(state, config.state_ttl)
+    gone = expire(state, config.state_ttl) + expire_processed(state, config)
     upserts = encode_state(state, key_type, value_type)
     stored_type = upserts.schema.field(KEY_FIELD).type
     if key_type is not None and stored_type != key_type and upserts.num_rows:
@@ -553,8 +634,9 @@ def save_touched(local: LocalState, store: KeyedStateStore, config: LocalConfig,
     chain["logged"] = chain.get("logged", 0) + log.num_rows
     puts = _puts(local, config, upserts, processor, delay, idle)
     dels = _key_bytes(config, deleted) if len(deleted) else []
-    local.apply(batch_id, attempt, meta, puts, dels, before, chain=chain, layout=config.layout)
+    local.apply(batch_id, attempt, meta, puts, dels, before, chain=chain,
+                times=_times(config, upserts), layout=config.layout)
     return written, snapshot_ms
 
 
-__all__ += ["expire", "STATE_KIND"]
+__all__ += ["expire", "expire_processed", "STATE_KIND"]

@@ -39,7 +39,8 @@ from .snapshot import split_out
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["partition_function", "outputs_to_batches", "StateIO", "state_types"]
+__all__ = ["partition_function", "outputs_to_batches", "StateIO", "state_types",
+           "expire_untouched"]
 
 logger = logging.getLogger(__name__)
 
@@ -201,7 +202,9 @@ def partition_function(
                 table = io.load(pid)
                 where = f"state of partition {pid} before batch {io.batch_id}"
                 previous = None if table is None else decode_state(table, where)
-            runtime = KeyedRuntime(processor, key, delay, idle_timeout, previous, fields)
+            runtime = KeyedRuntime(processor, key, delay, idle_timeout, previous, fields,
+                                   None if io is None or io.local is None
+                                   else io.local.batch_time)
             processor.open(pid)
             outs = [] if frame is None else runtime.process(frame)
             if io is None:
@@ -221,6 +224,36 @@ def partition_function(
         release_unused_memory()  # so a reused worker does not keep this task's peak
 
     return run_and_release
+
+
+def expire_untouched(spark: Any, io: StateIO, partitions: list[int],
+                     processor: KeyedWatermarkProcessFunction, key: str, delay: float,
+                     idle_timeout: float, arrow_schema: Any) -> None:
+    """Write the batch's version of ``partitions``, which no task of the batch ran for (an
+    empty micro-batch), as their tasks would have with no rows: a key whose processing-time
+    TTL ran out by the batch's time expires (with no rows, no event time moves, so no
+    timer is due). One small Spark job, one task per partition, each on the local store
+    (:func:`_run_local`: it reads only the expiring keys) with its timing.
+    """
+    fields = _value_fields(io.value_type)
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                pid = partitions[int(i)]
+                started = time.perf_counter()
+                _, extra, upkeep_ms = _run_local(io, pid, None, None, processor, key, delay,
+                                                 idle_timeout, fields, arrow_schema)
+                io.save_timing(pid, _timing(io, None, key, started, extra, upkeep_ms))
+                yield pa.RecordBatch.from_pydict({"partition": [pid]},
+                                                 schema=pa.schema([("partition", pa.int32())]))
+
+    ids = spark.range(0, len(partitions), 1, len(partitions))
+    ids.mapInArrow(run, "partition int").collect()
+    logger.info("batch %d: %d partitions without rows run for their processing-time TTL",
+                io.batch_id, len(partitions))
 
 
 def _timing(io: StateIO, frame: Any, key: str, started: float, extra: dict[str, Any],
@@ -266,7 +299,8 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
                 logger.warning("partition %d, batch %d: %s; rebuilding the local copy from "
                                "%s", pid, io.batch_id, err, io.store.path)
                 local.reset()
-        runtime = KeyedRuntime(processor, key, delay, idle_timeout, previous, fields)
+        runtime = KeyedRuntime(processor, key, delay, idle_timeout, previous, fields,
+                               config.batch_time)
         processor.open(pid)
         outs = [] if frame is None else runtime.process(frame)
         processor.close()
