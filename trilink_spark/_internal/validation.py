@@ -26,6 +26,7 @@ import math
 import numbers
 import re
 from datetime import timedelta
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,8 @@ import numpy as np
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = ["check_num_partitions", "MAX_PARTITIONS", "check_real", "number", "positive",
-           "fraction", "count", "seconds", "parse_interval", "INTERVAL_UNITS", "short_repr"]
+           "fraction", "count", "seconds", "parse_interval", "INTERVAL_UNITS", "short_repr",
+           "choice"]
 
 #: The most partitions a strategy places keys on (Spark's own limit is far above what a shuffle
 #: of this many partitions could run; the bound keeps a hostile stored strategy from asking for
@@ -344,3 +346,26 @@ def seconds(value: Any, name: str) -> float:
     if isinstance(value, timedelta):
         value = value.total_seconds()
     return positive(value, name)
+
+
+def choice(value: Any, name: str, allowed: Sequence[str]) -> str:
+    """One of the strings ``allowed``: a value that is not a ``str`` is an
+    :class:`~trilink_spark.errors.InvalidArgumentTypeError`, another string an
+    :class:`~trilink_spark.errors.InvalidArgumentError`; both name what is allowed. O(1).
+
+    Examples
+    --------
+    >>> choice("event", "clock", ("event", "processing"))
+    'event'
+    >>> choice("wall", "clock", ("event", "processing"))
+    Traceback (most recent call last):
+    ...
+    trilink_spark.errors.InvalidArgumentError: clock must be one of 'event', 'processing', ...
+    """
+    names = ", ".join(map(repr, allowed))
+    if not isinstance(value, str):
+        raise InvalidArgumentTypeError(
+            f"{name} must be a str, one of {names}, got {type(value).__name__}")
+    if value not in allowed:
+        raise InvalidArgumentError(f"{name} must be one of {names}, got {short_repr(value)}")
+    return value

@@ -5,21 +5,25 @@ version each micro-batch starts from, and the commit.
 refuses a changed configuration (:func:`runner_config`); :func:`start_version` is the
 committed version a batch starts from, refusing a manifest older than the state;
 :func:`commit_batch` records a batch as committed once every partition wrote its version.
-The runner (:mod:`~trilink_spark.keyed.streaming`) calls them at each batch; the manifest
-itself is read and written by :class:`~trilink_spark.state.KeyedStateStore`.
+:func:`batch_time` fixes a batch's processing time before its tasks run, for a
+processing-time TTL (:data:`PROCESSING_RECORD`). The runner
+(:mod:`~trilink_spark.keyed.streaming`) calls them at each batch; the manifest itself is
+read and written by :class:`~trilink_spark.state.KeyedStateStore`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import uuid
 from typing import Any
 
 from ..errors import InvalidArgumentError, StateCorruptError, StateOwnershipError
 from ..state.store import KeyedStateStore
 
-__all__ = ["runner_config", "claim", "start_version", "commit_batch"]
+__all__ = ["runner_config", "claim", "start_version", "commit_batch", "batch_time",
+           "PROCESSING_RECORD"]
 
 logger = logging.getLogger(__name__)
 
@@ -200,3 +204,83 @@ def commit_batch(store: KeyedStateStore, batch_id: int, prev: int | None, token:
                 "placements": placements,
                 **(extra or {})}
     store.write_manifest(manifest)
+
+
+#: The manifest entry of a processing-time TTL: ``since``, the processing time (ms since the
+#: epoch) of the first batch of the run's processing-time TTL, and ``times``, the time fixed
+#: for each batch that may still run again (by batch id, as a string). A commit of a batch
+#: without a processing-time TTL sets it to None.
+PROCESSING_RECORD = "processing_time"
+
+
+def batch_time(store: KeyedStateStore, manifest: dict[str, Any], batch_id: int, now: float,
+               token: str, query: str | None, config: dict[str, Any], takeover: bool
+               ) -> tuple[dict[str, Any], float, float]:
+    """The processing time of ``batch_id``, fixed in the manifest before its tasks run, as
+    Spark fixes one batch timestamp per micro-batch: a replayed batch gets the time its
+    first attempt recorded, so it gives the same state and output.
+
+    Parameters
+    ----------
+    store : KeyedStateStore
+    manifest : dict
+        As :func:`claim` returned it for this batch.
+    batch_id : int
+    now : float
+        The driver's clock (ms since the epoch), used when the batch has no time yet. The
+        time recorded is never below an earlier batch's still recorded: processing time
+        does not go back when the clock does.
+    token, query, config, takeover
+        As :func:`claim`, which is checked again before the manifest is written.
+
+    Returns
+    -------
+    manifest : dict
+        The manifest as it stands now.
+    time, since : float
+        The batch's processing time (whole milliseconds) and the record's ``since``.
+
+    Raises
+    ------
+    StateCorruptError
+        The manifest's record is malformed.
+    StateOwnershipError
+        Another runner owns the path now.
+
+    Notes
+    -----
+    Cost: nothing more for a replayed batch; else one manifest read and one write. The record
+    keeps the times of the batches from the last committed one on (at most three).
+    """
+    path = f"{store.path}/manifest.json"
+    record = manifest.get(PROCESSING_RECORD)
+    times: dict[str, float] = {}
+    since: float | None = None
+    if record is not None:
+        found = record.get("times") if isinstance(record, dict) else None
+        since = record.get("since") if isinstance(record, dict) else None
+        if not isinstance(found, dict) or not _is_time(since) or not all(
+                k.isdigit() and _is_time(v) for k, v in found.items()):
+            raise StateCorruptError(f"{path}: malformed {PROCESSING_RECORD} record {record!r}")
+        times = {k: float(v) for k, v in found.items()}
+    mine = times.get(str(batch_id))
+    if mine is not None and since is not None:
+        return manifest, mine, since
+    committed = [int(c) for c in manifest.get("committed") or []]
+    floor = min([batch_id, *committed[-1:]])
+    kept = {k: v for k, v in times.items() if int(k) >= floor}
+    fixed = float(max([math.floor(now), *kept.values()]))
+    kept[str(batch_id)] = fixed
+    since = fixed if since is None else since
+    manifest = claim(store, store.read_manifest(), token, query, config, takeover)
+    manifest = {**manifest, PROCESSING_RECORD: {"since": since, "times": kept}}
+    store.write_manifest(manifest)
+    logger.info("state at %s: batch %d runs at processing time %d ms", store.path, batch_id,
+                fixed)
+    return manifest, fixed, since
+
+
+def _is_time(value: Any) -> bool:
+    """A finite number that JSON read back (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from .._internal.optiming import operator_timer
 from .._internal.spark.session import conf_get
 from .._internal.spark.compat import streaming_query_id
+from .._internal.validation import choice, seconds
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..errors import StateStoreError
 from ..partitioners import BlockPartitioner, Partitioner
@@ -39,7 +40,8 @@ from ..state.local import LOCAL_KEY_TYPES, supports_key_type
 from ..state.batch import StatefulBatchFunction
 from ..state.store import KeyedStateStore
 from .incremental import LocalConfig, LocalSync
-from .manifest import claim, commit_batch, runner_config, start_version
+from .manifest import PROCESSING_RECORD, batch_time, claim, commit_batch, runner_config
+from .manifest import start_version
 from .prepare import arrival_order, check_processor, prepare
 from .process import KeyedWatermarkProcessFunction
 from .replan import KeyColumn, Placed, adaptive_choice, adaptive_request, bound_placement
@@ -49,7 +51,7 @@ from .replan import source_placement, started_arguments, state_key_type
 from .replan import stored_placement, swap_report
 from .state_reader import read_state_values, read_task_timings, sum_counters
 from .swap import SwapReport, SwapRequest, check_request, plan_swap, write_segments
-from .task import StateIO, partition_function, state_types
+from .task import StateIO, expire_untouched, partition_function, state_types
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -90,6 +92,11 @@ class KeyedBatchFunction(StatefulBatchFunction):
         self._derived_kind: tuple[str | None] | None = None
         self._warned_files = False  # logged once that the key type keeps the file store
         self._ttl_units = math.inf  # state_ttl in the event-time column's units
+        self._processing_ttl_ms = math.inf  # state_ttl of processing time, in milliseconds
+        #: The driver's clock (seconds since the epoch), read once per batch that has no
+        #: recorded processing time yet (:func:`~trilink_spark.keyed.manifest.batch_time`);
+        #: replaceable by any picklable callable, a fixed clock in tests.
+        self._clock: Callable[[], float] = time.time
         self._init_placement_state()
 
     def _init_placement_state(self) -> None:
@@ -115,6 +122,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
         self.__dict__.setdefault("_derived_kind", None)
         self.__dict__.setdefault("_warned_files", False)
         self.__dict__.setdefault("_ttl_units", math.inf)
+        self.__dict__.setdefault("_processing_ttl_ms", math.inf)
+        self.__dict__.setdefault("_clock", time.time)
 
     # ------------------------------------------------------------------ swaps
     def request_swap(self, strategy: str | Partitioner | None = None, *,
@@ -278,7 +287,9 @@ class KeyedBatchFunction(StatefulBatchFunction):
         if self._types is None:  # a stream's schema is fixed: parse the state types once
             self._types = state_types(batch_df, o["key"], o["processor"])
             self._column = KeyColumn.of(batch_df, o["key"])
-            if o.get("state_ttl") is not None:
+            if o.get("state_ttl_time") == "processing":
+                self._processing_ttl_ms = seconds(o["state_ttl"], "state_ttl") * 1000.0
+            elif o.get("state_ttl") is not None:
                 _, time_kind = event_time_micros(batch_df, o["event_time"])
                 self._ttl_units = delay_in_units(o["state_ttl"], time_kind, "state_ttl")
                 if not self._ttl_units > 0:
@@ -292,6 +303,12 @@ class KeyedBatchFunction(StatefulBatchFunction):
         if not self._picked_up:
             self._pick_up(manifest)
         prev = start_version(self.store, manifest, batch_id)
+        clock: tuple[float, float] | None = None
+        if math.isfinite(self._processing_ttl_ms):  # fixed before any task runs
+            manifest, at, since = batch_time(self.store, manifest, batch_id,
+                                             self._clock() * 1000.0, self.token, query,
+                                             config, o["takeover"])
+            clock = (at, since)
         source = is_keyed_by_source(batch_df, o["key"])
         swap_plan: dict[str, Any] | None = None
         moved_bytes = 0
@@ -312,7 +329,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
             placed = place_rows(tagged, o["key"], chosen.strategy, fit="none")
             partitions = chosen.strategy.num_partitions
         blocks = None if source else chosen.strategy
-        local = self._local_config(batch_df, key_type, blocks, manifest.get("path_id"))
+        local = self._local_config(batch_df, key_type, blocks, manifest.get("path_id"), clock)
         if swap_plan is not None:
             local_sync = None if local is None else LocalSync(
                 local, o["processor"], delay_units, idle_units, key_type)
@@ -334,13 +351,21 @@ class KeyedBatchFunction(StatefulBatchFunction):
                                 arrow_schema, io, operator_timer(batch_df.sparkSession, "keyed"))
         out = placed.mapInArrow(fn, out_schema)
         self.func(out, batch_id)
-        listed = self._ensure_written(out, batch_id, partitions, fill=io.carry_forward,
+        untouched: list[int] = []  # partitions no task ran for: their keys may still expire
+        timed = clock is not None and io.local is not None and not io.swap
+        listed = self._ensure_written(out, batch_id, partitions,
+                                      fill=untouched.append if timed else io.carry_forward,
                                       snapshots=io.local is None)
+        if untouched:
+            expire_untouched(batch_df.sparkSession, io, untouched, o["processor"], o["key"],
+                             delay_units, idle_units, arrow_schema)
         extra: dict[str, Any] = {}
         if self._restart_checked:  # this start's arguments: what the next restart compares
             extra["started_with"] = self._arguments
         if done is not None:  # a stored request is never carried out twice
             extra["swap_request_done"] = done
+        if clock is None and manifest.get(PROCESSING_RECORD) is not None:
+            extra[PROCESSING_RECORD] = None  # a later processing-time TTL starts afresh
         commit_batch(self.store, batch_id, prev, self.token, query, config, o["takeover"],
                      new_placement, extra)
         self._forget(done)
@@ -353,9 +378,11 @@ class KeyedBatchFunction(StatefulBatchFunction):
                                           time.perf_counter() - started))
 
     def _local_config(self, batch_df: DataFrame, key_type: Any, placement: Partitioner | None,
-                      path_id: Any = None) -> LocalConfig | None:
+                      path_id: Any = None, clock: tuple[float, float] | None = None
+                      ) -> LocalConfig | None:
         """The executor-local store's settings for this batch (None: the file store, chosen
         with ``state_store="files"`` or needed for a key type the local store cannot encode).
+        ``clock``: the batch's processing time and the processing-time TTL's ``since``.
         The copies are named by the state path and its manifest's ``path_id``: a path wiped
         and begun again gets copies of its own (a manifest written before ``path_id`` existed
         keeps the name it had)."""
@@ -367,7 +394,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
                 f"state store must be one of {STATE_STORES}, got {mode!r} (state_store= or "
                 "spark.trilink.state.store)")
         encodable = supports_key_type(key_type)
-        if (mode == "files" or not encodable) and math.isfinite(self._ttl_units):
+        if (mode == "files" or not encodable) and (
+                math.isfinite(self._ttl_units) or math.isfinite(self._processing_ttl_ms)):
             raise InvalidArgumentError(
                 "state_ttl needs the local state store (state_store='rocksdb' and a key "
                 f"column of an integer, float, boolean, string, binary, date or timestamp "
@@ -397,7 +425,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
         if isinstance(path_id, str) and path_id:
             named += f":{path_id}"
         store_id = hashlib.sha256(named.encode()).hexdigest()[:20]
-        return LocalConfig(root, store_id, interval, self._ttl_units, blocks)
+        return LocalConfig(root, store_id, interval, self._ttl_units, blocks,
+                           self._processing_ttl_ms, *(clock or (None, None)))
 
     def _placement(self, batch_df: DataFrame, batch_id: int, prev: int | None,
                    manifest: dict[str, Any] | None) -> Placed:
@@ -650,6 +679,7 @@ def keyed_foreach_batch(
     rebalancer: Any = None,
     state_store: str | None = None,
     state_ttl: Any = None,
+    state_ttl_time: str = "event",
 ) -> KeyedBatchFunction:
     """A ``foreachBatch`` function running ``processor`` with state kept across micro-batches.
 
@@ -694,6 +724,30 @@ def keyed_foreach_batch(
         timing and rows per block (:meth:`KeyedBatchFunction.task_timings`); a decision
         with moves becomes a swap at the next batch, in which only the moved blocks' state
         travels. Every decision is logged and kept in ``run.rebalances``.
+    state_store : {"rocksdb", "files"}, optional
+        Where each partition's state lives between batches: an executor-local RocksDB copy
+        that a batch reads and writes only the keys it touches of (``"rocksdb"``), or the
+        whole state rewritten by every batch (``"files"``). Default:
+        ``spark.trilink.state.store``, else ``"rocksdb"``.
+    state_ttl : str, float or timedelta, optional
+        Delete the state of a key that got no row for this long (after its due timers
+        fired; a later row starts it afresh). By event time (``state_ttl_time="event"``):
+        an interval string, seconds or a timedelta for a timestamp event time, a number in
+        the column's unit for a numeric one. By processing time: a duration in seconds (an
+        interval string, a number of seconds or a timedelta) whatever the column's type.
+        Needs the local store (refused with ``state_store="files"``).
+    state_ttl_time : {"event", "processing"}
+        The clock of ``state_ttl``. ``"event"`` (default): the partition's newest event time
+        moved on by ``state_ttl`` since the key's last row. ``"processing"``: no batch
+        brought the key a row for ``state_ttl`` of processing time. Each batch's processing
+        time is the driver's clock when the batch first runs, recorded in the manifest
+        before its tasks run (one manifest write per batch), so a replayed batch expires
+        the same keys; each key keeps the time of the last batch that brought it a row (the
+        state's ``batch_time`` column). A key without one (state written before, or by
+        batches without a processing-time TTL) counts from the first batch of the run's
+        processing-time TTL. Expiry reads only the expired keys (an index of the local
+        copy); a key expires at the first batch at or after its TTL ran out that runs its
+        partition's task.
 
     Returns
     -------
@@ -743,6 +797,7 @@ def keyed_foreach_batch(
         "order_by": order_by, "strategy": strategy, "num_partitions": num_partitions,
         "idle_timeout": idle_timeout, "takeover": bool(takeover), "rebalancer": rebalancer,
         "state_store": check_state_store(state_store), "state_ttl": check_ttl(state_ttl),
+        "state_ttl_time": check_ttl_time(state_ttl_time, state_ttl),
     }
     if state_store == "files" and state_ttl is not None:
         raise InvalidArgumentError("state_ttl needs the local state store; "
@@ -757,13 +812,7 @@ STATE_STORES = ("rocksdb", "files")
 
 def check_state_store(value: Any) -> str | None:
     """``state_store`` checked at call time (None: the conf decides at the first batch)."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidArgumentTypeError(f"state_store must be a str, got {type(value).__name__}")
-    if value not in STATE_STORES:
-        raise InvalidArgumentError(f"state_store must be one of {STATE_STORES}, got {value!r}")
-    return value
+    return None if value is None else choice(value, "state_store", STATE_STORES)
 
 
 def check_ttl(value: Any) -> Any:
@@ -777,7 +826,24 @@ def check_ttl(value: Any) -> Any:
         raise InvalidArgumentTypeError(
             "state_ttl must be an interval string ('7 days'), a number or a timedelta, got "
             f"{type(value).__name__}")
-    seconds = value.total_seconds() if isinstance(value, datetime.timedelta) else value
-    if not seconds > 0:
+    length = value.total_seconds() if isinstance(value, datetime.timedelta) else value
+    if not length > 0:
         raise InvalidArgumentError(f"state_ttl must be positive, got {value!r}")
     return value
+
+
+#: The clocks of ``state_ttl``: the partition's event time, or the batches' processing time.
+TTL_TIMES = ("event", "processing")
+
+
+def check_ttl_time(value: Any, state_ttl: Any) -> str:
+    """``state_ttl_time`` checked at call time, with the ``state_ttl`` it needs: by
+    processing time, ``state_ttl`` is a duration in seconds (:func:`seconds`), parsed now."""
+    clock = choice(value, "state_ttl_time", TTL_TIMES)
+    if clock == "processing":
+        if state_ttl is None:
+            raise InvalidArgumentError(
+                "state_ttl_time='processing' needs a state_ttl (how long a key may get no "
+                "row before its state expires)")
+        seconds(state_ttl, "state_ttl")
+    return clock
