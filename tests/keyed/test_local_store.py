@@ -7,7 +7,6 @@ import math
 import shutil
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,17 +42,6 @@ class Counting(tl.KeyedWatermarkProcessFunction):
 
     def on_timer(self, key: Any, timestamp: int, ctx: KeyedContext) -> Any:
         return [("timer", key, ctx.get_state("n", 0), float(timestamp))]
-
-
-@pytest.fixture
-def local_root(spark: Any, tmp_path: Path) -> Iterator[Path]:
-    """The executors' local directory for one test (``spark.trilink.state.localDir``)."""
-    root = tmp_path / "local"
-    spark.conf.set("spark.trilink.state.localDir", str(root))
-    try:
-        yield root
-    finally:
-        spark.conf.unset("spark.trilink.state.localDir")
 
 
 def stream(seed: int, batches: int, keys: int = 40) -> list[pd.DataFrame]:
