@@ -75,6 +75,17 @@ def spark() -> Iterator[object]:
 
 
 @pytest.fixture
+def local_root(spark: Any, tmp_path: Path) -> Iterator[Path]:
+    """The executors' local directory for one test (``spark.trilink.state.localDir``)."""
+    root = tmp_path / "local"
+    spark.conf.set("spark.trilink.state.localDir", str(root))
+    try:
+        yield root
+    finally:
+        spark.conf.unset("spark.trilink.state.localDir")
+
+
+@pytest.fixture
 def flaky_frame(spark: Any, tmp_path: Path) -> Iterator[tuple[Any, Any, Path]]:
     """``(df, flaky, marker)``: 40 rows (``k``, ``t``, ``v``) in 2 partitions, and the same
     rows through :func:`fail_first_attempt`, with Arrow batches of 4 rows so the failure
