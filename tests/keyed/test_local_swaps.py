@@ -165,3 +165,43 @@ def test_a_stale_version_from_an_attempt_without_the_swap_is_discarded(
     df, counts = batch(spark, 3, KEYS, 300)
     run(df, 3)
     check_invariants(run, total.add(counts, fill_value=0))
+
+
+class CountOut(tl.KeyedWatermarkProcessFunction):
+    """Running count per key of any type (the output holds no key)."""
+
+    output_schema = "n long"
+    state_schema = "n long"
+
+    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: Any) -> Any:
+        n = ctx.get_state("n", 0) + len(rows)
+        ctx.set_state("n", n)
+        return [(n,)]
+
+
+@pytest.mark.parametrize("kind,make", [
+    ("date", lambda i: __import__("datetime").date(2024, 1, 1 + i % 25)),
+    ("timestamp", lambda i: __import__("datetime").datetime(2024, 1, 1, i % 24, 30)),
+])
+def test_date_and_timestamp_keys_live_on_the_local_store_through_a_swap(
+        spark: Any, tmp_path: Path, kind: str, make: Any) -> None:
+    """Date keys were kept in the file store ("date32[day]" was not recognised), and a
+    timestamp key column failed before its first batch (its Arrow type needs a time zone)."""
+    run = tl.keyed_foreach_batch(lambda df, b: df.count(), "k", "t", CountOut(), 1000,
+                                 str(tmp_path / "state"), num_partitions=3)
+    total: dict[str, int] = {}
+
+    def label(k: Any) -> str:
+        return str(pd.Timestamp(k).tz_localize(None)) if kind == "timestamp" else str(k)
+
+    for b in range(4):
+        if b == 2:
+            run.request_swap(num_partitions=2)
+        rows = [(make(i * (b + 1)), b * 100 + i) for i in range(60)]
+        for k, _ in rows:
+            total[label(k)] = total.get(label(k), 0) + 1
+        run(spark.createDataFrame(rows, f"k {kind}, t long"), b)
+        timings = run.task_timings()
+        assert (timings["keys_read"] >= 0).all()  # the local store (the file store: -1)
+    assert {label(k): int(v["n"]) for k, v in run.state_values().items()} == total
+    assert set(run.task_timings()["sync"]) == {"current"}

@@ -494,17 +494,30 @@ def read_moved(local: LocalSync, store: KeyedStateStore, pid: int, version: int,
     Raises
     ------
     StateCorruptError
-        The version lacks one of ``keys``.
+        The version lacks one of ``keys`` even as rebuilt from the state path. A local copy
+        that cannot be read, or lacks one of them, is a cache: it is emptied and rebuilt, as
+        a batch's own task does.
     """
     config, key_type = local.config, local.key_type
     with LocalState.open(local_root(config), config.store_id, pid) as copy:
-        sync(copy, store, config, pid, version, local.processor, local.delay, local.idle)
-        wanted = _moved_bytes(config, keys, key_type)
-        rows = [v for v in copy.get(wanted) if v is not None]
-        if len(rows) != len(wanted):
-            raise StateCorruptError(f"{where}: the swap plan moves {len(wanted)} keys out, but "
-                                    f"version {version} holds {len(rows)} of them")
-        table = _stored_table(copy, rows)
+        for attempt in (1, 2):
+            try:
+                sync(copy, store, config, pid, version, local.processor, local.delay,
+                     local.idle)
+                wanted = _moved_bytes(config, keys, key_type)
+                rows = [v for v in copy.get(wanted) if v is not None]
+                if len(rows) != len(wanted):
+                    raise StateCorruptError(
+                        f"{where}: the swap plan moves {len(wanted)} keys out, but the local "
+                        f"copy {copy.directory} at version {version} holds {len(rows)} of them")
+                table = _stored_table(copy, rows)
+                break
+            except StateCorruptError as err:
+                if attempt == 2:
+                    raise  # rebuilt from the state path: the state path itself disagrees
+                logger.warning("partition %d, swap segments: %s; rebuilding the local copy "
+                               "from %s", pid, err, store.path)
+                copy.reset()
         meta = dict(copy.meta.get("meta") or {})
         if table is None:
             table = encode_state(PartitionState(), key_type).slice(0, 0)

@@ -51,7 +51,7 @@ from .replan import source_placement, started_arguments, state_key_type
 from .replan import stored_placement, swap_report
 from .state_reader import read_state_values, read_task_timings, sum_counters
 from .swap import SwapReport, SwapRequest, check_request, plan_swap, write_segments
-from .task import StateIO, expire_untouched, partition_function, state_types
+from .task import StateIO, partition_function, run_without_rows, state_types
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -334,7 +334,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
             local_sync = None if local is None else LocalSync(
                 local, o["processor"], delay_units, idle_units, key_type)
             planned = time.perf_counter()
-            for p in range(partitions):  # what an attempt under another plan wrote
+            for p in range(max(partitions, prev_partitions)):  # an attempt under another plan
                 self.store.delete_changelog(p, batch_id, snapshot=True)
             moved_bytes = write_segments(batch_df.sparkSession, self.store, batch_id,
                                          int(swap_plan["prev"]), chosen.moves, self.token,
@@ -351,13 +351,14 @@ class KeyedBatchFunction(StatefulBatchFunction):
                                 arrow_schema, io, operator_timer(batch_df.sparkSession, "keyed"))
         out = placed.mapInArrow(fn, out_schema)
         self.func(out, batch_id)
-        untouched: list[int] = []  # partitions no task ran for: their keys may still expire
-        timed = clock is not None and io.local is not None and not io.swap
+        # partitions no task ran for: their keys may still expire, or move in a swap
+        untouched: list[int] = []
+        own_task = io.local is not None and (clock is not None or io.swap)
         listed = self._ensure_written(out, batch_id, partitions,
-                                      fill=untouched.append if timed else io.carry_forward,
+                                      fill=untouched.append if own_task else io.carry_forward,
                                       snapshots=io.local is None)
         if untouched:
-            expire_untouched(batch_df.sparkSession, io, untouched, o["processor"], o["key"],
+            run_without_rows(batch_df.sparkSession, io, untouched, o["processor"], o["key"],
                              delay_units, idle_units, arrow_schema)
         extra: dict[str, Any] = {}
         if self._restart_checked:  # this start's arguments: what the next restart compares

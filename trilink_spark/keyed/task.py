@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["partition_function", "outputs_to_batches", "StateIO", "state_types",
-           "expire_untouched"]
+           "run_without_rows"]
 
 logger = logging.getLogger(__name__)
 
@@ -226,14 +226,15 @@ def partition_function(
     return run_and_release
 
 
-def expire_untouched(spark: Any, io: StateIO, partitions: list[int],
+def run_without_rows(spark: Any, io: StateIO, partitions: list[int],
                      processor: KeyedWatermarkProcessFunction, key: str, delay: float,
                      idle_timeout: float, arrow_schema: Any) -> None:
     """Write the batch's version of ``partitions``, which no task of the batch ran for (an
-    empty micro-batch), as their tasks would have with no rows: a key whose processing-time
-    TTL ran out by the batch's time expires (with no rows, no event time moves, so no
-    timer is due). One small Spark job, one task per partition, each on the local store
-    (:func:`_run_local`: it reads only the expiring keys) with its timing.
+    empty micro-batch), as their tasks would have with no rows, on the local store
+    (:func:`_run_local`): a key whose processing-time TTL ran out by the batch's time expires
+    (it reads only the expiring keys), and in a swap batch the leaving keys go and the
+    arriving ones come in (it reads only those), so the copies stay current. One small
+    Spark job, one task per partition, each with its timing.
     """
     fields = _value_fields(io.value_type)
 
@@ -252,7 +253,7 @@ def expire_untouched(spark: Any, io: StateIO, partitions: list[int],
 
     ids = spark.range(0, len(partitions), 1, len(partitions))
     ids.mapInArrow(run, "partition int").collect()
-    logger.info("batch %d: %d partitions without rows run for their processing-time TTL",
+    logger.info("batch %d: %d partitions without rows run on their local copies",
                 io.batch_id, len(partitions))
 
 
@@ -532,8 +533,9 @@ def state_types(df: DataFrame, key: str, processor: KeyedWatermarkProcessFunctio
     from pyspark.sql.pandas.types import to_arrow_type
     from pyspark.sql.types import StructType
 
-    try:
-        key_type = to_arrow_type(df.schema[key].dataType)
+    try:  # a timestamp travels in Arrow with the session's time zone, as Spark sends it
+        zone = df.sparkSession.conf.get("spark.sql.session.timeZone")
+        key_type = to_arrow_type(df.schema[key].dataType, timezone=zone)
     except (TypeError, ValueError, NotImplementedError):
         key_type = None
     ddl = getattr(processor, "state_schema", None)

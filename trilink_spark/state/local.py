@@ -78,8 +78,8 @@ def supports_key_type(arrow_type: Any) -> bool:
 
     if arrow_type is None:
         return False
-    if pa.types.is_timestamp(arrow_type):
-        return True
+    if pa.types.is_timestamp(arrow_type) or pa.types.is_date(arrow_type):
+        return True  # their names carry a unit: "timestamp[us]", "date32[day]"
     return str(arrow_type) in LOCAL_KEY_TYPES
 
 
