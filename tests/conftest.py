@@ -163,6 +163,19 @@ class RunningCount(tl.KeyedWatermarkProcessFunction):
         return [(None if isinstance(key, float) and math.isnan(key) else key, n)]
 
 
+class KeylessCount(tl.KeyedWatermarkProcessFunction):
+    """Running count per key in a typed state column; outputs the count only, so any key
+    type works."""
+
+    output_schema = "n long"
+    state_schema = "n long"
+
+    def process_on_time(self, key: Any, rows: Any, ctx: Any) -> Any:
+        n = ctx.get_state("n", 0) + len(rows)
+        ctx.set_state("n", n)
+        return [(n,)]
+
+
 def partition_layout(placed: Any, key: str = "k") -> tuple[list[Any], dict[int, set[int]]]:
     """The rows of a placed frame (``key``, ``v``, the strategy partition and the Spark
     partition ``sp``) and, per Spark partition, the strategy partitions it holds."""

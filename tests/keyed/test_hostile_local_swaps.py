@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from trilink_spark.keyed.incremental import LocalConfig, SwapIn, load_touched, s
 from trilink_spark.keyed.process import KeyedRuntime
 from trilink_spark.state.local import LocalState
 from trilink_spark.state.store import KeyedStateStore
+from conftest import KeylessCount
 from testkit.swaps import check_invariants, die_after_writing
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -37,26 +37,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 KEYS = [f"u{i:04d}" for i in range(400)]
 
 
-class Count(tl.KeyedWatermarkProcessFunction):
-    """Running count per key, for any key type (the output holds no key)."""
-
-    output_schema = "n long"
-    state_schema = "n long"
-
-    def process_on_time(self, key: Any, rows: Any, ctx: Any) -> Any:
-        n = ctx.get_state("n", 0) + len(rows)
-        ctx.set_state("n", n)
-        return [(n,)]
-
-
-@pytest.fixture
-def local_dir(spark: Any, tmp_path: Path) -> Iterator[Path]:
-    root = tmp_path / "local"
-    spark.conf.set("spark.trilink.state.localDir", str(root))
-    try:
-        yield root
-    finally:
-        spark.conf.unset("spark.trilink.state.localDir")
+Count = KeylessCount
 
 
 def frame(spark: Any, b: int, keys: list[Any], rows: int = 200, schema: str = "k string, t long"
@@ -119,7 +100,7 @@ def make_run(tmp_path: Path, func: Any = None, **kw: Any) -> Any:
 # --------------------------------------------------------------------------- defects
 @pytest.mark.parametrize("damage", ["garbage_rows", "lost_row"])
 def test_a_damaged_source_copy_is_rebuilt_by_the_segment_job_not_fatal(
-        spark: Any, tmp_path: Path, local_dir: Path, damage: str) -> None:
+        spark: Any, tmp_path: Path, local_root: Path, damage: str) -> None:
     """A non-swap batch treats a damaged copy as a cache and rebuilds it
     (test_local_store.test_a_damaged_local_copy_is_rebuilt_not_trusted); the swap's segment
     job (read_moved) must too, never fail the batch on every retry."""
@@ -128,7 +109,7 @@ def test_a_damaged_source_copy_is_rebuilt_by_the_segment_job_not_fatal(
     run = make_run(tmp_path, strategy=tl.BlockPartitioner(4, num_blocks=64))
     df, total = frame(spark, 0, KEYS, 1000)
     run(df, 0)
-    for db_dir in local_dir.rglob("p0000*.db"):
+    for db_dir in local_root.rglob("p0000*.db"):
         db = Rdict(str(db_dir), Options(raw_mode=True))
         rows = [k for k in db.keys() if k.startswith(b"r")]
         if damage == "garbage_rows":
@@ -148,7 +129,7 @@ def test_a_damaged_source_copy_is_rebuilt_by_the_segment_job_not_fatal(
             if attempt:
                 pytest.fail(f"the swap batch fails on every retry: {str(err)[-300:]}")
     check_invariants(run, total.add(counts, fill_value=0))
-    assert audit(run, local_dir) == {}
+    assert audit(run, local_root) == {}
 
 
 def test_leaving_keys_are_excluded_in_linear_time(tmp_path: Path,
@@ -218,7 +199,7 @@ def _idle_case(spark: Any, tmp_path: Path, store: str, ttl: float | None
 
 
 def test_keys_the_arriving_keys_make_idle_fire_in_the_swap_batch(spark: Any, tmp_path: Path,
-                                                                 local_dir: Path) -> None:
+                                                                 local_root: Path) -> None:
     """The arriving keys raise the destination's event time (merge_in); its own quiet keys
     then turn idle and their windows close on the partition watermark, in the swap batch, as
     the file store does: the due keys are picked by the event time after the merge, or the
@@ -230,7 +211,7 @@ def test_keys_the_arriving_keys_make_idle_fire_in_the_swap_batch(spark: Any, tmp
 
 
 def test_a_swap_batch_expires_the_keys_its_arrivals_make_stale(spark: Any, tmp_path: Path,
-                                                               local_dir: Path) -> None:
+                                                               local_root: Path) -> None:
     """state_ttl: after a task, no key is left whose partition moved on by the TTL since its
     last row (a non-swap batch keeps that: the wake index reads them), in a swap batch too:
     the arriving keys raise partition 0's event time to 500, so its quiet keys (last row at
@@ -241,7 +222,7 @@ def test_a_swap_batch_expires_the_keys_its_arrivals_make_stale(spark: Any, tmp_p
 
 
 def test_an_empty_swap_batch_keeps_the_copies_current(spark: Any, tmp_path: Path,
-                                                      local_dir: Path) -> None:
+                                                      local_root: Path) -> None:
     """README: 'the copies stay current, so the batch after the swap rebuilds nothing', for
     an empty micro-batch too: its partitions, which no task ran for, are run on their local
     copies (the leaving keys go, the arriving ones come in), not rewritten whole."""
@@ -258,7 +239,7 @@ def test_an_empty_swap_batch_keeps_the_copies_current(spark: Any, tmp_path: Path
 
 
 def test_the_plan_reads_each_partition_once_per_swap_batch(
-        spark: Any, tmp_path: Path, local_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        spark: Any, tmp_path: Path, local_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """README: the plan reads every partition's version on the driver at each swap batch
     (each step of a fluid swap plans again): once per partition and swap batch, never more
     (the tasks and the segment job read the local copies, not the state path)."""
@@ -308,7 +289,7 @@ def dies_at(b_dead: int, how: str) -> Any:
     ("block", {"strategy": "hash", "mode": "fluid", "max_keys_per_batch": 40}, 3, "after"),
 ])
 def test_a_driver_dying_in_a_swap_batch_replays_exactly(spark: Any, tmp_path: Path,
-                                                        local_dir: Path, strategy: str,
+                                                        local_root: Path, strategy: str,
                                                         swap: dict[str, Any], crash: int,
                                                         how: str) -> None:
     placement = (lambda: tl.BlockPartitioner(4, num_blocks=64)) if strategy == "block" \
@@ -335,7 +316,7 @@ def test_a_driver_dying_in_a_swap_batch_replays_exactly(spark: Any, tmp_path: Pa
         total, rows = total.add(counts, fill_value=0), rows + int(counts.sum())
         check_invariants(run, total)
         assert run.counters()["rows"] == rows  # removed partitions' counters carried
-        assert audit(run, local_dir) == {}
+        assert audit(run, local_root) == {}
 
 
 @pytest.mark.parametrize("schema,keys,strategy", [
@@ -348,7 +329,7 @@ def test_a_driver_dying_in_a_swap_batch_replays_exactly(spark: Any, tmp_path: Pa
     ("k short, t long", list(range(-60, 60)), lambda: tl.BlockPartitioner(4, num_blocks=64)),
 ])
 def test_swaps_of_each_key_type_keep_state_and_copies_exact(spark: Any, tmp_path: Path,
-                                                             local_dir: Path, schema: str,
+                                                             local_root: Path, schema: str,
                                                              keys: list[Any], strategy: Any
                                                              ) -> None:
     run = make_run(tmp_path, strategy=strategy())
@@ -362,12 +343,12 @@ def test_swaps_of_each_key_type_keep_state_and_copies_exact(spark: Any, tmp_path
         run(df, b)
         total = total.add(counts, fill_value=0)
         check_invariants(run, total, null_key="<null>")
-        assert audit(run, local_dir) == {}
+        assert audit(run, local_root) == {}
     assert set(run.task_timings(4)["sync"]) == {"current"}
 
 
 def test_window_results_are_the_same_with_and_without_a_swap(spark: Any, tmp_path: Path,
-                                                             local_dir: Path) -> None:
+                                                             local_root: Path) -> None:
     """Shared window tables move with their keys: per-key watermarks (no idle timeout), so the
     outputs do not depend on the placement."""
     keys = [f"w{i:03d}" for i in range(120)]
@@ -398,7 +379,7 @@ def test_window_results_are_the_same_with_and_without_a_swap(spark: Any, tmp_pat
 
 
 def test_state_ttl_across_swaps_lost_and_stale_copies(spark: Any, tmp_path: Path,
-                                                      local_dir: Path) -> None:
+                                                      local_root: Path) -> None:
     """Every partition gets rows each batch and event times jump 1,000 a batch with TTL 500:
     after batch b exactly the keys of the latest run of consecutive batches survive, with the
     rows of that run. Swaps (sync up, fluid, down), copies deleted between the segment job and
@@ -407,12 +388,12 @@ def test_state_ttl_across_swaps_lost_and_stale_copies(spark: Any, tmp_path: Path
     saved: dict[str, Any] = {}
 
     def sink(out: Any, b: int) -> None:  # runs after the segment job, before the tasks
-        copy = next(local_dir.rglob("p00001.db"), None)
+        copy = next(local_root.rglob("p00001.db"), None)
         if b == 2 and copy is not None:
             shutil.copytree(copy, tmp_path / "p1_at_1")
             saved["dir"] = copy
         if b == 3:
-            shutil.rmtree(local_dir, ignore_errors=True)
+            shutil.rmtree(local_root, ignore_errors=True)
         if b == 5 and "dir" in saved:
             shutil.rmtree(saved["dir"], ignore_errors=True)
             shutil.copytree(tmp_path / "p1_at_1", saved["dir"])
@@ -435,7 +416,7 @@ def test_state_ttl_across_swaps_lost_and_stale_copies(spark: Any, tmp_path: Path
         counts = pd.Series(ks).value_counts()
         run_sum = {k: run_sum.get(k, 0) + int(v) for k, v in counts.items()}
         assert {k: int(v["n"]) for k, v in run.state_values().items()} == run_sum
-        assert audit(run, local_dir) == {}
+        assert audit(run, local_root) == {}
 
 
 def test_upkeep_ms_is_minus_one_on_the_file_store(spark: Any, tmp_path: Path) -> None:

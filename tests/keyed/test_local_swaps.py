@@ -14,7 +14,7 @@ import pytest
 from pyspark import cloudpickle
 
 import trilink_spark as tl
-from conftest import RunningCount
+from conftest import KeylessCount, RunningCount
 from testkit.swaps import check_invariants, die_after_writing
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -126,24 +126,19 @@ def test_a_replayed_swap_batch_gives_the_same_state(spark: Any, tmp_path: Path) 
 
 
 def test_a_swap_after_the_local_copies_are_lost_rebuilds_and_stays_exact(
-        spark: Any, tmp_path: Path) -> None:
-    local = tmp_path / "local"
-    spark.conf.set("spark.trilink.state.localDir", str(local))
-    try:
-        run = make_run(tmp_path, strategy=tl.BlockPartitioner(4, num_blocks=64))
-        total = load(spark, run)
-        shutil.rmtree(local)  # another machine: the segment job and the tasks rebuild
-        run.request_swap(num_partitions=2)
-        df, counts = batch(spark, 2, KEYS[:30], 150)
-        run(df, 2)
-        total = total.add(counts, fill_value=0)
-        check_invariants(run, total)
-        df, counts = batch(spark, 3, KEYS, 300)
-        run(df, 3)
-        check_invariants(run, total.add(counts, fill_value=0))
-        assert set(run.task_timings(3)["sync"]) == {"current"}
-    finally:
-        spark.conf.unset("spark.trilink.state.localDir")
+        spark: Any, tmp_path: Path, local_root: Path) -> None:
+    run = make_run(tmp_path, strategy=tl.BlockPartitioner(4, num_blocks=64))
+    total = load(spark, run)
+    shutil.rmtree(local_root)  # another machine: the segment job and the tasks rebuild
+    run.request_swap(num_partitions=2)
+    df, counts = batch(spark, 2, KEYS[:30], 150)
+    run(df, 2)
+    total = total.add(counts, fill_value=0)
+    check_invariants(run, total)
+    df, counts = batch(spark, 3, KEYS, 300)
+    run(df, 3)
+    check_invariants(run, total.add(counts, fill_value=0))
+    assert set(run.task_timings(3)["sync"]) == {"current"}
 
 
 def test_a_stale_version_from_an_attempt_without_the_swap_is_discarded(
@@ -167,18 +162,6 @@ def test_a_stale_version_from_an_attempt_without_the_swap_is_discarded(
     check_invariants(run, total.add(counts, fill_value=0))
 
 
-class CountOut(tl.KeyedWatermarkProcessFunction):
-    """Running count per key of any type (the output holds no key)."""
-
-    output_schema = "n long"
-    state_schema = "n long"
-
-    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: Any) -> Any:
-        n = ctx.get_state("n", 0) + len(rows)
-        ctx.set_state("n", n)
-        return [(n,)]
-
-
 @pytest.mark.parametrize("kind,make", [
     ("date", lambda i: __import__("datetime").date(2024, 1, 1 + i % 25)),
     ("timestamp", lambda i: __import__("datetime").datetime(2024, 1, 1, i % 24, 30)),
@@ -187,7 +170,7 @@ def test_date_and_timestamp_keys_live_on_the_local_store_through_a_swap(
         spark: Any, tmp_path: Path, kind: str, make: Any) -> None:
     """Date keys were kept in the file store ("date32[day]" was not recognised), and a
     timestamp key column failed before its first batch (its Arrow type needs a time zone)."""
-    run = tl.keyed_foreach_batch(lambda df, b: df.count(), "k", "t", CountOut(), 1000,
+    run = tl.keyed_foreach_batch(lambda df, b: df.count(), "k", "t", KeylessCount(), 1000,
                                  str(tmp_path / "state"), num_partitions=3)
     total: dict[str, int] = {}
 
