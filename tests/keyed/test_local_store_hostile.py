@@ -365,3 +365,21 @@ def test_keys_arriving_in_a_swap_raise_the_partition_time_before_due_keys_are_re
         save_touched(local, store, config, 0, 1, 0, state, before, pa.string(), None, proc, 0.0,
                      math.inf, lambda: None)
     assert counts(store, 1) == {"b": 1}  # "a" expired: 100 - 0 >= 50
+
+
+@pytest.mark.parametrize("interval,partitions", [(4, 4), (10, 8), (3, 7)])
+def test_partitions_that_fill_alike_take_their_snapshots_in_different_batches(
+        tmp_path: Path, interval: int, partitions: int) -> None:
+    """All partitions loaded at once would otherwise all be due in the same batch: that many
+    snapshot writers beside the next batches. Each takes its first snapshot within one more
+    interval, and no batch holds more than ceil(partitions / interval) of them."""
+    first: dict[int, int] = {}
+    for pid in range(partitions):
+        with LocalState.open(str(tmp_path), "stagger", pid) as local:
+            local.apply(0, "a", {}, [(b"\x00" * 4 + b"\x03k", head(1.0, 0) + b"r")], [], {},
+                        chain={"at": None, "logged": 5})
+            first[pid] = next(b for b in range(1, 10 * interval)
+                              if snapshot_due(local, b, interval, pid))
+    assert all(interval <= b < 2 * interval for b in first.values())
+    per_batch = pd.Series(list(first.values())).value_counts()
+    assert per_batch.max() <= -(-partitions // interval)

@@ -311,7 +311,7 @@ def _apply_table(local: LocalState, config: LocalConfig, version: int, attempt: 
                 layout=config.layout)
 
 
-def snapshot_due(local: LocalState, batch_id: int, interval: int) -> bool:
+def snapshot_due(local: LocalState, batch_id: int, interval: int, pid: int = 0) -> bool:
     """Whether the task of ``batch_id`` has the version it starts from written as a snapshot.
 
     A snapshot is due once ``interval`` batches have run since the one that started the last
@@ -322,9 +322,22 @@ def snapshot_due(local: LocalState, batch_id: int, interval: int) -> bool:
     O(state), is so spread over batches that changed as much as it holds: a batch pays
     O(its keys) for it, amortised, at any state size (as Spark's RocksDB provider consolidates
     changelogs after ``minDeltasForSnapshot`` of them); a rebuild reads at most about twice
-    the state. O(1).
+    the state, plus at most ``interval - 1`` batches' changelogs. Partition ``pid`` takes its
+    snapshots only in batches with ``(batch_id + pid) % interval == 0``, so partitions that
+    fill alike take theirs in different batches (``interval`` partitions never two in one
+    batch), not all in the same one. O(1).
+
+    Examples
+    --------
+    A partition 3 whose changes outgrew its state, at interval 4, waits for its slot:
+
+    >>> import tempfile
+    >>> with LocalState.open(tempfile.mkdtemp(), "doc", 3) as local:
+    ...     local.apply(5, "a", {}, [], [], {}, chain={"at": None, "logged": 9})
+    ...     [b for b in range(4, 12) if snapshot_due(local, b, 4, pid=3)]
+    [5, 9]
     """
-    if interval < 1:
+    if interval < 1 or (batch_id + pid) % interval:
         return False
     chain = local.chain
     at = chain.get("at")
@@ -639,7 +652,7 @@ def save_touched(local: LocalState, store: KeyedStateStore, config: LocalConfig,
     written = store.save_changelog(pid, batch_id, log)
     chain = local.chain
     snapshot_ms: float | None = None
-    if prev is not None and snapshot_due(local, batch_id, config.snapshot_interval):
+    if prev is not None and snapshot_due(local, batch_id, config.snapshot_interval, pid):
         started = time.perf_counter()
         start_snapshot(local, store, pid, prev, key_type)
         snapshot_ms = (time.perf_counter() - started) * 1000.0
