@@ -39,20 +39,20 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from ..columns import EVENT_TIME_COL
 from ..errors import StateCorruptError, StateTypeError, TrilinkError
 from ..state.changelog import DELETED_FIELD, changelog_info, changelog_table, combine
-from ..state.local import LocalState, head, key_bytes, split_head
+from ..state.local import NULL_KEY_BYTES, LocalState, head, key_bytes, split_head
 from ..state.rows import decode_rows, encode_rows
 from ..state.store import KEY_FIELD, STATE_KIND, KeyedStateStore
 from .snapshot import BATCH_TIME, PartitionState, add_counters, decode_state, encode_state
-from .snapshot import arriving_high, key_array, merge_in
+from .snapshot import arriving_high, key_array, merge_in, read_counters
 from .snapshots import start_snapshot, with_meta
 
 if TYPE_CHECKING:
@@ -62,9 +62,10 @@ if TYPE_CHECKING:
     from .process import KeyedWatermarkProcessFunction
 
 __all__ = ["LocalConfig", "LocalSync", "SwapIn", "read_moved", "local_root", "sync", "load_touched", "save_touched", "wake_times",
-           "snapshot_due", "SYNC_KINDS", "MAX_CHAIN_INTERVALS"]
+           "snapshot_due", "SYNC_KINDS", "MAX_CHAIN_INTERVALS", "BlockScan", "scan_blocks"]
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 #: What :func:`sync` did: the copy was current, undone one batch, caught up, or rebuilt.
 SYNC_KINDS = ("current", "undo", "catch-up", "rebuild")
@@ -497,12 +498,41 @@ class LocalSync:
     key_type: Any
 
 
+def _synced(local: LocalSync, store: KeyedStateStore, pid: int, version: int, where: str,
+            read: Callable[[LocalState], _T]) -> tuple[_T, dict[str, Any]]:
+    """``read(copy)`` on partition ``pid``'s local copy brought to ``version`` first (O(the
+    changelogs since its own, or a rebuild)), with the copy's partition-wide values. A copy
+    that cannot be read (``read`` raises :class:`StateCorruptError`) is a cache: it is
+    emptied and rebuilt from the state path once, as a batch's own task does.
+
+    Raises
+    ------
+    StateCorruptError
+        ``read`` fails on the copy rebuilt from the state path (the message names ``where``).
+    """
+    config = local.config
+    with LocalState.open(local_root(config), config.store_id, pid) as copy:
+        for attempt in (1, 2):
+            try:
+                sync(copy, store, config, pid, version, local.processor, local.delay,
+                     local.idle)
+                found = read(copy)
+                break
+            except StateCorruptError as err:
+                if attempt == 2:
+                    raise  # rebuilt from the state path: the state path itself disagrees
+                logger.warning("partition %d, %s: %s; rebuilding the local copy from %s", pid,
+                               where, err, store.path)
+                copy.reset()
+        return found, dict(copy.meta.get("meta") or {})
+
+
 def read_moved(local: LocalSync, store: KeyedStateStore, pid: int, version: int, keys: Any,
                where: str) -> Any:
     """The rows of ``keys`` (an Arrow array of stored keys) in partition ``pid``'s version
     ``version``, as a state table with the partition-wide values, read from its local copy
-    (brought to that version first: O(the changelogs since its own, or a rebuild)): a swap's
-    segments cost the moved keys, not the partition. O(len(keys)).
+    (:func:`_synced`): a swap's segments cost the moved keys, not the partition.
+    O(len(keys)).
 
     Raises
     ------
@@ -511,30 +541,135 @@ def read_moved(local: LocalSync, store: KeyedStateStore, pid: int, version: int,
         that cannot be read, or lacks one of them, is a cache: it is emptied and rebuilt, as
         a batch's own task does.
     """
-    config, key_type = local.config, local.key_type
-    with LocalState.open(local_root(config), config.store_id, pid) as copy:
-        for attempt in (1, 2):
-            try:
-                sync(copy, store, config, pid, version, local.processor, local.delay,
-                     local.idle)
-                wanted = _moved_bytes(config, keys, key_type)
-                rows = [v for v in copy.get(wanted) if v is not None]
-                if len(rows) != len(wanted):
-                    raise StateCorruptError(
-                        f"{where}: the swap plan moves {len(wanted)} keys out, but the local "
-                        f"copy {copy.directory} at version {version} holds {len(rows)} of them")
-                table = _stored_table(copy, rows)
-                break
-            except StateCorruptError as err:
-                if attempt == 2:
-                    raise  # rebuilt from the state path: the state path itself disagrees
-                logger.warning("partition %d, swap segments: %s; rebuilding the local copy "
-                               "from %s", pid, err, store.path)
-                copy.reset()
-        meta = dict(copy.meta.get("meta") or {})
-        if table is None:
-            table = encode_state(PartitionState(), key_type).slice(0, 0)
-        return with_meta(table, meta)
+    def read(copy: LocalState) -> Any:
+        wanted = _moved_bytes(local.config, keys, local.key_type)
+        rows = [v for v in copy.get(wanted) if v is not None]
+        if len(rows) != len(wanted):
+            raise StateCorruptError(
+                f"{where}: the swap plan moves {len(wanted)} keys out, but the local copy "
+                f"{copy.directory} at version {version} holds {len(rows)} of them")
+        return _stored_table(copy, rows)
+
+    table, meta = _synced(local, store, pid, version, f"{where}, swap segments", read)
+    if table is None:
+        table = encode_state(PartitionState(), local.key_type).slice(0, 0)
+    return with_meta(table, meta)
+
+
+@dataclass(frozen=True)
+class BlockScan:
+    """What :func:`scan_blocks` read of one partition's local copy for a swap plan.
+
+    Attributes
+    ----------
+    keys : int
+        The keys the copy holds.
+    counters : dict
+        The partition's counters (rows, late, late_partition).
+    loads : numpy.ndarray or None
+        Per block, the summed row counts of its keys (each at least 1), as a swap plan weighs
+        them; None when not asked for.
+    null_load : float
+        The null key's row count (0: no null key), which has no block.
+    moved : pyarrow.Table
+        The keys of the blocks asked for (``key`` as stored, ``block``).
+    """
+
+    keys: int
+    counters: dict[str, int]
+    loads: Any
+    null_load: float
+    moved: Any
+
+
+def scan_blocks(local: LocalSync, store: KeyedStateStore, pid: int, version: int,
+                blocks: Sequence[int], loads: bool, where: str) -> BlockScan:
+    """Read partition ``pid``'s version ``version`` from its local copy for a swap plan by
+    blocks: its key count and counters (O(1)), the keys of ``blocks`` (one range scan each:
+    O(their keys)), and with ``loads`` every block's load (a full scan, O(the partition)).
+    The copy is brought to ``version`` first (:func:`_synced`).
+
+    The copy is checked as it is read: each scanned block must hold as many keys as the
+    copy's per-block record (:attr:`~trilink_spark.state.local.LocalState.block_keys`), and
+    a full scan as many as its key count. A copy that fails, or keeps no per-block record
+    (an earlier release wrote it), is rebuilt from the state path and read again."""
+    import pyarrow as pa
+
+    def read(copy: LocalState) -> BlockScan:
+        keys = copy.keys
+        held = copy.block_keys
+        if held is None and copy.version is not None:
+            raise StateCorruptError(f"{copy.directory} keeps no key count per block (written "
+                                    "by an earlier release), so its blocks cannot be checked")
+        per_block, null_load = None, 0.0
+        if loads:
+            per_block, null_load, scanned = _block_loads(copy, local.config.blocks)
+            if scanned != keys:
+                raise StateCorruptError(f"{copy.directory} holds {scanned} keys, but its "
+                                        f"record says {keys}")
+        parts, block_ids = [], []
+        for block in blocks:
+            found = copy.block_rows(int(block))
+            if held is not None and len(found) != held.get(str(int(block)), 0):
+                raise StateCorruptError(
+                    f"{copy.directory} holds {len(found)} keys of block {int(block)}, but its "
+                    f"record says {held.get(str(int(block)), 0)}: rows were lost or added "
+                    "behind its back")
+            table = _stored_table(copy, [row for _, row in found])
+            if table is not None:
+                parts.append(table.select([KEY_FIELD]))
+                block_ids.append(np.full(table.num_rows, int(block), dtype=np.int32))
+        if parts:
+            moved = pa.concat_tables(parts, promote_options="permissive")
+            moved = moved.append_column("block", pa.array(np.concatenate(block_ids)))
+        else:
+            moved = pa.table({KEY_FIELD: pa.array([], local.key_type or pa.null()),
+                              "block": pa.array([], pa.int32())})
+        return BlockScan(keys, {}, per_block, null_load, moved)
+
+    found, meta = _synced(local, store, pid, version, f"{where}, swap plan", read)
+    empty = encode_state(PartitionState(), local.key_type).slice(0, 0)
+    counters = read_counters(with_meta(empty, meta), f"{where}, local copy")
+    return BlockScan(found.keys, counters, found.loads, found.null_load, found.moved)
+
+
+def _block_loads(copy: LocalState, blocks: BlockPartitioner | None,
+                 chunk: int = 65536) -> tuple[Any, float, int]:
+    """Per block, the summed ``max(rows, 1)`` of its keys, the null key's, and the keys
+    scanned: one full scan of the copy, decoded ``chunk`` rows at a time (memory O(chunk +
+    blocks))."""
+    loads = np.zeros(1 if blocks is None else blocks.num_blocks, dtype=np.float64)
+    null_load = 0.0
+    scanned = 0
+    pending: list[tuple[bytes, bytes]] = []
+
+    def flush() -> float:
+        groups: dict[int, tuple[list[int], list[bytes]]] = {}
+        null = 0.0
+        for k, row in pending:
+            _, sid, body = split_head(row, copy.directory)
+            ids, bodies = groups.setdefault(sid, ([], []))
+            ids.append(-1 if k == NULL_KEY_BYTES else int.from_bytes(k[:4], "big"))
+            bodies.append(body)
+        for sid, (ids, bodies) in groups.items():
+            rows = decode_rows(bodies, copy.schema(sid)).column("rows").to_numpy()
+            weight = np.maximum(np.asarray(rows, dtype=np.float64), 1.0)
+            at = np.asarray(ids, dtype=np.int64)
+            null += float(weight[at < 0].sum())
+            if (at >= len(loads)).any():
+                raise StateCorruptError(f"{copy.directory}: a key of block {int(at.max())}, "
+                                        f"beyond the layout's {len(loads)} blocks")
+            np.add.at(loads, at[at >= 0], weight[at >= 0])
+        pending.clear()
+        return null
+
+    for item in copy.rows():
+        pending.append(item)
+        scanned += 1
+        if len(pending) >= chunk:
+            null_load += flush()
+    null_load += flush()
+    return loads, null_load, scanned
 
 
 def _moved_bytes(config: LocalConfig, keys: Any, key_type: Any) -> list[bytes]:

@@ -51,6 +51,7 @@ from .replan import source_placement, started_arguments, state_key_type
 from .replan import stored_placement, swap_report
 from .state_reader import read_state_values, read_task_timings, sum_counters
 from .swap import SwapReport, SwapRequest, check_request, plan_swap, write_segments
+from .swap_blocks import block_aim, plan_block_swap, plans_by_blocks
 from .task import StateIO, partition_function, run_without_rows, state_types
 
 if TYPE_CHECKING:
@@ -322,7 +323,13 @@ class KeyedBatchFunction(StatefulBatchFunction):
             if new_placement:
                 self.store.save_placement(batch_id, None, partitions)
         else:
-            chosen = self._placement(batch_df, batch_id, prev, manifest)
+            def planning(strategy: Partitioner) -> LocalSync | None:
+                found = self._local_config(batch_df, key_type, strategy,
+                                           manifest.get("path_id"), clock)
+                return None if found is None else LocalSync(
+                    found, o["processor"], delay_units, idle_units, key_type)
+
+            chosen = self._placement(batch_df, batch_id, prev, manifest, planning)
             done, refused = chosen.request_id, chosen.refused
             prev_partitions, swap_plan, new_placement = (chosen.prev_partitions, chosen.plan,
                                                          chosen.new)
@@ -430,10 +437,14 @@ class KeyedBatchFunction(StatefulBatchFunction):
                            self._processing_ttl_ms, *(clock or (None, None)))
 
     def _placement(self, batch_df: DataFrame, batch_id: int, prev: int | None,
-                   manifest: dict[str, Any] | None) -> Placed:
+                   manifest: dict[str, Any] | None,
+                   planning: Callable[[Partitioner], LocalSync | None] | None = None
+                   ) -> Placed:
         """The placement of ``batch_id``, and the swap plan when it moves state. A new
         placement (the first batch's, or a swap's) is stored before any task runs, with the
-        state's key type; a swap that cannot be planned is refused (:meth:`_plan`)."""
+        state's key type; a swap that cannot be planned is refused (:meth:`_plan`).
+        ``planning(placement)``: the local copies a swap between block tables plans from
+        (:mod:`~trilink_spark.keyed.swap_blocks`); None, or returning None: by keys."""
         o = self.options
         column = self._column if self._column is not None else KeyColumn.of(batch_df, o["key"])
         if prev is None:
@@ -468,8 +479,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
             request = self._pending(batch_df, batch_id, manifest or {}, current)
         if request is None:
             return Placed(current, prev_partitions, None, None, False, refused, done)
-        return self._plan(batch_id, prev, current, prev_partitions, request, target, kind,
-                          refused, done)
+        return self._plan(batch_df, batch_id, prev, current, prev_partitions, request,
+                          target, kind, refused, done, planning)
 
     def _replayed(self, replayed: Placed) -> Placed:
         """An earlier attempt's placement of this batch; the request it planned is done."""
@@ -477,9 +488,10 @@ class KeyedBatchFunction(StatefulBatchFunction):
             self._drop(replayed.request_id)
         return replayed
 
-    def _plan(self, batch_id: int, prev: int, current: Partitioner, prev_partitions: int,
-              request: SwapRequest, target: Partitioner | None, kind: str | None,
-              refused: tuple[SwapReport, ...], done: str | None) -> Placed:
+    def _plan(self, batch_df: DataFrame, batch_id: int, prev: int, current: Partitioner,
+              prev_partitions: int, request: SwapRequest, target: Partitioner | None,
+              kind: str | None, refused: tuple[SwapReport, ...], done: str | None,
+              planning: Callable[[Partitioner], LocalSync | None] | None) -> Placed:
         """Plan ``request`` for ``batch_id`` on the state's key type ``kind`` and store the
         plan before any task runs. A request that cannot be planned (the planner refuses its
         target, its key type, or the stored keys) is refused: logged, reported, and the batch
@@ -487,8 +499,20 @@ class KeyedBatchFunction(StatefulBatchFunction):
         still fails the batch."""
         started = time.perf_counter()
         try:
-            plan, moves, placement = plan_swap(self.store, batch_id, prev, current, request,
-                                               target, kind)
+            aim = block_aim(current, request, target, kind)
+            local = None
+            if aim is not None and planning is not None and plans_by_blocks(
+                    conf_get(batch_df.sparkSession, "state.blockPlans", "auto"), aim,
+                    lambda: sum(self.store.version_bytes(p, prev)
+                                for p in range(prev_partitions))):
+                local = planning(current)
+            if aim is not None and local is not None:
+                plan, moves, placement = plan_block_swap(
+                    batch_df.sparkSession, self.store, batch_id, prev,
+                    current, request, aim, local)  # type: ignore[arg-type]
+            else:
+                plan, moves, placement = plan_swap(self.store, batch_id, prev, current,
+                                                   request, target, kind)
         except (StateCorruptError, StateStoreError, MemoryError):
             raise  # the state cannot be read: the batch fails, the request waits for its retry
         except Exception as err:  # noqa: BLE001 - a plan that cannot be made is refused

@@ -38,6 +38,7 @@ from .incremental import LocalSync, read_moved
 from .snapshot import decode_keys, read_counters
 
 __all__ = ["SwapReport", "SwapRequest", "SWAP_MODES", "REFITS", "check_request", "plan_swap",
+           "block_steps", "next_blocks", "resized", "request_start",
            "write_segments"]
 
 logger = logging.getLogger(__name__)
@@ -183,40 +184,48 @@ def _counts(keys: list[Any], rows: Any) -> dict[Any, int]:
     return {k: max(int(r), 1) for k, r in zip(keys, rows)}
 
 
-def _resized(strategy: Partitioner, n: int) -> Partitioner:
+def resized(strategy: Partitioner, n: int) -> Partitioner:
     """An unfitted strategy of ``strategy``'s kind and configuration on ``n`` partitions."""
     return Partitioner.from_dict({**strategy.fresh().to_dict(), "num_partitions": n})
 
 
-def _target(current: Partitioner, request: SwapRequest, keys: list[Any],
-            rows: Any, key_type: str | None) -> Partitioner:
-    """The placement a request aims at, from the current one and the stored keys' loads,
-    bound to the state's key type (before it places any key)."""
+def request_start(current: Partitioner, request: SwapRequest, key_type: str | None
+           ) -> tuple[int, Partitioner | None]:
+    """The partition count a request aims at, and the strategy it starts from (None: the
+    placement in force, re-fitted or re-made), bound to the state's key type."""
     n = request.num_partitions or (request.strategy.num_partitions
                                    if request.strategy is not None else current.num_partitions)
-    counts = _counts(keys, rows)
     base = request.strategy
     if request.strategy_name is not None:
         from ..partitioners.catalogue import build
 
         base = build(request.strategy_name, n)
     elif base is not None and base.num_partitions != n:
-        base = _resized(base, n)
+        base = resized(base, n)
     if base is not None:  # a copy: the request's own strategy is never changed
         base = base.for_column(key_type)
+    return n, base
+
+
+def _target(current: Partitioner, request: SwapRequest, keys: list[Any],
+            rows: Any, key_type: str | None) -> Partitioner:
+    """The placement a request aims at, from the current one and the stored keys' loads,
+    bound to the state's key type (before it places any key)."""
+    n, base = request_start(current, request, key_type)
+    counts = _counts(keys, rows)
     if request.refit == "minimal":
         start = base if base is not None else current
         if isinstance(start, WeightPartitioner):  # unequal capacities: refit it whole
-            return _resized(start, n).fit(counts)
+            return resized(start, n).fit(counts)
         return rebalance_minimal(start, counts, num_partitions=n)
     if base is None:  # refit="none", only a new partition count: same kind, re-made
-        base = _resized(current, n)
+        base = resized(current, n)
     if isinstance(base, TablePartitioner) and not len(base):
         base.fit(counts)
     return base
 
 
-def _block_steps(base: Partitioner, target: Partitioner) -> bool:
+def block_steps(base: Partitioner, target: Partitioner) -> bool:
     """Whether a fluid swap from ``base`` to ``target`` moves whole blocks (both block tables
     over the same blocks); else it moves keys, under an overlay."""
     return (isinstance(base, BlockPartitioner) and isinstance(target, BlockPartitioner)
@@ -224,13 +233,13 @@ def _block_steps(base: Partitioner, target: Partitioner) -> bool:
             and base.null_policy == target.null_policy)
 
 
-def _next_blocks(base: BlockPartitioner, target: BlockPartitioner, keys: list[Any],
-                 moving: Any, cap: int) -> tuple[Any, BlockPartitioner]:
-    """The keys of the next blocks to move (smallest first, as many as fit in ``cap`` keys,
-    at least one block) and the block table placing them: ``base``'s table with those blocks
+def next_blocks(base: BlockPartitioner, target: BlockPartitioner, blocks: Any,
+                 cap: int) -> tuple[Any, BlockPartitioner]:
+    """Which moving keys go next, given each one's block (``blocks``): the keys of the
+    smallest blocks, as many as fit in ``cap`` keys, at least one block (a mask over
+    ``blocks``), and the block table placing them: ``base``'s table with those blocks
     switched to ``target``'s partitions, on ``max`` of both partition counts (a partition
     being removed keeps its blocks until they leave). O(keys + num_blocks log num_blocks)."""
-    blocks = base.blocks(keys)[moving]
     ids, sizes = np.unique(blocks, return_counts=True)
     order = np.argsort(sizes, kind="stable")
     fits = np.cumsum(sizes[order]) <= cap
@@ -239,7 +248,7 @@ def _next_blocks(base: BlockPartitioner, target: BlockPartitioner, keys: list[An
     table = base.table.copy()
     table[chosen] = target.table[chosen]
     hybrid = base.with_table(table, max(base.num_partitions, target.num_partitions))
-    return moving[np.isin(blocks, chosen)], hybrid
+    return np.isin(blocks, chosen), hybrid
 
 
 def _probe_keys(key_type: str | None, column_type: str | None) -> list[Any] | None:
@@ -376,7 +385,7 @@ def plan_swap(store: KeyedStateStore, batch_id: int, prev: int, current: Partiti
     complete = True
     # a swap under way under a key overlay (planned by a release before block steps) goes on
     # by keys: a block table would drop the overrides, which place keys already moved
-    in_blocks = not overrides and _block_steps(base, target)
+    in_blocks = not overrides and block_steps(base, target)
     hybrid: BlockPartitioner | None = None
     if request.mode == "fluid" and request.max_keys_per_batch is not None \
             and len(moving) > request.max_keys_per_batch:
@@ -385,11 +394,12 @@ def plan_swap(store: KeyedStateStore, batch_id: int, prev: int, current: Partiti
             heaviest = np.argsort(-rows[moving], kind="stable")[: request.max_keys_per_batch]
             moving = np.sort(moving[heaviest])
         else:
-            chosen, hybrid = _next_blocks(base, target,  # type: ignore[arg-type]
-                                          keys, moving, request.max_keys_per_batch)
-            if len(chosen) == len(moving):  # one block over the cap holds every key left:
+            blocks = base.blocks(keys)[moving]  # type: ignore[attr-defined]
+            chosen, hybrid = next_blocks(base, target,  # type: ignore[arg-type]
+                                          blocks, request.max_keys_per_batch)
+            if chosen.all():  # one block over the cap holds every key left:
                 hybrid, complete = None, True  # done now, not after an empty step
-            moving = chosen
+            moving = moving[chosen]
     if complete:
         placement: Partitioner = target
     elif hybrid is not None:

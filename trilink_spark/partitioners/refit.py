@@ -112,8 +112,13 @@ def _loads(raw: Any) -> npt.NDArray[np.float64]:
     return values
 
 
-def _block_counts(counts: Any, num_blocks: int) -> npt.NDArray[np.float64]:
-    """Per-block loads given per block: a sequence of ``num_blocks`` loads or ``{block: load}``."""
+def _block_counts(counts: Any, num_blocks: int) -> tuple[npt.NDArray[np.float64], float]:
+    """Per-block loads given per block (a sequence of ``num_blocks`` loads or ``{block: load}``)
+    and the null keys' load (a mapping's ``None`` entry)."""
+    null_load = 0.0
+    if isinstance(counts, Mapping) and None in counts:
+        counts = dict(counts)
+        null_load = float(_loads([counts.pop(None)])[0])
     if isinstance(counts, (pd.Series, Mapping)):
         if isinstance(counts, pd.Series):
             blocks, values = counts.index.to_numpy(), _loads(counts.to_numpy())
@@ -128,7 +133,7 @@ def _block_counts(counts: Any, num_blocks: int) -> npt.NDArray[np.float64]:
             raise InvalidArgumentError(f"block ids must be in [0, {num_blocks})")
         out = np.zeros(num_blocks, dtype=np.float64)
         np.add.at(out, blocks, values)
-        return out
+        return out, null_load
     if isinstance(counts, (str, bytes)) or not isinstance(counts, (Sequence, np.ndarray)):
         raise InvalidArgumentTypeError(
             "with unit='block' counts are {block: load}, a Series indexed by block, or one "
@@ -140,7 +145,7 @@ def _block_counts(counts: Any, num_blocks: int) -> npt.NDArray[np.float64]:
             f"with unit='block' counts must list {num_blocks} loads (one per block), "
             f"got {values.size}"
         )
-    return values
+    return values, null_load
 
 
 # ---------------------------------------------------------------------- the algorithm
@@ -319,7 +324,8 @@ def rebalance_minimal(
         ``current`` places them). An adaptive partitioner stands for its current strategy.
     counts : mapping of key to number, or pandas.Series indexed by key
         Load of each key (records, or state size). With ``unit="block"``: load per block
-        instead, as ``{block: load}``, a Series indexed by block or ``num_blocks`` loads.
+        instead, as ``{block: load}``, a Series indexed by block or ``num_blocks`` loads; a
+        ``None`` entry of the mapping is the null keys' load (they have no block).
         Null keys (null policy ``"partition0"``) load partition 0 and never move.
     num_partitions : int, optional
         Partitions of the result (default: ``current``'s). Fewer: the units of the removed
@@ -426,7 +432,7 @@ def _rebalance_blocks(p: BlockPartitioner, counts: Any, n: int, tau: float,
                       cap: float | None, unit: str) -> BlockPartitioner:
     null_load = 0.0
     if unit == "block":
-        weights = _block_counts(counts, p.num_blocks)
+        weights, null_load = _block_counts(counts, p.num_blocks)
     else:
         distinct, _keys, loads, null_load = _key_counts(counts, p.null_policy, False)
         blocks = p.blocks(distinct) if len(distinct) else np.zeros(0, dtype=np.int64)

@@ -51,7 +51,7 @@ from ..errors import StateCorruptError, StateStoreError
 from .formats import is_count
 
 __all__ = ["LocalState", "key_bytes", "LOCAL_KEY_TYPES", "wake_bytes", "supports_key_type",
-           "head", "split_head", "iter_rows", "open_checkpoint"]
+           "head", "split_head", "iter_rows", "open_checkpoint", "NULL_KEY_BYTES"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +66,8 @@ _EXPIRY = b"x"
 #: The longest :meth:`LocalState.settle` waits for a compaction (seconds).
 SETTLE_TIMEOUT_S = 120.0
 _HEAD = struct.Struct(">dI")  # wake time, schema id
+#: The local key bytes of the null (and NaN) key: block 0, tag 0, no body (:func:`key_bytes`).
+NULL_KEY_BYTES = bytes(5)
 #: Arrow type names whose keys the local store encodes (others keep the file store).
 LOCAL_KEY_TYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "bool",
                    "float", "double", "halffloat", "string", "large_string", "binary",
@@ -445,6 +447,25 @@ class LocalState:
         """Every key's bytes and stored row, in key order (a full scan: snapshots)."""
         return iter_rows(self._db)
 
+    @property
+    def block_keys(self) -> dict[str, int] | None:
+        """The keys this copy holds per block (``{"<block>": count}``, the null key under
+        ``"null"``), kept by :meth:`apply` in O(the keys it adds or deletes); None for a copy
+        written before they were kept (a rebuild keeps them)."""
+        found = self.meta.get("blocks")
+        if isinstance(found, dict) and all(is_count(v, 0) for v in found.values()):
+            return found
+        return None
+
+    def block_rows(self, block: int) -> list[tuple[bytes, bytes]]:
+        """The key bytes and stored rows of one block's keys, the null key left out (it has
+        no block: :func:`key_bytes` files it under block 0). One range scan: a key's bytes
+        start with its block, so O(the block's keys)."""
+        prefix = _ROW + struct.pack(">I", block)
+        with self._guard(f"scan block {block}"):
+            return [(k[1:], v) for k, v in _prefixed_items(self._db, prefix)
+                    if k[1:] != NULL_KEY_BYTES]
+
     # ------------------------------------------------------------------ writing
     def register(self, schema: Any) -> int:
         """The id of ``schema`` (stored on first use)."""
@@ -538,11 +559,14 @@ class LocalState:
             wb.delete(_ROW + k)
             if timed:
                 wb.delete(_TIME + k)
-        added = sum(1 for k, _ in puts if before.get(k) is None)
-        removed = sum(1 for k in deletes if before.get(k) is not None)
+        new_keys = [k for k, _ in puts if before.get(k) is None]
+        gone = [k for k in deletes if before.get(k) is not None]
         new_meta = {"version": version, "attempt": attempt, "meta": meta,
-                    "keys": max(self.keys + added - removed, 0),
+                    "keys": max(self.keys + len(new_keys) - len(gone), 0),
                     "chain": self.chain if chain is None else chain}
+        blocks = {} if self.version is None else self.block_keys
+        if blocks is not None:  # a copy written before they were kept keeps none
+            new_meta["blocks"] = _counted(blocks, new_keys, gone)
         if (layout or self.layout) is not None:
             new_meta["layout"] = layout or self.layout
         if timed:
@@ -671,6 +695,17 @@ def _remove_stale_checkpoints(base: str, partition: int) -> None:
                     shutil.rmtree(path, ignore_errors=True)
             except OSError:
                 pass
+
+
+def _counted(blocks: dict[str, int], added: Sequence[bytes], gone: Sequence[bytes]
+             ) -> dict[str, int]:
+    """``blocks`` (keys per block, :attr:`LocalState.block_keys`) with keys added and gone."""
+    out = dict(blocks)
+    for keys, step in ((added, 1), (gone, -1)):
+        for k in keys:
+            label = "null" if k == NULL_KEY_BYTES else str(int.from_bytes(k[:4], "big"))
+            out[label] = out.get(label, 0) + step
+    return {label: n for label, n in out.items() if n > 0}
 
 
 def head(wake: float, sid: int) -> bytes:
