@@ -42,7 +42,7 @@ from .incremental import BlockScan, LocalSync, scan_blocks
 from .swap import SwapRequest, block_steps, next_blocks, resized, request_start
 
 __all__ = ["BlockAim", "block_aim", "plan_block_swap", "plans_by_blocks", "BLOCK_PLANS",
-           "GIVEN_BY_BLOCKS_BYTES", "REFIT_BY_BLOCKS_BYTES"]
+           "GIVEN_BY_BLOCKS_BYTES"]
 
 logger = logging.getLogger(__name__)
 
@@ -83,22 +83,19 @@ def block_aim(current: Partitioner, request: SwapRequest, target: Partitioner | 
 
 
 #: ``auto`` plans a block swap whose target is given whole by blocks from this many bytes of
-#: state on the state path (below it, the driver reads the state faster than a Spark job
-#: starts: RESULTS.md), and any block swap from :data:`REFIT_BY_BLOCKS_BYTES`.
+#: state on the state path; below it, the driver reads a local state path faster than the
+#: scan job runs. A refit it plans by keys: its per-block loads are a full scan of each copy
+#: in Python, which measured slower than the driver's read at every size (RESULTS.md).
 GIVEN_BY_BLOCKS_BYTES = 64 << 20
-#: ``auto`` plans a refit by blocks from this many bytes of state on the state path: the
-#: per-block loads are a full scan of each copy in Python, slower than the driver's read of a
-#: local state path, but the driver then no longer holds every key (about 10M keys).
-REFIT_BY_BLOCKS_BYTES = 1 << 30
 BLOCK_PLANS = ("auto", "true", "false")
 
 
 def plans_by_blocks(setting: str, aim: BlockAim, state_bytes: Callable[[], int]) -> bool:
     """Whether to plan a block swap by blocks (:func:`plan_block_swap`) or by keys, per
     ``spark.trilink.state.blockPlans`` (``setting``): ``"true"``, ``"false"``, or
-    ``"auto"``: by blocks once ``state_bytes()`` (the version's bytes on the state path, one
-    listing per partition) reaches :data:`GIVEN_BY_BLOCKS_BYTES` for a target given whole, or
-    :data:`REFIT_BY_BLOCKS_BYTES` for a refit.
+    ``"auto"``: a target given whole by blocks once ``state_bytes()`` (the version's bytes on
+    the state path, one listing per partition) reaches :data:`GIVEN_BY_BLOCKS_BYTES`, a refit
+    by keys.
 
     Raises
     ------
@@ -114,7 +111,7 @@ def plans_by_blocks(setting: str, aim: BlockAim, state_bytes: Callable[[], int])
     value = choice(setting.strip().lower(), "spark.trilink.state.blockPlans", BLOCK_PLANS)
     if value != "auto":
         return value == "true"
-    return state_bytes() >= (REFIT_BY_BLOCKS_BYTES if aim.refit else GIVEN_BY_BLOCKS_BYTES)
+    return not aim.refit and state_bytes() >= GIVEN_BY_BLOCKS_BYTES
 
 
 def plan_block_swap(spark: Any, store: KeyedStateStore, batch_id: int, prev: int,
