@@ -20,6 +20,7 @@ from testkit.swaps import check_invariants
 from trilink_spark.partitioners import rebalance_minimal
 from trilink_spark.state.local import NULL_KEY_BYTES, LocalState, head, key_bytes
 from trilink_spark.state.store import KeyedStateStore
+from trilink_spark.state.held import ask_release
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -251,6 +252,7 @@ def test_a_copy_that_lost_rows_is_rebuilt_by_the_plan(spark: Any, tmp_path: Path
     dbs = list(local_root.rglob("p0000*.db"))
     assert dbs
     for db_dir in dbs:
+        ask_release(str(db_dir))  # a worker holds it open since its task
         db = Rdict(str(db_dir), Options(raw_mode=True))
         meta = json.loads(db[b"m"])
         assert "blocks" in meta

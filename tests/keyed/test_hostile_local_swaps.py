@@ -29,6 +29,7 @@ from trilink_spark.keyed.incremental import LocalConfig, SwapIn, load_touched, s
 from trilink_spark.keyed.process import KeyedRuntime
 from trilink_spark.state.local import LocalState
 from trilink_spark.state.store import KeyedStateStore
+from trilink_spark.state.held import ask_release
 from conftest import KeylessCount
 from testkit.swaps import check_invariants, die_after_writing
 
@@ -110,6 +111,7 @@ def test_a_damaged_source_copy_is_rebuilt_by_the_segment_job_not_fatal(
     df, total = frame(spark, 0, KEYS, 1000)
     run(df, 0)
     for db_dir in local_root.rglob("p0000*.db"):
+        ask_release(str(db_dir))  # a worker holds it open since its task
         db = Rdict(str(db_dir), Options(raw_mode=True))
         rows = [k for k in db.keys() if k.startswith(b"r")]
         if damage == "garbage_rows":

@@ -20,6 +20,7 @@ from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
 from trilink_spark.errors import StateCorruptError, StateStoreError
 from trilink_spark.keyed import KeyedContext
 from trilink_spark.state.local import LocalState
+from trilink_spark.state.held import ask_release
 
 SIZE, DELAY = 10.0, 2.0
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Counting ships to the tasks
@@ -178,6 +179,7 @@ def test_a_damaged_local_copy_is_rebuilt_not_trusted(spark: Any, tmp_path: Path,
     from rocksdict import Options, Rdict
 
     for db_dir in local_root.rglob("p00000.db"):
+        ask_release(str(db_dir))  # a worker holds it open since its task
         db = Rdict(str(db_dir), Options(raw_mode=True))
         for k in list(db.keys()):
             if k.startswith(b"r"):

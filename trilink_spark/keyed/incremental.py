@@ -105,6 +105,10 @@ class LocalConfig:
     ttl_since : float or None
         The processing time a key without a recorded ``batch_time`` counts as last brought
         a row at: the time of the first batch of the run's processing-time TTL.
+    keep_open : bool
+        Whether a batch's task leaves its copy open in its Python worker for the partition's
+        next task there (``spark.trilink.state.keepOpen``;
+        :meth:`~trilink_spark.state.local.LocalState.release`).
     """
 
     root: str
@@ -115,6 +119,7 @@ class LocalConfig:
     processing_ttl: float = math.inf
     batch_time: float | None = None
     ttl_since: float | None = None
+    keep_open: bool = True
 
     @property
     def layout(self) -> str:

@@ -433,8 +433,11 @@ class KeyedBatchFunction(StatefulBatchFunction):
         if isinstance(path_id, str) and path_id:
             named += f":{path_id}"
         store_id = hashlib.sha256(named.encode()).hexdigest()[:20]
+        keep = choice(conf_get(spark, "state.keepOpen", "true").strip().lower(),
+                      "spark.trilink.state.keepOpen", ("true", "false"))
+        at, since = clock or (None, None)
         return LocalConfig(root, store_id, interval, self._ttl_units, blocks,
-                           self._processing_ttl_ms, *(clock or (None, None)))
+                           self._processing_ttl_ms, at, since, keep_open=keep == "true")
 
     def _placement(self, batch_df: DataFrame, batch_id: int, prev: int | None,
                    manifest: dict[str, Any] | None,

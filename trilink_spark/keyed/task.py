@@ -286,7 +286,9 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
     target = io.prev if pid < io.prev_partitions else None
     where = f"state of partition {pid} before batch {io.batch_id}"
     moved = io.moved(pid) if io.swap else None
-    with LocalState.open(local_root(config), config.store_id, pid) as local:
+    local = LocalState.open(local_root(config), config.store_id, pid)
+    done = False
+    try:
         for attempt in (1, 2):
             try:
                 synced = sync(local, io.store, config, pid, target, processor, delay,
@@ -310,10 +312,17 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
             local, io.store, config, pid, io.batch_id, target, runtime.snapshot(), before,
             io.key_type, io.value_type, processor, delay, idle_timeout, lambda: io.fence(pid),
             None if moved is None else moved.leaving)
-        settled = local.settle()  # the copy's compaction runs while it is open
-    logger.debug("partition %d, batch %d: %s local state, %d keys read, %d bytes logged%s",
+        started = time.perf_counter()
+        if not config.keep_open:
+            local.settle()  # the copy's compaction runs while it is open
+        done = True
+    finally:  # held open for this worker's next task of the partition, or closed
+        held = local.release(keep=done and config.keep_open)
+    settled = time.perf_counter() - started
+    logger.debug("partition %d, batch %d: %s local state, %d keys read, %d bytes logged%s%s",
                  pid, io.batch_id, synced, len(before), written,
-                 "" if snapshot_ms is None else ", a snapshot started")
+                 "" if snapshot_ms is None else ", a snapshot started",
+                 ", held open" if held else "")
     upkeep_ms = (snapshot_ms or 0.0) + settled * 1000.0
     extra = {"sync": synced, "keys_read": len(before), "snapshot": snapshot_ms is not None,
              "upkeep_ms": round(upkeep_ms, 3)}

@@ -49,6 +49,7 @@ import numpy as np
 
 from ..errors import StateCorruptError, StateStoreError
 from .formats import is_count
+from .held import ask_release, hold, take
 
 __all__ = ["LocalState", "key_bytes", "LOCAL_KEY_TYPES", "wake_bytes", "supports_key_type",
            "head", "split_head", "iter_rows", "open_checkpoint", "NULL_KEY_BYTES"]
@@ -171,19 +172,21 @@ class LocalState:
 
     Notes
     -----
-    Cost: opening is one ``flock`` and one RocksDB open (milliseconds); reads and writes
-    cost what they touch (:meth:`get`: one multi-get; :meth:`due` and :meth:`expiring`: one
-    range scan of the due entries; :meth:`apply`: one atomic write batch, and for a
-    :attr:`timed` copy one multi-get of the touched keys' processing times). A copy is open
-    only while a task runs, so RocksDB's background compaction has no time of its own:
-    :meth:`settle`, at the end of each task, lets it finish, or each task's writes would stay
-    one more level-0 table file that every later read searches.
+    Cost: opening is one ``flock`` and one RocksDB open (milliseconds), or nothing when this
+    worker holds the copy open since the partition's last task here (:meth:`release`); reads
+    and writes cost what they touch (:meth:`get`: one multi-get; :meth:`due` and
+    :meth:`expiring`: one range scan of the due entries; :meth:`apply`: one atomic write
+    batch, and for a :attr:`timed` copy one multi-get of the touched keys' processing times).
+    A copy held open compacts in the background between tasks. One closed after each task
+    has no time of its own for that: :meth:`settle` lets the compaction finish first, or each
+    task's writes would stay one more level-0 table file that every later read searches.
     """
 
     def __init__(self, directory: str, db: Any, lock_fd: int) -> None:
         self.directory = directory
         self._db = db
         self._lock_fd = lock_fd
+        self._lock_path = directory[: -len(".db")] + ".lock"
         self._schemas: dict[int, Any] = {}
         self.meta: dict[str, Any] = self._read_meta(_META) or {"version": None}
 
@@ -212,6 +215,11 @@ class LocalState:
             raise StateStoreError(f"local state directory {base} cannot be used "
                                   f"({type(err).__name__}: {err}); set "
                                   "spark.trilink.state.localDir to a writable directory") from None
+        lock_path = os.path.join(base, f"p{partition:05d}.lock")
+        held = take(directory, lock_path)
+        if held is not None:  # this worker kept it open since its last task
+            os.close(fd)
+            return held  # type: ignore[no-any-return]
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -223,7 +231,8 @@ class LocalState:
                     raise StateStoreError(
                         f"{directory} is locked by another process for more than {timeout} s "
                         "(one task per partition at a time)") from None
-                time.sleep(0.02)
+                if not ask_release(directory):  # held open by an idle worker: it closes it
+                    time.sleep(0.02)
         options = Options(raw_mode=True)
         options.create_if_missing(True)
         try:
@@ -257,6 +266,23 @@ class LocalState:
                 os.close(fd)
                 raise StateStoreError(f"local state {directory} cannot be opened ({again})") \
                     from None
+
+    def release(self, keep: bool) -> bool:
+        """End a task's use of this copy: with ``keep``, flush its writes and hold it open in
+        this process for the partition's next task here (:mod:`~trilink_spark.state.held`;
+        another process that wants it has it closed at once); else :meth:`close` it.
+        Returns whether it is held. A copy that cannot be flushed is closed."""
+        if keep and self._db is not None:
+            try:
+                with self._guard("flush"):
+                    self._db.flush()
+            except StateCorruptError as err:
+                logger.warning("%s; the local copy is closed", err)
+            else:
+                if hold(self.directory, self._lock_path, self, self.close):
+                    return True
+        self.close()
+        return False
 
     def close(self) -> None:
         """Close the database and release the lock (idempotent; the lock is released even
