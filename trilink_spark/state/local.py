@@ -64,6 +64,8 @@ _SCHEMA = b"s"
 _UNDO = b"u"
 _TIME = b"t"
 _EXPIRY = b"x"
+#: A copy held open between tasks flushes its writes once its memtables hold more (bytes).
+HELD_MEMTABLE_BYTES = 8 << 20
 #: The longest :meth:`LocalState.settle` waits for a compaction (seconds).
 SETTLE_TIMEOUT_S = 120.0
 _HEAD = struct.Struct(">dI")  # wake time, schema id
@@ -268,14 +270,18 @@ class LocalState:
                     from None
 
     def release(self, keep: bool) -> bool:
-        """End a task's use of this copy: with ``keep``, flush its writes and hold it open in
-        this process for the partition's next task here (:mod:`~trilink_spark.state.held`;
-        another process that wants it has it closed at once); else :meth:`close` it.
-        Returns whether it is held. A copy that cannot be flushed is closed."""
+        """End a task's use of this copy: with ``keep``, hold it open in this process for
+        the partition's next task here (:mod:`~trilink_spark.state.held`; another process that
+        wants it has it closed at once), its writes flushed to a table file once they hold
+        more than :data:`HELD_MEMTABLE_BYTES` (until then RocksDB's log keeps them, and a
+        worker that dies loses nothing); else :meth:`close` it. Returns whether it is held.
+        A copy that cannot be flushed is closed."""
         if keep and self._db is not None:
             try:
                 with self._guard("flush"):
-                    self._db.flush()
+                    memtables = self._db.property_int_value("rocksdb.cur-size-all-mem-tables")
+                    if (memtables or 0) > HELD_MEMTABLE_BYTES:  # else the log keeps them
+                        self._db.flush()
             except StateCorruptError as err:
                 logger.warning("%s; the local copy is closed", err)
             else:
