@@ -22,6 +22,11 @@ spark.trilink.state.localDir         unset   where executors keep the local copi
 spark.trilink.state.snapshotInterval 10      at least this many batches between two
                                              snapshots of a partition (and changelogs since
                                              that hold as many rows as it has keys)
+spark.trilink.state.keepOpen         true    a task leaves its local copy open in its Python
+                                             worker for the partition's next task there
+spark.trilink.state.blockPlans       auto    plan swaps between block tables from the local
+                                             copies by blocks (``true``, ``false``, ``auto``:
+                                             a given table from 64 MiB of state, not a refit)
 ==================================== ======= ====================================================
 """
 
