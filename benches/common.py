@@ -75,3 +75,20 @@ def run(spark: Any, description: str, fn: Any) -> tuple[Any, float, int]:
     spark.sparkContext.setJobDescription(None)
     time.sleep(1.0)  # the listener bus catches up before the REST API is read
     return result, seconds, shuffle_bytes(spark, description)
+
+
+def long_count() -> Any:
+    """A processor keeping a running count per key of a long key column (output
+    ``k long, n long``, state ``n long``): the stateful work of the state benchmarks."""
+    import trilink_spark as tl
+
+    class LongCount(tl.KeyedWatermarkProcessFunction):
+        output_schema = "k long, n long"
+        state_schema = "n long"
+
+        def process_on_time(self, key: Any, rows: Any, ctx: Any) -> Any:
+            n = ctx.get_state("n", 0) + len(rows)
+            ctx.set_state("n", n)
+            return [(key, n)]
+
+    return LongCount()

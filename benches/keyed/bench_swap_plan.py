@@ -34,28 +34,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import write_json  # noqa: E402
+from common import long_count, write_json  # noqa: E402
 
 import trilink_spark as tl  # noqa: E402
-from trilink_spark.keyed import KeyedContext  # noqa: E402
 
 LOAD_CHUNK = 1_000_000
 PLANNED = re.compile(r"batch (\d+): swap planned in ([0-9.]+) s")
-
-
-class Count(tl.KeyedWatermarkProcessFunction):
-    """Running count per key."""
-
-    output_schema = "k long, n long"
-    state_schema = "n long"
-
-    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: KeyedContext) -> Any:
-        n = ctx.get_state("n", 0) + len(rows)
-        ctx.set_state("n", n)
-        return [(key, n)]
 
 
 class Plans(logging.Handler):
@@ -106,7 +92,7 @@ def run_size(spark: Any, keys: int, work: Path, plans: Plans) -> dict[str, Any]:
     for how in ("blocks", "keys"):
         spark.conf.set("spark.trilink.state.blockPlans", "true" if how == "blocks" else "false")
         run = tl.keyed_foreach_batch(lambda df, b: df.write.format("noop").mode("overwrite")
-                                     .save(), "k", "t", Count(), 10**15,
+                                     .save(), "k", "t", long_count(), 10**15,
                                      str(work / how / "state"),
                                      strategy=tl.BlockPartitioner(4))
         for b, df in enumerate(batches):

@@ -29,28 +29,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import write_json  # noqa: E402
+from common import long_count, write_json  # noqa: E402
 
 import trilink_spark as tl  # noqa: E402
-from trilink_spark.keyed import KeyedContext  # noqa: E402
 
 LOAD_CHUNK = 1_000_000
 ROWS = 20_000
-
-
-class Count(tl.KeyedWatermarkProcessFunction):
-    """Running count per key."""
-
-    output_schema = "k long, n long"
-    state_schema = "n long"
-
-    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: KeyedContext) -> Any:
-        n = ctx.get_state("n", 0) + len(rows)
-        ctx.set_state("n", n)
-        return [(key, n)]
 
 
 def run_size(spark: Any, keys: int, batches: int, work: Path) -> dict[str, Any]:
@@ -59,7 +45,7 @@ def run_size(spark: Any, keys: int, batches: int, work: Path) -> dict[str, Any]:
         spark.conf.set("spark.trilink.state.localDir", str(work / keep / "local"))
         spark.conf.set("spark.trilink.state.keepOpen", keep)
         runs[keep] = tl.keyed_foreach_batch(
-            lambda df, b: df.write.format("noop").mode("overwrite").save(), "k", "t", Count(),
+            lambda df, b: df.write.format("noop").mode("overwrite").save(), "k", "t", long_count(),
             10**15, str(work / keep / "state"), num_partitions=4)
     frames = [spark.range(s, min(keys, s + LOAD_CHUNK)).selectExpr("id AS k", "id AS t")
               for s in range(0, keys, LOAD_CHUNK)]

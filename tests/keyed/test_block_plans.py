@@ -55,6 +55,16 @@ def make_run(tmp_path: Path, store: str, **kw: Any) -> Any:
                                   1_000_000, str(tmp_path / store), state_store=store, **kw)
 
 
+def loaded(spark: Any, run: Any, rows: int, keys: list[Any] = KEYS) -> pd.Series:
+    """Batches 0 and 1 run (every key has state); their rows per key."""
+    total = pd.Series(dtype=np.int64)
+    for b in (0, 1):
+        df, counts = batch(spark, b, rows, keys)
+        run(df, b)
+        total = total.add(counts, fill_value=0)
+    return total
+
+
 def explicit_table() -> tl.BlockPartitioner:
     table = np.arange(64) % 5
     table[:8] = 0  # partition 0 takes more blocks
@@ -143,11 +153,7 @@ def test_lost_copies_are_rebuilt_by_the_plan_and_a_null_key_stays_put(
     keys = [*KEYS[:300], None]
     run = make_run(tmp_path, "rocksdb",
                    strategy=tl.BlockPartitioner(4, num_blocks=64, null_policy="partition0"))
-    total = pd.Series(dtype=np.int64)
-    for b in (0, 1):
-        df, counts = batch(spark, b, 1_500, keys)
-        run(df, b)
-        total = total.add(counts, fill_value=0)
+    total = loaded(spark, run, 1_500, keys)
     copies = list(local_root.glob("*"))
     assert copies
     for copy in copies:
@@ -244,11 +250,7 @@ def test_a_copy_that_lost_rows_is_rebuilt_by_the_plan(spark: Any, tmp_path: Path
     from rocksdict import Options, Rdict
 
     run = make_run(tmp_path, "rocksdb")
-    total = pd.Series(dtype=np.int64)
-    for b in (0, 1):
-        df, counts = batch(spark, b, 1_000)
-        run(df, b)
-        total = total.add(counts, fill_value=0)
+    total = loaded(spark, run, 1_000)
     dbs = list(local_root.rglob("p0000*.db"))
     assert dbs
     for db_dir in dbs:
@@ -278,11 +280,7 @@ def test_block_plans_can_be_turned_off(spark: Any, tmp_path: Path, value: str) -
     state; a value not allowed refuses the swap (logged, in ``run.swaps``), and the query
     goes on."""
     run = make_run(tmp_path, "rocksdb")
-    total = pd.Series(dtype=np.int64)
-    for b in (0, 1):
-        df, counts = batch(spark, b, 500)
-        run(df, b)
-        total = total.add(counts, fill_value=0)
+    total = loaded(spark, run, 500)
     run.request_swap(num_partitions=6)
     spark.conf.set("spark.trilink.state.blockPlans", value)
     df, counts = batch(spark, 2, 300)
