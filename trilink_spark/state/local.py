@@ -209,19 +209,17 @@ class LocalState:
 
         base = os.path.join(root, store_id)
         directory = os.path.join(base, f"p{partition:05d}.db")
+        lock_path = os.path.join(base, f"p{partition:05d}.lock")
+        held = take(directory, lock_path)
+        if held is not None:  # this worker kept it open since its last task
+            return held  # type: ignore[no-any-return]
         try:
             os.makedirs(base, exist_ok=True)
-            fd = os.open(os.path.join(base, f"p{partition:05d}.lock"),
-                         os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as err:
             raise StateStoreError(f"local state directory {base} cannot be used "
                                   f"({type(err).__name__}: {err}); set "
                                   "spark.trilink.state.localDir to a writable directory") from None
-        lock_path = os.path.join(base, f"p{partition:05d}.lock")
-        held = take(directory, lock_path)
-        if held is not None:  # this worker kept it open since its last task
-            os.close(fd)
-            return held  # type: ignore[no-any-return]
         deadline = time.monotonic() + timeout
         while True:
             try:
