@@ -233,6 +233,10 @@ class LocalState:
                         "(one task per partition at a time)") from None
                 if not ask_release(directory):  # held open by an idle worker: it closes it
                     time.sleep(0.02)
+        # A lock file removed while another process held the copy lets this flock succeed
+        # while that process still has the database open: have it close it first (no holder:
+        # one refused connect), else RocksDB's own lock fails and the copy would be emptied.
+        ask_release(directory)
         options = Options(raw_mode=True)
         options.create_if_missing(True)
         try:
