@@ -46,6 +46,7 @@ class _Held:
     close: Callable[[], None]
     identity: tuple[Any, Any]
     server: socket.socket
+    thread: threading.Thread | None = None
 
 
 def _address(directory: str) -> str:
@@ -79,6 +80,8 @@ def hold(directory: str, lock_path: str, value: Any, close: Callable[[], None]) 
         logger.debug("%s: not held open (%s)", directory, err)
         return False
     entry = _Held(value, close, _identity(directory, lock_path), server)
+    entry.thread = threading.Thread(target=_serve, args=(directory, entry), daemon=True,
+                                    name="trilink-held-copy")
     evicted: list[_Held] = []
     with _LOCK:
         _HELD[directory] = entry
@@ -87,8 +90,7 @@ def hold(directory: str, lock_path: str, value: Any, close: Callable[[], None]) 
             evicted.append(_HELD.pop(oldest))
     for old in evicted:
         _drop(old)
-    threading.Thread(target=_serve, args=(directory, entry), daemon=True,
-                     name="trilink-held-copy").start()
+    entry.thread.start()
     return True
 
 
@@ -99,7 +101,7 @@ def take(directory: str, lock_path: str) -> Any | None:
         entry = _HELD.pop(directory, None)
     if entry is None:
         return None
-    _stop(entry.server)
+    _stop(entry)
     if entry.identity != _identity(directory, lock_path):
         logger.info("%s was replaced while held open; the held copy is closed", directory)
         _close(entry)
@@ -158,12 +160,16 @@ def _serve(directory: str, entry: _Held) -> None:
             return
 
 
-def _stop(server: socket.socket) -> None:
+def _stop(entry: _Held) -> None:
     try:
-        server.shutdown(socket.SHUT_RDWR)  # wakes the accept() of its thread
+        entry.server.shutdown(socket.SHUT_RDWR)  # wakes the accept() of its thread
     except OSError:
         pass
-    server.close()
+    entry.server.close()
+    thread = entry.thread
+    if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+        thread.join(1.0)  # its accept() pins the socket, and so the name, until it returns:
+        # without the wait, the next hold() of the directory may find the name still bound
 
 
 def _close(entry: _Held) -> None:
@@ -174,5 +180,5 @@ def _close(entry: _Held) -> None:
 
 
 def _drop(entry: _Held) -> None:
-    _stop(entry.server)
+    _stop(entry)
     _close(entry)

@@ -1,0 +1,234 @@
+"""Hostile tests of copies held open between tasks (:mod:`trilink_spark.state.held`): copies
+replaced on disk while another process holds them, requests while a task uses the copy,
+races between taking a copy back and handing it over, eviction, and leaks per cycle."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trilink_spark.state import held
+from trilink_spark.state.local import LocalState, head
+
+
+@pytest.fixture(autouse=True)
+def nothing_held() -> Any:
+    yield
+    held.release_all()
+
+
+def key(i: int) -> bytes:
+    return b"\x00\x00\x00\x01\x03" + str(i).encode()
+
+
+def write(local: LocalState, version: int, k: bytes) -> None:
+    old = local.get([k])[0]
+    before = {} if old is None else {k: old}
+    local.apply(version, f"a{version}", {}, [(k, head(math.inf, 1) + k)], [], before)
+
+
+HOLDER = textwrap.dedent("""
+    import math, sys, time
+    from trilink_spark.state.local import LocalState, head
+    local = LocalState.open(sys.argv[1], "s", 0)
+    for v in range(1, 6):
+        key = b"\\x00\\x00\\x00\\x02\\x03" + str(v).encode()
+        local.apply(v, f"child{v}", {}, [(key, head(math.inf, 1) + key)], [], {})
+    if not local.release(keep=True):
+        raise SystemExit("not held")
+    print("held", flush=True)
+    time.sleep(120)
+""")
+
+
+@pytest.fixture
+def holder(tmp_path: Path) -> Any:
+    """Another process that wrote versions 1..5 (5 keys) of partition 0 and holds it open."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], env=env,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "held"
+        yield child
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_lock_file_removed_while_another_process_holds_the_copy_loses_nothing(
+        tmp_path: Path, holder: Any) -> None:
+    """The lock file was removed (a cleaner, an operator): the next opener's flock succeeds on
+    a new lock file at once, but the holder still has RocksDB open on the directory. The
+    opener must have the holder close it first, not find RocksDB locked and empty the copy
+    under the holder."""
+    os.remove(tmp_path / "s" / "p00000.lock")
+    with LocalState.open(str(tmp_path), "s", 0, timeout=10.0) as local:
+        assert local.version == 5 and local.keys == 5
+    assert holder.poll() is None
+
+
+def test_only_the_db_directory_removed_while_another_process_holds_it(
+        tmp_path: Path, holder: Any) -> None:
+    shutil.rmtree(tmp_path / "s" / "p00000.db")
+    started = time.monotonic()
+    with LocalState.open(str(tmp_path), "s", 0, timeout=10.0) as local:
+        assert local.version is None  # gone: rebuilt by its caller, never a hang
+        write(local, 1, key(1))
+    assert time.monotonic() - started < 5.0
+    with LocalState.open(str(tmp_path), "s", 0, timeout=5.0) as local:
+        assert local.version == 1
+
+
+def test_only_the_db_directory_removed_while_this_process_holds_it(tmp_path: Path) -> None:
+    local = LocalState.open(str(tmp_path), "s", 0)
+    write(local, 1, key(1))
+    assert local.release(keep=True)
+    shutil.rmtree(tmp_path / "s" / "p00000.db")
+    fresh = LocalState.open(str(tmp_path), "s", 0, timeout=2.0)
+    try:
+        assert fresh is not local and fresh.version is None
+    finally:
+        fresh.close()
+    assert held.held_count() == 0
+
+
+def test_a_killed_holder_loses_no_committed_version(tmp_path: Path, holder: Any) -> None:
+    os.kill(holder.pid, 9)
+    holder.wait()
+    with LocalState.open(str(tmp_path), "s", 0, timeout=5.0) as local:
+        assert local.version == 5 and local.keys == 5
+        assert all(v is not None for v in local.get([b"\x00\x00\x00\x02\x03" + str(v).encode()
+                                                    for v in range(1, 6)]))
+
+
+def test_a_request_while_a_task_uses_the_copy_waits_for_the_task(tmp_path: Path) -> None:
+    local = LocalState.open(str(tmp_path), "s", 0)
+    write(local, 1, key(1))
+    assert local.release(keep=True)
+    task = LocalState.open(str(tmp_path), "s", 0, timeout=1.0)  # taken back: in use
+    assert task is local
+    got: list[Any] = []
+
+    def other() -> None:
+        got.append(LocalState.open(str(tmp_path), "s", 0, timeout=10.0))
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    time.sleep(0.5)
+    assert not got  # it waits
+    write(task, 2, key(2))  # still open under the task
+    assert task.release(keep=True)
+    thread.join(10.0)
+    assert got and got[0] is not task and got[0].version == 2
+    got[0].close()
+
+
+def test_eviction_keeps_the_evicted_copy_intact(tmp_path: Path) -> None:
+    for pid in range(held.MAX_HELD + 1):
+        local = LocalState.open(str(tmp_path), "s", pid)
+        write(local, 1, key(pid))
+        assert local.release(keep=True)
+    assert held.held_count() == held.MAX_HELD
+    with LocalState.open(str(tmp_path), "s", 0, timeout=1.0) as local:
+        assert local.version == 1 and local.get([key(0)])[0] is not None
+
+
+def test_two_state_paths_with_the_same_partition_are_held_apart(tmp_path: Path) -> None:
+    for sid in ("a", "b"):
+        local = LocalState.open(str(tmp_path), sid, 0)
+        write(local, 1 if sid == "a" else 2, key(0))
+        assert local.release(keep=True)
+    assert held.held_count() == 2
+    with LocalState.open(str(tmp_path), "a", 0, timeout=1.0) as a:
+        assert a.version == 1
+    with LocalState.open(str(tmp_path), "b", 0, timeout=1.0) as b:
+        assert b.version == 2
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_no_descriptor_or_thread_leaks_over_many_cycles(tmp_path: Path) -> None:
+    for pid in range(3):  # warm up: RocksDB's own threads and files
+        LocalState.open(str(tmp_path), "s", pid).release(keep=True)
+    held.release_all()
+    time.sleep(0.2)
+    fds, threads = _fds(), threading.active_count()
+    for i in range(150):
+        local = LocalState.open(str(tmp_path), "s", i % 3)
+        write(local, i + 1 if i < 3 else (local.version or 0) + 1, key(i))
+        assert local.release(keep=True)
+        assert held.held_count() <= held.MAX_HELD
+    held.release_all()
+    time.sleep(0.2)
+    assert _fds() <= fds + 2
+    assert threading.active_count() <= threads
+
+
+ASKER = textwrap.dedent("""
+    import sys, time
+    from trilink_spark.state.local import LocalState
+    end = time.monotonic() + float(sys.argv[2])
+    n = 0
+    while time.monotonic() < end:
+        with LocalState.open(sys.argv[1], "s", 0, timeout=20.0) as local:
+            n += 1
+        time.sleep(0.003)
+    print(n, flush=True)
+""")
+
+
+def test_take_and_hand_over_race_loses_no_version(tmp_path: Path) -> None:
+    """This process takes its copy back, writes and holds it, in a loop, while another
+    process keeps asking for it: every version lands, no open fails, nothing hangs."""
+    local = LocalState.open(str(tmp_path), "s", 0)
+    write(local, 1, key(0))
+    local.release(keep=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.Popen([sys.executable, "-c", ASKER, str(tmp_path), "3"], env=env,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        version = 1
+        end = time.monotonic() + 3.5
+        while time.monotonic() < end:
+            local = LocalState.open(str(tmp_path), "s", 0, timeout=20.0)
+            assert local.version == version
+            version += 1
+            write(local, version, key(version))
+            assert local.release(keep=True)
+        out, _ = child.communicate(timeout=30)
+        assert child.returncode == 0 and int(out.strip()) > 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    with LocalState.open(str(tmp_path), "s", 0, timeout=5.0) as local:
+        assert local.version == version and local.keys == version
+
+
+def test_a_copy_taken_back_at_once_is_held_again() -> None:
+    """A task that takes its copy back and releases it at once (an empty batch) holds it
+    again: the listening socket of the copy's last hold is gone, not still bound while its
+    thread leaves accept()."""
+    import tempfile
+
+    root = tempfile.mkdtemp()
+    try:
+        for _ in range(1500):
+            local = LocalState.open(root, "s", 0, timeout=5.0)
+            assert local.release(keep=True)
+    finally:
+        held.release_all()
+        shutil.rmtree(root, ignore_errors=True)
