@@ -232,3 +232,81 @@ def test_a_copy_taken_back_at_once_is_held_again() -> None:
     finally:
         held.release_all()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_held_copies_through_a_dead_driver_a_failed_first_attempt_and_a_bad_conf(
+        spark: Any, tmp_path: Path, local_root: Path) -> None:
+    """Workers hold copies written by a batch whose driver died before the commit, then run
+    its replay; a later batch's tasks fail on their first attempt (Spark retries them, in the
+    same or another worker): every count stays exact. A bad ``keepOpen`` is a typed error."""
+    import numpy as np
+    import pandas as pd
+
+    import trilink_spark as tl
+    from conftest import RunningCount
+    from testkit.swaps import check_invariants, die_after_writing
+    from trilink_spark.errors import InvalidArgumentError
+
+    flag = tmp_path / "fail-first-attempt"
+
+    class FailsFirstAttempt(RunningCount):  # type: ignore[misc]
+        def process_on_time(self, key: Any, rows: Any, ctx: Any) -> Any:
+            from pyspark import TaskContext
+
+            task = TaskContext.get()
+            if os.path.exists(flag) and task is not None and task.attemptNumber() == 0:
+                raise RuntimeError("first attempt fails")
+            return super().process_on_time(key, rows, ctx)
+
+    outs: dict[int, pd.DataFrame] = {}
+    die = [False]
+
+    def sink(df: Any, b: int) -> None:
+        if die[0]:
+            die[0] = False
+            die_after_writing(df, b)
+        outs[b] = df.toPandas()
+
+    spark.conf.set("spark.trilink.state.keepOpen", "true")
+    try:
+        def frame_of(b: int) -> pd.DataFrame:
+            rng = np.random.default_rng(b)
+            return pd.DataFrame({"k": [f"u{i}" for i in rng.integers(0, 40, 200)],
+                                 "t": np.arange(b * 200, (b + 1) * 200)})
+
+        run = tl.keyed_foreach_batch(sink, "k", "t", FailsFirstAttempt(), 1_000_000,
+                                     str(tmp_path / "state"), num_partitions=2)
+        total = pd.Series(dtype=np.int64)
+        for b in range(2):
+            run(spark.createDataFrame(frame_of(b), "k string, t long"), b)
+            total = total.add(frame_of(b)["k"].value_counts(), fill_value=0)
+        die[0] = True
+        with pytest.raises(Exception, match="driver died"):
+            run(spark.createDataFrame(frame_of(2), "k string, t long"), 2)
+        for b in (2, 3):
+            if b == 3:
+                flag.touch()
+            run(spark.createDataFrame(frame_of(b), "k string, t long"), b)
+            total = total.add(frame_of(b)["k"].value_counts(), fill_value=0)
+            check_invariants(run, total)
+            got = dict(zip(outs[b]["k"], outs[b]["n"]))
+            assert got == {k: int(total[k]) for k in set(frame_of(b)["k"])}
+        spark.conf.set("spark.trilink.state.keepOpen", "yes")
+        with pytest.raises(InvalidArgumentError, match="keepOpen"):
+            run(spark.createDataFrame(frame_of(4), "k string, t long"), 4)
+    finally:
+        spark.conf.unset("spark.trilink.state.keepOpen")
+
+
+def test_a_copy_wiped_while_another_process_holds_it_is_closed_there_first(
+        tmp_path: Path, holder: Any) -> None:
+    """The executor's directory was wiped while another worker held its copy: the next
+    opener's flock succeeds on a new lock file, and RocksDB opens the new directory. The
+    holder must have closed its database by then (its background work writes files by the
+    directory's name, which is now the new copy's)."""
+    directory = str(tmp_path / "s" / "p00000.db")
+    shutil.rmtree(tmp_path / "s")
+    with LocalState.open(str(tmp_path), "s", 0, timeout=10.0) as local:
+        assert local.version is None
+        assert not held.ask_release(directory, timeout=2.0)  # nobody holds the old one
+    assert holder.poll() is None
