@@ -310,3 +310,30 @@ def test_a_copy_wiped_while_another_process_holds_it_is_closed_there_first(
         assert local.version is None
         assert not held.ask_release(directory, timeout=2.0)  # nobody holds the old one
     assert holder.poll() is None
+
+
+def test_a_holder_that_never_answers_fails_the_open_within_its_timeout(
+        tmp_path: Path) -> None:
+    """A holder that is alive but does not answer (its serving thread starved of the GIL by a
+    long call of another task, a stopped process) makes the open fail after its own timeout,
+    not after the 30 s a request may wait."""
+    import fcntl
+    import socket
+
+    from trilink_spark.errors import StateStoreError
+
+    base = tmp_path / "s"
+    base.mkdir()
+    fd = os.open(str(base / "p00000.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    mute = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    mute.bind(held._address(str(base / "p00000.db")))
+    mute.listen(8)  # connects succeed, nothing is ever answered
+    try:
+        started = time.monotonic()
+        with pytest.raises(StateStoreError, match="locked"):
+            LocalState.open(str(tmp_path), "s", 0, timeout=1.0)
+        assert time.monotonic() - started < 5.0
+    finally:
+        mute.close()
+        os.close(fd)

@@ -49,7 +49,7 @@ import numpy as np
 
 from ..errors import StateCorruptError, StateStoreError
 from .formats import is_count
-from .held import ask_release, hold, take
+from .held import ASK_TIMEOUT_S, ask_release, hold, take
 
 __all__ = ["LocalState", "key_bytes", "LOCAL_KEY_TYPES", "wake_bytes", "supports_key_type",
            "head", "split_head", "iter_rows", "open_checkpoint", "NULL_KEY_BYTES"]
@@ -231,12 +231,14 @@ class LocalState:
                     raise StateStoreError(
                         f"{directory} is locked by another process for more than {timeout} s "
                         "(one task per partition at a time)") from None
-                if not ask_release(directory):  # held open by an idle worker: it closes it
+                # held open by an idle worker: it closes it (never waited on past the timeout)
+                wait = min(ASK_TIMEOUT_S, max(0.05, deadline - time.monotonic()))
+                if not ask_release(directory, wait):
                     time.sleep(0.02)
         # A lock file removed while another process held the copy lets this flock succeed
         # while that process still has the database open: have it close it first (no holder:
         # one refused connect), else RocksDB's own lock fails and the copy would be emptied.
-        ask_release(directory)
+        ask_release(directory, min(ASK_TIMEOUT_S, max(0.05, deadline - time.monotonic())))
         options = Options(raw_mode=True)
         options.create_if_missing(True)
         try:
