@@ -27,7 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["hold", "take", "ask_release", "release_all", "held_count", "MAX_HELD", "ASK_TIMEOUT_S"]
+__all__ = ["hold", "take", "ask_release", "release_all", "held_count", "MAX_HELD",
+           "ASK_TIMEOUT_S"]
 
 logger = logging.getLogger(__name__)
 
