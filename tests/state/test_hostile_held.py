@@ -390,3 +390,43 @@ def test_a_checkpoint_of_a_held_copy_with_unflushed_writes_has_them_all(
         assert sorted(k for k, _ in iter_rows(db)) == sorted(key(v) for v in range(1, 41))
     finally:
         db.close()
+
+
+def test_a_copy_that_cannot_get_a_socket_is_closed_not_leaked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Out of descriptors (RocksDB keeps its table files open): no socket for the holder.
+    The task's release neither raises a raw OSError nor leaves the copy open and locked."""
+    real = held.socket.socket
+
+    def no_socket(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(24, "Too many open files")
+
+    local = LocalState.open(str(tmp_path), "s", 0)
+    write(local, 1, key(1))
+    monkeypatch.setattr(held.socket, "socket", no_socket)
+    assert not local.release(keep=True)
+    monkeypatch.setattr(held.socket, "socket", real)
+    assert held.held_count() == 0
+    with LocalState.open(str(tmp_path), "s", 0, timeout=1.0) as again:
+        assert again is not local and again.version == 1
+
+
+def test_a_copy_whose_serving_thread_cannot_start_is_closed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No thread can be started (the worker's thread limit): the copy must not stay held
+    with nobody to answer a request (every other opener would wait 30 s a try)."""
+    local = LocalState.open(str(tmp_path), "s", 0)
+    write(local, 1, key(1))
+
+    def no_thread(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(held.threading.Thread, "start", no_thread)
+    released = local.release(keep=True)
+    monkeypatch.undo()
+    assert not released and held.held_count() == 0
+    started = time.monotonic()
+    assert not held.ask_release(local.directory, timeout=5.0)
+    assert time.monotonic() - started < 1.0
+    with LocalState.open(str(tmp_path), "s", 0, timeout=1.0) as again:
+        assert again.version == 1

@@ -72,12 +72,14 @@ def hold(directory: str, lock_path: str, value: Any, close: Callable[[], None]) 
     """Keep ``value`` (an open copy of ``directory``, locked through ``lock_path``) open in
     this process until a task of it takes it again or another process asks for it; False
     when it cannot be held (the caller then closes it). O(1)."""
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
+    server: socket.socket | None = None
+    try:  # out of descriptors (RocksDB keeps its table files open) is not an error here
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         server.bind(_address(directory))
         server.listen(8)
     except OSError as err:  # another holder of this name cannot exist; be safe anyway
-        server.close()
+        if server is not None:
+            server.close()
         logger.debug("%s: not held open (%s)", directory, err)
         return False
     entry = _Held(value, close, _identity(directory, lock_path), server)
@@ -91,7 +93,19 @@ def hold(directory: str, lock_path: str, value: Any, close: Callable[[], None]) 
             evicted.append(_HELD.pop(oldest))
     for old in evicted:
         _drop(old)
-    entry.thread.start()
+    try:
+        entry.thread.start()
+    except RuntimeError as err:  # no thread to answer requests: never held unanswered
+        with _LOCK:
+            mine = _HELD.get(directory) is entry
+            if mine:
+                del _HELD[directory]
+        if not mine:
+            return True  # another thread of this process took it meanwhile: it is theirs
+        entry.thread = None
+        _stop(entry)
+        logger.debug("%s: not held open (%s)", directory, err)
+        return False
     return True
 
 
@@ -113,7 +127,10 @@ def take(directory: str, lock_path: str) -> Any | None:
 def ask_release(directory: str, timeout: float = ASK_TIMEOUT_S) -> bool:
     """Ask the process that holds ``directory``'s copy open to close it; returns once it did
     (True), or at once when no process holds it (False). O(1)."""
-    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    except OSError:  # out of descriptors: as if nobody held it (the lock wait goes on)
+        return False
     client.settimeout(timeout)
     try:
         client.connect(_address(directory))
