@@ -430,3 +430,26 @@ def test_a_copy_whose_serving_thread_cannot_start_is_closed(
     assert time.monotonic() - started < 1.0
     with LocalState.open(str(tmp_path), "s", 0, timeout=1.0) as again:
         assert again.version == 1
+
+
+def test_a_copy_replaced_while_its_task_ran_is_never_held_as_the_new_one(
+        tmp_path: Path) -> None:
+    """The copy's directory and lock file were replaced while a task had it open (a wipe
+    and another opener): the task's copy is of the old files, so what it holds must never
+    pass for the new copy at the next open."""
+    local = LocalState.open(str(tmp_path), "s", 0)
+    write(local, 1, key(1))
+    lock = tmp_path / "s" / "p00000.lock"
+    os.remove(lock)
+    shutil.rmtree(tmp_path / "s" / "p00000.db")
+    lock.touch()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    other = subprocess.run([sys.executable, "-c", OPENER, str(tmp_path), "5"], env=env,
+                           capture_output=True, text=True, timeout=60)  # another worker
+    assert other.returncode == 0 and other.stdout.strip() == "None", other.stderr[-2000:]
+    assert not local.release(keep=True)  # closed: its files are gone
+    again = LocalState.open(str(tmp_path), "s", 0, timeout=5.0)
+    try:
+        assert again is not local
+    finally:
+        again.close()

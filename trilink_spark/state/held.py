@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["hold", "take", "ask_release", "release_all", "held_count", "MAX_HELD",
-           "ASK_TIMEOUT_S"]
+__all__ = ["hold", "take", "ask_release", "release_all", "held_count", "identity",
+           "MAX_HELD", "ASK_TIMEOUT_S"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ _HELD: dict[str, _Held] = {}  # directory -> copy, oldest first (insertion order
 class _Held:
     value: Any
     close: Callable[[], None]
-    identity: tuple[Any, Any]
+    identity: tuple[Any, ...]
     server: socket.socket
     thread: threading.Thread | None = None
 
@@ -68,10 +68,24 @@ def _identity(*paths: str) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def hold(directory: str, lock_path: str, value: Any, close: Callable[[], None]) -> bool:
+def identity(directory: str, lock_path: str) -> tuple[Any, ...]:
+    """What :func:`take` compares: the device and inode of ``directory`` and ``lock_path``
+    (None: missing). Taken when the copy is opened and locked, it tells a copy replaced
+    while a task had it open from the files it opened. O(1)."""
+    return _identity(directory, lock_path)
+
+
+def hold(directory: str, lock_path: str, value: Any, close: Callable[[], None],
+         opened: tuple[Any, ...] | None = None) -> bool:
     """Keep ``value`` (an open copy of ``directory``, locked through ``lock_path``) open in
     this process until a task of it takes it again or another process asks for it; False
-    when it cannot be held (the caller then closes it). O(1)."""
+    when it cannot be held (the caller then closes it). ``opened``: the copy's
+    :func:`identity` when it was opened (default: now); one that differs from the files on
+    disk now is never held. O(1)."""
+    now = _identity(directory, lock_path)
+    if opened is not None and opened != now:
+        logger.info("%s was replaced while open; the copy is closed, not held", directory)
+        return False
     server: socket.socket | None = None
     try:  # out of descriptors (RocksDB keeps its table files open) is not an error here
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -82,7 +96,7 @@ def hold(directory: str, lock_path: str, value: Any, close: Callable[[], None]) 
             server.close()
         logger.debug("%s: not held open (%s)", directory, err)
         return False
-    entry = _Held(value, close, _identity(directory, lock_path), server)
+    entry = _Held(value, close, now, server)
     entry.thread = threading.Thread(target=_serve, args=(directory, entry), daemon=True,
                                     name="trilink-held-copy")
     evicted: list[_Held] = []

@@ -49,7 +49,7 @@ import numpy as np
 
 from ..errors import StateCorruptError, StateStoreError
 from .formats import is_count
-from .held import ASK_TIMEOUT_S, ask_release, hold, take
+from .held import ASK_TIMEOUT_S, ask_release, hold, identity, take
 
 __all__ = ["LocalState", "key_bytes", "LOCAL_KEY_TYPES", "wake_bytes", "supports_key_type",
            "head", "split_head", "iter_rows", "open_checkpoint", "NULL_KEY_BYTES"]
@@ -189,6 +189,13 @@ class LocalState:
         self._db = db
         self._lock_fd = lock_fd
         self._lock_path = directory[: -len(".db")] + ".lock"
+        #: The files this copy opened and locked (a copy replaced since is never held).
+        self._opened = identity(directory, self._lock_path)
+        try:
+            st = os.fstat(lock_fd)
+            self._opened = (self._opened[0], (st.st_dev, st.st_ino))
+        except OSError:
+            pass
         self._schemas: dict[int, Any] = {}
         self.meta: dict[str, Any] = self._read_meta(_META) or {"version": None}
 
@@ -289,7 +296,7 @@ class LocalState:
             except StateCorruptError as err:
                 logger.warning("%s; the local copy is closed", err)
             else:
-                if hold(self.directory, self._lock_path, self, self.close):
+                if hold(self.directory, self._lock_path, self, self.close, self._opened):
                     return True
         self.close()
         return False
