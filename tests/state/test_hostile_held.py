@@ -453,3 +453,81 @@ def test_a_copy_replaced_while_its_task_ran_is_never_held_as_the_new_one(
         assert again is not local
     finally:
         again.close()
+
+
+ASKER_MANY = textwrap.dedent("""
+    import sys, time
+    from trilink_spark.state.local import LocalState
+    end = time.monotonic() + float(sys.argv[2])
+    n = 0
+    while time.monotonic() < end:
+        with LocalState.open(sys.argv[1], "s", n % 3, timeout=20.0) as local:
+            n += 1
+    print(n, flush=True)
+""")
+
+
+def test_eviction_while_another_process_asks_loses_no_version(tmp_path: Path) -> None:
+    """This process cycles through three partitions (each hold evicts the oldest) while
+    another process keeps asking for them: every version of every partition lands."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.Popen([sys.executable, "-c", ASKER_MANY, str(tmp_path), "3"], env=env,
+                             stdout=subprocess.PIPE, text=True)
+    versions = [0, 0, 0]
+    try:
+        end = time.monotonic() + 3.5
+        i = 0
+        while time.monotonic() < end:
+            pid = i % 3
+            local = LocalState.open(str(tmp_path), "s", pid, timeout=20.0)
+            assert (local.version or 0) == versions[pid]
+            versions[pid] += 1
+            write(local, versions[pid], key(versions[pid]))
+            local.release(keep=True)
+            assert held.held_count() <= held.MAX_HELD
+            i += 1
+        out, _ = child.communicate(timeout=30)
+        assert child.returncode == 0 and int(out.strip()) > 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    held.release_all()
+    for pid in range(3):
+        with LocalState.open(str(tmp_path), "s", pid, timeout=5.0) as local:
+            assert (local.version or 0) == versions[pid] and local.keys == versions[pid]
+
+
+def test_a_forked_helper_that_uses_held_copies_leaves_the_workers_alone(
+        tmp_path: Path) -> None:
+    """A forked helper inherits the registry of held copies; when it calls into it (here
+    ``release_all``, as eviction by its own holds would), it must not shut the worker's
+    listening socket, unlock the worker's lock or close the worker's database."""
+    local = LocalState.open(str(tmp_path), "s", 0)
+    write(local, 3, key(3))
+    assert local.release(keep=True)
+    child = os.fork()
+    if child == 0:
+        code = 1
+        try:
+            held.release_all()
+            code = 0
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 10.0
+    while True:
+        done, status = os.waitpid(child, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(child, 9)
+            os.waitpid(child, 0)
+            pytest.fail("the forked helper hangs closing the worker's held copy")
+        time.sleep(0.05)
+    assert status == 0
+    assert held.held_count() == 1
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", OPENER, str(tmp_path), "4"], env=env,
+                         capture_output=True, text=True, timeout=60)  # asks this worker
+    assert out.returncode == 0 and out.stdout.strip() == "3", out.stderr[-2000:]
+    assert held.held_count() == 0

@@ -50,6 +50,31 @@ class _Held:
     thread: threading.Thread | None = None
 
 
+#: Copies a forked child inherited from its parent: never served, closed nor used here.
+_INHERITED: list[_Held] = []
+
+
+def _forget_in_child() -> None:
+    """After ``fork`` (a processor's ``multiprocessing`` pool): the parent's held copies are
+    not the child's. Closing one here would hang (RocksDB's threads stayed in the parent),
+    unlock the parent's lock (the open file is shared) and shut its listening socket; so the
+    child forgets them, keeping the objects (their destructors would close them) and closing
+    only its own descriptors of the sockets."""
+    global _LOCK
+    _LOCK = threading.Lock()  # another thread may have held it at the fork
+    entries = list(_HELD.values())
+    _HELD.clear()
+    _INHERITED.extend(entries)
+    for entry in entries:
+        try:
+            entry.server.close()  # this process's descriptor; the parent's socket lives on
+        except OSError:
+            pass
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def _address(directory: str) -> str:
     """The abstract socket a holder of ``directory`` listens on (no file: gone with it)."""
     digest = hashlib.sha256(os.path.abspath(directory).encode()).hexdigest()[:40]
