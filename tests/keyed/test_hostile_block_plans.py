@@ -237,14 +237,9 @@ def test_a_replayed_batch_whose_first_attempt_ran_without_the_swap(
     """The driver died after batch 2's tasks wrote (no swap then): the copies are a version
     ahead. The replay plans a swap by blocks from them: they are undone to version 1 first,
     and the state stays exact."""
-    from testkit.swaps import die_after_writing
+    from testkit.swaps import dies_at
 
-    def dies(out: Any, b: int) -> None:
-        if b == 2:
-            die_after_writing(out, b)
-        out.count()
-
-    dying = _run(tmp_path, dies)
+    dying = _run(tmp_path, dies_at(2))
     total = _load(spark, dying)
     df, counts = _batch(spark, 2, rows=400)
     with pytest.raises(Exception, match="driver died"):
@@ -264,14 +259,9 @@ def test_a_replayed_batch_whose_first_attempt_ran_without_the_swap(
 
 def test_a_swap_batch_killed_after_writing_is_replayed_from_its_block_plan(
         spark: Any, tmp_path: Path) -> None:
-    from testkit.swaps import die_after_writing
+    from testkit.swaps import dies_at
 
-    def dies(out: Any, b: int) -> None:
-        if b == 2:
-            die_after_writing(out, b)
-        out.count()
-
-    dying = _run(tmp_path, dies)
+    dying = _run(tmp_path, dies_at(2))
     total = _load(spark, dying)
     dying.request_swap(num_partitions=5)
     df, counts = _batch(spark, 2)

@@ -15,7 +15,7 @@ from pyspark import cloudpickle
 
 import trilink_spark as tl
 from conftest import KeylessCount, RunningCount
-from testkit.swaps import check_invariants, die_after_writing
+from testkit.swaps import check_invariants, dies_at
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -36,13 +36,6 @@ def make_run(tmp_path: Path, func: Any = None, **kw: Any) -> tl.keyed.KeyedBatch
     kw.setdefault("num_partitions", 4)
     return tl.keyed_foreach_batch(func or (lambda df, b: df.count()), "k", "t", RunningCount(),
                                   1_000_000, str(tmp_path / "state"), **kw)
-
-
-def dies_at_2(out: Any, b: int) -> None:
-    """A sink whose driver dies after batch 2's tasks wrote their state."""
-    if b == 2:
-        die_after_writing(out, b)
-    out.count()
 
 
 def load(spark: Any, run: Any) -> pd.Series:
@@ -105,7 +98,7 @@ def test_a_swap_batch_logs_only_the_moved_and_touched_keys(spark: Any, tmp_path:
 
 
 def test_a_replayed_swap_batch_gives_the_same_state(spark: Any, tmp_path: Path) -> None:
-    dying = make_run(tmp_path, func=dies_at_2,
+    dying = make_run(tmp_path, func=dies_at(2),
                      strategy=tl.BlockPartitioner(4, num_blocks=64))
     total = load(spark, dying)
     dying.request_swap(num_partitions=5)
@@ -146,7 +139,7 @@ def test_a_stale_version_from_an_attempt_without_the_swap_is_discarded(
     """Batch 2 ran once without a swap and died before its commit; its replay plans a swap
     (a restart with another partition count). What the first attempt wrote as version 2
     must not pass for the swap's."""
-    dying = make_run(tmp_path, func=dies_at_2)
+    dying = make_run(tmp_path, func=dies_at(2))
     total = load(spark, dying)
     df, counts = batch(spark, 2, KEYS[:30], 150)
     with pytest.raises(Exception, match="driver died"):

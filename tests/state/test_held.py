@@ -7,9 +7,6 @@ import fcntl
 import math
 import os
 import shutil
-import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +17,7 @@ import pytest
 
 import trilink_spark as tl
 from conftest import RunningCount
+from testkit.held import holding
 from testkit.swaps import check_invariants
 from trilink_spark.state import held
 from trilink_spark.state.local import LocalState, head
@@ -60,30 +58,11 @@ def test_the_same_worker_takes_its_held_copy_back(tmp_path: Path) -> None:
     assert not locked(tmp_path / "s" / "p00000.lock")
 
 
-HOLDER = textwrap.dedent("""
-    import math, sys, time
-    from trilink_spark.state.local import LocalState, head
-    local = LocalState.open(sys.argv[1], "s", 0)
-    key = b"\\x00\\x00\\x00\\x02\\x03b"
-    local.apply(5, "child", {}, [(key, head(math.inf, 1) + key)], [], {})
-    assert local.release(keep=True)
-    print("held", flush=True)
-    time.sleep(120)
-""")
-
-
 @pytest.fixture
 def holder(tmp_path: Path) -> Any:
     """Another process that wrote version 5 of partition 0's copy and holds it open."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], env=env,
-                             stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "held"
+    with holding(tmp_path, [5]) as child:
         yield child
-    finally:
-        child.kill()
-        child.wait()
 
 
 def test_another_process_gets_a_held_copy_at_once(tmp_path: Path, holder: Any) -> None:

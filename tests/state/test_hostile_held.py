@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from testkit.held import holding
 from trilink_spark.state import held
 from trilink_spark.state.local import LocalState, head
 
@@ -37,32 +38,11 @@ def write(local: LocalState, version: int, k: bytes) -> None:
     local.apply(version, f"a{version}", {}, [(k, head(math.inf, 1) + k)], [], before)
 
 
-HOLDER = textwrap.dedent("""
-    import math, sys, time
-    from trilink_spark.state.local import LocalState, head
-    local = LocalState.open(sys.argv[1], "s", 0)
-    for v in range(1, 6):
-        key = b"\\x00\\x00\\x00\\x02\\x03" + str(v).encode()
-        local.apply(v, f"child{v}", {}, [(key, head(math.inf, 1) + key)], [], {})
-    if not local.release(keep=True):
-        raise SystemExit("not held")
-    print("held", flush=True)
-    time.sleep(120)
-""")
-
-
 @pytest.fixture
 def holder(tmp_path: Path) -> Any:
     """Another process that wrote versions 1..5 (5 keys) of partition 0 and holds it open."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], env=env,
-                             stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "held"
+    with holding(tmp_path, range(1, 6)) as child:
         yield child
-    finally:
-        child.kill()
-        child.wait()
 
 
 def test_a_lock_file_removed_while_another_process_holds_the_copy_loses_nothing(

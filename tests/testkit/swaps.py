@@ -50,3 +50,13 @@ def die_after_writing(out: Any, batch_id: int) -> None:
     ("driver died")."""
     out.write.format("noop").mode("overwrite").save()  # the tasks ran and wrote state
     raise RuntimeError("driver died")
+
+
+def dies_at(batch_id: int) -> Any:
+    """A sink that counts its batch, except batch ``batch_id``, after whose tasks wrote their
+    state the driver dies (:func:`die_after_writing`)."""
+    def sink(out: Any, b: int) -> None:
+        if b == batch_id:
+            die_after_writing(out, b)
+        out.count()
+    return sink
