@@ -5,16 +5,24 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# the demo needs only the package and PySpark; the suite also needs the test and bench extras
+DEMO   := $(VENV)/.installed-demo
 
 .PHONY: demo test typecheck wheel-check bench clean
 
-$(STAMP): setup.cfg pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[spark,test,bench]"
-	touch $(STAMP)
 
-demo: $(STAMP)
+$(DEMO): setup.cfg pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[spark]"
+	touch $(DEMO)
+
+$(STAMP): setup.cfg pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[spark,test,bench]"
+	touch $(STAMP) $(DEMO)
+
+demo: $(DEMO)
 	$(BIN)/trilink-spark balance
 
 typecheck: $(STAMP)

@@ -49,3 +49,22 @@ def test_expected_parser():
     assert _expected("0.5") == "0.5"
     assert _expected("40, one row per user") == "40"
     assert _expected("rows per partition") is None
+
+
+def _dry_run(target: str, venv: Path) -> list[str]:
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    out = subprocess.run(["make", "-n", target, f"VENV={venv}"], cwd=README.parent,
+                         capture_output=True, text=True, check=True).stdout
+    return [ln for ln in out.splitlines() if "pip install" in ln and " -e " in ln]
+
+
+def test_make_demo_installs_only_what_the_demo_needs(tmp_path):
+    # on a fresh checkout (no venv yet): the demo's one install is the package and PySpark
+    demo = _dry_run("demo", tmp_path / "venv")
+    assert demo == [f'{tmp_path / "venv"}/bin/python -m pip install --quiet -e ".[spark]"']
+    suite = _dry_run("test", tmp_path / "venv")
+    assert len(suite) == 1 and '".[spark,test,bench]"' in suite[0]
