@@ -54,7 +54,8 @@ from ..measurement.metrics import TASK_METRIC_COLUMNS, task_metrics
 from ..measurement.progress import BatchProgress, clip_rate, parse_progress
 from ..eventtime import parse_interval
 
-__all__ = ["NodeReport", "BottleneckReport", "BottleneckAdvisor", "BottleneckListener"]
+__all__ = ["NodeReport", "BottleneckReport", "BottleneckAdvisor", "BottleneckListener",
+           "MAX_ADVISED_TASKS"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,12 @@ _FAST = 1e12
 _MAX = sys.float_info.max
 #: Largest row count and busy time (ms) of one observation: Spark's ``Long``.
 _LONG_MAX = float(2 ** 63)
+#: Most tasks a report advises for one node (DS2's parallelism is capped here): more than any
+#: Spark stage runs well. A node at the cap needs at least that many; figures that ask for
+#: more (a phase of a year for one row) come from a corrupt or absurd measurement.
+MAX_ADVISED_TASKS = 1_000_000
+#: Largest ``maxOffsetsPerTrigger`` advised: Spark's ``Long``.
+_MAX_OFFSETS = 2 ** 63 - 1
 #: The phases of a micro-batch in ``durationMs``, in order (``triggerExecution`` is their
 #: total): the nodes of a report built from progress events alone.
 PHASES = ("latestOffset", "getOffset", "walCommit", "getBatch", "queryPlanning", "addBatch",
@@ -95,7 +102,7 @@ class NodeReport:
     utilisation : float
         ``offered / capacity``.
     ds2_parallelism : int
-        Tasks DS2 says the node needs for the offered flow.
+        Tasks DS2 says the node needs for the offered flow, at most :data:`MAX_ADVISED_TASKS`.
     """
 
     name: str
@@ -661,7 +668,8 @@ class BottleneckAdvisor:
             rates[n] = TrueRate(proc, None if after is None else proc * after)
         graph: list[tuple[Hashable, Hashable]] = [(SOURCE, names[0])]
         graph += list(zip(names, names[1:]))
-        wanted = ds2_parallelism(graph, rates, {SOURCE: offered_rate * selectivity[names[0]]})
+        wanted = ds2_parallelism(graph, rates, {SOURCE: offered_rate * selectivity[names[0]]},
+                                 max_parallelism=MAX_ADVISED_TASKS)
         nodes = [NodeReport(**{**n.to_dict(), "ds2_parallelism": int(wanted.get(n.name, 1))})
                  for n in nodes]
         net, unbounded = self._network(names, capacity_src, offered_rate)
@@ -771,7 +779,8 @@ class BottleneckAdvisor:
                 "expected": f"{slots} slots cannot run the {needed} tasks DS2 asks for at once"})
         if bottleneck and offered > flow_value and progress:
             seconds = float(np.mean([p.duration_ms for p in progress])) / 1000.0 or 1.0
-            limit = max(1, int(self.lambda_ * flow_value * seconds))
+            rows = self.lambda_ * flow_value * seconds
+            limit = max(1, min(int(min(rows, _MAX_OFFSETS)), _MAX_OFFSETS)) if rows >= 1 else 1
             actions.append({
                 "action": "admit what the query sustains until it is rescaled", "node": "source",
                 "setting": f"maxOffsetsPerTrigger={limit}",

@@ -6,8 +6,9 @@ subpackages decide from, and changes nothing itself.
 - per-task figures of finished Spark stages, from Spark's status store
   (:func:`task_metrics`, :data:`TASK_METRIC_COLUMNS`);
 - a micro-batch's ``StreamingQueryProgress``: rates, durations and the sources' backlog
-  (:func:`parse_progress`, :class:`BatchProgress`), and the largest rate the advisors work with
-  (:data:`RATE_CAP`, :func:`clip_rate`);
+  (:func:`parse_progress`, :class:`BatchProgress`), the longest phase it accepts
+  (:data:`MAX_DURATION_MS`) and the largest rate the advisors work with (:data:`RATE_CAP`,
+  :func:`clip_rate`);
 - the records trilink operators write of their own work (:class:`OperatorTimer`,
   :func:`read_operator_timings`, :class:`OperatorTimingReader`). The data-plane tasks write
   them, so the module lives in the bottom layer (``trilink_spark._internal.optiming``); this
@@ -28,7 +29,8 @@ Examples
 from .._internal.optiming import OPERATOR_TIMING_COLUMNS, OPERATOR_TIMING_CONF, OperatorTimer
 from .._internal.optiming import OperatorTimingReader, read_operator_timings
 from .metrics import TASK_METRIC_COLUMNS, task_metrics
-from .progress import MAX_PROGRESS_BYTES, RATE_CAP, BatchProgress, clip_rate, parse_progress
+from .progress import MAX_DURATION_MS, MAX_PROGRESS_BYTES, RATE_CAP, BatchProgress, clip_rate
+from .progress import parse_progress
 
 __all__ = [
     "TASK_METRIC_COLUMNS",
@@ -36,6 +38,7 @@ __all__ = [
     "BatchProgress",
     "parse_progress",
     "MAX_PROGRESS_BYTES",
+    "MAX_DURATION_MS",
     "RATE_CAP",
     "clip_rate",
     "OPERATOR_TIMING_COLUMNS",

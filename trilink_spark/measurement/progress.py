@@ -21,7 +21,8 @@ from typing import Any
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 
-__all__ = ["BatchProgress", "parse_progress", "MAX_PROGRESS_BYTES", "RATE_CAP", "clip_rate"]
+__all__ = ["BatchProgress", "parse_progress", "MAX_PROGRESS_BYTES", "MAX_DURATION_MS", "RATE_CAP",
+           "clip_rate"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +35,10 @@ _LONG_MAX = 2 ** 63 - 1
 #: ms, a corrupt ``inputRowsPerSecond`` of 1e308) is taken as this, so that the flow network,
 #: DS2, the reports and the advice stay finite. No real query comes within orders of magnitude.
 RATE_CAP = 1e15
+#: Longest ``durationMs`` entry accepted: a year, in milliseconds. Spark times each phase of a
+#: micro-batch in ``Long`` milliseconds; a figure beyond a year is a corrupt event, refused by
+#: name (an ``1e308`` would make every rate derived from it 0 and every sizing infinite).
+MAX_DURATION_MS = 365.25 * 24 * 3600 * 1000
 
 
 def clip_rate(value: float) -> float:
@@ -80,26 +85,29 @@ class BatchProgress:
     backlog_rows: int | None
 
 
-def _field_number(value: Any, name: str, default: float = 0.0) -> float:
-    """A number field of a progress event: ``default`` when absent (``None``) or NaN (Spark
-    writes NaN rates for an empty first batch), else finite and >= 0. A parser of the event's
-    JSON, not an argument check: its errors name the progress field."""
+def _field_number(value: Any, name: str, default: float = 0.0, *, high: float = math.inf,
+                  unit: str = "", nan: bool = True) -> float:
+    """A number field of a progress event: ``default`` when absent (``None``), or NaN where
+    ``nan`` (Spark writes NaN rates for an empty first batch), else finite, >= 0 and <=
+    ``high``. A parser of the event's JSON, not an argument check: its errors name the
+    progress field and the range allowed."""
+    allowed = "finite and >= 0" if high == math.inf else f"in [0, {high:.0f}]{unit}"
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidArgumentError(
-            f"progress field {name:.80} must be a number, got {value!r:.60}")
+            f"progress field {name:.80} must be a number {allowed}, got {value!r:.60}")
     try:
         out = float(value)
     except OverflowError:  # an int of hundreds of digits
         raise InvalidArgumentError(
-            f"progress field {name:.80} must be finite and >= 0, got an integer of "
+            f"progress field {name:.80} must be {allowed}, got an integer of "
             f"{value.bit_length() if isinstance(value, int) else '?'} bits") from None
-    if math.isnan(out):  # Spark writes NaN rates for an empty first batch
+    if math.isnan(out) and nan:  # Spark writes NaN rates for an empty first batch
         return default
-    if not math.isfinite(out) or out < 0:
+    if not (math.isfinite(out) and 0 <= out <= high):  # NaN, infinities, negatives, too big
         raise InvalidArgumentError(
-            f"progress field {name:.80} must be finite and >= 0, got {value!r:.60}")
+            f"progress field {name:.80} must be {allowed}, got {value!r:.60}")
     return out
 
 
@@ -111,7 +119,7 @@ def _rows(value: Any) -> int:
                 "progress field numInputRows must be an integer in [0, 2**63 - 1], got "
                 f"{'a negative number' if value < 0 else 'a larger one'}")
         return value
-    rows = _field_number(value, "numInputRows")
+    rows = _field_number(value, "numInputRows", nan=False)
     if rows > _LONG_MAX:
         raise InvalidArgumentError(
             f"progress field numInputRows must be in [0, 2**63 - 1], got {rows!r}")
@@ -176,9 +184,11 @@ def parse_progress(progress: Any) -> BatchProgress:
         Not a progress object, a mapping or a string.
     InvalidArgumentError
         JSON that does not parse (or is larger than :data:`MAX_PROGRESS_BYTES`), no
-        ``batchId`` (an integer in ``[0, 2**63 - 1]``), a row count outside that range, or a
-        figure that is negative, infinite or too large for a float. NaN rates (an empty
-        batch) count 0. Offsets beyond 64 bits make the backlog unknown (``None``).
+        ``batchId`` (an integer in ``[0, 2**63 - 1]``), a row count outside that range or NaN,
+        a ``durationMs`` entry outside ``[0, MAX_DURATION_MS]`` (NaN included), or a rate
+        that is negative, infinite or too large for a float; each message names the field.
+        NaN rates (an empty batch) count 0, and rates above :data:`RATE_CAP` are taken as
+        it by the advisors. Offsets beyond 64 bits make the backlog unknown (``None``).
 
     Notes
     -----
@@ -223,7 +233,9 @@ def parse_progress(progress: Any) -> BatchProgress:
     durations_raw = data.get("durationMs") or {}
     if not isinstance(durations_raw, Mapping):
         raise InvalidArgumentError("progress field durationMs must be an object")
-    durations = {str(k): _field_number(v, f"durationMs.{k}") for k, v in durations_raw.items()}
+    durations = {str(k): _field_number(v, f"durationMs.{k}", high=MAX_DURATION_MS, unit=" ms "
+                                       "(a year)", nan=False)
+                 for k, v in durations_raw.items()}
     rows = _rows(data.get("numInputRows"))
     stamp = data.get("timestamp")
     return BatchProgress(
