@@ -14,6 +14,7 @@ Examples
 
     trilink-spark balance                                   # the four paper scenarios
     trilink-spark balance events.parquet --key user_id --partitions 32
+    trilink-spark balance flights.csv.gz --key tailnum         # compressed CSV or JSON
     trilink-spark balance --scenario zipf --zipf 1.1 --json
     trilink-spark balance --plot loads.png
     trilink-spark advise --progress progress.jsonl --json
@@ -29,20 +30,20 @@ import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, TextIO
 
 from .config import add_config_parser, run_config
+from .inputs import FORMATS, check_input
 from .state import add_state_parser, run_state
 from ..errors import InvalidArgumentError, TrilinkError
+from ..partitioners.catalogue import ruled_out_by_keys
 from ..partitioners.evaluation import StrategyScore, choose_best, evaluate_strategies
 from ..partitioners.scenarios import PAPER_SCENARIOS, SCENARIOS, make_scenario, scenario_frame
 
 __all__ = ["main", "build_parser", "BalanceResult", "run_balance", "run_advise", "add_advise_parser"]
 
 logger = logging.getLogger(__name__)
-
-_FORMATS = ("parquet", "csv", "json")
 
 
 @dataclass
@@ -57,6 +58,8 @@ class BalanceResult:
     best: str
     measured: dict[str, dict[str, Any]] = field(default_factory=dict)
     kafka: dict[str, float] | None = None
+    #: strategies left out, with why (``{"modulo": "string keys (Modulo needs integer keys)"}``)
+    skipped: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         extra = {"kafka_murmur2": self.kafka} if self.kafka is not None else {}
@@ -68,6 +71,7 @@ class BalanceResult:
             "keyed_bound": self.scores[0].keyed_bound if self.scores else 1.0,
             "best": self.best,
             "strategies": [s.to_dict() for s in self.scores],
+            "skipped": dict(self.skipped),
             "measured": self.measured,
             **extra,
         }
@@ -84,12 +88,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="how Spark's hash placement and every strategy would balance a key column",
         description=(
             "Score every placement strategy on a key column (a Parquet/CSV/JSON path with "
-            "--key) or on built-in scenarios. Without a path: the four scenarios of the paper."
+            "--key) or on built-in scenarios. Without a path: the four scenarios of the paper. "
+            "A local PATH, its format and the key column are checked before Spark starts."
         ),
     )
-    bal.add_argument("path", nargs="?", help="Parquet, CSV or JSON file or directory")
+    bal.add_argument("path", nargs="?",
+                     help="Parquet, CSV or JSON file or directory; CSV and JSON may be "
+                     "compressed (.gz, .bz2, .deflate, .zst, Hadoop's .lz4 and .snappy)")
     bal.add_argument("--key", help="key column of PATH")
-    bal.add_argument("--format", choices=_FORMATS, help="input format (default: from suffix)")
+    bal.add_argument("--format", choices=FORMATS,
+                     help="input format (default: from the name, or a directory's files)")
     bal.add_argument(
         "--scenario",
         action="append",
@@ -133,12 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _read(spark: Any, path: str, fmt: str | None) -> Any:
-    fmt = fmt or Path(path.rstrip("/")).suffix.lstrip(".").lower()
-    if fmt not in _FORMATS:
-        raise InvalidArgumentError(
-            f"cannot tell the format of {path!r}; pass --format {'|'.join(_FORMATS)}"
-        )
+def _read(spark: Any, path: str, fmt: str) -> Any:
+    """``path`` as a DataFrame, in the format :func:`~.inputs.check_input` told (Spark
+    decompresses CSV and JSON by the name's suffix)."""
     reader = spark.read.format(fmt)
     if fmt == "csv":
         reader = reader.option("header", "true").option("inferSchema", "true")
@@ -194,6 +199,7 @@ def run_balance(
         sampled_records=int(sum(fit_map.values())),
         scores=scores,
         best=best.name,
+        skipped=ruled_out_by_keys(kind),
     )
     if measure:
         for score in {s.name: s for s in (scores[0], best)}.values():
@@ -248,15 +254,66 @@ def _format_table(results: Sequence[BalanceResult], partitions: int, out: TextIO
                 f"balance {res.kafka['balance_degree']:.3f}, "
                 f"extra time {res.kafka['extra_compute_time']:.1%}\n"
             )
+        for name, why in res.skipped.items():
+            out.write(f"  {name}: skipped, {why}\n")
     out.write("\n* = chosen (a table strategy must beat hash/modulo by > 0.01)\n")
 
 
+def _short_name(name: str) -> str:
+    """A data set's name for a plot: a path's last component (a scenario's label as is),
+    at most 40 characters."""
+    short = PurePosixPath(name.rstrip("/")).name or name
+    return short if len(short) <= 40 else short[:24] + "..." + short[-13:]
+
+
+def _check_plot(path: str) -> None:
+    """Refuse ``--plot`` before any work when matplotlib is missing or ``path`` cannot be
+    written (its folder is missing, or the suffix is no format matplotlib writes; no suffix
+    is PNG)."""
+    import os
+
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        raise InvalidArgumentError(
+            "--plot needs matplotlib: pip install 'trilink-spark[plot]'") from None
+    if os.path.isdir(path):
+        raise InvalidArgumentError(f"--plot {path!r} is a directory; give a file name (.png)")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
+        raise InvalidArgumentError(
+            f"--plot {path!r}: cannot write into {folder!r} (missing or not writable)")
+    suffix = PurePosixPath(path).suffix.lower().lstrip(".")
+    kinds = sorted(FigureCanvasBase.get_supported_filetypes())
+    if suffix and suffix not in kinds:
+        raise InvalidArgumentError(
+            f"--plot {path!r}: matplotlib writes no .{suffix} file; end the name in .png "
+            f"(or {', '.join('.' + k for k in kinds if k != 'png')})")
+
+
+#: Bar colours: every strategy, and the chosen one.
+_BAR, _CHOSEN = "#4477aa", "#228833"
+
+
 def _plot(results: Sequence[BalanceResult], path: str) -> None:
+    """Draw :func:`_plot_figure` into ``path`` (PNG, or as the suffix says)."""
+    fig = _plot_figure(results)  # picks the Agg backend, refuses a missing matplotlib
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_figure(results: Sequence[BalanceResult]) -> Any:
+    """One row of bar charts per data set, one panel per strategy: records per partition,
+    the mean as a dashed red line, the chosen strategy in green with a star; titles name the
+    data set (a path's file name) and the strategy's balance degree. O(partitions x panels)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import EngFormatter, MaxNLocator
     except ImportError:
         raise InvalidArgumentError(
             "--plot needs matplotlib: pip install 'trilink-spark[plot]'"
@@ -265,25 +322,36 @@ def _plot(results: Sequence[BalanceResult], path: str) -> None:
     fig, axes = plt.subplots(
         len(results),
         cols,
-        figsize=(3.2 * cols, 2.4 * len(results)),
+        figsize=(3.4 * cols, 2.8 * len(results) + 0.5),
         squeeze=False,
         sharey="row",
     )
     for row, res in enumerate(results):
+        name = _short_name(res.name)
         for col in range(cols):
             ax = axes[row][col]
             if col >= len(res.scores):
                 ax.axis("off")
                 continue
             s = res.scores[col]
-            ax.bar(range(s.loads.size), s.loads, width=1.0, color="#4477aa")
-            ax.axhline(s.mean_load, color="#cc3311", linewidth=1)
-            ax.set_title(f"{res.name}\n{s.name}: {s.balance_degree:.2f}", fontsize=8)
+            chosen = s.name == res.best
+            ax.bar(range(s.loads.size), s.loads, width=0.8, color=_CHOSEN if chosen else _BAR)
+            ax.axhline(s.mean_load, color="#cc3311", linewidth=1, linestyle="--", zorder=3)
+            star = "\u2605 " if chosen else ""
+            ax.set_title(f"{name}\n{star}{s.name}: balance {s.balance_degree:.3f}",
+                         fontsize=8, fontweight="bold" if chosen else "normal",
+                         color=_CHOSEN if chosen else "black")
+            ax.set_xlabel("partition", fontsize=7)
+            if col == 0:
+                ax.set_ylabel("records", fontsize=7)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=6))
+            ax.yaxis.set_major_formatter(EngFormatter(sep=""))
             ax.tick_params(labelsize=6)
-    fig.suptitle("records per partition (red: mean); title: balance degree", fontsize=9)
+            ax.margins(x=0.01)
+    fig.suptitle("records per partition; dashed red line: mean; \u2605 green: chosen strategy",
+                 fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def _balance(args: argparse.Namespace, out: TextIO) -> int:
@@ -297,11 +365,15 @@ def _balance(args: argparse.Namespace, out: TextIO) -> int:
         raise InvalidArgumentError("a PATH needs --key COLUMN")
     if args.path and args.scenario:
         raise InvalidArgumentError("give either PATH --key or --scenario, not both")
+    # everything that can be checked without Spark is, before it starts (seconds)
+    fmt = check_input(args.path, args.key, args.format).format if args.path else ""
+    if args.plot:
+        _check_plot(args.plot)
     spark = get_session(args.master, shuffle_partitions=max(2, args.partitions),
                         remote=args.remote)
     results = []
     if args.path:
-        df = _read(spark, args.path, args.format)
+        df = _read(spark, args.path, fmt)
         results.append(
             run_balance(
                 df, args.key, args.path, args.partitions, args.sample_rate, args.seed,
@@ -379,12 +451,16 @@ def run_advise(args: argparse.Namespace, out: TextIO) -> int:
     InvalidArgumentError
         A file that cannot be read (missing, a directory), holds no event, a line that is
         not UTF-8, longer than :data:`~trilink_spark.measurement.progress.MAX_PROGRESS_BYTES`
-        or not a progress event (the message names the line). ``main`` prints it and exits 2.
+        or not a progress event, or a figure out of range: ``durationMs`` entries in
+        ``[0, MAX_DURATION_MS]`` (a year), ``numInputRows`` in ``[0, 2**63)``, rates finite
+        and >= 0 (see :func:`~trilink_spark.measurement.parse_progress`). The message names
+        the line and the field. ``main`` prints it and exits 2.
 
     Notes
     -----
     O(size of the input); one line is held at a time. Standard input (``-``) is read, never
-    closed.
+    closed. Advised task counts are at most
+    :data:`~trilink_spark.advice.bottleneck.MAX_ADVISED_TASKS`.
     """
     from ..advice.bottleneck import BottleneckAdvisor
 

@@ -40,6 +40,7 @@ __all__ = [
     "candidate_names",
     "configurable_names",
     "default_candidates",
+    "ruled_out_by_keys",
     "build",
     "candidate_of",
     "fit_counts",
@@ -113,6 +114,22 @@ def _candidate(name: str) -> Candidate:
             f"unknown candidate {name!r}; choose from {', '.join(_CATALOGUE)}"
         )
     return found
+
+
+def ruled_out_by_keys(key_kind: str | None) -> dict[str, str]:
+    """The candidates :func:`default_candidates` leaves out for keys of ``key_kind``, each with
+    why (``trilink-spark balance`` prints it under its table). O(candidates).
+
+    Examples
+    --------
+    >>> ruled_out_by_keys("string")
+    {'modulo': 'string keys (Modulo needs integer keys)'}
+    >>> ruled_out_by_keys("long")
+    {}
+    """
+    return {c.name: f"{key_kind} keys ({c.name.capitalize()} needs integer keys)"
+            for c in _CATALOGUE.values()
+            if c.integer_keys and not c.opt_in and key_kind not in (None, "int", "long")}
 
 
 def default_candidates(
