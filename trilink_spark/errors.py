@@ -39,6 +39,7 @@ __all__ = [
     "StateOwnershipError",
     "ArithmeticOverflowError",
     "ConnectUnsupportedError",
+    "StreamingNotSupportedError",
     "ServerStartError",
 ]
 
@@ -141,6 +142,15 @@ class ArithmeticOverflowError(TrilinkError, ArithmeticError):
 class ConnectUnsupportedError(TrilinkError, NotImplementedError):
     """A feature that needs classic PySpark (its JVM through Py4J, or RDDs) was used with a
     Spark Connect session or DataFrame; the message says what to use instead."""
+
+
+class StreamingNotSupportedError(InvalidArgumentError, TypeError):
+    """A streaming DataFrame was given to a call that runs on batch DataFrames only; raised at
+    call time, before any query starts. The message names the call, says why, and gives the
+    route that runs on a stream (``writeStream.foreachBatch``: the call on each micro-batch, or
+    :func:`~trilink_spark.keyed_foreach_batch` for state kept across micro-batches). Also a
+    ``TypeError`` (the frame is of the wrong kind) and, as the refusals it replaced were, an
+    :class:`InvalidArgumentError`."""
 
 
 class ServerStartError(TrilinkError, RuntimeError):

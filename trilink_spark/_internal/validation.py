@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StreamingNotSupportedError
 
 __all__ = ["check_num_partitions", "MAX_PARTITIONS", "check_real", "number", "positive",
            "fraction", "count", "seconds", "parse_interval", "INTERVAL_UNITS", "short_repr",
-           "choice"]
+           "choice", "refuse_streaming"]
 
 #: The most partitions a strategy places keys on (Spark's own limit is far above what a shuffle
 #: of this many partitions could run; the bound keeps a hostile stored strategy from asking for
@@ -369,3 +369,50 @@ def choice(value: Any, name: str, allowed: Sequence[str]) -> str:
     if value not in allowed:
         raise InvalidArgumentError(f"{name} must be one of {names}, got {short_repr(value)}")
     return value
+
+
+def refuse_streaming(df: Any, api: str, why: str, route: str | None = None) -> None:
+    """Refuse a streaming DataFrame at call time: the one refusal every batch-only call uses.
+
+    Parameters
+    ----------
+    df
+        The frame given (anything without ``isStreaming`` passes: other checks judge it).
+    api : str
+        The call, as the user wrote it (``"keyed_watermark"``).
+    why : str
+        Why it cannot run on a stream, in words.
+    route : str, optional
+        What runs on a stream instead; default: the call on each micro-batch inside
+        ``writeStream.foreachBatch``, with a one-line example.
+
+    Raises
+    ------
+    StreamingNotSupportedError
+        ``df.isStreaming``: the message names ``api``, says ``why`` and gives the route.
+
+    Notes
+    -----
+    Cost: O(1) (``isStreaming`` reads the analysed plan; no job runs).
+
+    Examples
+    --------
+    >>> import textwrap
+    >>> class Stream:
+    ...     isStreaming = True
+    >>> try:
+    ...     refuse_streaming(Stream(), "partition_balance", "it counts every partition's rows")
+    ... except StreamingNotSupportedError as err:
+    ...     print(textwrap.fill(str(err), 80))
+    partition_balance does not run on a streaming DataFrame: it counts every
+    partition's rows. Call it on each micro-batch instead:
+    stream.writeStream.foreachBatch(lambda batch_df, batch_id:
+    partition_balance(batch_df, ...)).start()
+    """
+    if not getattr(df, "isStreaming", False):
+        return
+    if route is None:
+        route = ("Call it on each micro-batch instead: stream.writeStream.foreachBatch("
+                 f"lambda batch_df, batch_id: {api}(batch_df, ...)).start()")
+    raise StreamingNotSupportedError(
+        f"{api} does not run on a streaming DataFrame: {why}. {route}")

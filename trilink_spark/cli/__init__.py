@@ -38,6 +38,7 @@ from .inputs import FORMATS, check_input
 from .state import add_state_parser, run_state
 from ..errors import InvalidArgumentError, TrilinkError
 from ..partitioners.catalogue import ruled_out_by_keys
+from .._internal.validation import refuse_streaming
 from ..partitioners.evaluation import StrategyScore, choose_best, evaluate_strategies
 from ..partitioners.scenarios import PAPER_SCENARIOS, SCENARIOS, make_scenario, scenario_frame
 
@@ -174,6 +175,7 @@ def run_balance(
     and score Kafka's default partitioner (``kafka=True``)."""
     from ..placement.key_by import key_counts, key_kind
 
+    refuse_streaming(df, "run_balance", "it counts every key of the frame with a job")
     kind, dtype = key_kind(df, key)
     if kind is None:
         raise InvalidArgumentError(

@@ -36,6 +36,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .client import SOURCE_NAME, KafkaOptions, open_consumer, open_producer, topic_partitions
+from .._internal.validation import refuse_streaming
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -156,6 +157,10 @@ def write_kafka(
     ...                                  "CAST(amount AS STRING) AS value", "partition"),
     ...                "127.0.0.1:9092", "orders", num_partitions=8)  # doctest: +SKIP
     """
+    refuse_streaming(df, "write_kafka", "it appends a bounded frame in one batch write",
+                     "Write the stream with the same sink: stream.writeStream.format("
+                     "'trilink-kafka').option('kafka.bootstrap.servers', servers).option('topic',"
+                     " topic).option('checkpointLocation', path).start()")
     options = {"kafka.bootstrap.servers": bootstrap_servers, "topic": topic,
                "timeoutMs": str(timeout_ms)}
     if num_partitions is not None:

@@ -13,7 +13,8 @@ from .._internal.optiming import operator_timer
 from ..partitioners import Partitioner
 from ..placement.key_by import place_rows
 from ..placement.source import is_keyed_by_source
-from .prepare import arrival_order, in_place, prepare
+from .._internal.validation import refuse_streaming
+from .prepare import KEYED_STREAM_ROUTE, arrival_order, in_place, prepare
 from .process import KeyedWatermarkProcessFunction
 from .task import partition_function
 
@@ -61,6 +62,14 @@ def keyed_process(
         The rows the hooks returned, with the processor's ``output_schema``. The input is
         bounded: when it ends every key's watermark goes to infinity, so all timers fire.
 
+    Raises
+    ------
+    StreamingNotSupportedError
+        ``df`` is a streaming DataFrame, refused when the call is made: timers and the idle
+        rule need each key's watermark and its partition's progress kept across micro-batches.
+        Run the same processor with :func:`~trilink_spark.keyed_foreach_batch` in
+        ``writeStream.foreachBatch``.
+
     Notes
     -----
     Cost: the one shuffle of ``key_by`` (none on a frame declared with
@@ -74,6 +83,9 @@ def keyed_process(
     >>> counts = tl.keyed_process(df, "sensor", "ts", tl.KeyedWindowAggregate(60.0),
     ...                           delay=5.0)  # doctest: +SKIP
     """
+    refuse_streaming(df, "keyed_process", "its timers and idle rule need every key's watermark "
+                     "and its partition's progress kept from one micro-batch to the next, and "
+                     "bounded input (at its end every timer fires)", KEYED_STREAM_ROUTE)
     tagged, delay_units, idle_units, out_schema, arrow_schema = prepare(
         df, key, event_time, processor, delay, order_by, idle_timeout
     )

@@ -24,7 +24,17 @@ from .process import KeyedWatermarkProcessFunction
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["check_processor", "prepare", "arrival_order", "in_arrival_order", "in_place"]
+__all__ = ["check_processor", "prepare", "arrival_order", "in_arrival_order", "in_place",
+           "KEYED_STREAM_ROUTE"]
+
+#: What a refused streaming frame is told to use instead (``keyed_watermark``,
+#: ``keyed_process``): the runner that keeps keyed watermarks, timers and state across
+#: micro-batches.
+KEYED_STREAM_ROUTE = (
+    "Keep keyed watermarks, timers and state across micro-batches with keyed_foreach_batch in "
+    "writeStream.foreachBatch (late rows reach the processor's process_late): "
+    "stream.writeStream.foreachBatch(tl.keyed_foreach_batch(sink, key, event_time, processor, "
+    "delay, state_path)).start()")
 
 
 def check_processor(processor: object) -> None:

@@ -23,6 +23,13 @@ order: partition by partition, row by row, as ``monotonically_increasing_id`` nu
 distinct keys are counted and hashed into ``ceil(distinct / N)`` buckets with Spark's
 ``xxhash64``: a deterministic grouping in which each watermark is shared by ``N`` keys on
 average (hash buckets, so not exactly ``N``).
+
+**Streams.** A streaming DataFrame is refused when the call is made
+(:class:`~trilink_spark.errors.StreamingNotSupportedError`): the arrival order, ``n_keys`` and
+the partition view need the whole input. Per-key watermarks across micro-batches are kept by
+:func:`~trilink_spark.keyed_foreach_batch` in ``writeStream.foreachBatch``, whose processor
+gets every key's late rows in ``process_late`` (benches/RESULTS.md, section 20, measures the
+alternative, Spark's ``transformWithState``).
 """
 
 from __future__ import annotations
@@ -35,12 +42,21 @@ import pandas as pd
 
 from ..columns import POS_COL, check_user_columns, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from .._internal.validation import refuse_streaming
+from .prepare import KEYED_STREAM_ROUTE
 from ..eventtime import delay_in_units, event_time_micros
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 __all__ = ["keyed_watermark"]
+
+#: Why a streaming frame is refused (the message of StreamingNotSupportedError).
+_NOT_ON_STREAMS = (
+    "its arrival order numbers the rows of the whole input, n_keys > 1 counts the input's "
+    "distinct keys and is_late_partition follows each input partition from its first row, "
+    "none of which a stream has when the call is made; carrying the per-key watermarks "
+    "through Spark's transformWithState instead measured 3.5-4x the cost of keyed_foreach_batch")
 
 
 def _from_units(col: Column, kind: str, dtype: Any) -> Column:
@@ -109,6 +125,12 @@ def keyed_watermark(
         ``is_late_partition`` (booleans; null where the event time is null or NaN). Rows with
         a null or NaN event time neither move a watermark nor count as late.
 
+    Raises
+    ------
+    StreamingNotSupportedError
+        ``df`` is a streaming DataFrame (module docs): use
+        :func:`~trilink_spark.keyed_foreach_batch` in ``writeStream.foreachBatch``.
+
     Notes
     -----
     Cost: the partition-level view is a scalar-iterator pandas UDF over the event time only (a
@@ -127,6 +149,7 @@ def keyed_watermark(
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    refuse_streaming(df, "keyed_watermark", _NOT_ON_STREAMS, KEYED_STREAM_ROUTE)
     require_columns(df, [key], "key column")
     require_columns(df, [order_by], "order_by column")
     check_user_columns(df)

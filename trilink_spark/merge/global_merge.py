@@ -28,6 +28,7 @@ from .plan import SLOT
 from .._internal.optiming import OperatorTimer, Stopwatch, operator_timer, task_identity
 from .._internal.spark.compat import frame_of_arrow
 from .redis_store import RedisStore
+from .._internal.validation import refuse_streaming
 from ..columns import column_of, quoted
 from .expressions import AggSpec, parse_aggs, spark_aggregate
 from .partials import finalize_frame, merge_partial_frames
@@ -46,6 +47,14 @@ APPLY_ON: tuple[str, ...] = ("tasks", "driver")
 #: Columns the tasks of ``apply_on="driver"`` add to their partial rows: the partition id,
 #: and the flush number (the flush is the group of rows a partial row comes from).
 _PID_COL, _FLUSH_COL = PARTITION_COL, GROUP_COL
+
+
+#: Where a streaming frame is sent instead (the message of the refusal).
+STREAM_ROUTE = (
+    "Merge each micro-batch into a RedisStore (it accumulates across batches, each batch id "
+    "applied once): stream.writeStream.foreachBatch(lambda batch_df, batch_id: "
+    "global_merge(batch_df, key, aggs, store=RedisStore(url), batch_id=batch_id, "
+    "read=False)).start()")
 
 
 def global_merge(
@@ -134,6 +143,8 @@ def global_merge(
     """
     from pyspark.sql import functions as F
 
+    refuse_streaming(df, "global_merge", "it runs a job and merges what the tasks flushed into "
+                     "the store before it returns", STREAM_ROUTE)
     if not isinstance(store, RedisStore) and store not in GLOBAL_STORES:
         raise InvalidArgumentError(
             f"store must be one of {GLOBAL_STORES} or a RedisStore, got {store!r}")

@@ -32,6 +32,7 @@ from ..columns import INTERNAL_PREFIX, column_of, quoted
 from .aggregates import Sum
 from .expressions import AggSpec, parse_aggs, specs_for_partials  # parse_aggs: the examples
 from .kernels import Groups
+from .._internal.validation import refuse_streaming
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -207,6 +208,8 @@ def merge_partials(
     specs = specs_for_partials(aggs, df.columns)
     exprs = [e for e in (spec.aggregate.spark_merge() for spec in specs) if e is not None]
     if len(exprs) < len(specs):  # a Combine merges in Python
+        refuse_streaming(df, "merge_partials", "an aggregate with a Python Combine merges each "
+                         "micro-batch's partials alone, never with earlier batches' ones")
         return _merge_with_pandas(df, keys, specs)
     merged = df.groupBy(*[column_of(k) for k in keys]).agg(*exprs)
     # Spark widens a sum of decimals again: keep the partial's (the raw rows' sum) type

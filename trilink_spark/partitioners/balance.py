@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from .._internal.validation import check_num_partitions
+from .._internal.validation import refuse_streaming
 from .._internal.spark.compat import is_connect, num_partitions, partition_counts
 from ..columns import PARTITION_COL, strategy_partitions
 
@@ -226,6 +227,7 @@ def partition_balance(data: DataFrame | RDD[Any]) -> BalanceReport:
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
+    refuse_streaming(data, "partition_balance", "it counts the rows of every partition with a job")
     if isinstance(data, DataFrame):
         placed_on = strategy_partitions(data, compacted=True)
         if placed_on is not None and num_partitions(data) != placed_on:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..columns import PARTITION_COL, check_user_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, PartitionCountError
+from .._internal.validation import refuse_streaming
 from .._internal.io.files import resolve_filesystem
 from ..kafka.source import register_kafka_source
 from ..partitioners import Partitioner
@@ -146,10 +147,8 @@ def _streaming_strategy(df: DataFrame, key: str, strategy: str | Partitioner,
     """A stream cannot be counted first: tables must come learnt (an object or a stored
     assignment); keys they do not know get Spark's hash placement, the same in every batch."""
     if isinstance(strategy, str) and strategy.lower() == "auto":
-        raise InvalidArgumentError(
-            "strategy='auto' samples the data first, which a stream cannot do; name a strategy "
-            "or pass a fitted one"
-        )
+        refuse_streaming(df, "ahead_key_by(strategy='auto')", "'auto' samples the data first",
+                         "Name a strategy or pass a fitted one")
     resolved = resolve_strategy(df, key, strategy, num_partitions, fit="none").partitioner
     if resolved.is_stateful and len(resolved) == 0:  # type: ignore[arg-type]
         raise InvalidArgumentError(

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from .._internal.validation import check_num_partitions
+from .._internal.validation import refuse_streaming
 from ..columns import COMPACTED_META, NUM_PARTITIONS_META, PARTITION_COL, TABLE_KEY_COL
 from ..columns import TABLE_PID_COL
 from ..columns import SLOT_ID_COL, SLOT_PID_COL, check_user_columns
@@ -109,6 +110,10 @@ def key_counts(df: DataFrame, key: str, fraction: float, seed: int, null_policy:
     """``{key: count}`` as an Arrow table sorted by key (deterministic), nulls checked."""
     from pyspark.sql import functions as F
 
+    refuse_streaming(df, "strategy='auto' (or fitting a table strategy)", "it counts the keys with "
+                     "a job before placing them", "On a stream name a stateless strategy ('hash',"
+                     " 'modulo', 'weight') or pass a fitted one with fit='none'; or place each "
+                     "micro-batch in writeStream.foreachBatch (adaptive_foreach_batch)")
     src = df.select(key)
     if fraction < 1.0:
         src = src.sample(fraction=fraction, seed=seed)

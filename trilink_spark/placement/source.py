@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..columns import ARG_COL, require_columns
 from .._internal.spark.compat import is_connect
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, KeysNotGroupedError
+from .._internal.validation import refuse_streaming
 from ..merge.aggregates import arrow_aggregates
 from .._internal.spark.plan import shuffle_exchanges
 
@@ -97,10 +98,10 @@ def keyed_by_source(df: DataFrame, key: str, *, verify: bool = False,
     require_columns(df, [key], "key column")
     if df.isStreaming:
         if verify:
-            raise InvalidArgumentError(
-                "verify=True needs a batch DataFrame; call keyed_by_source(batch_df, key, "
-                "verify=True) inside foreachBatch"
-            )
+            refuse_streaming(df, "keyed_by_source(verify=True)", "the check reads every row's "
+                             "input partition with a job", "Declare the stream with verify=False,"
+                             " and verify on a micro-batch inside writeStream.foreachBatch: "
+                             "keyed_by_source(batch_df, key, verify=True)")
         exchanges = 0
     else:
         exchanges = shuffle_exchanges(df)
@@ -142,11 +143,9 @@ def is_keyed_by_source(df: DataFrame, key: str) -> bool:
 def check_source_layout(df: DataFrame, key: str) -> None:
     """Refuse a declared frame whose rows were shuffled after the declaration."""
     declared = int(df.schema[key].metadata[_MARK].get("exchanges", 0))
-    if df.isStreaming:
-        raise InvalidArgumentError(
-            "keyed operators on a keyed_by_source stream run per micro-batch: use them inside "
-            "foreachBatch (or keyed_foreach_batch), on the batch DataFrame"
-        )
+    refuse_streaming(df, "keyed operators on a keyed_by_source frame", "they run inside each "
+                     "input partition, so on a stream each micro-batch alone", "Use them on each "
+                     "micro-batch inside writeStream.foreachBatch, or keyed_foreach_batch")
     now = shuffle_exchanges(df)
     if now > declared:
         raise KeysNotGroupedError(

@@ -41,6 +41,7 @@ import pandas as pd
 import pyarrow as pa
 
 from .._internal.validation import check_num_partitions
+from .._internal.validation import refuse_streaming
 from ..errors import ConfigError, InvalidArgumentError, InvalidArgumentTypeError
 from ..errors import InvalidKeyTypeError, NullKeyError
 from ..partitioners.keys import Key, KeyArray, to_counts, to_key_array
@@ -410,6 +411,9 @@ class AdaptivePartitioner(Partitioner):
         """
         import pyarrow.compute as pc
 
+        refuse_streaming(df, "AdaptivePartitioner.observe_df", "it samples the keys with a job",
+                         "adaptive_foreach_batch observes every micro-batch: stream.writeStream"
+                         ".foreachBatch(adaptive_foreach_batch(func, adaptive, key)).start()")
         kind, dtype = key_kind(df, key)
         if kind is None:
             raise InvalidKeyTypeError(
