@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AggSpec",
     "SPARK_COMBINABLE",
+    "SPARK_SKETCHES",
     "UNMERGEABLE_SPARK",
     "combinable",
     "parse_aggs",
@@ -340,20 +341,41 @@ SPARK_COMBINABLE: tuple[str, ...] = (
     "any_value", "stddev", "std", "stddev_samp", "stddev_pop", "variance", "var_samp",
     "var_pop", "skewness", "kurtosis", "corr", "covar_pop", "covar_samp", "count_if",
     "bool_and", "bool_or", "every", "some", "any", "bit_and", "bit_or", "bit_xor", "max_by",
-    "min_by", "approx_count_distinct", "regr_count", "regr_avgx", "regr_avgy", "regr_slope",
-    "regr_intercept", "regr_r2", "regr_sxx", "regr_sxy", "regr_syy", "try_sum", "try_avg",
+    "min_by", "regr_count", "regr_avgx", "regr_avgy", "regr_slope", "regr_intercept",
+    "regr_r2", "regr_sxx", "regr_sxy", "regr_syy", "try_sum", "try_avg",
+)
+
+#: Spark's sketch aggregates (the names of its function registry, Spark 4.1 and later): a
+#: partial buffer bounded by the sketch's size, and a result (or the sketch's bytes) that can
+#: depend on the order in which rows and partial buffers are merged, so only Spark's own
+#: ``groupBy(key).agg`` plan gives ``groupBy``'s result. Names a Spark version lacks are
+#: never met.
+SPARK_SKETCHES: tuple[str, ...] = (
+    "percentile_approx", "approx_percentile", "approx_count_distinct", "count_min_sketch",
+    "histogram_numeric", "hll_sketch_agg", "hll_union_agg", "approx_top_k",
+    "approx_top_k_accumulate", "approx_top_k_combine", "kll_sketch_agg_bigint",
+    "kll_sketch_agg_float", "kll_sketch_agg_double", "kll_merge_agg_bigint",
+    "kll_merge_agg_float", "kll_merge_agg_double", "theta_sketch_agg", "theta_union_agg",
+    "theta_intersection_agg", "tuple_sketch_agg_double", "tuple_sketch_agg_integer",
+    "tuple_union_agg_double", "tuple_union_agg_integer", "tuple_intersection_agg_double",
+    "tuple_intersection_agg_integer",
 )
 
 
 def combinable(exprs: Sequence[Any], df: DataFrame | None = None) -> tuple[bool, str]:
-    """Whether Spark's partial aggregation bounds the cost of every aggregate of ``exprs``
-    (one fixed-size buffer per key and input partition), and why.
+    """Whether ``keyed_agg`` should run ``exprs`` on Spark's own ``groupBy(key).agg`` plan
+    (its map-side combine), and why.
 
-    True for the functions of :data:`SPARK_COMBINABLE` (over any argument expression); False
-    for anything else: those whose buffer grows with the rows (collect_list, percentiles,
-    DISTINCT aggregates), pandas UDAFs (no partial aggregation) and functions it does not
-    know. ``df``: the input, to find DISTINCT aggregates that a classic session prints without
-    the word (one query plan, no job).
+    True when an aggregate is a sketch of :data:`SPARK_SKETCHES` (percentile_approx,
+    approx_count_distinct, count_min_sketch, HLL, KLL, theta, ...): its buffer is bounded, and
+    its result can depend on the order rows are merged, so only Spark's plan gives exactly
+    ``groupBy``'s result (whatever the other aggregates). Else True when every aggregate is
+    a function of :data:`SPARK_COMBINABLE` (one fixed-size buffer per key and input
+    partition, over any argument expression); False for anything else: those whose buffer
+    grows with the rows (collect_list, exact percentiles, DISTINCT aggregates), pandas UDAFs
+    (no partial aggregation) and functions it does not know. ``df``: the input, to find
+    DISTINCT aggregates that a classic session prints without the word, and Python UDFs
+    printed with a sketch's name (one query plan, no job).
 
     Examples
     --------
@@ -361,30 +383,62 @@ def combinable(exprs: Sequence[Any], df: DataFrame | None = None) -> tuple[bool,
     >>> combinable([F.sum("v"), F.collect_list("v")])  # doctest: +SKIP
     (False, "collect_list(v) keeps every value of a key: exact placement bounds it instead")
     """
+    unbounded: list[tuple[str, str]] = []  # (what, why) of the aggregates without a bound
+    sketches: list[str] = []
     for col in exprs:
-        text = str(col)
-        if text.startswith("Column<'") and text.endswith("'>"):
-            text = text[len("Column<'"):-2]
+        text = _column_text(col)
         aliases = _top_level(text, " as ")
         call = text[: aliases[0]] if aliases else text
         head, paren, rest = call.partition("(")
         name = head.strip().lower()
+        shown = text if len(text) <= 80 else f"{name}(...)"  # a UDF prints its JVM tree
         if not paren or not name.replace("_", "").isalnum():
-            return False, f"{text} is not a call of a known aggregate function"
-        if rest.lower().startswith("distinct "):
-            return False, f"{text} is a DISTINCT aggregate: its buffer keeps every value"
-        if name not in SPARK_COMBINABLE:
-            why = ("keeps every value of a key" if name in UNMERGEABLE_SPARK
-                   else "is not an aggregate with a fixed-size partial buffer (a UDAF or "
-                        "unknown function)")
-            shown = text if len(text) <= 80 else f"{name}(...)"  # a UDF prints its JVM tree
-            return False, f"{shown} {why}: exact placement bounds it instead"
+            unbounded.append((f"{shown} is not a call of a known aggregate function", ""))
+        elif rest.lower().startswith("distinct "):
+            unbounded.append((f"{shown} is a DISTINCT aggregate", "its buffer keeps every value"))
+        elif name in SPARK_SKETCHES:
+            sketches.append(call.strip() if len(call) <= 80 else f"{name}(...)")
+        elif name not in SPARK_COMBINABLE:
+            what = ("keeps every value of a key" if name in UNMERGEABLE_SPARK
+                    else "is not an aggregate with a fixed-size partial buffer (a UDAF or "
+                         "unknown function)")
+            unbounded.append((f"{shown} {what}", "exact placement bounds it instead"))
+    if sketches and df is not None and _python_udf_in_plan(df, list(exprs)):
+        unbounded.append((f"{sketches[0]} is a Python aggregate named like a sketch",
+                          "exact placement bounds it instead"))
+        sketches = []
+    if sketches:
+        others = (f"; the other aggregates run on that plan too ({unbounded[0][0]}: "
+                  "combine='never' places the rows by the strategy instead)"
+                  if unbounded else "")
+        return True, (f"{sketches[0]} is a sketch: its buffer is bounded and its result can "
+                      "depend on the order rows are merged, so Spark's own groupBy(key).agg "
+                      f"plan (map-side combine) gives exactly groupBy's result{others}")
+    if unbounded:
+        what, why = unbounded[0]
+        return False, f"{what}: {why}" if why else what
     if df is not None:
         distinct = _distinct_in_plan(df, list(exprs))
         if distinct:
             return False, f"{str(distinct[0])} is a DISTINCT aggregate: its buffer keeps every value"
     return True, "every aggregate has a fixed-size partial buffer: Spark's map-side combine " \
         "bounds what a hot key costs"
+
+
+def _python_udf_in_plan(df: DataFrame, cols: list[Any]) -> bool:
+    """Whether Spark plans a Python aggregate (a pandas UDAF, whose name may read like a
+    built-in sketch's) among ``cols``: one plan, no job. A plan Spark refuses (a pandas UDAF
+    beside built-in aggregates) has one: ``groupBy`` refuses it too."""
+    from pyspark.errors import PySparkException
+
+    from .._internal.spark.compat import plan_text
+
+    try:
+        text = plan_text(df.agg(*cols))
+    except PySparkException:
+        return True
+    return any(node in text for node in ("AggregateInPandas", "ArrowAggregatePython",
+                                         "PythonUDAF"))
 
 
 def _distinct_in_plan(df: DataFrame, cols: list[Any]) -> list[Any]:

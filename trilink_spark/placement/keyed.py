@@ -59,15 +59,21 @@ def explain_keyed_agg(df: DataFrame, key: str, *exprs: Column, combine: str = "a
                       ) -> KeyedAggPlan:
     """The plan :func:`keyed_agg` picks for ``exprs``, and why (nothing runs).
 
-    ``"auto"`` combines when every aggregate has a fixed-size partial buffer (count, sum, min,
-    max, avg, first, last, stddev, ...: :data:`~trilink_spark.merge.expressions.SPARK_COMBINABLE`)
-    and places exactly otherwise (collect_list, percentiles, DISTINCT aggregates, UDAFs):
-    there a hot key's rows cannot be shrunk on the map side, and a balanced placement bounds
-    the slowest task instead.
+    ``"auto"`` combines when an aggregate is a sketch (percentile_approx,
+    approx_count_distinct, count_min_sketch, HLL, KLL, theta, ...:
+    :data:`~trilink_spark.merge.expressions.SPARK_SKETCHES`): its buffer is bounded and its
+    result can depend on the order rows are merged, so only Spark's own plan gives exactly
+    ``groupBy``'s result. Else it combines when every aggregate has a fixed-size partial
+    buffer (count, sum, min, max, avg, first, last, stddev, ...:
+    :data:`~trilink_spark.merge.expressions.SPARK_COMBINABLE`) and places exactly otherwise
+    (collect_list, exact percentiles, DISTINCT aggregates, UDAFs): there a hot key's rows
+    cannot be shrunk on the map side, and a balanced placement bounds the slowest task
+    instead. The reason names the aggregate that decided.
 
     Notes
     -----
-    Cost: O(aggregates), plus one query plan (no job) to find DISTINCT aggregates.
+    Cost: O(aggregates), plus one query plan (no job) to find DISTINCT aggregates, and one
+    more when a sketch is named (to tell it from a Python UDAF of the same name).
 
     Examples
     --------
