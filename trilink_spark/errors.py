@@ -135,8 +135,9 @@ class StateOwnershipError(StateStoreError):
 
 
 class ArithmeticOverflowError(TrilinkError, ArithmeticError):
-    """An integral sum left the 64-bit range (Spark's ANSI mode fails such a query with
-    ``ARITHMETIC_OVERFLOW``); the message names the aggregate."""
+    """An integral sum left the 64-bit range, or a decimal sum or mean its decimal type
+    (Spark's ANSI mode fails such a query with ``ARITHMETIC_OVERFLOW`` or
+    ``NUMERIC_VALUE_OUT_OF_RANGE``); the message names the aggregate."""
 
 
 class ConnectUnsupportedError(TrilinkError, NotImplementedError):

@@ -40,14 +40,17 @@ def test_fractional_times_of_one_slot_are_one_group(spark: Any) -> None:
     assert [(r["slot_start"], r["n"]) for r in out] == [(0.0, 2)]
 
 
-def test_native_mean_of_decimals_is_the_double_mean(spark: Any) -> None:
+def test_native_mean_of_decimals_is_sparks_decimal_avg(spark: Any) -> None:
+    """Spark's avg of a decimal(10,2) is a decimal(14,6) rounded half up: 2.116667, not the
+    double 2.1166666666666667; the native path and the algebra's give it alike."""
     df = spark.createDataFrame([(1, Decimal("1.10")), (1, Decimal("2.25")),
                                 (1, Decimal("3.00"))], "k int, d decimal(10,2)")
-    out = tl.global_merge(df, "k", {"m": ("mean", "d")}).collect()
-    assert out[0]["m"] == pytest.approx(6.35 / 3, rel=1e-15)
-    # the algebra's path gives the same value
-    both = tl.global_merge(df, "k", {"m": ("mean", "d"), "f": ("first", "d")}).collect()
-    assert out[0]["m"] == pytest.approx(both[0]["m"], rel=1e-15)
+    native = tl.global_merge(df, "k", {"m": ("mean", "d")})
+    assert native.schema["m"].dataType.simpleString() == "decimal(14,6)"
+    assert native.collect()[0]["m"] == Decimal("2.116667")
+    both = tl.global_merge(df, "k", {"m": ("mean", "d"), "f": ("first", "d")})
+    assert both.schema["m"].dataType.simpleString() == "decimal(14,6)"
+    assert both.collect()[0]["m"] == Decimal("2.116667")
 
 
 def test_a_tail_written_with_the_sort_column_still_merges(spark: Any, tmp_path: Any) -> None:

@@ -22,10 +22,13 @@ Nulls in the value column are skipped, as Spark skips them. Types and non-finite
 Spark's ``groupBy().agg()``: a sum of an integral column is a bigint, computed exactly (a sum
 beyond 64 bits raises :class:`~trilink_spark.errors.ArithmeticOverflowError` naming the aggregate,
 as Spark's ANSI mode fails the query), of a float or double a double (``inf`` and NaN propagate),
-of a decimal(p, s) a decimal(min(38, p + 10), s); a mean is a double; count a bigint; min, max,
-first and last keep the input type. In frames with pandas' nullable dtypes (what the merges read),
-NaN is a value distinct from null: ``max`` is NaN when a group has a NaN (Spark orders NaN above
-everything) and ``min`` only when every value is NaN; in plain float64 frames NaN stands for null.
+of a decimal(p, s) a decimal(min(38, p + 10), s), exactly; a mean of a decimal(p, s) is Spark's
+decimal ``avg`` (exact sum over count, rounded half up as Spark rounds it), a decimal(min(38,
+p + 4), min(38, s + 4)), any other mean a double (a decimal sum or mean beyond 38 digits raises
+ArithmeticOverflowError); count a bigint; min, max, first and last keep the input type. In
+frames with pandas' nullable dtypes (what the merges read), NaN is a value distinct from null:
+``max`` is NaN when a group has a NaN (Spark orders NaN above everything) and ``min`` only when
+every value is NaN; in plain float64 frames NaN stands for null.
 
 Each row of the table is one class (:class:`Count`, :class:`Sum`, :class:`Min`, :class:`Max`,
 :class:`Mean`, :class:`First`, :class:`Last`, :class:`CombineAggregate`), which owns every form
@@ -41,7 +44,6 @@ also have a Spark form of their partials of raw rows (:meth:`Aggregate.spark_ini
 
 from __future__ import annotations
 
-import decimal
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -53,12 +55,14 @@ import pandas as pd
 
 from ..columns import column_of
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from .kernels import DECIMAL_SUM_DIGITS, INTEGRAL_TYPES, Groups, by_code, exact_int_sums, floats
-from .kernels import is_nullable_float, join_halves, numeric_kind, spark_exact_sum
-from .kernels import spark_overflow, sum_type
+from .kernels import INTEGRAL_TYPES, Groups, by_code, decimal_means, decimal_sums
+from .kernels import exact_int_sums, floats, is_nullable_float, join_halves, mean_type
+from .kernels import numeric_kind, python_final, spark_decimal_sum, spark_exact_sum, sum_type
+from .kernels import summed_type
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
+    from pyspark.sql.types import StructType
 
 __all__ = [
     "AGGREGATES",
@@ -78,6 +82,7 @@ __all__ = [
     "Stddev",
     "Sum",
     "TIME",
+    "VALUE_TYPE_META",
     "Variance",
     "arrow_aggregates",
     "make_aggregate",
@@ -86,6 +91,8 @@ __all__ = [
 #: Suffixes of the partial columns of first and last: event time, arrival position.
 TIME = "__t"
 POS = "__p"
+#: Partial field metadata: the input's Spark type, where the partial types do not say it.
+VALUE_TYPE_META = "trilink.value_type"
 
 
 @dataclass(frozen=True)
@@ -183,6 +190,10 @@ class Aggregate:
             "with keyed_agg, or from merged sums"
         )
 
+    @property
+    def _what(self) -> str:  # the aggregate, in messages
+        return f"{self.func} {self.name!r} of column {self.column!r}"
+
     def _numeric(self, value_type: str) -> str:
         """``value_type`` when numeric; else InvalidArgumentTypeError naming the column."""
         if not numeric_kind(value_type):
@@ -205,6 +216,16 @@ class Aggregate:
     def final_type(self, value_type: str) -> str:
         """Spark type of the final value, given the Spark type of the aggregated column."""
         raise self.unmergeable()
+
+    def partial_metadata(self, value_type: str) -> dict[str, dict[str, str]]:
+        """Spark field metadata of partial columns (by column), for :meth:`merged_type`."""
+        return {}
+
+    def merged_type(self, partials: StructType) -> str:
+        """Spark type of the final value, given the schema of the partial rows (where the
+        aggregated column is not): by default :meth:`final_type` of the partial ``name``."""
+        field = partials[self.name] if self.name in partials.names else None
+        return self.final_type("double" if field is None else field.dataType.simpleString())
 
     # ---------------------------------------------------------------- pandas
     def _values(self, groups: Groups) -> Any:
@@ -259,8 +280,9 @@ class Aggregate:
         Python), so only the Python engine of Local Merge computes it."""
         return None
 
-    def spark_merge(self) -> Column | None:
-        """The Spark aggregate expression merging partial rows (None: merge in pandas)."""
+    def spark_merge(self, partials: StructType) -> Column | None:
+        """The Spark aggregate expression merging partial rows of schema ``partials`` into
+        the final value, of :meth:`merged_type` (None: merge in pandas)."""
         raise self.unmergeable()
 
     # ---------------------------------------------------------------- Redis
@@ -340,7 +362,7 @@ class Count(Aggregate):
         counted = F.count(F.lit(1)) if value is None else F.count(value)
         return [counted.alias(self.name)]
 
-    def spark_merge(self) -> Column:
+    def spark_merge(self, partials: StructType) -> Column:
         from pyspark.sql import functions as F
 
         return F.sum(column_of(self.name)).cast("bigint").alias(self.name)
@@ -373,15 +395,18 @@ class Sum(Aggregate):
     def final_type(self, value_type: str) -> str:
         return sum_type(self._numeric(value_type))
 
+    def merged_type(self, partials: StructType) -> str:  # the partial is the sum already
+        names = partials.names
+        return partials[self.name].dataType.simpleString() if self.name in names else "double"
+
     def _sum(self, values: pd.Series, groups: Groups) -> pd.Series:
         if pd.api.types.is_integer_dtype(values.dtype):
-            sums = exact_int_sums(values, groups.codes, len(groups.index),
-                                   f"sum {self.name!r} of column {self.column!r}")
-            return sums.set_axis(groups.index)
-        with decimal.localcontext() as context:  # decimals: exact, as Spark sums them
-            context.prec = DECIMAL_SUM_DIGITS  # (the default context rounds to 28 digits)
-            summed: pd.Series = by_code(values, groups).sum(min_count=1).set_axis(groups.index)
-        return summed
+            summed = exact_int_sums(values, groups.codes, len(groups.index), self._what)
+        elif values.dtype == object:  # decimals: exact, as Spark sums them
+            summed = decimal_sums(values, groups.codes, self._what)
+        else:
+            summed = by_code(values, groups).sum(min_count=1)
+        return summed.set_axis(groups.index)
 
     def init(self, groups: Groups, time_col: str, pos_col: str) -> dict[str, pd.Series]:
         values = groups.rows[str(self.column)]
@@ -430,25 +455,21 @@ class Sum(Aggregate):
         if value is None:
             return None
         if value_type in INTEGRAL_TYPES:  # exact in 64 bits, or the query fails
-            total = spark_exact_sum(value, f"sum {self.name!r} of column {self.column!r}")
-        else:  # floats as doubles, decimals as decimal(p + 10, s): Spark's own sum
+            total = spark_exact_sum(value, self._what)
+        elif numeric_kind(value_type) == "decimal":  # decimal(p + 10, s), fails on overflow
+            total = spark_decimal_sum(value, value_type, self._what)
+        else:  # floats as doubles: Spark's own sum
             total = F.sum(value)
-        if numeric_kind(value_type) == "decimal":
-            # outside ANSI mode Spark's decimal sum is null on overflow, which merging the
-            # partials would skip (a wrong sum): fail the query, as ANSI mode does
-            failed = spark_overflow(
-                f"sum {self.name!r} of column {self.column!r} overflows "
-                f"{self.final_type(value_type)}; cast the column to double first",
-                self.final_type(value_type))
-            total = F.when(total.isNull() & (F.count(value) > 0), failed).otherwise(total)
         return [total.cast(self.final_type(value_type)).alias(self.name),
                 F.count(value).alias(f"{self.name}__n")]
 
-    def spark_merge(self) -> Column:
+    def spark_merge(self, partials: StructType) -> Column:
         from pyspark.sql import functions as F
 
         n = self.name
-        return F.when(F.sum(column_of(f"{n}__n")) > 0, F.sum(column_of(n))).alias(n)
+        # Spark widens a sum of decimals again: keep the partial's (the raw rows' sum) type
+        total = F.sum(column_of(n)).cast(self.merged_type(partials))
+        return F.when(F.sum(column_of(f"{n}__n")) > 0, total).alias(n)
 
     def redis_ops(self) -> list[RedisOp]:
         n = self.name
@@ -456,7 +477,8 @@ class Sum(Aggregate):
 
 
 class Mean(Aggregate):
-    """Mean of non-null values; partials ``name__sum`` (double) and ``name__n`` (bigint).
+    """Mean of non-null values; partials ``name__sum`` (double; of a decimal column, its exact
+    sum, typed as Spark's ``sum``) and ``name__n`` (bigint).
 
     Examples
     --------
@@ -472,26 +494,44 @@ class Mean(Aggregate):
     def partial_columns(self) -> list[str]:
         return [f"{self.name}__sum", f"{self.name}__n"]
 
-    def partial_types(self, value_type: str) -> list[str]:
-        self._numeric(value_type)
-        return ["double", "bigint"]
+    def partial_types(self, value_type: str) -> list[str]:  # decimals: their exact sum
+        decimal = numeric_kind(self._numeric(value_type)) == "decimal"
+        return [sum_type(value_type) if decimal else "double", "bigint"]
 
     def final_type(self, value_type: str) -> str:
-        self._numeric(value_type)
-        return "double"
+        return mean_type(self._numeric(value_type))
+
+    def partial_metadata(self, value_type: str) -> dict[str, dict[str, str]]:
+        # a decimal(38, s) sum is the sum of a decimal(p, s) for any p >= 28: keep p
+        decimal = numeric_kind(value_type) == "decimal"
+        return {f"{self.name}__sum": {VALUE_TYPE_META: value_type}} if decimal else {}
+
+    def merged_type(self, partials: StructType) -> str:
+        if f"{self.name}__sum" not in partials.names:
+            return "double"
+        field = partials[f"{self.name}__sum"]
+        declared = (field.metadata or {}).get(VALUE_TYPE_META)
+        if isinstance(declared, str) and numeric_kind(declared) == "decimal":
+            return mean_type(declared)
+        return mean_type(summed_type(field.dataType.simpleString()))
 
     def init(self, groups: Groups, time_col: str, pos_col: str) -> dict[str, pd.Series]:
         values = groups.rows[str(self.column)]
-        nullable = (is_nullable_float(values) or values.dtype == object
-                    or pd.api.types.is_extension_array_dtype(values.dtype))
-        as_float = values.astype("Float64") if nullable else values.astype(np.float64)
-        return {f"{self.name}__sum": by_code(as_float, groups).sum(min_count=1)
-                .set_axis(groups.index),
-                f"{self.name}__n": self._values(groups).count()}
+        if values.dtype == object:  # decimals: their exact sum
+            total = decimal_sums(values, groups.codes, self._what).set_axis(groups.index)
+        else:
+            nullable = is_nullable_float(values) or \
+                pd.api.types.is_extension_array_dtype(values.dtype)
+            as_float = values.astype("Float64") if nullable else values.astype(np.float64)
+            total = by_code(as_float, groups).sum(min_count=1).set_axis(groups.index)
+        return {f"{self.name}__sum": total, f"{self.name}__n": self._values(groups).count()}
 
     def merge(self, groups: Groups) -> dict[str, pd.Series]:
         g, n = groups.grouped, self.name
-        return {f"{n}__sum": g[f"{n}__sum"].sum(min_count=1), f"{n}__n": g[f"{n}__n"].sum()}
+        sums = groups.rows[f"{n}__sum"]
+        total = (decimal_sums(sums, groups.codes, self._what).set_axis(groups.index)
+                 if sums.dtype == object else g[f"{n}__sum"].sum(min_count=1))
+        return {f"{n}__sum": total, f"{n}__n": g[f"{n}__n"].sum()}
 
     def arrow_steps(self, table: Any, merging: bool) -> list[ArrowStep] | None:
         import pyarrow as pa
@@ -510,8 +550,10 @@ class Mean(Aggregate):
         return {f"{self.name}__sum": results[0], f"{self.name}__n": results[1].fill_null(0)}
 
     def finalize(self, merged: pd.DataFrame) -> pd.Series:
-        n = merged[f"{self.name}__n"]
-        result: pd.Series = (merged[f"{self.name}__sum"] / n).where(n > 0)
+        n, sums = merged[f"{self.name}__n"], merged[f"{self.name}__sum"]
+        if sums.dtype == object:  # decimals: Spark's decimal avg, exactly
+            return decimal_means(sums, n, self._what)
+        result: pd.Series = (sums / n).where(n > 0)
         return result
 
     def spark_init(self, value: Column | None, value_type: str) -> list[Column] | None:
@@ -519,15 +561,25 @@ class Mean(Aggregate):
 
         if value is None:
             return None
-        self._numeric(value_type)
-        return [F.sum(value.cast("double")).alias(f"{self.name}__sum"),
-                F.count(value).alias(f"{self.name}__n")]
+        total = (spark_decimal_sum(value, value_type, self._what)
+                 if numeric_kind(self._numeric(value_type)) == "decimal"
+                 else F.sum(value.cast("double")))
+        return [total.alias(f"{self.name}__sum"), F.count(value).alias(f"{self.name}__n")]
 
-    def spark_merge(self) -> Column:
+    def spark_merge(self, partials: StructType) -> Column:
         from pyspark.sql import functions as F
 
         n = self.name
-        return (F.sum(column_of(f"{n}__sum")) / F.sum(column_of(f"{n}__n"))).alias(n)
+        total, count = F.sum(column_of(f"{n}__sum")), F.sum(column_of(f"{n}__n"))
+        dtype = self.merged_type(partials)
+        if numeric_kind(dtype) != "decimal":
+            return (total / count).alias(n)
+        # Spark's decimal division is not avg's rounding: finalize per group, in Python
+        def final(sums: pd.Series, counts: pd.Series) -> pd.Series:
+            return self.finalize(pd.DataFrame({f"{n}__sum": sums, f"{n}__n": counts}))
+
+        sums = total.cast(partials[f"{n}__sum"].dataType)  # as Spark's avg buffer overflows
+        return python_final(final, dtype, sums, count).alias(n)
 
     def redis_ops(self) -> list[RedisOp]:
         n = self.name
@@ -612,7 +664,7 @@ class _Extreme(Aggregate):
         reduce = getattr(F, self.func)  # Spark's min and max: NaN above every number
         return [reduce(value).alias(self.name)]
 
-    def spark_merge(self) -> Column:
+    def spark_merge(self, partials: StructType) -> Column:
         from pyspark.sql import functions as F
 
         reduce = getattr(F, self.func)
@@ -684,7 +736,7 @@ class _Ordered(Aggregate):
                              self.smallest)
         return {col: groups.take(rows[col], picked) for col in self.partial_columns}
 
-    def spark_merge(self) -> Column:
+    def spark_merge(self, partials: StructType) -> Column:
         from pyspark.sql import functions as F
 
         n = self.name
@@ -765,7 +817,7 @@ class CombineAggregate(Aggregate):
     def merge(self, groups: Groups) -> dict[str, pd.Series]:
         return {self.name: groups.combine(groups.rows[self.name], self.combine.func)}
 
-    def spark_merge(self) -> None:
+    def spark_merge(self, partials: StructType) -> None:
         return None
 
     def redis_ops(self) -> list[RedisOp]:

@@ -203,8 +203,9 @@ def _native_driver_merge(df: DataFrame, key: str, specs: list[AggSpec]) -> DataF
     """A driver-store merge of Spark aggregates, computed by Spark: each partition's partial
     aggregate (in the JVM) is merged after an exchange of the partials only, one row per key
     and partition, which is what the driver would receive from the Python path. None when an
-    aggregate needs the algebra (a Combine, first or last, or an integral or decimal sum with
-    ANSI mode off, where Spark would not fail on overflow as the algebra does)."""
+    aggregate needs the algebra (a Combine, first or last, or an integral or decimal sum or a
+    decimal mean with ANSI mode off, where Spark would not fail on overflow as the algebra
+    does)."""
     from pyspark.errors import PySparkException
 
     spark = df.sparkSession
@@ -212,24 +213,28 @@ def _native_driver_merge(df: DataFrame, key: str, specs: list[AggSpec]) -> DataF
     for spec in specs:
         if not isinstance(spec.func, str) or spec.func not in NATIVE_DRIVER_AGGS:
             return None
-        if spec.func == "sum" and spec.column is not None and not ansi:
+        if spec.func in ("sum", "mean") and spec.column is not None and not ansi:
             kind = df.schema[spec.column].dataType.simpleString()
-            if kind not in ("float", "double"):
+            if (spec.func == "sum" and kind not in ("float", "double")) or \
+                    kind.startswith("decimal"):
                 return None
     schema = _result_schema(df, key, specs)
     types = [f.dataType for f in _struct(schema)]
-    grouped = df.groupBy(column_of(key)).agg(*[_native_call(df, s).alias(s.name) for s in specs])
+    grouped = df.groupBy(column_of(key)).agg(
+        *[spark_aggregate(str(s.func), s.column).alias(s.name) for s in specs])
     typed = grouped.select(*[column_of(name).cast(t) for name, t in
                              zip([key, *[s.name for s in specs]], types)])
     try:
         table = typed.toArrow()
     except PySparkException as err:
-        if "ARITHMETIC_OVERFLOW" in str(err) or "overflow" in str(err).lower():
+        text = str(err)
+        if any(w in text for w in ("ARITHMETIC_OVERFLOW", "NUMERIC_VALUE_OUT_OF_RANGE")) or \
+                "overflow" in text.lower():
             sums = [s.name for s in specs if s.func in ("sum", "mean")]
             raise ArithmeticOverflowError(
-                f"the sum of aggregate(s) {sums} overflows bigint (or its decimal type); "
-                "Spark's sum fails the same way in ANSI mode: cast the column to "
-                "decimal(38,0) or double first") from err
+                f"the sum or mean of aggregate(s) {sums} overflows bigint (or its decimal "
+                "type); Spark's sum and avg fail the same way in ANSI mode: cast the column "
+                "to decimal(38,0) or double first") from err
         raise
     frame = arrow_to_pandas(table)
     if not len(frame):
@@ -237,18 +242,6 @@ def _native_driver_merge(df: DataFrame, key: str, specs: list[AggSpec]) -> DataF
     if pd.api.types.is_float_dtype(frame[key].dtype):
         frame[key] = frame[key] + 0.0  # -0.0 and 0.0 are one key: Spark shows it as 0.0
     return frame_of_arrow(spark, _arrow_result(frame, schema, spark))
-
-
-def _native_call(df: DataFrame, spec: AggSpec) -> Any:
-    """Spark's aggregate for ``spec``; a mean of decimals averages their doubles, as the
-    algebra does (Spark's ``avg`` of a decimal rounds to its scale plus 4 digits first:
-    ``avg`` of 1.10, 2.25, 3.00 is 2.116667, not 2.1166666666666667)."""
-    from pyspark.sql import functions as F
-
-    if spec.func == "mean" and spec.column is not None and \
-            df.schema[spec.column].dataType.simpleString().startswith("decimal"):
-        return F.avg(column_of(spec.column).cast("double"))
-    return spark_aggregate(str(spec.func), spec.column)
 
 
 def _struct(ddl: str) -> Any:

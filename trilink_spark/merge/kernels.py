@@ -3,13 +3,16 @@
 :class:`Groups` splits rows into groups once, for every aggregate of one partial or merge step.
 The functions give Spark's numeric kind and ``sum`` type of a column type
 (:func:`numeric_kind`, :func:`sum_type`), exact 64-bit sums of integers per group in numpy
-(:func:`exact_int_sums`, :func:`join_halves`) and in Spark (:func:`spark_exact_sum`), and the
-failure of a sum beyond its type (:class:`~trilink_spark.errors.ArithmeticOverflowError`, as
-Spark's ANSI mode fails the query; :func:`spark_overflow` in Spark).
+(:func:`exact_int_sums`, :func:`join_halves`) and in Spark (:func:`spark_exact_sum`), exact
+sums and Spark's ``avg`` of decimals (:func:`decimal_sums`, :func:`decimal_means`,
+:func:`spark_decimal_sum`, :func:`mean_type`), and the failure of a sum beyond its type
+(:class:`~trilink_spark.errors.ArithmeticOverflowError`, as Spark's ANSI mode fails the query;
+:func:`spark_overflow` in Spark).
 """
 
 from __future__ import annotations
 
+import decimal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,14 +30,20 @@ __all__ = [
     "Groups",
     "INTEGRAL_TYPES",
     "by_code",
+    "decimal_means",
+    "decimal_sums",
     "exact_int_sums",
     "floats",
     "is_nullable_float",
     "join_halves",
+    "mean_type",
     "numeric_kind",
+    "python_final",
+    "spark_decimal_sum",
     "spark_exact_sum",
     "spark_overflow",
     "sum_type",
+    "summed_type",
 ]
 
 #: Spark's integral type names (their sums are exact, in 64 bits).
@@ -44,6 +53,8 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 #: Digits of Python's decimal arithmetic in sums of decimals: exact for up to 10**62 values of
 #: Spark's 38 digits (Python's default context rounds to 28).
 DECIMAL_SUM_DIGITS = 100
+#: Spark's largest decimal precision (and scale).
+DECIMAL_DIGITS = 38
 
 
 def numeric_kind(value_type: str) -> str:
@@ -57,16 +68,112 @@ def numeric_kind(value_type: str) -> str:
     return ""
 
 
+def _decimal_digits(value_type: str) -> tuple[int, int]:
+    """``(precision, scale)`` of a Spark decimal type name such as ``decimal(10,2)``."""
+    digits = value_type[len("decimal("):-1].split(",")
+    return int(digits[0]), int(digits[1])
+
+
 def sum_type(value_type: str) -> str:
     """Spark's result type of ``sum`` over ``value_type`` (a numeric Spark type name)."""
     kind = numeric_kind(value_type)
     if kind == "integral":
         return "bigint"
     if kind == "decimal":
-        digits = value_type[len("decimal("):-1].split(",")
-        precision, scale = int(digits[0]), int(digits[1])
-        return f"decimal({min(38, precision + 10)},{scale})"
+        precision, scale = _decimal_digits(value_type)
+        return f"decimal({min(DECIMAL_DIGITS, precision + 10)},{scale})"
     return "double"
+
+
+def summed_type(sum_type_name: str) -> str:
+    """The widest column type whose :func:`sum_type` is ``sum_type_name``: a decimal(p, s)
+    for a decimal sum (p + 10 = the sum's precision, or 38 when that is 38), else a double."""
+    if numeric_kind(sum_type_name) != "decimal":
+        return "double"
+    precision, scale = _decimal_digits(sum_type_name)
+    return f"decimal({precision - 10 if precision < DECIMAL_DIGITS else DECIMAL_DIGITS},{scale})"
+
+
+def mean_type(value_type: str) -> str:
+    """Spark's result type of ``avg`` over ``value_type`` (a numeric Spark type name): a
+    decimal(p, s) gives decimal(min(38, p + 4), min(38, s + 4)), anything else a double."""
+    if numeric_kind(value_type) != "decimal":
+        return "double"
+    precision, scale = _decimal_digits(value_type)
+    return f"decimal({min(DECIMAL_DIGITS, precision + 4)},{min(DECIMAL_DIGITS, scale + 4)})"
+
+
+def decimal_sums(values: pd.Series, codes: np.ndarray, what: str) -> pd.Series:
+    """Exact sums of Python Decimals per group code (null for a group with no value),
+    labelled by code in order; ArithmeticOverflowError naming ``what`` when a sum needs more
+    than 38 digits (no Spark decimal holds it: Spark's ANSI mode fails the query).
+
+    Notes
+    -----
+    Cost: one pandas group-by sum of the object column (its loop in C, Python's decimal
+    addition per value) in a 100-digit context, exact for up to 10**62 values of 38 digits
+    (the default context rounds to 28); then one digit count per group.
+    """
+    with decimal.localcontext() as context:
+        context.prec = DECIMAL_SUM_DIGITS
+        sums: pd.Series = values.reset_index(drop=True).groupby(codes, sort=True) \
+            .sum(min_count=1)
+    present = sums.notna().to_numpy()
+    if present.any():
+        digits = np.frompyfunc(lambda d: len(d.as_tuple().digits), 1, 1)(
+            sums.to_numpy(dtype=object)[present])
+        if (digits > DECIMAL_DIGITS).any():
+            raise ArithmeticOverflowError(
+                f"{what} needs more than {DECIMAL_DIGITS} digits, which no Spark decimal "
+                "holds; Spark's sum fails the same way in ANSI mode: cast the column to "
+                "double first")
+    return sums
+
+
+def _half_up(numerator: np.ndarray, denominator: Any) -> np.ndarray:
+    """``numerator / denominator`` rounded half away from zero (Java's ``HALF_UP``), for
+    object arrays of Python ints and a positive ``denominator``: exact."""
+    magnitude = (2 * np.abs(numerator) + denominator) // (2 * denominator)
+    rounded: np.ndarray = np.where(numerator < 0, -magnitude, magnitude)
+    return rounded
+
+
+def decimal_means(sums: pd.Series, counts: pd.Series, what: str) -> pd.Series:
+    """Spark's ``avg`` of decimals from exact sums (Python Decimals of the column's sum type,
+    one scale ``s``) and counts: ``sum / count`` rounded half up (away from zero) to scale
+    ``min(38, s + 4)``, as Spark's avg rounds it (its division truncates at 39 places first,
+    which changes no half-up rounding at 38 places or fewer); null where the count is 0 or
+    the sum null. ArithmeticOverflowError naming ``what`` when the mean needs more than 38
+    digits (Spark's ANSI mode fails the query; without it Spark gives null).
+
+    Notes
+    -----
+    Cost: exact integer arithmetic on Python ints over object arrays, O(groups); no
+    floating point anywhere.
+
+    Examples
+    --------
+    >>> from decimal import Decimal
+    >>> decimal_means(pd.Series([Decimal("6.35"), None]), pd.Series([3, 0]), "m").tolist()
+    [Decimal('2.116667'), None]
+    """
+    present = sums.notna().to_numpy() & (counts.to_numpy(dtype=np.int64, na_value=0) > 0)
+    out = np.full(len(sums), None, dtype=object)
+    if present.any():
+        values = sums.to_numpy(dtype=object)[present]
+        scale = -min(np.frompyfunc(lambda d: d.as_tuple().exponent, 1, 1)(values))
+        target = min(DECIMAL_DIGITS, scale + 4)
+        numerator, denominator = np.frompyfunc(lambda d: d.as_integer_ratio(), 1, 2)(values)
+        n = counts.to_numpy(dtype=np.int64, na_value=0)[present].astype(object)
+        unscaled = _half_up(numerator * 10 ** target, denominator * n)
+        if (np.abs(unscaled) >= 10 ** DECIMAL_DIGITS).any():
+            raise ArithmeticOverflowError(
+                f"{what} needs more than {DECIMAL_DIGITS} digits at scale {target}; Spark's "
+                "avg fails the same way in ANSI mode (without it Spark gives null): cast the "
+                "column to double first")
+        out[present] = np.frompyfunc(lambda u: decimal.Decimal(f"{u}E-{target}"), 1, 1)(
+            unscaled)
+    return pd.Series(out, index=sums.index, dtype=object)
 
 
 def is_nullable_float(values: pd.Series) -> bool:
@@ -118,6 +225,31 @@ def spark_exact_sum(value: Column, what: str) -> Column:
     over = (high < F.lit(-(2**31))) | (high >= F.lit(2**31))
     joined = F.shiftleft(high, 32).bitwiseOR(low.bitwiseAND(F.lit(0xFFFFFFFF)))
     return F.when(over, spark_overflow(_overflow_message(what), "bigint")).otherwise(joined)
+
+
+def spark_decimal_sum(value: Column, value_type: str, what: str) -> Column:
+    """Spark's exact sum of a decimal column per group, of type :func:`sum_type`, and the
+    query failed with a message naming ``ArithmeticOverflowError`` and ``what`` when it
+    overflows that type. Outside ANSI mode Spark's decimal sum is null on overflow, which a
+    merge of the partials would skip (a wrong sum); this fails it, as ANSI mode does. Null
+    when the group has no value. An aggregate expression (one per group, no job)."""
+    from pyspark.sql import functions as F
+
+    dtype = sum_type(value_type)
+    total = F.sum(value)
+    failed = spark_overflow(f"{what} overflows {dtype}; cast the column to double first", dtype)
+    return F.when(total.isNull() & (F.count(value) > 0), failed).otherwise(total).cast(dtype)
+
+
+def python_final(func: Callable[..., pd.Series], dtype: str, *columns: Column) -> Column:
+    """``func`` (pandas Series in, one Series of Spark type ``dtype`` out) applied to
+    ``columns`` as a scalar pandas UDF. Over aggregate expressions, Spark evaluates it after
+    the aggregation: one Python call per Arrow batch of groups, no row of the input."""
+    from pyspark.sql.pandas.functions import pandas_udf
+
+    udf = pandas_udf(func, dtype)  # type: ignore[call-overload]
+    applied: Column = udf(*columns)
+    return applied
 
 
 def spark_overflow(message: str, dtype: str) -> Column:

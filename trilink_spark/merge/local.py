@@ -169,9 +169,9 @@ def local_merge(
     whatever the arrival order, no shuffle; only the key, event time and aggregated columns
     travel. Groups and quantity modes with count, sum, min, max and mean: Arrow's hash
     aggregation per arriving batch, O(n), holding only the buffered partial rows. Otherwise
-    (periodic, punctuation, float keys, first, last, Combine, decimal sums): the flush bounds
-    in O(n), then one pandas group-by for all flushes, a partition's rows held until its last
-    flush. The output has at most one row per key, slot and flush: with
+    (periodic, punctuation, float keys, first, last, Combine, decimal sums and means): the
+    flush bounds in O(n), then one pandas group-by for all flushes, a partition's rows held
+    until its last flush. The output has at most one row per key, slot and flush: with
     few keys per slot it is a small fraction of the input, which is what the keyed exchange
     after it then carries. With ``spark.trilink.operatorTiming`` set, each task also writes
     one timing record (:mod:`~trilink_spark._internal.optiming`: rows in and out, its own
@@ -351,6 +351,11 @@ def plan_merge(
     out_schema = StructType.fromDDL(", ".join(fields))
     if not isinstance(out_schema, StructType):  # pragma: no cover - fromDDL of fields is a struct
         raise InvalidArgumentTypeError("internal: partial schema is not a struct")
+    for spec in specs:  # what merge_partials needs to know of the input (a decimal's precision)
+        if spec.column is not None:
+            value_type = df.schema[spec.column].dataType.simpleString()
+            for col, meta in spec.aggregate.partial_metadata(value_type).items():
+                out_schema[col].metadata = meta
     timezone = df.sparkSession.conf.get("spark.sql.session.timeZone")
     arrow_schema = to_arrow_schema(out_schema, timezone=timezone)
     plan = MergePlan(key, specs, mode, quantity, delay_units, kind, event_time, names,

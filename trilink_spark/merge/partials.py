@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from ..columns import INTERNAL_PREFIX, column_of, quoted
-from .aggregates import Sum
 from .expressions import AggSpec, parse_aggs, specs_for_partials  # parse_aggs: the examples
 from .kernels import Groups
 from .._internal.validation import refuse_streaming
@@ -198,7 +197,11 @@ def merge_partials(
     Notes
     -----
     Cost: one ``groupBy`` (Spark's hash aggregation, map-side combined). Built-in aggregates
-    merge in the JVM; a :class:`Combine` runs in Python per group (``applyInPandas``).
+    merge in the JVM; a :class:`Combine` runs in Python per group (``applyInPandas``). A mean
+    of decimals sums exactly in the JVM and divides as Spark's ``avg`` rounds in Python, one
+    call per batch of merged groups (a scalar pandas UDF after the aggregation), typed as
+    ``avg`` types it (the input's precision is read from the partial's field metadata, which
+    ``local_merge`` writes; without it, the widest precision whose sum has that type).
 
     Examples
     --------
@@ -206,30 +209,19 @@ def merge_partials(
     """
     keys = [key] if isinstance(key, str) else list(key)
     specs = specs_for_partials(aggs, df.columns)
-    exprs = [e for e in (spec.aggregate.spark_merge() for spec in specs) if e is not None]
+    schema = df.schema
+    exprs = [e for e in (spec.aggregate.spark_merge(schema) for spec in specs) if e is not None]
     if len(exprs) < len(specs):  # a Combine merges in Python
         refuse_streaming(df, "merge_partials", "an aggregate with a Python Combine merges each "
                          "micro-batch's partials alone, never with earlier batches' ones")
         return _merge_with_pandas(df, keys, specs)
-    merged = df.groupBy(*[column_of(k) for k in keys]).agg(*exprs)
-    # Spark widens a sum of decimals again: keep the partial's (the raw rows' sum) type
-    decimals = {s.name: df.schema[s.name].dataType for s in specs
-                if isinstance(s.aggregate, Sum) and s.name in df.columns
-                and df.schema[s.name].dataType.typeName() == "decimal"}
-    if decimals:
-        merged = merged.select(*[column_of(c).cast(decimals[c]).alias(c) if c in decimals
-                                 else column_of(c) for c in merged.columns])
-    return merged
+    return df.groupBy(*[column_of(k) for k in keys]).agg(*exprs)
 
 
 def _merge_with_pandas(df: DataFrame, keys: list[str], specs: list[AggSpec]) -> DataFrame:
     """The same merge in pandas per group, for aggregates with a Python Combine."""
-    # the partial column of min/max/first/last has the input column's type
     fields = [f"{quoted(k)} {df.schema[k].dataType.simpleString()}" for k in keys]
-    for spec in specs:
-        value_type = (df.schema[spec.name].dataType.simpleString()
-                      if spec.name in df.columns else "double")
-        fields.append(f"{quoted(spec.name)} {spec.final_type(value_type)}")
+    fields += [f"{quoted(spec.name)} {spec.aggregate.merged_type(df.schema)}" for spec in specs]
 
     def merge(pdf: pd.DataFrame) -> pd.DataFrame:
         merged = merge_partial_frames(pdf, keys, specs, None)

@@ -72,7 +72,7 @@ def spark_partials(df: DataFrame, plan: MergePlan) -> tuple[DataFrame | None, st
     out = []
     for i, field_ in enumerate(plan.out_schema.fields):
         column = leading[i] if i < len(leading) else column_of(field_.name)
-        out.append(column.cast(field_.dataType).alias(field_.name))
+        out.append(column.cast(field_.dataType).alias(field_.name, metadata=field_.metadata))
     return grouped.select(*out), None
 
 

@@ -24,11 +24,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import pandas as pd
+
 from ..columns import ARG_COL, require_columns
 from .._internal.spark.compat import is_connect
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, KeysNotGroupedError
 from .._internal.validation import refuse_streaming
 from ..merge.aggregates import arrow_aggregates
+from ..merge.kernels import decimal_means, decimal_sums
 from .._internal.spark.plan import shuffle_exchanges
 
 if TYPE_CHECKING:
@@ -45,6 +49,8 @@ __all__ = [
 ]
 
 _MARK = "trilink_spark.keyed_by_source"
+#: The row numbers of a partition, for the aggregates computed outside Arrow.
+_ROW = f"{ARG_COL}row"
 
 #: Spark aggregate functions :func:`source_agg` computes per partition (Arrow hash aggregates),
 #: as the aggregate classes of :mod:`~trilink_spark.merge.aggregates` name them.
@@ -302,7 +308,9 @@ def source_agg(df: DataFrame, key: str, exprs: tuple[Column, ...]) -> DataFrame:
     -----
     Cost: one pass over each partition. The aggregate arguments are computed in the JVM
     (``select``); each partition's key and argument columns are then held in memory as Arrow
-    and grouped by Arrow's hash aggregation (C++): O(rows of the partition) memory.
+    and grouped by Arrow's hash aggregation (C++): O(rows of the partition) memory. Sums and
+    means of decimals are exact and rounded as Spark's (the merge algebra's kernels: one pandas
+    group-by sum of Python decimals, in C), not Arrow's.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -330,17 +338,51 @@ def _aggregate_partition(key: str, aggs: list[_Agg],
         if not received:
             return
         table = pa.Table.from_batches(received)
-        specs = [([] if a.arg is None else f"{ARG_COL}{a.arg}", a.arrow, a.arrow_options())
-                 for a in aggs]
+        args = [None if a.arg is None else f"{ARG_COL}{a.arg}" for a in aggs]
+        # sums and means of decimals: exact, by the merge algebra (Arrow's wrap on overflow,
+        # and its mean keeps the input's scale); the rows of each group come back as a list
+        exact = [a.arrow in ("sum", "mean") and arg is not None
+                 and pa.types.is_decimal(table[arg].type) for a, arg in zip(aggs, args)]
+        specs: list[tuple[Any, ...]] = [([] if arg is None else arg, a.arrow, a.arrow_options())
+                                        for a, arg, e in zip(aggs, args, exact) if not e]
+        if any(exact):
+            table = table.append_column(_ROW, pa.array(np.arange(table.num_rows)))
+            specs.append((_ROW, "list"))
         grouped = table.group_by(key, use_threads=False).aggregate(specs)
-        names = grouped.column_names  # aggregates first, then the key
-        columns = [grouped.column(key)] + [grouped.column(n) for n in names if n != key]
+        # by position: two aggregates may have one Arrow name (count(*) twice)
+        found = iter(i for i, n in enumerate(grouped.column_names)
+                     if n not in (key, f"{_ROW}_list"))
+        columns = [grouped.column(key)]
+        for agg, arg, e, field in zip(aggs, args, exact, list(arrow_schema)[1:]):
+            columns.append(_exact_decimals(table[str(arg)], grouped.column(f"{_ROW}_list"),
+                                           agg.arrow, field.type) if e
+                           else grouped.column(next(found)))
         result = pa.Table.from_arrays(
             [c.cast(f.type) for c, f in zip(columns, arrow_schema)], schema=arrow_schema
         )
         yield from result.to_batches()
 
     return run
+
+
+def _exact_decimals(values: Any, rows: Any, func: str, out_type: Any) -> Any:
+    """Spark's ``sum`` or ``avg`` (``func``: ``"sum"`` or ``"mean"``) of the decimal
+    ``values`` per group, the groups given as lists of row numbers (``rows``), as an Arrow
+    array of ``out_type``: exact sums (ArithmeticOverflowError beyond 38 digits) and
+    Spark's rounding of the mean, by :mod:`~trilink_spark.merge.kernels`. Cost: one take and
+    one pandas group-by sum of the object column; O(rows)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lists = rows.combine_chunks()
+    taken = values.take(pc.list_flatten(lists)).to_pandas()
+    codes = pc.list_parent_indices(lists).to_numpy()
+    what = f"{'avg' if func == 'mean' else 'sum'} of a decimal column"
+    sums = decimal_sums(taken, codes, what)
+    if func == "mean":
+        counts = pd.Series(taken.notna().to_numpy()).groupby(codes, sort=True).sum()
+        sums = decimal_means(sums, counts, what)
+    return pa.array(sums.to_numpy(dtype=object), type=out_type, from_pandas=True)
 
 
 def source_apply(df: DataFrame, key: str, func: Callable[..., Any],
