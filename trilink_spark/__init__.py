@@ -34,6 +34,7 @@ from . import advice, columns, elastic, errors, eventtime, kafka, keyed, measure
 from . import partitioners, placement, state, switching
 from ._internal.deprecation import warn_moved
 from ._internal.spark.session import get_session
+from ._internal.spark.ship import ship
 from .columns import PARTITION_COL
 from .errors import TrilinkError
 from .keyed import KeyedWatermarkProcessFunction, KeyedWindowAggregate
@@ -87,8 +88,9 @@ __all__ = [
     "KeyedWatermarkProcessFunction",
     "KeyedWindowAggregate",
     "read_state",
-    # the session, the root error, the partition column
+    # the session, shipping the package to a cluster, the root error, the partition column
     "get_session",
+    "ship",
     "TrilinkError",
     "PARTITION_COL",
 ]
@@ -104,7 +106,8 @@ def _moved(module: Any, names: list[str]) -> None:
         _MOVED[name] = (module.__name__, name, "")
 
 
-_moved(errors, [n for n in errors.__all__ if n not in ("TrilinkError", "ServerStartError")])
+_moved(errors, [n for n in errors.__all__ if n not in (
+    "TrilinkError", "ServerStartError", "ExecutorEnvironmentError", "TrilinkWarning")])
 _moved(columns, ["EVENT_TIME_COL"])
 _moved(eventtime, ["parse_interval"])
 _moved(partitioners, [

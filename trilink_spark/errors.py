@@ -41,6 +41,8 @@ __all__ = [
     "ConnectUnsupportedError",
     "StreamingNotSupportedError",
     "ServerStartError",
+    "ExecutorEnvironmentError",
+    "TrilinkWarning",
 ]
 
 
@@ -157,3 +159,15 @@ class StreamingNotSupportedError(InvalidArgumentError, TypeError):
 class ServerStartError(TrilinkError, RuntimeError):
     """A server that :mod:`trilink_spark.testing` launched exited, or did not accept
     connections in time."""
+
+
+class ExecutorEnvironmentError(TrilinkError, RuntimeError):
+    """The executors cannot run trilink-spark's tasks: their Python cannot import the package
+    or one of its dependencies (or imports another version of it), or they cannot see the
+    ``state_path`` the driver writes to. The message names what is missing, the executors'
+    host and Python, and the fix (``tl.ship(spark)``, a packed environment, shared storage)."""
+
+
+class TrilinkWarning(UserWarning):
+    """Root of the warnings trilink-spark issues (``warnings.filterwarnings`` can single them
+    out), such as a local ``state_path`` given to a job whose executors run elsewhere."""

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .._internal.spark.executors import ensure_executors
 from .client import SOURCE_NAME, KafkaOptions, open_consumer, open_producer, topic_partitions
 from .._internal.validation import refuse_streaming
 
@@ -48,6 +49,7 @@ def register_kafka_source(spark: SparkSession) -> None:
     """Register ``trilink-kafka`` with ``spark`` (idempotent; :func:`read_kafka` calls it)."""
     from .datasource import KafkaDataSource
 
+    ensure_executors(spark)  # a cluster's executors must import the package
     spark.dataSource.register(KafkaDataSource)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._internal.optiming import operator_timer
+from .._internal.spark.executors import ensure_executors
 from ..partitioners import Partitioner
 from ..placement.key_by import place_rows
 from ..placement.source import is_keyed_by_source
@@ -94,6 +95,7 @@ def keyed_process(
     else:
         placed = place_rows(tagged, key, strategy, num_partitions)
     placed = arrival_order(placed, order_by)
+    ensure_executors(df.sparkSession)  # a cluster's executors must import the package
     fn = partition_function(processor, key, delay_units, idle_units, arrow_schema, None,
                             operator_timer(df.sparkSession, "keyed"))
     return placed.mapInArrow(fn, out_schema)

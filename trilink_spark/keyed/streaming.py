@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from .._internal.optiming import operator_timer
 from .._internal.spark.session import conf_get
 from .._internal.spark.compat import streaming_query_id
+from .._internal.spark.executors import ensure_executors
 from .._internal.validation import choice, seconds
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..errors import StateStoreError
@@ -280,6 +281,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
     # ------------------------------------------------------------------ the batch
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()
+        ensure_executors(batch_df.sparkSession, self.store.path, self.store.fs,
+                         needs=("rocksdict",))
         o = self.options
         tagged, delay_units, idle_units, out_schema, arrow_schema = prepare(
             batch_df, o["key"], o["event_time"], o["processor"], o["delay"], o["order_by"],

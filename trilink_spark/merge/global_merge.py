@@ -27,6 +27,7 @@ from .pandas_engine import source_rows, to_arrow
 from .plan import SLOT
 from .._internal.optiming import OperatorTimer, Stopwatch, operator_timer, task_identity
 from .._internal.spark.compat import frame_of_arrow
+from .._internal.spark.executors import ensure_executors
 from .redis_store import RedisStore
 from .._internal.validation import refuse_streaming
 from ..columns import column_of, quoted
@@ -288,6 +289,7 @@ def _merge_into_redis(
     src, plan = plan_merge(source, key, time_name, slot, aggs, mode, quantity=quantity,
                            delay=delay, punctuation=punctuation, max_groups=max_groups)
     store.ops(plan.specs)  # refuse what Redis cannot merge before any task runs
+    ensure_executors(df.sparkSession)  # a cluster's executors must import the package
     partial = [c for spec in plan.specs for c in spec.partial_columns]
     if store.updated_field is not None and store.updated_field in partial:
         raise InvalidArgumentError(

@@ -54,6 +54,7 @@ from ..columns import check_atomic_key, check_user_columns, require_columns
 from ..columns import column_of, quoted
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from .._internal.optiming import operator_timer
+from .._internal.spark.executors import ensure_executors
 from ..eventtime import SPARK_TIME_TYPES, delay_in_units, event_time_micros
 from .arrow_engine import arrow_merge_partition
 from .bounds import DEFAULT_MAX_GROUPS, DEFAULT_QUANTITY, MERGE_MODES
@@ -194,6 +195,7 @@ def local_merge(
     native = _spark_engine(df, plan, engine, order_by)
     if native is not None:
         return native
+    ensure_executors(df.sparkSession)  # a cluster's executors must import the package
     timer = operator_timer(df.sparkSession, "local_merge")
     result: DataFrame = src.mapInArrow(arrow_merge_partition(plan, timer), plan.out_schema)
     return result

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from ..columns import INTERNAL_PREFIX, column_of, quoted
+from .._internal.spark.executors import ensure_executors
 from .expressions import AggSpec, parse_aggs, specs_for_partials  # parse_aggs: the examples
 from .kernels import Groups
 from .._internal.validation import refuse_streaming
@@ -227,4 +228,5 @@ def _merge_with_pandas(df: DataFrame, keys: list[str], specs: list[AggSpec]) -> 
         merged = merge_partial_frames(pdf, keys, specs, None)
         return finalize_frame(merged, keys, specs)
 
+    ensure_executors(df.sparkSession)  # a cluster's executors must import the package
     return df.groupBy(*[column_of(k) for k in keys]).applyInPandas(merge, ", ".join(fields))

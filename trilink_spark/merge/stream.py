@@ -25,6 +25,7 @@ import pyarrow as pa
 from .._internal.io.arrowio import read_table, write_table
 from ..columns import ET_COL, ORDER_COL, POS_COL, SLOT_COL
 from .._internal.spark.compat import num_partitions
+from .._internal.spark.executors import ensure_executors
 from ..errors import InvalidArgumentTypeError, StateCorruptError
 from .._internal.optiming import OperatorTimer, Stopwatch, operator_timer
 from ..state.batch import StatefulBatchFunction
@@ -195,6 +196,7 @@ class LocalMergeBatchFunction(StatefulBatchFunction):
         self._plan: MergePlan | None = None
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        ensure_executors(batch_df.sparkSession, self.store.path, self.store.fs)
         o = self.options
         src, plan = plan_merge(batch_df, o["key"], o["event_time"], o["slot"], o["aggs"],
                                o["mode"], quantity=o["quantity"], delay=o["delay"],

@@ -19,6 +19,7 @@ from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from .._internal.validation import check_num_partitions
 from .._internal.validation import refuse_streaming
 from .._internal.spark.compat import is_connect, num_partitions, partition_counts
+from .._internal.spark.executors import ensure_executors
 from ..columns import PARTITION_COL, strategy_partitions
 
 logger = logging.getLogger(__name__)
@@ -244,6 +245,7 @@ def partition_balance(data: DataFrame | RDD[Any]) -> BalanceReport:
                 "[0, %d) or nulls; counting Spark partitions instead", PARTITION_COL,
                 placed_on, placed_on)
         if is_connect(data):
+            ensure_executors(data.sparkSession)  # the count's tasks import the package
             counted = partition_counts(data)
             loads = np.zeros(max(1, counted.size), dtype=np.int64)
             loads[: counted.size] = counted

@@ -29,6 +29,7 @@ import pandas as pd
 
 from ..columns import ARG_COL, require_columns
 from .._internal.spark.compat import is_connect
+from .._internal.spark.executors import ensure_executors
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, KeysNotGroupedError
 from .._internal.validation import refuse_streaming
 from ..merge.aggregates import arrow_aggregates
@@ -326,6 +327,7 @@ def source_agg(df: DataFrame, key: str, exprs: tuple[Column, ...]) -> DataFrame:
     timezone = df.sparkSession.conf.get("spark.sql.session.timeZone")
     arrow_schema = to_arrow_schema(out_schema, timezone=timezone)
     projected = df.select(F.col(key), *arguments)
+    ensure_executors(df.sparkSession)  # a cluster's executors must import the package
     return projected.mapInArrow(_aggregate_partition(key, parsed, arrow_schema), out_schema)
 
 
