@@ -68,3 +68,31 @@ def test_make_demo_installs_only_what_the_demo_needs(tmp_path):
     assert demo == [f'{tmp_path / "venv"}/bin/python -m pip install --quiet -e ".[spark]"']
     suite = _dry_run("test", tmp_path / "venv")
     assert len(suite) == 1 and '".[spark,test,bench]"' in suite[0]
+
+
+def _toc_tool():
+    import importlib.util
+
+    path = README.parent / "tools" / "readme_toc.py"
+    spec = importlib.util.spec_from_file_location("readme_toc", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_table_of_contents_lists_every_section():
+    toc = _toc_tool()
+    text = README.read_text()
+    assert toc.current(text) == toc.table(text), "run python tools/readme_toc.py"
+    assert toc.anchor("Where is the bottleneck, and how many tasks fix it?") == \
+        "#where-is-the-bottleneck-and-how-many-tasks-fix-it"
+
+
+def test_every_link_within_the_readme_has_its_heading():
+    toc = _toc_tool()
+    text = README.read_text()
+    anchors = {toc.anchor(h) for _, h in toc.headings(text)} | {"#trilink-spark"}
+    links = set(re.findall(r"\]\((#[^)\s]+)\)", text))
+    assert links, "the README links its own sections"
+    assert sorted(links - anchors) == []
