@@ -28,7 +28,8 @@ import io
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, TextIO
@@ -149,6 +150,61 @@ def _read(spark: Any, path: str, fmt: str) -> Any:
     if fmt == "csv":
         reader = reader.option("header", "true").option("inferSchema", "true")
     return reader.load(path)
+
+
+def _reads_local_files(master: str, remote: str | None) -> bool:
+    """Whether Spark reads a path without a scheme from this machine's file system: a local
+    master, in this process or behind a local Spark Connect server (``--remote local[N]``)."""
+    import os
+
+    remote = remote if remote is not None else os.environ.get("SPARK_REMOTE") or None
+    where = master if remote is None else remote
+    return where.strip().lower().startswith("local")
+
+
+@contextmanager
+def _spark_reading(path: str, fmt: str) -> Iterator[None]:
+    """Turn what Spark raises while reading ``path`` (a gzip cut short past what was checked,
+    a JSON object naming a field twice, a file that vanished) into one
+    :class:`~trilink_spark.errors.InvalidArgumentError` naming the path and Spark's reason,
+    instead of a Java stack trace. TrilinkErrors pass through."""
+    from pyspark.errors import PySparkException
+
+    spark_errors: tuple[type[BaseException], ...] = (PySparkException,)
+    try:  # classic PySpark: a failed job is a Py4JJavaError (a Connect client has no py4j)
+        from py4j.protocol import Py4JError
+
+        spark_errors += (Py4JError,)
+    except ImportError:  # pragma: no cover - pyspark-client
+        pass
+    try:
+        yield
+    except spark_errors as err:
+        raise InvalidArgumentError(
+            f"Spark failed reading {path!r:.300} as {fmt.upper()}: {_spark_reason(err)}") \
+            from None
+
+
+def _spark_reason(err: BaseException) -> str:
+    """The line of a Spark error that says what went wrong: the innermost ``Caused by:`` of a
+    Java stack trace, else the first line; at most 400 characters."""
+    text = str(err)
+    causes = [line.strip()[len("Caused by:"):].strip() for line in text.splitlines()
+              if line.strip().startswith("Caused by:")]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    reason = causes[-1] if causes else (lines[0] if lines else type(err).__name__)
+    return reason[:400]
+
+
+def _key_column(df: Any, key: str) -> tuple[Any, str]:
+    """The key column of a file alone, under a name Spark's column parser takes as it is: a
+    file's header may name columns ``user.id`` or with backticks, which the placement code
+    (``F.col(name)``) would read as a struct field. Other columns are not needed."""
+    from ..columns import column_of, require_columns
+
+    require_columns(df, [key], "key column")
+    safe = key if not any(c in key for c in ".`") else "key"
+    return df.select(column_of(key).alias(safe)), safe
 
 
 def _measure(df: Any, key: str, score: StrategyScore) -> dict[str, Any]:
@@ -368,20 +424,24 @@ def _balance(args: argparse.Namespace, out: TextIO) -> int:
     if args.path and args.scenario:
         raise InvalidArgumentError("give either PATH --key or --scenario, not both")
     # everything that can be checked without Spark is, before it starts (seconds)
-    fmt = check_input(args.path, args.key, args.format).format if args.path else ""
+    checked = check_input(args.path, args.key, args.format,
+                          local=_reads_local_files(args.master, args.remote)) \
+        if args.path else None
     if args.plot:
         _check_plot(args.plot)
     spark = get_session(args.master, shuffle_partitions=max(2, args.partitions),
                         remote=args.remote)
     results = []
-    if args.path:
-        df = _read(spark, args.path, fmt)
-        results.append(
-            run_balance(
-                df, args.key, args.path, args.partitions, args.sample_rate, args.seed,
-                not args.no_measure, args.kafka,
+    if checked is not None:
+        with _spark_reading(args.path, checked.format):
+            df, key = _key_column(_read(spark, checked.spark_path or args.path,
+                                        checked.format), args.key)
+            results.append(
+                run_balance(
+                    df, key, args.path, args.partitions, args.sample_rate, args.seed,
+                    not args.no_measure, args.kafka,
+                )
             )
-        )
     else:
         for name in args.scenario or PAPER_SCENARIOS:
             sc = make_scenario(

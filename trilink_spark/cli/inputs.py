@@ -30,10 +30,12 @@ import os
 import re
 import struct
 import zlib
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 from pathlib import PurePosixPath
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 from ..errors import InvalidArgumentError, MissingColumnError
 
@@ -45,6 +47,7 @@ __all__ = [
     "HEAD_BYTES",
     "InputCheck",
     "split_suffix",
+    "spark_csv_header",
     "check_input",
 ]
 
@@ -69,6 +72,8 @@ HEAD_BYTES = 1 << 20
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _GLOB = re.compile(r"[*?\[{]")
+#: The characters Hadoop's glob syntax gives a meaning (escaped with a backslash).
+_HADOOP_GLOB = re.compile(r"[\\*?\[\]{}]")
 _LZ4_FRAME = b"\x04\x22\x4d\x18"
 #: Largest raw length of one Hadoop compression block taken as real (its default is 256 KiB).
 _MAX_BLOCK = 1 << 30
@@ -90,11 +95,16 @@ class InputCheck:
     key_checked : bool
         Whether the key column was found before Spark starts (False: left to Spark, e.g. a
         remote URI, or a compression this Python cannot read).
+    spark_path : str
+        The path to give Spark's reader: a local path that exists with Hadoop's glob
+        characters escaped (``data[1].csv`` is that file, not a pattern), else PATH as given.
+        Neither compared nor shown.
     """
 
     format: str
     files: int
     key_checked: bool
+    spark_path: str = field(default="", compare=False, repr=False)
 
 
 def split_suffix(name: str) -> tuple[str | None, str | None]:
@@ -145,7 +155,8 @@ def _format_of(path: str, fmt: str | None) -> tuple[str, str | None]:
     return chosen, codec
 
 
-def check_input(path: str, key: str, fmt: str | None = None) -> InputCheck:
+def check_input(path: str, key: str, fmt: str | None = None, *,
+                local: bool = True) -> InputCheck:
     """Check a ``balance`` input before Spark starts: path, format and key column.
 
     Parameters
@@ -158,6 +169,10 @@ def check_input(path: str, key: str, fmt: str | None = None) -> InputCheck:
     fmt : str, optional
         One of :data:`FORMATS`; default: from the name (a directory without a suffix: from its
         data files' names, which must agree).
+    local : bool
+        Whether Spark reads paths without a scheme from this machine's file system (a local
+        master). False (a cluster master, a Spark Connect server): PATH is left to Spark as a
+        URI is, and only its format is told from the name.
 
     Returns
     -------
@@ -167,13 +182,17 @@ def check_input(path: str, key: str, fmt: str | None = None) -> InputCheck:
     ------
     InvalidArgumentError
         The format cannot be told (or the files of a directory disagree), a local path that
-        does not exist, cannot be read or holds no data file, a file that is not what its
-        name says (not gzip, not Parquet, an LZ4 frame file, ...).
+        does not exist, cannot be read or holds no data file, a symbolic link that leads
+        nowhere, a name with ``:`` (Hadoop cannot read it), a file that is not what its name
+        says (not gzip, not Parquet, an LZ4 frame file, ...), a JSON object naming a field
+        twice (Spark refuses the file), input without a header, a record or a row.
     MissingColumnError
-        The key column is not in the CSV header, in any JSON record of the files (every file
-        read to its end), in the Parquet schema, nor a partition directory's name: the message
-        lists the columns there are. A CSV or Parquet directory is refused when none of the
-        first :data:`MAX_FILES_CHECKED` files has it (Spark takes the columns from one file).
+        The key column is not in the CSV header (as Spark names its fields: ``_c<i>`` for a
+        blank one, ``k0``, ``k1`` for a name given twice), in any JSON record of the files
+        (every file read to its end), in the Parquet schema, nor a partition directory's name:
+        the message lists the columns there are. A CSV or Parquet directory is refused when
+        none of the first :data:`MAX_FILES_CHECKED` files has it (Spark takes the columns from
+        one file).
 
     Notes
     -----
@@ -186,29 +205,52 @@ def check_input(path: str, key: str, fmt: str | None = None) -> InputCheck:
     InputCheck(format='csv', files=0, key_checked=False)
     """
     if path.lower().startswith("file:"):
-        local = unquote(urlparse(path).path) or path[5:]
-    elif _SCHEME.match(path):
-        return InputCheck(_format_of(path, fmt)[0], 0, False)
+        # Hadoop takes the path of a file: URI as written: %20 is those three characters
+        local_path = urlparse(path).path or path[5:]
+    elif _SCHEME.match(path) or not local:
+        return InputCheck(_format_of(path, fmt)[0], 0, False, path)
     else:
-        local = path
-    if not os.path.exists(local):
-        if _GLOB.search(local):  # Spark expands it (Hadoop glob syntax)
-            return InputCheck(_format_of(local, fmt)[0], 0, False)
+        local_path = path
+    if not os.path.exists(local_path):
+        if os.path.lexists(local_path):
+            raise InvalidArgumentError(
+                f"{_shown(path)} is a symbolic link that leads nowhere (its target is missing, "
+                "or the links form a loop)")
+        if _GLOB.search(local_path):  # Spark expands it (Hadoop glob syntax)
+            return InputCheck(_format_of(local_path, fmt)[0], 0, False, path)
         raise InvalidArgumentError(
             f"{_shown(path)} does not exist; PATH is a Parquet, CSV or JSON file or directory "
             "(or a URI such as s3a://bucket/key)")
-    if os.path.isdir(local):
-        return _check_directory(path, local, key, fmt)
-    chosen, codec = _format_of(local, fmt)
-    if not os.access(local, os.R_OK):
+    _refuse_colon(path, os.path.basename(os.path.normpath(local_path)))
+    # the file itself, not a pattern; absolute, so that no name before a '/' reads as a scheme
+    spark_path = _HADOOP_GLOB.sub(r"\\\g<0>", path if path.lower().startswith("file:")
+                                  else os.path.abspath(path))
+    if os.path.isdir(local_path):
+        found = _check_directory(path, local_path, key, fmt)
+        return InputCheck(found.format, found.files, found.key_checked, spark_path)
+    chosen, codec = _format_of(local_path, fmt)
+    if not os.access(local_path, os.R_OK):
         raise InvalidArgumentError(f"{_shown(path)} cannot be read (permission denied)")
-    if os.path.getsize(local) == 0:
+    if os.path.getsize(local_path) == 0:
         raise InvalidArgumentError(
             f"{_shown(path)} is empty; a {chosen.upper()} file with a {key!r} column is needed")
-    state, columns = _file_has_key(local, chosen, codec, key)
-    if state in ("no", "empty"):
-        _missing(key, path, columns)
-    return InputCheck(chosen, 1, state == "yes")
+    found_key = _file_has_key(local_path, chosen, codec, key)
+    if found_key.state == "empty":
+        _nothing(path, chosen, key)
+    if found_key.state == "no":
+        _missing(key, path, found_key.columns, found_key.note)
+    if found_key.rows is False:
+        _no_rows(path, key)
+    return InputCheck(chosen, 1, found_key.state == "yes", spark_path)
+
+
+def _refuse_colon(path: str, name: str) -> None:
+    """Hadoop reads no file or directory whose name holds ``:`` (it takes ``a:b`` for a URI
+    with scheme ``a``): refuse it by name instead of Spark's ``URISyntaxException``."""
+    if ":" in name:
+        raise InvalidArgumentError(
+            f"{_shown(path)}: Spark (Hadoop's file system) cannot read a file or directory "
+            f"whose name holds ':' ({name[:80]!r}); rename it")
 
 
 def _hidden(name: str) -> bool:
@@ -217,7 +259,7 @@ def _hidden(name: str) -> bool:
         name.endswith("._COPYING_")
 
 
-def _walk(root: str) -> tuple[list[str], set[str]]:
+def _walk(path: str, root: str) -> tuple[list[str], set[str]]:
     """Data files under ``root`` (sorted) and the partition columns of ``key=value`` dirs."""
     files: list[str] = []
     partitions: set[str] = set()
@@ -229,40 +271,64 @@ def _walk(root: str) -> tuple[list[str], set[str]]:
     for here, dirs, names in os.walk(root, onerror=failed):
         dirs[:] = sorted(d for d in dirs if not _hidden(d))
         for d in dirs:
+            _refuse_colon(os.path.join(here, d), d)
             if "=" in d:
                 partitions.add(d.split("=", 1)[0])
-        files.extend(os.path.join(here, n) for n in sorted(names) if not _hidden(n))
+        for n in sorted(names):
+            if _hidden(n):
+                continue
+            name = os.path.join(here, n)
+            _refuse_colon(name, n)
+            if not os.path.exists(name):  # os.walk lists a dangling link as a file
+                raise InvalidArgumentError(
+                    f"{_shown(name)} in {_shown(path)} is a symbolic link that leads nowhere "
+                    "(its target is missing, or the links form a loop); Spark fails on it: "
+                    "remove it")
+            files.append(name)
     return files, partitions
 
 
 def _check_directory(path: str, local: str, key: str, fmt: str | None) -> InputCheck:
     if not os.access(local, os.R_OK | os.X_OK):
         raise InvalidArgumentError(f"{_shown(path)} cannot be read (permission denied)")
-    files, partitions = _walk(local)
+    files, partitions = _walk(path, local)
     if not files:
         raise InvalidArgumentError(
             f"{_shown(path)} holds no data file (names starting with '_' or '.' are not data); "
             "PATH is a Parquet, CSV or JSON file or a directory of them")
     told = fmt or split_suffix(local)[0] or _format_of_files(path, files)
-    if key in partitions:
-        return InputCheck(told, len(files), True)
     data = [f for f in files if os.path.getsize(f) > 0]
+    if key in partitions and data:
+        return InputCheck(told, len(files), True)
     if not data:
         raise InvalidArgumentError(
             f"{_shown(path)} holds only empty files; a {told.upper()} file with a {key!r} "
             "column is needed")
     seen: list[str] = sorted(partitions)
     states: set[str] = set()
+    notes: list[str] = []
+    has_key = False
+    rows: set[bool | None] = set()
     for name in data[:MAX_FILES_CHECKED]:
         chosen, codec = _format_of(name, told)
-        state, columns = _file_has_key(name, chosen, codec, key)
-        if state == "yes":
+        found = _file_has_key(name, chosen, codec, key)
+        has_key = has_key or found.state == "yes"
+        rows.add(found.rows)
+        if has_key and rows - {False}:  # the key, and rows (or maybe rows) to read
             return InputCheck(told, len(files), True)
-        states.add(state)
-        seen.extend(c for c in columns if c not in seen)
+        states.add(found.state)
+        notes.extend(n for n in [found.note] if n and n not in notes)
+        seen.extend(c for c in found.columns if c not in seen)
+    every_file = len(data) <= MAX_FILES_CHECKED
+    if has_key:  # each file has a header or schema, and none a row
+        if every_file:
+            _no_rows(path, key)
+        return InputCheck(told, len(files), True)
+    if states == {"empty"} and every_file:
+        _nothing(path, told, key)
     # Spark takes the columns of CSV and Parquet from one file, of JSON from every record
-    if states <= {"no", "empty"} and (told != "json" or len(data) <= MAX_FILES_CHECKED):
-        _missing(key, path, seen)
+    if states <= {"no", "empty"} and (told != "json" or every_file):
+        _missing(key, path, seen, "; ".join(notes))
     return InputCheck(told, len(files), False)
 
 
@@ -279,34 +345,62 @@ def _format_of_files(path: str, files: list[str]) -> str:
     return known[0]
 
 
-def _missing(key: str, path: str, columns: Iterable[str]) -> None:
+def _missing(key: str, path: str, columns: Iterable[str], note: str = "") -> None:
     have = list(columns)
     near = [c for c in have if c.lower() == key.lower()]
     hint = f" (did you mean {near[0]!r}? names are matched exactly)" if near else ""
+    hint = f" ({note})" if note else hint
     shown = have[:40] + (["..."] if len(have) > 40 else [])
     raise MissingColumnError(
         f"key column {key!r} is not in {_shown(path)}{hint}; its columns are {shown}"[:2000])
 
 
-def _file_has_key(name: str, fmt: str, codec: str | None, key: str) -> tuple[str, list[str]]:
-    """Whether one file has column ``key``: ``"yes"``, ``"no"``, ``"empty"`` (no header, no
-    record) or ``"unknown"`` (cannot tell: left to Spark); and the columns seen."""
+def _nothing(path: str, fmt: str, key: str) -> None:
+    """Refuse input without a CSV header line or a JSON record (e.g. an empty file inside
+    its compression)."""
+    what = "no header line" if fmt == "csv" else "no record"
+    raise InvalidArgumentError(
+        f"{_shown(path)} holds {what} (blank, or empty once decompressed); a {fmt.upper()} "
+        f"input with a {key!r} column is needed")
+
+
+def _no_rows(path: str, key: str) -> None:
+    """Refuse input whose files have the key column but no row (a CSV header alone, a
+    Parquet file of no rows): there are no keys to count."""
+    raise InvalidArgumentError(
+        f"{_shown(path)} has column {key!r} but no rows (a header or schema alone); there are "
+        "no keys to balance")
+
+
+class _Found(NamedTuple):
+    """What one file says: ``state`` ``"yes"`` or ``"no"`` (the key column is there or
+    not), ``"empty"`` (no header, no record) or ``"unknown"`` (cannot tell: left to Spark);
+    the columns seen; whether it holds rows (None: cannot tell); a note for the message."""
+
+    state: str
+    columns: Sequence[str] = ()
+    rows: bool | None = None
+    note: str = ""
+
+
+def _file_has_key(name: str, fmt: str, codec: str | None, key: str) -> _Found:
+    """Whether one file has column ``key`` (and rows), as Spark would read it."""
     if fmt == "parquet":
         return _parquet_has_key(name, key)
     head = _head(name, codec)
     if head is None:
-        return "unknown", []
+        return _Found("unknown")
     data, complete = head
     if fmt == "csv":
         return _csv_has_key(data, complete, key)
-    return _json_has_key(data, complete, key)
+    return _json_has_key(name, data, complete, key)
 
 
 def _yes_no(found: bool) -> str:
     return "yes" if found else "no"
 
 
-def _parquet_has_key(name: str, key: str) -> tuple[str, list[str]]:
+def _parquet_has_key(name: str, key: str) -> _Found:
     with open(name, "rb") as fh:
         start = fh.read(4)
         fh.seek(0, os.SEEK_END)
@@ -318,61 +412,118 @@ def _parquet_has_key(name: str, key: str) -> tuple[str, list[str]]:
             f"{_shown(name)} is not a Parquet file (no PAR1 magic bytes); pass the right "
             f"--format ({'|'.join(FORMATS)})")
     if end == b"PARE":  # an encrypted footer: Spark reads it with the keys it is given
-        return "unknown", []
+        return _Found("unknown")
     import pyarrow.parquet as pq
 
     try:
-        names = list(pq.read_schema(name).names)
+        meta = pq.read_metadata(name)
+        names = list(meta.schema.to_arrow_schema().names)
     except Exception as err:  # noqa: BLE001 - pyarrow's reasons vary; Spark has the last word
         logger.debug("cannot read the Parquet schema of %s (%s): left to Spark", name, err)
-        return "unknown", []
-    return _yes_no(key in names), names
+        return _Found("unknown")
+    return _Found(_yes_no(key in names), names, meta.num_rows > 0)
 
 
-def _csv_has_key(data: bytes, complete: bool, key: str) -> tuple[str, list[str]]:
-    # Spark's header is the first line that is not blank
+#: Spark's CSV and JSON readers end a line at ``\n``, ``\r\n`` or a lone ``\r`` (Hadoop's
+#: line reader).
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+def spark_csv_header(names: list[str]) -> list[str]:
+    """The column names Spark gives a CSV header's fields (``header=true``, the default
+    case-insensitive analysis): a blank name becomes ``_c<i>``, and names that occur more
+    than once (ignoring case) get their position appended (``k,K`` -> ``k0,K1``).
+
+    O(fields).
+
+    Examples
+    --------
+    >>> spark_csv_header(["k", "", "v", "K"])
+    ['k0', '_c1', 'v', 'K3']
+    """
+    seen = Counter(n.lower() for n in names if n)
+    return [f"_c{i}" if not n else f"{n}{i}" if seen[n.lower()] > 1 else n
+            for i, n in enumerate(names)]
+
+
+def _csv_has_key(data: bytes, complete: bool, key: str) -> _Found:
+    # Spark's header is the first line that is not blank; lines end as Hadoop's reader says
     start = 0
     while True:
-        end = data.find(b"\n", start)
-        if end < 0:
+        match = _LINE_END.search(data, start)
+        if match is None:
             if not complete:
-                return "unknown", []  # no header within HEAD_BYTES
-            end = len(data)
+                return _Found("unknown")  # no header within HEAD_BYTES
+            end = stop = len(data)
+        else:
+            end, stop = match.span()
         line = data[start:end].decode("utf-8", errors="replace").removeprefix("\ufeff")
-        if line.strip() or end >= len(data):
+        if line.strip() or stop >= len(data):
             break
-        start = end + 1
-    line = line.rstrip("\r")
+        start = stop
     if not line.strip():
-        return "empty", []
-    names = next(csv.reader([line], escapechar="\\"), [])
-    names = [n if n else f"_c{i}" for i, n in enumerate(names)]  # Spark's name of a blank one
-    return _yes_no(key in names), names
+        return _Found("empty")
+    try:
+        fields = next(csv.reader([line], escapechar="\\"), [])
+    except csv.Error:  # a name beyond the csv module's field limit: Spark has the last word
+        return _Found("unknown")
+    names = spark_csv_header(fields)
+    rest = data[stop:]
+    # a data row: a line that is not blank after the header (Spark skips blank lines)
+    rows: bool | None = bool(rest.strip()) or (None if not complete else False)
+    note = ""
+    copies = [n for f, n in zip(fields, names) if f and f.lower() == key.lower()]
+    if key not in names and len(copies) > 1:
+        note = (f"the header names {key!r} {len(copies)} times (ignoring case), and Spark "
+                f"calls the copies {', '.join(repr(c) for c in copies)}")
+    return _Found(_yes_no(key in names), names, rows, note)
 
 
-def _json_has_key(data: bytes, complete: bool, key: str) -> tuple[str, list[str]]:
-    lines = data.split(b"\n")
+class _TwiceNamed(ValueError):
+    """A JSON object that names a field twice (ignoring case)."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: set[str] = set()
+    for name, _ in pairs:
+        if name.lower() in seen:
+            raise _TwiceNamed(name)
+        seen.add(name.lower())
+    return dict(pairs)
+
+
+def _json_has_key(name: str, data: bytes, complete: bool, key: str) -> _Found:
+    lines = _LINE_END.split(data)
     if not complete:
         lines = lines[:-1]  # the last one may be cut
     seen: dict[str, None] = {}
     records = 0
-    for raw in lines:
+    found = False
+    for number, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
         try:
-            value = json.loads(raw)
+            value = json.loads(raw, object_pairs_hook=_no_duplicates)
+        except _TwiceNamed as err:
+            raise InvalidArgumentError(
+                f"{_shown(name)}, line {number}: an object names {str(err)[:80]!r} twice "
+                "(names are compared ignoring case, as Spark does); Spark refuses such a JSON "
+                "file ([COLUMN_ALREADY_EXISTS]): rename or drop one of them") from None
         except (ValueError, RecursionError):
             records += 1  # Spark's PERMISSIVE mode keeps it as a corrupt record
             continue
         for record in value if isinstance(value, list) else [value]:
             records += 1
             if isinstance(record, dict):
-                if key in record:
-                    return "yes", []
+                found = found or key in record
                 seen.update(dict.fromkeys(str(k) for k in record))
+    # every record read is a row (a corrupt one too); a cut head may hold none yet
+    rows = True if records else (False if complete else None)
+    if found:
+        return _Found("yes", list(seen), rows)
     if not complete:
-        return "unknown", list(seen)
-    return ("no" if records else "empty"), list(seen)
+        return _Found("unknown", list(seen), rows)
+    return _Found("no" if records else "empty", list(seen), rows)
 
 
 def _not_codec(name: str, codec: str, err: BaseException) -> InvalidArgumentError:
