@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -85,6 +86,39 @@ class BatchProgress:
     backlog_rows: int | None
 
 
+class _NamedTwice(Exception):
+    """A JSON object of a progress event that names a field twice."""
+
+
+def _one_value_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict, refusing a field named twice (``json`` keeps the last)."""
+    out = dict(pairs)
+    if len(out) < len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise _NamedTwice(name)
+            seen.add(name)
+    return out
+
+
+class _ManyDigits:
+    """A JSON integer longer than Python converts (``sys.get_int_max_str_digits``): far
+    beyond any ``Long`` of Spark, kept as its length so that the field is named."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"an integer of {self.digits} digits"
+
+
+def _integer(text: str) -> int | _ManyDigits:
+    limit = sys.get_int_max_str_digits()
+    digits = len(text.lstrip("-"))
+    return _ManyDigits(digits) if limit and digits > limit else int(text)
+
+
 def _field_number(value: Any, name: str, default: float = 0.0, *, high: float = math.inf,
                   unit: str = "", nan: bool = True) -> float:
     """A number field of a progress event: ``default`` when absent (``None``), or NaN where
@@ -94,6 +128,8 @@ def _field_number(value: Any, name: str, default: float = 0.0, *, high: float = 
     allowed = "finite and >= 0" if high == math.inf else f"in [0, {high:.0f}]{unit}"
     if value is None:
         return default
+    if isinstance(value, _ManyDigits):
+        raise InvalidArgumentError(f"progress field {name:.80} must be {allowed}, got {value!r}")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidArgumentError(
             f"progress field {name:.80} must be a number {allowed}, got {value!r:.60}")
@@ -188,7 +224,10 @@ def parse_progress(progress: Any) -> BatchProgress:
         a ``durationMs`` entry outside ``[0, MAX_DURATION_MS]`` (NaN included), or a rate
         that is negative, infinite or too large for a float; each message names the field.
         NaN rates (an empty batch) count 0, and rates above :data:`RATE_CAP` are taken as
-        it by the advisors. Offsets beyond 64 bits make the backlog unknown (``None``).
+        it by the advisors. Offsets beyond 64 bits make the backlog unknown (``None``). An
+        object naming a field twice is refused (Spark writes each once); an integer longer
+        than Python converts (``sys.get_int_max_str_digits()``) is refused naming its field.
+        A UTF-8 byte order mark before the JSON is skipped.
 
     Notes
     -----
@@ -215,7 +254,12 @@ def parse_progress(progress: Any) -> BatchProgress:
             raise InvalidArgumentError(
                 f"progress JSON of {len(data)} characters is larger than {MAX_PROGRESS_BYTES}")
         try:
-            data = json.loads(data)
+            data = json.loads(data.removeprefix("\ufeff"), object_pairs_hook=_one_value_each,
+                              parse_int=_integer)
+        except _NamedTwice as err:
+            raise InvalidArgumentError(
+                f"progress names field {str(err)[:80]!r} twice in one object; Spark writes each "
+                "once, and which value counts would be a guess") from None
         except (ValueError, RecursionError) as err:
             raise InvalidArgumentError(f"progress is not JSON ({str(err)[:80]})") from None
     if not isinstance(data, Mapping):
