@@ -109,3 +109,46 @@ def test_every_numeric_field_with_every_odd_value(tmp_path: Path, capsys: Any,
         else:
             assert code == 2 and err.count("\n") == 1, (field, value[:20], err)
             assert f"line 9: progress" in err and field.split(".")[-1] in err, (field, err)
+
+
+def test_a_progress_with_figures_per_source_only_is_summed_as_spark_does() -> None:
+    # a Spark Connect query's lastProgress.json has no top-level numInputRows or rates: they
+    # were read as 0, so advise reported no flow at all from such a file
+    sources = [{"description": "a", "numInputRows": 30, "inputRowsPerSecond": 10.0,
+                "processedRowsPerSecond": 20.0},
+               {"description": "b", "numInputRows": 10, "inputRowsPerSecond": float("nan"),
+                "processedRowsPerSecond": 5.0}]
+    got = parse_progress({"batchId": 1, "durationMs": {"triggerExecution": 100},
+                          "sources": sources})
+    assert (got.input_rows, got.input_rate, got.processed_rate) == (40, 10.0, 25.0)
+    sources[1]["numInputRows"] = -1
+    with pytest.raises(InvalidArgumentError, match="numInputRows"):
+        parse_progress({"batchId": 1, "sources": sources})
+    top = parse_progress({"batchId": 1, "numInputRows": 7, "inputRowsPerSecond": 1.0,
+                          "sources": [{"numInputRows": 40, "inputRowsPerSecond": 9.0}]})
+    assert (top.input_rows, top.input_rate) == (7, 1.0)  # the event's own figures first
+
+
+@pytest.mark.connect
+def test_the_progress_of_a_query_on_this_session_is_read_whole(spark: Any,
+                                                               tmp_path: Path) -> None:
+    """Classic and Spark Connect: the object, its ``json`` and a file line of it."""
+    source = tmp_path / "in"
+    spark.range(50).selectExpr("id AS k").write.parquet(str(source))
+    query = (spark.readStream.schema("k long").parquet(str(source)).writeStream
+             .format("noop").option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    try:
+        query.awaitTermination(120)
+        progress = [p for p in query.recentProgress if p.numInputRows]
+    finally:
+        query.stop()
+    assert sum(p.numInputRows for p in progress) == 50
+    for p in progress:
+        for form in (p, p.json):
+            got = parse_progress(form)
+            assert got.input_rows == p.numInputRows
+            assert got.processed_rate == pytest.approx(p.processedRowsPerSecond)
+            assert got.processed_rate > 0
+    code, text = advise(tmp_path, [p.json for p in progress])
+    assert code == 0 and strict(text)["events"] == len(progress)

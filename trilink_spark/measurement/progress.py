@@ -162,6 +162,31 @@ def _rows(value: Any) -> int:
     return int(rows)
 
 
+def _sources(sources: Any) -> list[Mapping[str, Any]]:
+    return [s for s in sources if isinstance(s, Mapping)] if isinstance(sources, list) else []
+
+
+def _source_rows(sources: Any) -> int:
+    """``numInputRows`` summed over the sources: the progress of a Spark Connect query
+    (``query.lastProgress.json`` there) carries the figures per source only, as Spark's
+    ``StreamingQueryProgress.numInputRows`` sums them. 0 without sources."""
+    total = sum(_rows(s.get("numInputRows")) for s in _sources(sources))
+    if total > _LONG_MAX:
+        raise InvalidArgumentError(
+            "progress field sources[].numInputRows must sum to at most 2**63 - 1, got a "
+            "larger sum")
+    return total
+
+
+def _rate(data: Mapping[str, Any], name: str) -> float:
+    """A rate of the event, else (absent, as in a Spark Connect progress) the sum of its
+    sources' rates, as Spark's ``StreamingQueryProgress`` computes it."""
+    if data.get(name) is not None:
+        return _field_number(data.get(name), name)
+    return sum(min(_field_number(s.get(name), f"sources[].{name}"), RATE_CAP)
+               for s in _sources(data.get("sources")))
+
+
 def _offsets(value: Any) -> dict[tuple[str, str], int] | None:
     """Kafka-style offsets ``{topic: {partition: offset}}`` (or their JSON), else None."""
     if isinstance(value, str):
@@ -227,7 +252,9 @@ def parse_progress(progress: Any) -> BatchProgress:
         it by the advisors. Offsets beyond 64 bits make the backlog unknown (``None``). An
         object naming a field twice is refused (Spark writes each once); an integer longer
         than Python converts (``sys.get_int_max_str_digits()``) is refused naming its field.
-        A UTF-8 byte order mark before the JSON is skipped.
+        A UTF-8 byte order mark before the JSON is skipped. ``numInputRows`` and the rates,
+        when absent (a Spark Connect query's progress carries them per source only), are the
+        sums over ``sources``, as Spark's ``StreamingQueryProgress`` computes them.
 
     Notes
     -----
@@ -280,16 +307,17 @@ def parse_progress(progress: Any) -> BatchProgress:
     durations = {str(k): _field_number(v, f"durationMs.{k}", high=MAX_DURATION_MS, unit=" ms "
                                        "(a year)", nan=False)
                  for k, v in durations_raw.items()}
-    rows = _rows(data.get("numInputRows"))
+    sources = data.get("sources")
+    rows = _rows(data.get("numInputRows")) if data.get("numInputRows") is not None else \
+        _source_rows(sources)
     stamp = data.get("timestamp")
     return BatchProgress(
         batch_id=batch,
         timestamp=stamp[:64] if isinstance(stamp, str) else "",
         input_rows=rows,
-        input_rate=_field_number(data.get("inputRowsPerSecond"), "inputRowsPerSecond"),
-        processed_rate=_field_number(data.get("processedRowsPerSecond"),
-                                     "processedRowsPerSecond"),
+        input_rate=_rate(data, "inputRowsPerSecond"),
+        processed_rate=_rate(data, "processedRowsPerSecond"),
         duration_ms=durations.get("triggerExecution", 0.0),
         durations_ms=durations,
-        backlog_rows=_backlog(data.get("sources")),
+        backlog_rows=_backlog(sources),
     )
