@@ -35,7 +35,7 @@ from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StreamingNo
 
 __all__ = ["check_num_partitions", "MAX_PARTITIONS", "check_real", "number", "positive",
            "fraction", "count", "seconds", "parse_interval", "INTERVAL_UNITS", "short_repr",
-           "choice", "refuse_streaming"]
+           "choice", "refuse_streaming", "refuse_streaming_batch_function"]
 
 #: The most partitions a strategy places keys on (Spark's own limit is far above what a shuffle
 #: of this many partitions could run; the bound keeps a hostile stored strategy from asking for
@@ -416,3 +416,43 @@ def refuse_streaming(df: Any, api: str, why: str, route: str | None = None) -> N
                  f"lambda batch_df, batch_id: {api}(batch_df, ...)).start()")
     raise StreamingNotSupportedError(
         f"{api} does not run on a streaming DataFrame: {why}. {route}")
+
+
+def refuse_streaming_batch_function(batch_df: Any, what: str, made_by: str) -> None:
+    """Refuse a streaming DataFrame given to a ``foreachBatch`` callable directly
+    (``run(stream_df, 0)``): Spark calls it with each micro-batch, a batch DataFrame. Refused
+    before the callable claims a state path, plans a batch or runs a job.
+
+    Parameters
+    ----------
+    batch_df
+        The frame given.
+    what : str
+        The callable's class (``"KeyedBatchFunction"``).
+    made_by : str
+        The call that made it (``"keyed_foreach_batch"``).
+
+    Raises
+    ------
+    StreamingNotSupportedError
+        ``batch_df.isStreaming``.
+
+    Notes
+    -----
+    Cost: O(1), as :func:`refuse_streaming`.
+
+    Examples
+    --------
+    >>> class Stream:
+    ...     isStreaming = True
+    >>> try:
+    ...     refuse_streaming_batch_function(Stream(), "KeyedBatchFunction", "keyed_foreach_batch")
+    ... except StreamingNotSupportedError as err:
+    ...     print(str(err)[:72])
+    KeyedBatchFunction does not run on a streaming DataFrame: what keyed_for
+    """
+    refuse_streaming(
+        batch_df, what, f"what {made_by} returns is called by Spark with each micro-batch (a "
+        "batch DataFrame) and its batch id, never with the stream itself",
+        "Give it to the stream's sink: stream.writeStream.foreachBatch(run)"
+        ".option('checkpointLocation', path).start()")

@@ -54,6 +54,7 @@ from .state_reader import read_state_values, read_task_timings, sum_counters
 from .swap import SwapReport, SwapRequest, check_request, plan_swap, write_segments
 from .swap_blocks import block_aim, plan_block_swap, plans_by_blocks
 from .task import StateIO, partition_function, run_without_rows, state_types
+from .._internal.validation import refuse_streaming_batch_function
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -280,6 +281,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
 
     # ------------------------------------------------------------------ the batch
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        refuse_streaming_batch_function(batch_df, "KeyedBatchFunction", "keyed_foreach_batch")
         started = time.perf_counter()
         ensure_executors(batch_df.sparkSession, self.store.path, self.store.fs,
                          needs=("rocksdict",))

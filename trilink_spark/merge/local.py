@@ -55,6 +55,7 @@ from ..columns import column_of, quoted
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from .._internal.optiming import operator_timer
 from .._internal.spark.executors import ensure_executors
+from .._internal.validation import refuse_streaming
 from ..eventtime import SPARK_TIME_TYPES, delay_in_units, event_time_micros
 from .arrow_engine import arrow_merge_partition
 from .bounds import DEFAULT_MAX_GROUPS, DEFAULT_QUANTITY, MERGE_MODES
@@ -221,6 +222,10 @@ def _spark_engine(df: DataFrame, plan: MergePlan, engine: str | None,
     why = None
     native = None
     if df.isStreaming:
+        if explicit:
+            refuse_streaming(df, "local_merge(engine='spark')", "Spark's partial aggregation "
+                             "cannot feed later stages of a stream", "Use engine='python' (the "
+                             "default), which runs on a stream in the quantity mode")
         why = "a streaming DataFrame (Spark's partial aggregation cannot feed later stages)"
     elif plan.mode != "groups":
         why = f"the {plan.mode} mode (its flushes are Python's)"

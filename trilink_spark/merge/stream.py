@@ -33,6 +33,7 @@ from ..state.store import KeyedStateStore
 from .local import plan_merge
 from .pandas_engine import partition_partials, read_partition, source_rows, to_arrow
 from .plan import MergePlan
+from .._internal.validation import refuse_streaming_batch_function
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -196,6 +197,8 @@ class LocalMergeBatchFunction(StatefulBatchFunction):
         self._plan: MergePlan | None = None
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        refuse_streaming_batch_function(batch_df, "LocalMergeBatchFunction",
+                                        "local_merge_foreach_batch")
         ensure_executors(batch_df.sparkSession, self.store.path, self.store.fs)
         o = self.options
         src, plan = plan_merge(batch_df, o["key"], o["event_time"], o["slot"], o["aggs"],

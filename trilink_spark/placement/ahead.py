@@ -151,11 +151,11 @@ def _streaming_strategy(df: DataFrame, key: str, strategy: str | Partitioner,
                          "Name a strategy or pass a fitted one")
     resolved = resolve_strategy(df, key, strategy, num_partitions, fit="none").partitioner
     if resolved.is_stateful and len(resolved) == 0:  # type: ignore[arg-type]
-        raise InvalidArgumentError(
-            f"{resolved.strategy_name} on a stream needs its table learnt first: run "
-            "ahead_key_by once on a batch of the data with assignment_path=..., or pass a "
-            "fitted strategy"
-        )
+        refuse_streaming(df, f"ahead_key_by(strategy={resolved.strategy_name!r}) with no "
+                         "table learnt", "a table strategy learns its table by counting the "
+                         "keys, which a stream cannot do when the call is made", "Run "
+                         "ahead_key_by once on a batch of the data with assignment_path=..., "
+                         "or pass a fitted strategy")
     return resolved
 
 

@@ -18,6 +18,7 @@ from .._internal.spark.compat import is_connect
 from ..errors import ConnectUnsupportedError, InvalidArgumentError, InvalidArgumentTypeError
 from ..partitioners import Partitioner
 from ..placement.key_by import FIT_MODES, key_by
+from .._internal.validation import refuse_streaming_batch_function
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -63,6 +64,8 @@ class AdaptiveBatchFunction:
         self._last_batch: tuple[int, Partitioner] | None = None
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        refuse_streaming_batch_function(batch_df, "AdaptiveBatchFunction",
+                                        "adaptive_foreach_batch")
         if self.adaptive.config_detached and is_connect(batch_df):
             raise ConnectUnsupportedError(
                 "adaptive_foreach_batch with a config center: Spark Connect runs foreachBatch "
