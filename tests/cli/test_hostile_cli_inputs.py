@@ -181,3 +181,31 @@ def test_spark_reads_the_file_the_check_read(spark: Any, tmp_path: Path) -> None
         code, text = run(["balance", str(dup), "--key", key, "--json", "--partitions", "2"])
         assert code == 0, key
         assert json.loads(text)["datasets"][0]["distinct_keys"] == keys
+
+
+def test_a_parquet_key_of_a_type_balance_cannot_place_is_refused_before_spark(
+        spark: Any, tmp_path: Path) -> None:
+    # a double, boolean, struct ... key was refused only after Spark started; the check and
+    # Spark's reading of each Parquet type agree
+    from trilink_spark.placement.key_by import key_kind
+
+    columns = {
+        "i8": pa.array([1], pa.int8()), "u32": pa.array([1], pa.uint32()),
+        "u64": pa.array([1], pa.uint64()), "i64": pa.array([1], pa.int64()),
+        "s": pa.array(["a"]), "ls": pa.array(["a"], pa.large_string()),
+        "b": pa.array([b"a"]), "fb": pa.array([b"ab"], pa.binary(2)),
+        "d": pa.array(["a"]).dictionary_encode(), "f": pa.array([1.5]),
+        "bo": pa.array([True]), "ts": pa.array([1], pa.timestamp("us")),
+        "dec": pa.array([1], pa.decimal128(5, 0)), "st": pa.array([{"x": 1}]),
+        "ar": pa.array([[1]])}
+    path = tmp_path / "types.parquet"
+    pq.write_table(pa.table(columns), path)
+    df = spark.read.parquet(str(path))
+    for name in columns:
+        placeable = key_kind(df, name)[0] is not None
+        if placeable:
+            assert check_input(str(path), name).key_checked, name
+        else:
+            with pytest.raises(InvalidArgumentError, match=f"key column '{name}' of .* is .* "
+                               "in its Parquet schema; balance needs int, long"):
+                check_input(str(path), name)

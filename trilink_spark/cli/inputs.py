@@ -417,11 +417,29 @@ def _parquet_has_key(name: str, key: str) -> _Found:
 
     try:
         meta = pq.read_metadata(name)
-        names = list(meta.schema.to_arrow_schema().names)
+        schema = meta.schema.to_arrow_schema()
     except Exception as err:  # noqa: BLE001 - pyarrow's reasons vary; Spark has the last word
         logger.debug("cannot read the Parquet schema of %s (%s): left to Spark", name, err)
         return _Found("unknown")
+    names = list(schema.names)
+    if names.count(key) == 1 and not _placeable(schema.field(key).type):
+        raise InvalidArgumentError(
+            f"key column {key!r} of {_shown(name)} is {schema.field(key).type} in its Parquet "
+            "schema; balance needs int, long, string or binary keys")
     return _Found(_yes_no(key in names), names, meta.num_rows > 0)
+
+
+def _placeable(arrow_type: Any) -> bool:
+    """Whether Spark reads a Parquet column of this Arrow type as a key a strategy places:
+    an integer of at most 64 signed bits (uint64 is a decimal in Spark), a string or binary
+    (dictionary-encoded too)."""
+    import pyarrow as pa
+
+    t = arrow_type.value_type if pa.types.is_dictionary(arrow_type) else arrow_type
+    if pa.types.is_integer(t):
+        return not pa.types.is_uint64(t)
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+                or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t))
 
 
 #: Spark's CSV and JSON readers end a line at ``\n``, ``\r\n`` or a lone ``\r`` (Hadoop's
