@@ -63,8 +63,10 @@ def test_weights_wrong_length_and_type():
         tl.WeightPartitioner([100], mode="round-robin")
 
 
-def test_none_keys_refused_by_default():
-    for p in (tl.HashPartitioner(3), tl.LeastKeyPartitioner(3), tl.LeastCountPartitioner(3)):
+def test_none_keys_refused_under_the_error_policy():
+    for p in (tl.HashPartitioner(3, null_policy="error"),
+              tl.LeastKeyPartitioner(3, null_policy="error"),
+              tl.LeastCountPartitioner(3, null_policy="error")):
         with pytest.raises(NullKeyError, match="partition0"):
             p.partition(None)
         with pytest.raises(ValueError, match="null key"):
@@ -74,7 +76,7 @@ def test_none_keys_refused_by_default():
 
 
 def test_bad_input_leaves_state_untouched():
-    p = tl.LeastCountPartitioner(3).fit(["a", "b", "a"])
+    p = tl.LeastCountPartitioner(3, null_policy="error").fit(["a", "b", "a"])
     before = p.to_dict()
     with pytest.raises(tl.TrilinkError):
         p.fit(["c", None, "d"])
@@ -89,8 +91,8 @@ def test_bad_input_leaves_state_untouched():
 def test_null_keys_in_dataframe(spark):
     df = spark.createDataFrame([(None, 1), (2, 2)], "k int, v int")
     with pytest.raises(NullKeyError):  # counted on the driver: raised eagerly
-        tl.key_by(df, "k", "least_key", 2)
-    placed = tl.key_by(df, "k", "hash", 2)  # JVM placement: fails when the job runs
+        tl.key_by(df, "k", "least_key", 2, null_policy="error")
+    placed = tl.key_by(df, "k", "hash", 2, null_policy="error")  # fails when the job runs
     with pytest.raises(Exception, match="NullKeyError"):
         placed.collect()
 

@@ -78,8 +78,11 @@ def test_assign_partition_and_blocks_agree_for_every_key_kind(keys):
 
 
 def test_nulls_follow_the_null_policy():
-    with pytest.raises(NullKeyError):
-        BlockPartitioner(N).assign(["a", None])
+    with pytest.raises(NullKeyError, match="null_policy='error'"):
+        BlockPartitioner(N, null_policy="error").assign(["a", None])
+    grouped = BlockPartitioner(N)  # the default: the null key on pmod(42, n), never a block
+    assert grouped.assign(["a", None]).tolist()[1] == 42 % N
+    assert grouped.blocks(["a", None]).tolist()[1] == -1
     p = BlockPartitioner(N, null_policy="partition0")
     assert p.assign(["a", None]).tolist()[1] == 0
     assert p.blocks(["a", None]).tolist()[1] == -1

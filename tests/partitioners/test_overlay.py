@@ -71,7 +71,10 @@ def test_nulls_follow_the_null_policy():
     assert p.null_policy == "partition0"
     assert p.assign(["a", None, "b"]).tolist() == [3, 0, base.partition("b")]
     with pytest.raises(NullKeyError):
-        OverlayPartitioner(tl.HashPartitioner(N), {"a": 3}).assign(["a", None])
+        OverlayPartitioner(tl.HashPartitioner(N, null_policy="error"), {"a": 3}).assign(
+            ["a", None])
+    grouped = OverlayPartitioner(tl.HashPartitioner(N), {"a": 3}, num_partitions=N + 1)
+    assert grouped.assign(["a", None]).tolist() == [3, 42 % (N + 1)]  # the overlay's n
     with pytest.raises(InvalidArgumentError, match="null"):
         OverlayPartitioner(base, {None: 1})
 

@@ -290,7 +290,7 @@ def test_bad_inputs_raise_typed_errors():
     with pytest.raises(InvalidKeyTypeError):
         rebalance_minimal(tl.HashPartitioner(4), {"a": 1, 2: 1})
     with pytest.raises(NullKeyError):
-        rebalance_minimal(tl.HashPartitioner(4), {None: 1})
+        rebalance_minimal(tl.HashPartitioner(4, null_policy="error"), {None: 1})
     with pytest.raises(InvalidKeyTypeError, match="table holds int"):
         rebalance_minimal(tl.LeastKeyPartitioner(4).fit([1, 2]), {"a": 1})
     with pytest.raises(InvalidArgumentError, match="exceeds the strategy's 8 blocks"):

@@ -155,12 +155,13 @@ def test_bad_placement_arguments_fail_whichever_plan_is_picked(hostile: Any, kwa
 
 
 def test_null_keys_under_the_default_policy(hostile: Any) -> None:
-    # Spark's combine keeps the null key's group, as groupBy does; exact placement follows the
-    # null policy ('error' by default), and says so by name
+    # every plan keeps the null key's group, as groupBy does ('group' by default); 'error'
+    # refuses it on every plan, and says so by name
     expected = rows(hostile.groupBy("k").agg(F.sum("v")))
-    assert rows(tl.keyed_agg(hostile, "k", F.sum("v"))) == expected
-    with pytest.raises(Exception, match="NullKeyError"):
-        tl.keyed_agg(hostile, "k", F.sum("v"), combine="never").collect()
+    for mode in MODES:
+        assert rows(tl.keyed_agg(hostile, "k", F.sum("v"), combine=mode)) == expected, mode
+        with pytest.raises(Exception, match="NullKeyError"):
+            tl.keyed_agg(hostile, "k", F.sum("v"), combine=mode, null_policy="error").collect()
 
 
 def _fail_first_attempt(v: pd.Series) -> pd.Series:

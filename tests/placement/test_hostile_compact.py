@@ -37,8 +37,11 @@ def test_an_empty_frame_compacts_to_one_empty_partition(spark: Any, n: int,
 # ---------------------------------------------------------------------- null keys
 def test_null_keys_refused_by_the_compaction_job_raise_null_key_error(spark: Any) -> None:
     nulls = spark.createDataFrame([(None, 1), ("a", 2)], "k string, v long")
-    with pytest.raises(NullKeyError, match="null_policy='partition0'"):
-        tl.key_by(nulls, "k", "hash", 10_000)
+    with pytest.raises(NullKeyError, match="spark.trilink.nullPolicy.*'partition0'"):
+        tl.key_by(nulls, "k", "hash", 10_000, null_policy="error")
+    grouped = tl.key_by(nulls, "k", "hash", 10_000)  # the default: a group of its own
+    rows, _ = partition_layout(grouped)
+    assert {r[tl.PARTITION_COL] for r in rows if r["k"] is None} == {42}
 
 
 def test_null_keys_on_partition0_are_compacted_with_every_row(spark: Any) -> None:

@@ -58,16 +58,17 @@ def test_decay_zero_keeps_only_the_latest_observation() -> None:
 
 
 def test_observe_refuses_mixed_key_types_and_nulls() -> None:
-    ap = tl.AdaptivePartitioner(4)
+    ap = tl.AdaptivePartitioner(4, null_policy="error")
     ap.observe([1, 2, 3])
     with pytest.raises(InvalidKeyTypeError):
         ap.observe(["a"])
     with pytest.raises(NullKeyError):
         ap.observe([1, None])
-    lenient = tl.AdaptivePartitioner(4, sample_rate=1.0, null_policy="partition0")
-    lenient.observe([1, None, 1])
-    assert lenient.sample_view.to_dict() == {1: 2.0}
-    assert lenient.records_observed == 3
+    for policy in ("group", "partition0"):  # counted, never in the view (a fixed partition)
+        lenient = tl.AdaptivePartitioner(4, sample_rate=1.0, null_policy=policy)
+        lenient.observe([1, None, 1])
+        assert lenient.sample_view.to_dict() == {1: 2.0}
+        assert lenient.records_observed == 3
 
 
 # ---------------------------------------------------------------------- modes

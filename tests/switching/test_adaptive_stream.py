@@ -164,7 +164,7 @@ def test_async_observation_informs_the_next_batch(spark: Any) -> None:
 
 
 def test_async_observation_errors_surface(spark: Any) -> None:
-    ap = tl.AdaptivePartitioner(4, sample_rate=1.0)
+    ap = tl.AdaptivePartitioner(4, sample_rate=1.0, null_policy="error")
     runner = adaptive_foreach_batch(lambda df, b: None, ap, "key", observe="async")
     df = spark.createDataFrame([(1,), (None,)], "key long")
     with pytest.raises(NullKeyError):

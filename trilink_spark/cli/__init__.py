@@ -62,12 +62,15 @@ class BalanceResult:
     kafka: dict[str, float] | None = None
     #: strategies left out, with why (``{"modulo": "string keys (Modulo needs integer keys)"}``)
     skipped: dict[str, str] = field(default_factory=dict)
+    #: Records whose key is null (counted in ``records``, one key of ``distinct_keys``).
+    null_rows: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         extra = {"kafka_murmur2": self.kafka} if self.kafka is not None else {}
         return {
             "name": self.name,
             "records": self.records,
+            "null_rows": self.null_rows,
             "distinct_keys": self.distinct_keys,
             "sampled_records": self.sampled_records,
             "keyed_bound": self.scores[0].keyed_bound if self.scores else 1.0,
@@ -117,6 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="fit strategies on this fraction of rows, score on all rows (default 1.0)",
     )
     bal.add_argument("--seed", type=int, default=0)
+    bal.add_argument(
+        "--null-policy",
+        choices=("group", "error", "partition0"),
+        default="group",
+        help="null keys: 'group' (default) a key of its own, as Spark's groupBy and hash "
+        "partitioning place it; 'error' refuse them; 'partition0' place them on partition 0",
+    )
     bal.add_argument(
         "--no-measure",
         action="store_true",
@@ -226,9 +236,14 @@ def run_balance(
     seed: int,
     measure: bool,
     kafka: bool = False,
+    null_policy: str = "group",
 ) -> BalanceResult:
     """Score every strategy on ``df[key]``; optionally measure hash and the best with Spark,
-    and score Kafka's default partitioner (``kafka=True``)."""
+    and score Kafka's default partitioner (``kafka=True``).
+
+    Null keys follow ``null_policy``: under ``"group"`` and ``"partition0"`` their records
+    are counted and placed like every other key's (``null_rows`` says how many), under
+    ``"error"`` they are refused (:class:`~trilink_spark.errors.NullKeyError`)."""
     from ..placement.key_by import key_counts, key_kind
 
     refuse_streaming(df, "run_balance", "it counts every key of the frame with a job")
@@ -238,16 +253,17 @@ def run_balance(
             f"key column {key!r} is {dtype.simpleString()}; balance needs int, long, string or "
             "binary keys"
         )
-    full = key_counts(df, key, 1.0, seed, "partition0")
+    full = key_counts(df, key, 1.0, seed, null_policy)
     full_map = dict(zip(full.column(0).to_pylist(), full.column(1).to_numpy().tolist()))
     fit_map = full_map
     if sample_rate < 1.0:
-        sample = key_counts(df, key, sample_rate, seed, "partition0")
+        sample = key_counts(df, key, sample_rate, seed, null_policy)
         fit_map = dict(zip(sample.column(0).to_pylist(), sample.column(1).to_numpy().tolist()))
         if not fit_map:
             raise InvalidArgumentError(f"a {sample_rate} sample of {name} has no rows")
     scores = evaluate_strategies(
-        fit_map, partitions, evaluate_on=full_map, key_type=kind, seed=seed
+        fit_map, partitions, evaluate_on=full_map, key_type=kind, seed=seed,
+        null_policy=null_policy,
     )
     best = choose_best(scores)
     result = BalanceResult(
@@ -258,6 +274,7 @@ def run_balance(
         scores=scores,
         best=best.name,
         skipped=ruled_out_by_keys(kind),
+        null_rows=int(full_map.get(None, 0)),
     )
     if measure:
         for score in {s.name: s for s in (scores[0], best)}.values():
@@ -286,8 +303,9 @@ def _format_table(results: Sequence[BalanceResult], partitions: int, out: TextIO
         sampled = (
             "" if res.sampled_records == res.records else f", fitted on {res.sampled_records:,}"
         )
+        nulls = f" ({res.null_rows:,} with a null key)" if res.null_rows else ""
         out.write(
-            f"\n{res.name}: {res.records:,} records, {res.distinct_keys:,} keys, "
+            f"\n{res.name}: {res.records:,} records{nulls}, {res.distinct_keys:,} keys, "
             f"{partitions} partitions{sampled}; keyed bound {res.scores[0].keyed_bound:.3f}\n"
         )
         out.write(
@@ -439,7 +457,7 @@ def _balance(args: argparse.Namespace, out: TextIO) -> int:
             results.append(
                 run_balance(
                     df, key, args.path, args.partitions, args.sample_rate, args.seed,
-                    not args.no_measure, args.kafka,
+                    not args.no_measure, args.kafka, args.null_policy,
                 )
             )
     else:
@@ -452,7 +470,7 @@ def _balance(args: argparse.Namespace, out: TextIO) -> int:
             results.append(
                 run_balance(
                     df, "key", label, args.partitions, args.sample_rate, args.seed,
-                    not args.no_measure, args.kafka,
+                    not args.no_measure, args.kafka, args.null_policy,
                 )
             )
     if args.plot:

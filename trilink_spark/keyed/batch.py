@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .._internal.optiming import operator_timer
 from .._internal.spark.executors import ensure_executors
 from ..partitioners import Partitioner
-from ..placement.key_by import place_rows
+from ..placement.key_by import null_policy_of, place_rows, refuse_null_keys
 from ..placement.source import is_keyed_by_source
 from .._internal.validation import refuse_streaming
 from .prepare import KEYED_STREAM_ROUTE, arrival_order, in_place, prepare
@@ -36,6 +36,7 @@ def keyed_process(
     num_partitions: int | None = None,
     *,
     idle_timeout: Any = None,
+    null_policy: str | None = None,
 ) -> DataFrame:
     """Run a keyed process function over a bounded DataFrame.
 
@@ -56,6 +57,8 @@ def keyed_process(
     idle_timeout : str, float or timedelta, optional
         When a key counts as idle (an interval string such as ``"2 minutes"`` too) (module docs of :mod:`~trilink_spark.keyed.process`);
         default 4 x ``delay``; ``math.inf`` never.
+    null_policy : {"group", "error", "partition0"}, optional
+        As in :func:`~trilink_spark.key_by`: by default the null key is a key of its own.
 
     Returns
     -------
@@ -91,9 +94,10 @@ def keyed_process(
         df, key, event_time, processor, delay, order_by, idle_timeout
     )
     if is_keyed_by_source(df, key):
-        placed = in_place(df, key, tagged)
+        placed = in_place(df, key, refuse_null_keys(
+            tagged, key, null_policy_of(df, strategy, null_policy)))
     else:
-        placed = place_rows(tagged, key, strategy, num_partitions)
+        placed = place_rows(tagged, key, strategy, num_partitions, null_policy=null_policy)
     placed = arrival_order(placed, order_by)
     ensure_executors(df.sparkSession)  # a cluster's executors must import the package
     fn = partition_function(processor, key, delay_units, idle_units, arrow_schema, None,

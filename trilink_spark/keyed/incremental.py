@@ -578,6 +578,8 @@ class BlockScan:
         The null key's row count (0: no null key), which has no block.
     moved : pyarrow.Table
         The keys of the blocks asked for (``key`` as stored, ``block``).
+    has_null : bool
+        Whether the copy holds the null key (its per-block record says so: O(1)).
     """
 
     keys: int
@@ -585,6 +587,7 @@ class BlockScan:
     loads: Any
     null_load: float
     moved: Any
+    has_null: bool = False
 
 
 def scan_blocks(local: LocalSync, store: KeyedStateStore, pid: int, version: int,
@@ -630,12 +633,14 @@ def scan_blocks(local: LocalSync, store: KeyedStateStore, pid: int, version: int
         else:
             moved = pa.table({KEY_FIELD: pa.array([], local.key_type or pa.null()),
                               "block": pa.array([], pa.int32())})
-        return BlockScan(keys, {}, per_block, null_load, moved)
+        return BlockScan(keys, {}, per_block, null_load, moved,
+                         bool(held is not None and held.get("null", 0)))
 
     found, meta = _synced(local, store, pid, version, f"{where}, swap plan", read)
     empty = encode_state(PartitionState(), local.key_type).slice(0, 0)
     counters = read_counters(with_meta(empty, meta), f"{where}, local copy")
-    return BlockScan(found.keys, counters, found.loads, found.null_load, found.moved)
+    return BlockScan(found.keys, counters, found.loads, found.null_load, found.moved,
+                     found.has_null)
 
 
 def _block_loads(copy: LocalState, blocks: BlockPartitioner | None,

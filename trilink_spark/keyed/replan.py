@@ -245,11 +245,12 @@ def check_rebalancer(rebalancer: Any, strategy: Any) -> None:
 
 def first_placement(store: KeyedStateStore, batch_df: DataFrame, column: KeyColumn,
                     batch_id: int, configured: str | Partitioner,
-                    partitions: int | None) -> Partitioner:
+                    partitions: int | None, null_policy: str | None = None) -> Partitioner:
     """The first batch's placement, stored before any task runs with the key column's kind
     (the key type every later placement hashes keys as), and bound to it
     (:func:`bound_placement`); decided once (an earlier attempt's is reused). An adaptive
-    strategy decides on this batch first.
+    strategy decides on this batch first. ``null_policy``: as in
+    :func:`~trilink_spark.key_by` (None: a strategy object's own, else the conf).
 
     Raises
     ------
@@ -269,7 +270,8 @@ def first_placement(store: KeyedStateStore, batch_df: DataFrame, column: KeyColu
     if isinstance(configured, Partitioner) and configured.unwrap() is not configured:
         configured.before_batch(batch_df, key, batch_id)  # adaptive: decide
         configured = configured.unwrap().copy()
-    strategy = resolve_strategy(batch_df, key, configured, partitions).partitioner
+    strategy = resolve_strategy(batch_df, key, configured, partitions,
+                                null_policy=null_policy).partitioner
     strategy = strategy.for_column(column.kind)
     store.save_placement(batch_id, strategy, strategy.num_partitions, column.kind)
     return strategy

@@ -28,7 +28,7 @@ from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorrup
 from ..partitioners import BlockPartitioner
 from ..state.store import KEY_FIELD, KeyedStateStore
 from .replan import bound_placement, stored_key_type
-from .snapshot import decode_state, read_counters
+from .snapshot import decode_keys, decode_state, read_counters
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -169,8 +169,9 @@ def read_state(spark: SparkSession, state_path: str, batch_id: int | None = None
         (double, same unit), ``rows`` (long: rows the key has sent), then one column per
         field of the processor's declared ``state_schema`` (or ``values``, the JSON text of
         each key's values, without one); a field named like one of the columns before it
-        comes as ``state_<name>``. A null key (null policy ``"partition0"``) has a null
-        ``block``; blocks are hashed as the key type the placement was recorded with.
+        comes as ``state_<name>``. A null key (null policies ``"group"`` and
+        ``"partition0"``) has a null ``block``; blocks are hashed as the key type the
+        placement was recorded with.
 
     Raises
     ------
@@ -370,6 +371,9 @@ def read_state_values(store: KeyedStateStore, version: int | None = None
                  ) -> dict[Any, dict[str, Any]]:
     """Every key's stored values in the newest (or a given) committed version:
     ``{key: {name: value}}`` (:meth:`~trilink_spark.keyed.KeyedBatchFunction.state_values`).
+    Keys as :meth:`~trilink_spark.state.KeyedStateStore.owners` and the key column give
+    them: the null key ``None`` (never the runtime's NaN), integers exact ints (never the
+    floats pandas makes of an integer column holding a null).
 
     Raises
     ------
@@ -382,5 +386,11 @@ def read_state_values(store: KeyedStateStore, version: int | None = None
     out: dict[Any, dict[str, Any]] = {}
     for p in sorted(set(owners.values())):
         where = store.version_path(p, at)
-        out.update(decode_state(store.load_table(p, at), where).values)
+        table = store.load_table(p, at)
+        values = decode_state(table, where).values
+        column = table.column(KEY_FIELD)
+        # row by row: the runtime's key of each row (NaN, floats) to the stored one
+        for runtime, stored in zip(decode_keys(column), column.to_pylist()):
+            if runtime in values:
+                out[stored] = values[runtime]
     return out

@@ -34,6 +34,7 @@ from .._internal.validation import choice, seconds
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..errors import StateStoreError
 from ..partitioners import BlockPartitioner, Partitioner
+from ..partitioners.keys import check_null_policy
 from ..placement.key_by import place_rows
 from ..placement.source import is_keyed_by_source
 from ..eventtime import delay_in_units, event_time_micros
@@ -460,7 +461,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
             if replayed is not None:
                 return self._replayed(replayed)
             first = first_placement(self.store, batch_df, column, batch_id, o["strategy"],
-                                    o["num_partitions"])
+                                    o["num_partitions"], o.get("null_policy"))
             self._restart_checked = True  # the state starts with this start's arguments
             self._adaptive = adaptive_choice(o["strategy"])
             return Placed(first, 0, None, None, True)
@@ -713,6 +714,7 @@ def keyed_foreach_batch(
     state_store: str | None = None,
     state_ttl: Any = None,
     state_ttl_time: str = "event",
+    null_policy: str | None = None,
 ) -> KeyedBatchFunction:
     """A ``foreachBatch`` function running ``processor`` with state kept across micro-batches.
 
@@ -739,6 +741,10 @@ def keyed_foreach_batch(
         cannot hold the column's values is refused with
         :class:`~trilink_spark.errors.InvalidKeyTypeError`). A restart whose key column has
         another type is refused.
+    null_policy : {"group", "error", "partition0"}, optional
+        As in :func:`~trilink_spark.key_by` (None: a strategy object's own, else
+        ``spark.trilink.nullPolicy``, else ``"group"``), fixed at the first batch with the
+        placement; a swap by name keeps it, a swap to a strategy object takes the object's.
     filesystem : pyarrow.fs.FileSystem, optional
         Default: inferred from ``state_path``.
     keep_versions : int
@@ -831,6 +837,7 @@ def keyed_foreach_batch(
         "idle_timeout": idle_timeout, "takeover": bool(takeover), "rebalancer": rebalancer,
         "state_store": check_state_store(state_store), "state_ttl": check_ttl(state_ttl),
         "state_ttl_time": check_ttl_time(state_ttl_time, state_ttl),
+        "null_policy": None if null_policy is None else check_null_policy(null_policy),
     }
     if state_store == "files" and state_ttl is not None:
         raise InvalidArgumentError("state_ttl needs the local state store; "

@@ -31,6 +31,7 @@ from ..errors import StateCorruptError, TrilinkError, UnknownStrategyError
 from ..partitioners import BlockPartitioner, Partitioner, TablePartitioner
 from ..partitioners import WeightPartitioner
 from ..partitioners.base import KEY_KINDS
+from ..partitioners.keys import null_partition
 from ..partitioners.overlay import OverlayPartitioner
 from ..partitioners.refit import rebalance_minimal
 from ..state.store import KEY_FIELD, KeyedStateStore
@@ -199,7 +200,9 @@ def request_start(current: Partitioner, request: SwapRequest, key_type: str | No
     if request.strategy_name is not None:
         from ..partitioners.catalogue import build
 
-        base = build(request.strategy_name, n)
+        # by name: built with the null policy in force (the null key stays where it is
+        # unless the partition count moves it, under "group")
+        base = build(request.strategy_name, n, null_policy=current.null_policy)
     elif base is not None and base.num_partitions != n:
         base = resized(base, n)
     if base is not None:  # a copy: the request's own strategy is never changed
@@ -381,7 +384,11 @@ def plan_swap(store: KeyedStateStore, batch_id: int, prev: int, current: Partiti
     target = (_target(base, request, keys, rows, key_type) if target is None
               else target).for_column(key_type)
     wanted = np.asarray(target.assign(keys), dtype=np.int64) if keys else np.zeros(0, np.int64)
-    moving = np.flatnonzero(wanted != stored_in)
+    # the null key has no block and is never an override: it goes where the batch's
+    # placement puts it (its null policy's partition), decided once the placement is
+    null_at = (np.flatnonzero(np.asarray(key_col.is_null().to_numpy(zero_copy_only=False), bool))
+               if key_col.null_count else np.zeros(0, np.int64))
+    moving = np.setdiff1d(np.flatnonzero(wanted != stored_in), null_at)
     complete = True
     # a swap under way under a key overlay (planned by a release before block steps) goes on
     # by keys: a block table would drop the overrides, which place keys already moved
@@ -411,6 +418,9 @@ def plan_swap(store: KeyedStateStore, batch_id: int, prev: int, current: Partiti
         # removed partitions stay until every key has left them
         placement = OverlayPartitioner(
             base, overrides, num_partitions=max(base.num_partitions, target.num_partitions))
+    if null_at.size:
+        wanted[null_at] = null_partition(placement.null_policy, placement.num_partitions)
+        moving = np.union1d(moving, null_at[wanted[null_at] != stored_in[null_at]])
     moves = pa.table({KEY_FIELD: key_col.take(pa.array(moving)),
                       "from": pa.array(stored_in[moving], pa.int32()),
                       "to": pa.array(wanted[moving], pa.int32())})

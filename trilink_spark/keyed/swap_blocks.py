@@ -35,6 +35,7 @@ import numpy as np
 from .._internal.validation import choice
 from ..errors import StateCorruptError, StateStoreError
 from ..partitioners import BlockPartitioner, Partitioner
+from ..partitioners.keys import null_partition
 from ..partitioners.overlay import OverlayPartitioner
 from ..partitioners.refit import rebalance_minimal
 from ..state.store import KEY_FIELD, KeyedStateStore
@@ -63,10 +64,10 @@ def block_aim(current: Partitioner, request: SwapRequest, target: Partitioner | 
     planned by keys. Raises what building the target raises (a swap to refuse).
 
     ``current`` is the placement in force, bound to ``key_type``; ``target`` the aim of a
-    fluid swap under way. By blocks: ``current`` a block table (not a key overlay) whose null
-    key, if any, stays on partition 0, and a target over the same blocks."""
-    if isinstance(current, OverlayPartitioner) or not isinstance(current, BlockPartitioner) \
-            or current.null_policy not in ("partition0", "error"):
+    fluid swap under way. By blocks: ``current`` a block table (not a key overlay) and a
+    target over the same blocks. The null key has no block: the scans never list it, and
+    the plan moves it when the partition count moves its partition (``"group"``)."""
+    if isinstance(current, OverlayPartitioner) or not isinstance(current, BlockPartitioner):
         return None
     if target is not None:
         bound = target.for_column(key_type)
@@ -168,6 +169,7 @@ def plan_block_swap(spark: Any, store: KeyedStateStore, batch_id: int, prev: int
     moves = pa.table({KEY_FIELD: moved.column(KEY_FIELD),
                       "from": moved.column("from"),
                       "to": pa.array(target.table[blocks].astype(np.int32), pa.int32())})
+    moves = _with_null_move(moves, current, placement, any(s.has_null for s in scans))
     carried: dict[str, int] = {}
     for p in range(placement.num_partitions, partitions):
         for name, value in scans[p].counters.items():
@@ -183,13 +185,32 @@ def plan_block_swap(spark: Any, store: KeyedStateStore, batch_id: int, prev: int
     return plan, moves, placement
 
 
+def _with_null_move(moves: Any, current: Partitioner, placement: Partitioner,
+                    has_null: bool) -> Any:
+    """``moves`` plus the null key's move when the state holds it and the batch's placement
+    puts it elsewhere (under ``"group"``, ``pmod(42, n)`` of another partition count). The
+    null key has no block, so the scans never list it; its row is the key column's null.
+    O(moves)."""
+    import pyarrow as pa
+
+    if not has_null:
+        return moves
+    at = null_partition(current.null_policy, current.num_partitions)
+    to = null_partition(placement.null_policy, placement.num_partitions)
+    if at == to:
+        return moves
+    null = pa.table({KEY_FIELD: pa.nulls(1, moves.schema.field(KEY_FIELD).type),
+                     "from": pa.array([at], pa.int32()), "to": pa.array([to], pa.int32())})
+    return pa.concat_tables([moves, null])
+
+
 def _scan(spark: Any, store: KeyedStateStore, batch_id: int, prev: int, local: LocalSync,
           by_source: dict[int, list[int]], loads: bool, partitions: int) -> list[BlockScan]:
     """One Spark task per partition of version ``prev``: :func:`scan_blocks` of its copy."""
     fn = _scan_function(store, batch_id, prev, local, by_source, loads)
     ids = spark.range(0, partitions, 1, partitions)
     schema = ("partition int, keys long, counters string, loads binary, null_load double, "
-              "moved binary")
+              "moved binary, has_null boolean")
     try:
         rows = ids.mapInArrow(fn, schema).collect()
     except Exception as err:  # noqa: BLE001 - a failed job is a state read that failed
@@ -216,7 +237,7 @@ def _decoded(row: Any, where: str) -> BlockScan:
     moved = pa.ipc.open_stream(pa.py_buffer(row["moved"])).read_all()
     return BlockScan(int(row["keys"]), {str(k): int(v) for k, v in
                                         json.loads(row["counters"]).items()},
-                     loads, float(row["null_load"]), moved)
+                     loads, float(row["null_load"]), moved, bool(row["has_null"]))
 
 
 def _scan_function(store: KeyedStateStore, batch_id: int, prev: int, local: LocalSync,
@@ -226,7 +247,8 @@ def _scan_function(store: KeyedStateStore, batch_id: int, prev: int, local: Loca
 
         schema = pa.schema([("partition", pa.int32()), ("keys", pa.int64()),
                             ("counters", pa.string()), ("loads", pa.binary()),
-                            ("null_load", pa.float64()), ("moved", pa.binary())])
+                            ("null_load", pa.float64()), ("moved", pa.binary()),
+                            ("has_null", pa.bool_())])
         for batch in batches:
             for pid in batch.column(0).to_pylist():
                 pid = int(pid)
@@ -240,7 +262,8 @@ def _scan_function(store: KeyedStateStore, batch_id: int, prev: int, local: Loca
                 yield pa.RecordBatch.from_pydict(
                     {"partition": [pid], "keys": [found.keys],
                      "counters": [json.dumps(found.counters)], "loads": [per_block],
-                     "null_load": [found.null_load], "moved": [sink.getvalue().to_pybytes()]},
+                     "null_load": [found.null_load], "moved": [sink.getvalue().to_pybytes()],
+                     "has_null": [found.has_null]},
                     schema=schema)
 
     return run

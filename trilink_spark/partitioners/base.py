@@ -23,9 +23,9 @@ import numpy.typing as npt
 
 from .._internal.validation import check_num_partitions
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
-from ..errors import NullKeyError
 from ..errors import TrilinkError, UnknownStrategyError
-from .keys import Key, KeyArray, check_null_policy, normalize_key, to_counts, to_key_array
+from .keys import DEFAULT_NULL_POLICY, Key, KeyArray, check_null_policy, normalize_key
+from .keys import null_partition, to_counts, to_key_array
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -173,9 +173,13 @@ class Partitioner(ABC):
     ----------
     num_partitions : int
         Number of partitions, at least 1.
-    null_policy : {"error", "partition0"}
-        ``"error"`` (default) refuses ``None`` keys with
-        :class:`~trilink_spark.errors.NullKeyError`; ``"partition0"`` places them on partition 0.
+    null_policy : {"group", "error", "partition0"}
+        ``"group"`` (default): the null key (``None``) is a key of its own, as in Spark's
+        ``groupBy``, on partition ``pmod(42, num_partitions)``, where Spark's hash
+        partitioning puts it, whatever the strategy (a table, block table or weights never
+        move it; :func:`~trilink_spark.partitioners.keys.null_partition`). ``"error"``
+        refuses it with :class:`~trilink_spark.errors.NullKeyError`; ``"partition0"`` places
+        it on partition 0.
 
     Notes
     -----
@@ -201,7 +205,7 @@ class Partitioner(ABC):
             _ALIASES[_squash(cls.__name__)] = cls.strategy_name
             _ALIASES[_squash(cls.__name__.replace("Partitioner", ""))] = cls.strategy_name
 
-    def __init__(self, num_partitions: int, *, null_policy: str = "error") -> None:
+    def __init__(self, num_partitions: int, *, null_policy: str = DEFAULT_NULL_POLICY) -> None:
         self._num_partitions = check_num_partitions(num_partitions)
         self._null_policy = check_null_policy(null_policy)
 
@@ -213,8 +217,22 @@ class Partitioner(ABC):
 
     @property
     def null_policy(self) -> str:
-        """``"error"`` or ``"partition0"``."""
+        """``"group"``, ``"error"`` or ``"partition0"``."""
         return self._null_policy
+
+    def with_null_policy(self, null_policy: str) -> Partitioner:
+        """``self`` when its null policy is ``null_policy``, else a copy with that policy and
+        everything else (a learnt table included) kept. O(1), or O(table) for a copy.
+
+        Examples
+        --------
+        >>> import trilink_spark as tl
+        >>> tl.HashPartitioner(4).with_null_policy("error").null_policy
+        'error'
+        """
+        if check_null_policy(null_policy) == self._null_policy:
+            return self
+        return Partitioner.from_dict({**self.to_dict(), "null_policy": null_policy})
 
     @property
     def is_stateful(self) -> bool:
@@ -267,7 +285,7 @@ class Partitioner(ABC):
         karr = to_key_array(keys, self._null_policy)
         out = np.asarray(self._assign(karr), dtype=np.int32)
         if karr.null_mask is not None:
-            out[karr.null_mask] = 0
+            out[karr.null_mask] = self._null_partition()
         return out
 
     def fit(self, keys_or_counts: Any) -> Self:
@@ -279,11 +297,8 @@ class Partitioner(ABC):
         return self
 
     def _null_partition(self) -> int:
-        if self._null_policy == "partition0":
-            return 0
-        raise NullKeyError(
-            "key is None; drop null keys or use null_policy='partition0' to place them on 0"
-        )
+        """The null key's partition (:func:`~trilink_spark.partitioners.keys.null_partition`)."""
+        return null_partition(self._null_policy, self._num_partitions)
 
     @abstractmethod
     def _partition(self, key: Key) -> int: ...
@@ -381,7 +396,7 @@ class Partitioner(ABC):
             k: v for k, v in data.items() if k not in ("strategy", "num_partitions", "null_policy")
         }
         return cls._from_params(
-            data.get("num_partitions", 0), data.get("null_policy", "error"), params
+            data.get("num_partitions", 0), data.get("null_policy", DEFAULT_NULL_POLICY), params
         )
 
     def fresh(self, null_policy: str | None = None) -> Partitioner:

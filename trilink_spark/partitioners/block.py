@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from .._internal.validation import check_num_partitions
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, NullKeyError
-from .keys import Key, KeyArray, normalize_key, to_key_array
+from .keys import DEFAULT_NULL_POLICY, Key, KeyArray, normalize_key, to_key_array
 from .base import Partitioner
 from .hash import check_key_type, spark_hash_array, spark_hash_of
 
@@ -114,7 +114,9 @@ class BlockPartitioner(Partitioner):
         The Spark type of the key column, as for :class:`~trilink_spark.HashPartitioner`
         (Spark hashes ``int`` and ``long`` values differently). In a DataFrame a key of type
         ``"int"`` or ``"long"`` is cast to it before hashing.
-    null_policy : {"error", "partition0"}
+    null_policy : {"group", "error", "partition0"}
+        The null key has no block: its partition is the null policy's
+        (:func:`~trilink_spark.partitioners.keys.null_partition`), whatever the table.
 
     Notes
     -----
@@ -147,7 +149,7 @@ class BlockPartitioner(Partitioner):
         table: Sequence[int] | npt.NDArray[np.integer[Any]] | None = None,
         *,
         key_type: str = "auto",
-        null_policy: str = "error",
+        null_policy: str = DEFAULT_NULL_POLICY,
     ) -> None:
         super().__init__(num_partitions, null_policy=null_policy)
         self._num_blocks = _check_num_blocks(num_blocks, self._num_partitions)
@@ -184,11 +186,14 @@ class BlockPartitioner(Partitioner):
         """
         k = normalize_key(key)
         if k is None:
-            raise NullKeyError("key is None: a null key has no block (null keys go to partition 0)")
+            raise NullKeyError(
+                "key is None: a null key has no block (its partition is fixed by the null "
+                "policy: pmod(42, num_partitions) under 'group', 0 under 'partition0')")
         return spark_hash_of(k, self._key_type) % self._num_blocks
 
     def blocks(self, keys: Any) -> npt.NDArray[np.int64]:
-        """Block of every key, vectorised; ``-1`` for a null key (null policy ``"partition0"``).
+        """Block of every key, vectorised; ``-1`` for a null key (null policies ``"group"``
+        and ``"partition0"``).
 
         O(total key bytes), no Python loop per key.
         """

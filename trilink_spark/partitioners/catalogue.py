@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import InvalidArgumentError, UnknownStrategyError
-from .keys import KeyArray
+from .keys import DEFAULT_NULL_POLICY, KeyArray
 from .base import Partitioner
 from .block import DEFAULT_BLOCKS, BlockPartitioner
 from .hash import HashPartitioner
@@ -168,7 +168,7 @@ def build(
     n: int,
     *,
     key_type: str = "auto",
-    null_policy: str = "error",
+    null_policy: str = DEFAULT_NULL_POLICY,
     weights: Sequence[float] | None = None,
     seed: int = 0,
 ) -> Partitioner:

@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from .._internal.validation import check_num_partitions
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from .keys import to_counts
+from .keys import DEFAULT_NULL_POLICY, to_counts
 from .balance import balance_degree, extra_compute_time, keyed_bound
 from .base import Partitioner
 from .catalogue import build, candidate_names, default_candidates, fit_counts
@@ -102,7 +102,7 @@ def evaluate_strategies(
     evaluate_on: Any = None,
     key_type: str = "auto",
     seed: int = 0,
-    null_policy: str = "error",
+    null_policy: str = DEFAULT_NULL_POLICY,
 ) -> list[StrategyScore]:
     """Score every strategy on a key distribution.
 
@@ -127,7 +127,7 @@ def evaluate_strategies(
         Spark key type for the Hash strategy (see :class:`~trilink_spark.HashPartitioner`).
     seed : int
         Seed of random-mode Weight.
-    null_policy : {"error", "partition0"}
+    null_policy : {"group", "error", "partition0"}
 
     Returns
     -------

@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import InvalidArgumentError, InvalidKeyTypeError
-from .keys import Key, KeyArray
+from .keys import DEFAULT_NULL_POLICY, Key, KeyArray
 from .spark_hash import (
     hash_binary_array,
     hash_bytes,
@@ -97,7 +97,7 @@ class HashPartitioner(Partitioner):
     hash_function : {"murmur3", "portable"}
         ``"murmur3"`` (default) is the DataFrame placement, exact. ``"portable"`` is PySpark's
         RDD ``portable_hash(key) % n`` (needs pyspark, and ``PYTHONHASHSEED`` for strings).
-    null_policy : {"error", "partition0"}
+    null_policy : {"group", "error", "partition0"}
 
     Notes
     -----
@@ -124,7 +124,7 @@ class HashPartitioner(Partitioner):
         *,
         key_type: KeyType | str = "auto",
         hash_function: str = "murmur3",
-        null_policy: str = "error",
+        null_policy: str = DEFAULT_NULL_POLICY,
     ) -> None:
         super().__init__(num_partitions, null_policy=null_policy)
         if hash_function not in HASH_FUNCTIONS:

@@ -2,8 +2,10 @@
 
 Keys are ``int`` (Spark ``byte``/``short``/``int``/``long``), ``str`` (Spark ``string``) or
 ``bytes`` (Spark ``binary``). Booleans and floats are refused: their equality is not what a user
-means by "the same key" (``1 == 1.0 == True``). ``None`` is refused unless the null policy is
-``"partition0"``, which sends null keys to partition 0.
+means by "the same key" (``1 == 1.0 == True``). ``None`` is the null key: under the null policy
+``"group"`` (the default) a key of its own, as in Spark's ``groupBy``, placed where Spark's hash
+partitioning puts it (:func:`null_partition`); ``"partition0"`` places it on partition 0;
+``"error"`` refuses it (:func:`null_key_error`).
 
 Conversion to arrays goes through Arrow, so lists of Python objects, numpy arrays, pandas Series
 and Arrow arrays are all accepted and strings never pass through a Python loop.
@@ -28,7 +30,11 @@ __all__ = [
     "NullPolicy",
     "KeyArray",
     "NULL_POLICIES",
+    "DEFAULT_NULL_POLICY",
+    "NULL_HASH",
     "check_null_policy",
+    "null_partition",
+    "null_key_error",
     "normalize_key",
     "to_key_array",
     "to_counts",
@@ -36,8 +42,15 @@ __all__ = [
 
 Key = Union[int, str, bytes]
 KeyKind = Literal["int", "long", "string", "binary"]
-NullPolicy = Literal["error", "partition0"]
-NULL_POLICIES: tuple[str, ...] = ("error", "partition0")
+NullPolicy = Literal["group", "error", "partition0"]
+#: The null policies: ``"group"`` (the null key is a key of its own, on the partition Spark's
+#: hash gives it), ``"error"`` (refused) and ``"partition0"`` (on partition 0).
+NULL_POLICIES: tuple[str, ...] = ("group", "error", "partition0")
+#: The null policy of every entry point unless an argument or ``spark.trilink.nullPolicy``
+#: says otherwise.
+DEFAULT_NULL_POLICY = "group"
+#: Spark's Murmur3 hash of a null value: the seed, 42 (``hash(NULL)`` is 42 for every type).
+NULL_HASH = 42
 
 _ALLOWED = "int, str or bytes (Spark byte/short/int/long, string or binary columns)"
 
@@ -49,6 +62,47 @@ def check_null_policy(policy: str) -> NullPolicy:
             f"null_policy must be one of {', '.join(map(repr, NULL_POLICIES))}, got {policy!r}"
         )
     return policy  # type: ignore[return-value]
+
+
+def null_partition(policy: str, num_partitions: int) -> int:
+    """The partition of the null key under ``policy`` on ``num_partitions`` partitions.
+
+    ``"group"``: ``pmod(42, n)``, where Spark's hash partitioning (``repartition(n, key)``,
+    ``groupBy``'s exchange) puts a null key, since Spark's Murmur3 hash of null is its seed;
+    ``"partition0"``: 0. One rule for every strategy: a table, a block table or weights never
+    move the null key. ``"error"`` raises :func:`null_key_error`.
+
+    Examples
+    --------
+    >>> null_partition("group", 8), null_partition("group", 60), null_partition("partition0", 8)
+    (2, 42, 0)
+
+    Cost: O(1).
+    """
+    if policy == "group":
+        return NULL_HASH % num_partitions
+    if policy == "partition0":
+        return 0
+    raise null_key_error("key is None")
+
+
+def null_key_error(subject: str) -> NullKeyError:
+    """The one :class:`~trilink_spark.errors.NullKeyError` of the library: ``subject`` (what
+    held a null key, e.g. ``"column 'k' has null keys"``), then the policy that refused it,
+    where that policy came from and what to pass instead. The JVM's refusal
+    (:func:`~trilink_spark.placement.key_by`) carries the same text.
+
+    Examples
+    --------
+    >>> str(null_key_error("key is None")).split(";")[0]
+    "key is None and null_policy='error' (argument null_policy, or conf spark.trilink.nullPolicy)"
+
+    Cost: O(len(subject)).
+    """
+    return NullKeyError(
+        f"{subject} and null_policy='error' (argument null_policy, or conf "
+        "spark.trilink.nullPolicy); pass null_policy='group' to keep them as a group of their "
+        "own as groupBy does, or 'partition0' to place them on partition 0")
 
 
 def normalize_key(key: Any) -> Key | None:
@@ -105,7 +159,8 @@ class KeyArray:
     arrow : pyarrow.Array
         The keys; integers as ``int64``/``int32``, text as ``string``, bytes as ``binary``.
     null_mask : numpy.ndarray or None
-        True where the key is null (only with null policy ``"partition0"``).
+        True where the key is null (null policies ``"group"`` and ``"partition0"``; None
+        when no key is null).
     """
 
     kind: KeyKind
@@ -123,9 +178,14 @@ class KeyArray:
         )
 
     def objects(self) -> npt.NDArray[Any]:
-        """The keys as a numpy array of Python objects or int64 (nulls as ``None``)."""
-        if self.kind in ("int", "long") and self.null_mask is None:
-            return self.ints()
+        """The keys as a numpy array of Python objects or int64 (nulls as ``None``; integer
+        keys with a null stay exact Python ints, never floats)."""
+        if self.kind in ("int", "long"):
+            if self.null_mask is None:
+                return self.ints()
+            out = self.ints().astype(object)
+            out[self.null_mask] = None
+            return out
         return np.asarray(self.arrow.to_numpy(zero_copy_only=False))
 
 
@@ -185,8 +245,9 @@ def to_key_array(keys: Any, null_policy: str = "error") -> KeyArray:
     ----------
     keys : list, numpy.ndarray, pandas.Series or pyarrow.Array
         The keys, one kind only.
-    null_policy : {"error", "partition0"}
-        What a null key means.
+    null_policy : {"error", "group", "partition0"}
+        What a null key means: ``"error"`` (this function's default, for callers that have
+        no null key to expect) refuses it; the others keep it (``null_mask``).
 
     Raises
     ------
@@ -213,10 +274,8 @@ def to_key_array(keys: Any, null_policy: str = "error") -> KeyArray:
     if arrow.null_count:
         if policy == "error":
             first = int(np.argmax(np.asarray(arrow.is_null())))
-            raise NullKeyError(
-                f"{arrow.null_count} null key(s), the first at position {first}; "
-                "drop them or pass null_policy='partition0' to send them to partition 0"
-            )
+            raise null_key_error(
+                f"{arrow.null_count} null key(s) (the first at position {first})")
         null_mask = np.asarray(arrow.is_null().to_numpy(zero_copy_only=False), dtype=bool)
     return KeyArray(kind=kind, arrow=arrow, null_mask=null_mask)
 

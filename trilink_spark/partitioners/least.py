@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from .keys import Key, normalize_key, to_counts, to_key_array
+from .keys import DEFAULT_NULL_POLICY, Key, normalize_key, to_counts, to_key_array
 from .table import TablePartitioner
 
 __all__ = ["LeastKeyPartitioner", "LeastCountPartitioner"]
@@ -32,7 +32,8 @@ class _LeastPartitioner(TablePartitioner):
     learned_fields = ("table", "loads")
 
     def __init__(
-        self, num_partitions: int, *, key_type: str = "auto", null_policy: str = "error"
+        self, num_partitions: int, *, key_type: str = "auto",
+        null_policy: str = DEFAULT_NULL_POLICY,
     ) -> None:
         super().__init__(num_partitions, key_type=key_type, null_policy=null_policy)
         self._loads: list[float] = [0.0] * self._num_partitions
@@ -110,7 +111,7 @@ class LeastKeyPartitioner(_LeastPartitioner):
     Parameters
     ----------
     num_partitions : int
-    null_policy : {"error", "partition0"}
+    null_policy : {"group", "error", "partition0"}
 
     Notes
     -----
@@ -173,13 +174,16 @@ class LeastCountPartitioner(_LeastPartitioner):
     num_partitions : int
     history : mapping of key to count, optional
         Historical record counts, placed immediately, heaviest first.
-    null_policy : {"error", "partition0"}
+    null_policy : {"group", "error", "partition0"}
 
     Notes
     -----
     Cost: ``fit(mapping)`` sorts the new keys, O(m log m + m log n); ``fit(keys)`` is one pass
     over the records in Python, O(records + new keys * log n); a known key's lookup is O(1)
     expected. A key placed by ``partition``/``assign`` (not by ``fit``) counts one record.
+    The null key (null policies ``"group"`` and ``"partition0"``) is never in the table: it
+    has a fixed partition (:func:`~trilink_spark.partitioners.keys.null_partition`), and
+    ``fit`` counts its records there, so the other keys are balanced around it.
 
     Examples
     --------
@@ -197,7 +201,7 @@ class LeastCountPartitioner(_LeastPartitioner):
         history: Mapping[Any, float] | None = None,
         *,
         key_type: str = "auto",
-        null_policy: str = "error",
+        null_policy: str = DEFAULT_NULL_POLICY,
     ) -> None:
         super().__init__(num_partitions, key_type=key_type, null_policy=null_policy)
         if history is not None:
@@ -219,7 +223,8 @@ class LeastCountPartitioner(_LeastPartitioner):
     def _fit_history(self, counts_map: Mapping[Any, float]) -> None:
         keys, counts, _ = to_counts(counts_map, self._null_policy)
         objs = keys.objects()
-        if keys.null_mask is not None:
+        if keys.null_mask is not None:  # the null key's rows load its fixed partition
+            self._loads[self._null_partition()] += float(counts[keys.null_mask].sum())
             objs, counts = objs[~keys.null_mask], counts[~keys.null_mask]
         new_keys: list[Key] = []
         new_counts: list[float] = []
@@ -237,14 +242,15 @@ class LeastCountPartitioner(_LeastPartitioner):
 
     def _fit_stream(self, keys_seq: Any) -> None:
         karr = to_key_array(keys_seq, self._null_policy)
-        objs = karr.objects()
-        if karr.null_mask is not None:
-            objs = objs[~karr.null_mask]
-        codes, uniques = pd.factorize(objs)
+        codes, uniques = pd.factorize(karr.objects())  # the null key: code -1
         distinct = [normalize_key(k) for k in uniques.tolist()]
         pid_of = [self._table.get(k, -1) for k in distinct]  # type: ignore[arg-type]
         loads = self._loads
+        null_pid = self._null_partition() if karr.null_mask is not None else -1
         for code in codes.tolist():
+            if code < 0:  # a null key's record loads its fixed partition, in arrival order
+                loads[null_pid] += 1.0
+                continue
             pid = pid_of[code]
             if pid < 0:
                 pid = self._least()

@@ -27,7 +27,7 @@ class ModuloPartitioner(Partitioner):
     Parameters
     ----------
     num_partitions : int
-    null_policy : {"error", "partition0"}
+    null_policy : {"group", "error", "partition0"}
 
     Notes
     -----

@@ -18,7 +18,8 @@ import pyarrow as pa
 
 from .._internal.validation import check_num_partitions
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
-from .keys import Key, KeyArray, key_index, normalize_key, to_counts, to_key_array
+from .keys import DEFAULT_NULL_POLICY, Key, KeyArray, key_index, normalize_key, to_counts
+from .keys import to_key_array
 from .base import Partitioner, decode_key, encode_key
 from .table import TablePartitioner
 
@@ -63,7 +64,7 @@ class OverlayPartitioner(Partitioner):
     num_partitions : int, optional
         Defaults to ``base.num_partitions``; may be larger (a migration to more partitions),
         never smaller, since ``base`` places keys on all of its own.
-    null_policy : {"error", "partition0"}, optional
+    null_policy : {"group", "error", "partition0"}, optional
         Defaults to ``base``'s.
 
     Notes
@@ -298,7 +299,7 @@ class OverlayPartitioner(Partitioner):
                 raise InvalidArgumentError(f"overrides list {key!r} twice or as null")
             overrides[k] = pid
         return cls(base, overrides, data.get("num_partitions"),
-                   null_policy=data.get("null_policy", "error"))
+                   null_policy=data.get("null_policy", DEFAULT_NULL_POLICY))
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)

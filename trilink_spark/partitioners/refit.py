@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from .._internal.validation import check_num_partitions
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
-from .keys import Key, key_index, to_key_array
+from .keys import Key, key_index, null_partition, to_key_array
 from .balance import balance_degree, keyed_bound
 from .base import Partitioner, encode_key
 from .block import BlockPartitioner
@@ -211,7 +211,8 @@ def _rebalance(
     max_moves: int | None,
 ) -> npt.NDArray[np.int64]:
     """New partition of every unit (see the module docstring). ``fixed``: load per partition
-    that cannot move (null keys on partition 0); its length is the new partition count."""
+    that cannot move (the null key on its partition); its length is the new partition
+    count."""
     n = fixed.size
     pids = start.copy()
     removed = start >= n
@@ -326,7 +327,10 @@ def rebalance_minimal(
         Load of each key (records, or state size). With ``unit="block"``: load per block
         instead, as ``{block: load}``, a Series indexed by block or ``num_blocks`` loads; a
         ``None`` entry of the mapping is the null keys' load (they have no block).
-        Null keys (null policy ``"partition0"``) load partition 0 and never move.
+        The null key (null policies ``"group"`` and ``"partition0"``) is a fixed load on its
+        partition under the result's partition count (``pmod(42, n)``, or 0; see
+        :func:`~trilink_spark.partitioners.keys.null_partition`): the other units are
+        balanced around it, and it is never counted as a moved unit.
     num_partitions : int, optional
         Partitions of the result (default: ``current``'s). Fewer: the units of the removed
         partitions move. More: the new partitions start empty and receive units.
@@ -412,13 +416,15 @@ def rebalance_minimal(
 
 
 def _run(start: npt.NDArray[np.int64], weights: npt.NDArray[np.float64], fixed_null: float,
-         n: int, tau: float, cap: float | None) -> npt.NDArray[np.int64]:
+         n: int, tau: float, cap: float | None, null_policy: str) -> npt.NDArray[np.int64]:
     bound = keyed_bound(weights, n) if weights.size else 1.0
     if tau > bound:
         logger.info("target balance %.4f is above the best whole units allow (%.4f over %d "
                     "units); getting as close as possible", tau, bound, weights.size)
     fixed = np.zeros(n, dtype=np.float64)
-    fixed[0] = fixed_null
+    # the null key never moves: its load is fixed on its partition under n (a counts' None
+    # entry under the policy "error" too: it loads partition 0, as it always did)
+    fixed[0 if null_policy == "error" else null_partition(null_policy, n)] = fixed_null
     max_moves = None if cap is None else int(np.floor(cap * weights.size + 1e-9))
     pids = _rebalance(start, weights, fixed, tau, max_moves)
     if logger.isEnabledFor(logging.DEBUG):
@@ -438,7 +444,8 @@ def _rebalance_blocks(p: BlockPartitioner, counts: Any, n: int, tau: float,
         blocks = p.blocks(distinct) if len(distinct) else np.zeros(0, dtype=np.int64)
         weights = np.bincount(blocks, weights=loads, minlength=p.num_blocks).astype(np.float64)
     start = p.table.astype(np.int64)
-    return p.with_table(_run(start, weights, null_load, n, tau, cap), num_partitions=n)
+    return p.with_table(_run(start, weights, null_load, n, tau, cap, p.null_policy),
+                        num_partitions=n)
 
 
 def _rebalance_table(p: LeastKeyPartitioner | LeastCountPartitioner, counts: Any, n: int,
@@ -463,7 +470,7 @@ def _rebalance_table(p: LeastKeyPartitioner | LeastCountPartitioner, counts: Any
     unit_keys = table_keys + [keys[i] for i in unknown.tolist()]
     start = np.concatenate([table_pids.astype(np.int64), fallback])
     weights = np.concatenate([weights, loads[unknown]])
-    pids = _run(start, weights, null_load, n, tau, cap)
+    pids = _run(start, weights, null_load, n, tau, cap, p.null_policy)
     return _table_strategy(type(p), p.key_type, p.null_policy, n, unit_keys, pids, weights)
 
 
@@ -471,7 +478,7 @@ def _rebalance_stateless(p: Partitioner, counts: Any, n: int, tau: float,
                          cap: float | None) -> Partitioner:
     distinct, keys, loads, null_load = _key_counts(counts, p.null_policy)
     start = (p.assign(distinct).astype(np.int64) if keys else np.zeros(0, dtype=np.int64))
-    pids = _run(start, loads, null_load, n, tau, cap)
+    pids = _run(start, loads, null_load, n, tau, cap, p.null_policy)
     key_type = p.key_type if isinstance(p, (HashPartitioner, BlockPartitioner)) else "auto"
     return _table_strategy(LeastCountPartitioner, key_type, p.null_policy, n, keys, pids, loads)
 

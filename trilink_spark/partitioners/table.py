@@ -25,7 +25,8 @@ import pandas as pd
 import pyarrow as pa
 
 from ..errors import InvalidArgumentError, InvalidKeyTypeError
-from .keys import Key, KeyArray, key_index, normalize_key, to_key_array
+from .keys import DEFAULT_NULL_POLICY, Key, KeyArray, key_index, normalize_key
+from .keys import to_key_array
 from .base import Partitioner, decode_key, encode_key
 from .hash import check_key_type, spark_hash_array, spark_hash_of
 
@@ -59,7 +60,7 @@ class TablePartitioner(Partitioner):
         unknown keys as ``long`` too); a strategy that :func:`~trilink_spark.key_by` builds by
         name takes the key column's type. The type is stored with the table and never changes
         by itself, so an unknown key goes to the same partition before and after a job.
-    null_policy : {"error", "partition0"}
+    null_policy : {"group", "error", "partition0"}
 
     Notes
     -----
@@ -78,7 +79,8 @@ class TablePartitioner(Partitioner):
     auto_int_key_type: ClassVar[str] = "long"
 
     def __init__(
-        self, num_partitions: int, *, key_type: str = "auto", null_policy: str = "error"
+        self, num_partitions: int, *, key_type: str = "auto",
+        null_policy: str = DEFAULT_NULL_POLICY,
     ) -> None:
         super().__init__(num_partitions, null_policy=null_policy)
         self._key_type = check_key_type(key_type)
@@ -219,7 +221,8 @@ class TablePartitioner(Partitioner):
         return np.mod(hashes, self._num_partitions).astype(np.int32)
 
     def lookup(self, keys: Any) -> npt.NDArray[np.int32]:
-        """Like :meth:`assign` but never places a key: unknown keys get the hash fallback.
+        """Like :meth:`assign` but never places a key: unknown keys get the hash fallback
+        (the null key its null policy's partition, as everywhere).
 
         This is what a Spark task, or :func:`trilink_spark.key_by` with ``fit="none"``, does with
         keys the table does not know.
@@ -228,6 +231,8 @@ class TablePartitioner(Partitioner):
         _objs, out, unknown = self._known(karr)
         if unknown.any():
             out[unknown] = self._fallback_array(karr, unknown)
+        if karr.null_mask is not None:
+            out[karr.null_mask] = self._null_partition()
         return out
 
     # ------------------------------------------------------------------ serialisation

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from .keys import Key, KeyArray, normalize_key, to_counts
+from .keys import DEFAULT_NULL_POLICY, Key, KeyArray, normalize_key, to_counts
 from .base import column_key_type
 from .hash import spark_hash_array, spark_hash_of
 from .table import TablePartitioner
@@ -92,7 +92,7 @@ class WeightPartitioner(TablePartitioner):
     key_type : {"auto", "int", "long", "string", "binary"}
         Spark key type for the hash mode, as for :class:`~trilink_spark.HashPartitioner` (in
         a DataFrame a key of type ``"int"`` or ``"long"`` is cast to it before hashing).
-    null_policy : {"error", "partition0"}
+    null_policy : {"group", "error", "partition0"}
 
     Notes
     -----
@@ -120,7 +120,7 @@ class WeightPartitioner(TablePartitioner):
         seed: int = 0,
         num_partitions: int | None = None,
         key_type: str = "auto",
-        null_policy: str = "error",
+        null_policy: str = DEFAULT_NULL_POLICY,
     ) -> None:
         w = check_weights(weights, num_partitions)
         super().__init__(int(w.size), key_type=key_type, null_policy=null_policy)

@@ -67,6 +67,7 @@ def ahead_key_by(
     assignment_path: str | None = None,
     filesystem: Any = None,
     overwrite: bool = False,
+    null_policy: str | None = None,
 ) -> DataFrame:
     """Add the Kafka ``partition`` column: where the strategy puts each row's key.
 
@@ -85,6 +86,9 @@ def ahead_key_by(
         Required for a table strategy given by name.
     overwrite : bool
         Replace an existing ``partition`` column (otherwise refused).
+    null_policy : {"group", "error", "partition0"}, optional
+        As in :func:`~trilink_spark.key_by`: by default a null key goes to Kafka partition
+        ``pmod(42, n)``, where Spark's hash puts it.
 
     Returns
     -------
@@ -125,9 +129,10 @@ def ahead_key_by(
         strategy = stored
     check_user_columns(df)
     if df.isStreaming:
-        resolved = _streaming_strategy(df, key, strategy, num_partitions)
+        resolved = _streaming_strategy(df, key, strategy, num_partitions, null_policy)
     else:
-        resolved = resolve_strategy(df, key, strategy, num_partitions).partitioner
+        resolved = resolve_strategy(df, key, strategy, num_partitions,
+                                    null_policy=null_policy).partitioner
     if resolved.is_stateful and not df.isStreaming:
         if assignment_path is not None:
             save_assignment(resolved, assignment_path, filesystem)
@@ -143,13 +148,14 @@ def ahead_key_by(
 
 
 def _streaming_strategy(df: DataFrame, key: str, strategy: str | Partitioner,
-                        num_partitions: int | None) -> Partitioner:
+                        num_partitions: int | None, null_policy: str | None) -> Partitioner:
     """A stream cannot be counted first: tables must come learnt (an object or a stored
     assignment); keys they do not know get Spark's hash placement, the same in every batch."""
     if isinstance(strategy, str) and strategy.lower() == "auto":
         refuse_streaming(df, "ahead_key_by(strategy='auto')", "'auto' samples the data first",
                          "Name a strategy or pass a fitted one")
-    resolved = resolve_strategy(df, key, strategy, num_partitions, fit="none").partitioner
+    resolved = resolve_strategy(df, key, strategy, num_partitions, fit="none",
+                                null_policy=null_policy).partitioner
     if resolved.is_stateful and len(resolved) == 0:  # type: ignore[arg-type]
         refuse_streaming(df, f"ahead_key_by(strategy={resolved.strategy_name!r}) with no "
                          "table learnt", "a table strategy learns its table by counting the "

@@ -31,8 +31,8 @@ from ..columns import TABLE_PID_COL
 from ..columns import SLOT_ID_COL, SLOT_PID_COL, check_user_columns
 from ..columns import require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
-from ..errors import NullKeyError
-from ..partitioners.keys import KeyArray, check_null_policy, to_key_array
+from ..partitioners.keys import DEFAULT_NULL_POLICY, KeyArray, check_null_policy
+from ..partitioners.keys import null_key_error, null_partition, to_key_array
 from ..partitioners import HashPartitioner, Partitioner, TablePartitioner
 from ..partitioners.base import resolve_strategy_name
 from ..partitioners.overlay import OverlayPartitioner
@@ -51,6 +51,8 @@ __all__ = [
     "KeyedStrategy",
     "key_kind",
     "key_counts",
+    "null_policy_of",
+    "refuse_null_keys",
     "resolve_strategy",
     "key_by",
     "place_rows",
@@ -107,7 +109,10 @@ class KeyedStrategy:
 
 
 def key_counts(df: DataFrame, key: str, fraction: float, seed: int, null_policy: str) -> Any:
-    """``{key: count}`` as an Arrow table sorted by key (deterministic), nulls checked."""
+    """``{key: count}`` as an Arrow table sorted by key (deterministic; the null key, kept
+    under the null policies ``"group"`` and ``"partition0"``, last). Raises
+    :class:`~trilink_spark.errors.NullKeyError` for a null key under ``"error"``. One Spark
+    aggregation job over the key column (of a ``fraction`` sample)."""
     from pyspark.sql import functions as F
 
     refuse_streaming(df, "strategy='auto' (or fitting a table strategy)", "it counts the keys with "
@@ -118,19 +123,59 @@ def key_counts(df: DataFrame, key: str, fraction: float, seed: int, null_policy:
     if fraction < 1.0:
         src = src.sample(fraction=fraction, seed=seed)
     table = src.groupBy(key).agg(F.count(F.lit(1)).alias("count")).toArrow()
-    keys = table.column(0)
-    if keys.null_count:
-        if null_policy == "error":
-            raise NullKeyError(
-                f"column {key!r} has null keys; drop them or pass null_policy='partition0'"
-            )
-        table = table.filter(pa.compute.is_valid(keys))
+    if table.column(0).null_count and check_null_policy(null_policy) == "error":
+        raise null_key_error(f"column {key!r} has null keys")
     return table.sort_by([(table.column_names[0], "ascending")])
 
 
+def null_policy_of(df: DataFrame, strategy: Any = None, null_policy: str | None = None) -> str:
+    """The null policy a keyed call on ``df`` places with: ``null_policy`` when given; else a
+    strategy object's own (its constructor's ``null_policy``); else the conf
+    ``spark.trilink.nullPolicy``; else ``"group"``.
+
+    Raises :class:`~trilink_spark.errors.InvalidArgumentError` for a policy that is not one
+    of ``"group"``, ``"error"``, ``"partition0"``. O(1): one conf read at most.
+
+    Examples
+    --------
+    >>> null_policy_of(df, "hash", None)  # doctest: +SKIP
+    'group'
+    """
+    if null_policy is not None:
+        return check_null_policy(null_policy)
+    if isinstance(strategy, Partitioner):
+        return strategy.null_policy
+    return check_null_policy(conf_get(df.sparkSession, "nullPolicy", DEFAULT_NULL_POLICY))
+
+
+def refuse_null_keys(df: DataFrame, key: str, null_policy: str) -> DataFrame:
+    """``df`` that fails, when an action reads a null ``key`` under the null policy
+    ``"error"``, with the :class:`~trilink_spark.errors.NullKeyError` message (named in the
+    Spark error); ``df`` itself under the other policies or for a non-nullable column.
+
+    A filter that keeps every row: no job now, no exchange; the key column, its type and
+    metadata unchanged. For the plans that place no row themselves (Spark's map-side combine,
+    a keyed_by_source frame). O(1) to build; one predicate per row when it runs.
+    """
+    from pyspark.sql import functions as F
+
+    if check_null_policy(null_policy) != "error" or not df.schema[key].nullable:
+        return df
+    column = F.col("`" + key.replace("`", "``") + "`")
+    return df.where(F.when(column.isNull(), F.raise_error(F.lit(_jvm_null_message(key))))
+                    .otherwise(F.lit(True)))
+
+
+def _jvm_null_message(key: str) -> str:
+    """The message a Spark job fails with on a null key under ``"error"``: the name of the
+    exception first, so :func:`_used_partitions` and users can tell it apart."""
+    return f"trilink_spark.errors.NullKeyError: {null_key_error(f'column {key!r} has null keys')}"
+
+
 def _fit_from_counts(p: Partitioner, counts: Any) -> None:
-    """Teach ``p`` the keys of a :func:`key_counts` table (one catalogue rule for all)."""
-    keys: KeyArray = to_key_array(counts.column(0).combine_chunks())
+    """Teach ``p`` the keys of a :func:`key_counts` table (one catalogue rule for all; a null
+    key's count loads its fixed partition where the strategy counts loads)."""
+    keys: KeyArray = to_key_array(counts.column(0).combine_chunks(), p.null_policy)
     fit_counts(p, keys, counts.column(1).to_numpy().astype(np.float64))
 
 
@@ -178,7 +223,7 @@ def resolve_strategy(
         raise InvalidArgumentTypeError(f"expected a DataFrame, got {type(df).__name__}")
     kind, dtype = key_kind(df, key)
     spark = df.sparkSession
-    policy = check_null_policy(null_policy or conf_get(spark, "nullPolicy", "error"))
+    policy = null_policy_of(df, strategy, null_policy)
     fit_mode = fit or conf_get(spark, "fit", "full")
     if fit_mode not in FIT_MODES:
         raise InvalidArgumentError(f"fit must be one of {', '.join(FIT_MODES)}, got {fit_mode!r}")
@@ -194,6 +239,9 @@ def resolve_strategy(
                 f"{strategy.num_partitions}; omit num_partitions or make them agree"
             )
         p: Partitioner = strategy.unwrap(refit=fit_mode == "full")
+        # an object keeps its own null policy unless the argument says otherwise (a copy)
+        p = p if null_policy is None else p.with_null_policy(policy)
+        policy = p.null_policy
         scores: list[StrategyScore] = []
         sample_rows, counted_all = 0, False
     elif isinstance(strategy, str):
@@ -286,18 +334,17 @@ def _table_frame(df: DataFrame, p: TablePartitioner, kind: str, dtype: DataType)
                         F.col(TABLE_PID_COL))
 
 
-def _null_guard(pid: Column, key_col: Column, policy: str, nullable: bool, key: str) -> Column:
+def _null_guard(pid: Column, key_col: Column, policy: str, nullable: bool, key: str,
+                n: int) -> Column:
+    """The null key's partition (:func:`~trilink_spark.partitioners.keys.null_partition`),
+    one rule for every strategy, or the JVM's refusal under ``"error"``."""
     from pyspark.sql import functions as F
 
     if not nullable:
         return pid
-    if policy == "partition0":
-        return F.when(key_col.isNull(), F.lit(0)).otherwise(pid)
-    message = (
-        f"trilink_spark.errors.NullKeyError: null value in key column {key!r}; drop null keys or "
-        "pass null_policy='partition0'"
-    )
-    return F.when(key_col.isNull(), F.raise_error(F.lit(message))).otherwise(pid)
+    if policy != "error":
+        return F.when(key_col.isNull(), F.lit(null_partition(policy, n))).otherwise(pid)
+    return F.when(key_col.isNull(), F.raise_error(F.lit(_jvm_null_message(key)))).otherwise(pid)
 
 
 def key_by(
@@ -327,9 +374,15 @@ def key_by(
         ``WeightPartitioner``).
     num_partitions : int, optional
         Defaults to the strategy's own, else ``spark.sql.shuffle.partitions``.
-    null_policy : {"error", "partition0"}, optional
-        Default ``spark.trilink.nullPolicy`` (``"error"``): a null key fails the job with a
+    null_policy : {"group", "error", "partition0"}, optional
+        What a null key is. ``"group"``: a key of its own, as in Spark's ``groupBy``, on
+        partition ``pmod(42, n)``, where Spark's own hash partitioning puts it (Spark's
+        Murmur3 of null is its seed, 42), whatever the strategy; a table strategy counts its
+        rows there when it learns loads. ``"error"``: a null key fails the job with a
         message naming ``NullKeyError`` (raised on the driver when the keys were counted).
+        ``"partition0"``: on partition 0. Default: a strategy object's own null policy (its
+        constructor's ``null_policy``), else the conf ``spark.trilink.nullPolicy``, else
+        ``"group"``; given, it overrides a strategy object's (placed with a copy).
     fit : {"full", "sample", "none"}, optional
         How table strategies learn the keys of ``df`` (default ``spark.trilink.fit``, ``"full"``):
         ``"full"`` counts every key with one Spark aggregation and places the new ones (keys
@@ -465,9 +518,7 @@ def _used_partitions(placed: DataFrame, key: str) -> list[int]:
         rows = placed.select(PARTITION_COL).distinct().collect()
     except Exception as err:
         if "trilink_spark.errors.NullKeyError" in str(err):
-            raise NullKeyError(
-                f"column {key!r} has null keys; drop them or pass null_policy='partition0'"
-            ) from None
+            raise null_key_error(f"column {key!r} has null keys") from None
         raise
     return sorted(int(r[0]) for r in rows if r[0] is not None)
 
@@ -540,7 +591,7 @@ def with_partition_id(df: DataFrame, key: str, p: Partitioner) -> DataFrame:
     else:
         pid = p.spark_column(key_col)
         base = df
-    pid = _null_guard(pid, key_col, p.null_policy, nullable, key)
+    pid = _null_guard(pid, key_col, p.null_policy, nullable, key, p.num_partitions)
     meta = {NUM_PARTITIONS_META: p.num_partitions}
     result: DataFrame = base.select(*[df[c] for c in columns],
                                     pid.cast("int").alias(PARTITION_COL, metadata=meta))

@@ -22,7 +22,7 @@ from ..partitioners.keys import check_null_policy
 from ..merge.expressions import combinable
 from ..partitioners import Partitioner
 from ..partitioners.base import resolve_strategy_name
-from .key_by import FIT_MODES, key_by
+from .key_by import FIT_MODES, key_by, null_policy_of, refuse_null_keys
 from .source import is_keyed_by_source, source_agg, source_apply
 
 if TYPE_CHECKING:
@@ -118,6 +118,17 @@ def keyed_agg(
         aggregates, UDAFs); :func:`explain_keyed_agg` says which and why, and the choice is
         logged. ``"always"`` / ``"never"`` force one plan.
 
+    Null keys follow ``null_policy`` (a keyword of ``**placement``, default as in
+    :func:`key_by`: a strategy object's own, else ``spark.trilink.nullPolicy``, else
+    ``"group"``) on every plan. ``"group"``: the null key's group is kept, exactly as
+    ``groupBy`` keeps it (exact placement puts it on ``pmod(42, n)``, where Spark's combine
+    puts it too). ``"error"``: a null key fails the job with a message naming
+    ``NullKeyError``; on the combine plan (and on a ``keyed_by_source`` frame) the check is a
+    JVM expression inside the plan, raised when the result is computed, with no extra job.
+    ``"partition0"``: the null group on partition 0, which only exact placement does, so
+    ``combine="auto"`` places exactly; ``combine="always"`` keeps Spark's combine, which
+    places every group, the null one included, by Spark's hash (the strategy is not used).
+
     Returns
     -------
     pyspark.sql.DataFrame
@@ -146,17 +157,24 @@ def keyed_agg(
     if combine not in COMBINE_CHOICES:
         raise InvalidArgumentError(f"combine must be one of {COMBINE_CHOICES}, got {combine!r}")
     _check_placement(strategy, num_partitions, placement)  # the same refusals on every plan
+    from ..columns import require_columns
+
+    require_columns(df, [key], "key column")
+    policy = null_policy_of(df, strategy, placement.get("null_policy"))
     if is_keyed_by_source(df, key):
-        return source_agg(_signed_zeros_as_one(df, key), key, exprs)
+        return source_agg(_signed_zeros_as_one(refuse_null_keys(df, key, policy), key), key,
+                          exprs)
     plan = explain_keyed_agg(df, key, *exprs, combine=combine)
+    if plan.combine and combine == "auto" and policy == "partition0":
+        plan = KeyedAggPlan(False, "null_policy='partition0' puts the null key's group on "
+                                   "partition 0, which Spark's combine does not: exact placement")
     logger.info("keyed_agg on %r: %s (%s)", key,
                 "Spark's map-side combine" if plan.combine else "exact placement", plan.reason)
     if plan.combine:
-        from ..columns import check_user_columns, require_columns
+        from ..columns import check_user_columns
 
-        require_columns(df, [key], "key column")
         check_user_columns(df)  # the same refusals on both plans
-        return df.groupBy(key).agg(*exprs)
+        return refuse_null_keys(df, key, policy).groupBy(key).agg(*exprs)
     # uncompacted: grouping by (PARTITION_COL, key) then reuses the exchange
     placed = key_by(df, key, strategy, num_partitions, **{"compact": "never", **placement})
     grouped = placed.groupBy(PARTITION_COL, key).agg(*exprs)
@@ -226,6 +244,8 @@ def keyed_apply(
 
     ``func`` receives each key's rows as a pandas DataFrame with ``df``'s columns (the partition
     column removed), or ``(key_tuple, pdf)`` when it takes two arguments, as in PySpark.
+    Null keys follow ``null_policy`` (in ``**placement``), as in :func:`key_by`: by default
+    the null key is one group of its own (``key_tuple`` ``(None,)``), as in ``groupBy``.
 
     Notes
     -----
@@ -244,7 +264,8 @@ def keyed_apply(
     if not callable(func):
         raise InvalidArgumentTypeError(f"func must be callable, got {type(func).__name__}")
     if is_keyed_by_source(df, key):
-        return source_apply(df, key, func, schema)
+        policy = null_policy_of(df, strategy, placement.get("null_policy"))
+        return source_apply(refuse_null_keys(df, key, policy), key, func, schema)
     takes_key = len(inspect.signature(func).parameters) == 2
     # uncompacted: grouping by (PARTITION_COL, key) then reuses the exchange
     placed = key_by(df, key, strategy, num_partitions, **{"compact": "never", **placement})

@@ -43,8 +43,9 @@ import pyarrow as pa
 from .._internal.validation import check_num_partitions
 from .._internal.validation import refuse_streaming
 from ..errors import ConfigError, InvalidArgumentError, InvalidArgumentTypeError
-from ..errors import InvalidKeyTypeError, NullKeyError
-from ..partitioners.keys import Key, KeyArray, to_counts, to_key_array
+from ..errors import InvalidKeyTypeError
+from ..partitioners.keys import DEFAULT_NULL_POLICY, Key, KeyArray, null_key_error, to_counts
+from ..partitioners.keys import to_key_array
 from ..partitioners import Partitioner, TablePartitioner, WeightPartitioner
 from ..partitioners.catalogue import build, candidate_of, default_candidates, fit_counts
 from ..partitioners.base import decode_key, encode_key
@@ -108,7 +109,7 @@ class AdaptivePartitioner(Partitioner):
     config : ConfigCenter, optional
         Where run-time updates come from (default: a new in-process :class:`ConfigCenter`,
         reachable as :attr:`config`). Updates take effect at the next :meth:`batch_boundary`.
-    null_policy : {"error", "partition0"}
+    null_policy : {"group", "error", "partition0"}
     clock : callable
         Seconds for periodic mode (default ``time.monotonic``).
 
@@ -166,7 +167,7 @@ class AdaptivePartitioner(Partitioner):
         key_type: str = "auto",
         seed: int = 0,
         config: ConfigCenter | None = None,
-        null_policy: str = "error",
+        null_policy: str = DEFAULT_NULL_POLICY,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(num_partitions, null_policy=null_policy)
@@ -406,7 +407,8 @@ class AdaptivePartitioner(Partitioner):
         Returns the number of sampled rows. Cost: one single-stage Spark job that scans ``df``
         once and ships the sampled keys (``sample_rate`` x rows of them) to the driver as Arrow,
         where they are counted in C++ (``pyarrow.compute.value_counts``). Null keys count as
-        records; with ``null_policy="error"`` they raise
+        records (the null key sits on its fixed partition under every candidate, so the
+        scores leave it out); with ``null_policy="error"`` they raise
         :class:`~trilink_spark.errors.NullKeyError`.
         """
         import pyarrow.compute as pc
@@ -430,9 +432,7 @@ class AdaptivePartitioner(Partitioner):
         column = src.toArrow().column(0)
         sampled = float(len(column))
         if column.null_count and self.null_policy == "error":
-            raise NullKeyError(
-                f"column {key!r} has null keys; drop them or pass null_policy='partition0'"
-            )
+            raise null_key_error(f"column {key!r} has null keys")
         column = column.drop_null()
         if len(column) == 0:
             self._observe_arrays(None, np.zeros(0), sampled / rate)
@@ -762,7 +762,7 @@ class AdaptivePartitioner(Partitioner):
             weights=data.get("weights"),
             key_type=data.get("key_type", "auto"),
             seed=int(data.get("seed", 0)),
-            null_policy=data.get("null_policy", "error"),
+            null_policy=data.get("null_policy", DEFAULT_NULL_POLICY),
             **settings,
         )
         out._current_name = str(data.get("current_name", out._current_name))

@@ -7,7 +7,9 @@ key                                  default meaning
 ==================================== ======= ====================================================
 spark.trilink.sampleRate             0.01    fraction of rows ``strategy="auto"`` samples
 spark.trilink.minSample              10000   fewer sampled rows than this: auto counts every row
-spark.trilink.nullPolicy             error   ``error`` or ``partition0`` for null keys
+spark.trilink.nullPolicy             group   null keys: ``group`` (a key of its own, as in
+                                             ``groupBy``, on ``pmod(42, n)``), ``error`` or
+                                             ``partition0``
 spark.trilink.fit                    full    how table strategies learn keys in ``key_by``
 spark.trilink.compactPartitions      auto    whether ``key_by`` runs no task for empty partitions
 spark.trilink.operatorTiming         unset   directory where trilink operators' tasks time
