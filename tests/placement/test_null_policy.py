@@ -146,6 +146,14 @@ def test_key_by_places_the_null_key_where_spark_does(frames: Any, kind: str) -> 
             == {expected}
 
 
+def test_a_column_of_null_keys_only(spark: Any) -> None:
+    df = spark.createDataFrame([(None, i) for i in range(6)], "k string, v long")
+    for name in ("auto", "least_count", "hash"):
+        placed = tl.key_by(df, "k", name, 4)
+        assert {r[0] for r in placed.select(tl.PARTITION_COL).collect()} == {42 % 4}, name
+    assert rows(tl.keyed_agg(df, "k", F.count("*"), combine="never")) == [(None, 6)]
+
+
 def test_key_by_error_and_partition0(frames: Any) -> None:
     df = frames["string"]
     with pytest.raises(NullKeyError, match=REFUSAL):  # counted on the driver: eagerly

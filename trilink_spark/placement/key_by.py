@@ -297,7 +297,7 @@ def _choose_auto(
         counted_all = True
     keys = counts.column(0).combine_chunks()
     mapping = dict(zip(keys.to_pylist(), counts.column(1).to_numpy().tolist()))
-    if not mapping:
+    if not mapping or list(mapping) == [None]:  # no key, or the null key alone: nothing to weigh
         return HashPartitioner(n, key_type=kind, null_policy=policy), [], 0, counted_all
     scores = evaluate_strategies(mapping, n, key_type=kind, seed=seed, null_policy=policy)
     best = choose_best(scores, min_gain)
