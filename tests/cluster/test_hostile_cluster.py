@@ -1,20 +1,128 @@
-"""What users of ``tl.ship`` and the executors' check meet off the happy path, and the
-README's packed-environment commands. The real cluster's share is in ``test_standalone.py``."""
+"""What users of ``tl.ship`` and the executors' check meet off the happy path: a package
+imported from a zip (``--py-files``, a zipped egg) or through an import hook (an editable
+install), and the README's packed-environment commands. The real cluster's share is in
+``test_standalone.py``."""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 
+import trilink_spark as tl
+from trilink_spark._internal.spark.ship import zip_package
 
 README = Path(__file__).resolve().parent.parent.parent / "README.md"
+
+
+def plain_zip(source: Path, target: Path) -> Path:
+    """A zip of a package directory as a user or a build tool makes one: directory entries,
+    this machine's times and modes, a ``__pycache__`` the zip's importer never uses."""
+    with zipfile.ZipFile(target, "w") as archive:
+        for path in sorted(source.rglob("*")):
+            archive.write(path, path.relative_to(source.parent).as_posix())
+    return target
+
+
+def make_package(root: Path, name: str) -> Path:
+    package = root / name
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("VALUE = 1\n")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "mod.py").write_text("def f():\n    return 2\n")
+    (package / "data.txt").write_text("packaged data\n")
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(b"\0junk")
+    return package
+
+
+EXPECTED = {"__init__.py": b"VALUE = 1\n", "data.txt": b"packaged data\n",
+            "sub/__init__.py": b"", "sub/mod.py": b"def f():\n    return 2\n"}
+
+
+def zipped(path: Path, name: str) -> dict[str, bytes]:
+    with zipfile.ZipFile(path) as archive:
+        return {i.filename.removeprefix(f"{name}/"): archive.read(i) for i in archive.infolist()}
+
+
+def forget(name: str) -> None:
+    for module in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+        del sys.modules[module]
+
+
+def test_ship_works_where_the_package_itself_is_imported_from_a_zip(tmp_path):
+    """``spark-submit --py-files trilink-spark.zip job.py``: the driver imports the package
+    from the zip, and a ``tl.ship(spark)`` in the job must still find it (the same bytes as
+    from the directory)."""
+    archive = plain_zip(Path(tl.__file__).parent, tmp_path / "trilink-spark.zip")
+    code = ("import hashlib, trilink_spark\n"
+            "from trilink_spark._internal.spark.ship import zip_package\n"
+            "print(trilink_spark.__file__)\n"
+            "print(hashlib.sha256(zip_package('trilink_spark').read_bytes()).hexdigest())\n")
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+           "PYTHONPATH": str(archive)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    where, digest = done.stdout.split()
+    assert where.startswith(str(archive))  # imported from the zip, not from a directory
+    assert digest == hashlib.sha256(zip_package("trilink_spark").read_bytes()).hexdigest()
+
+
+def test_a_pure_package_that_lives_in_a_zip_on_the_path_is_shipped(tmp_path, monkeypatch):
+    name = "tl_hostile_zipped"
+    archive = plain_zip(make_package(tmp_path / "src", name), tmp_path / f"{name}.zip")
+    monkeypatch.syspath_prepend(str(archive))
+    try:
+        assert zipped(zip_package(name), name) == EXPECTED  # not imported yet
+        module = importlib.import_module(name)
+        assert module.__file__ is not None and module.__file__.startswith(str(archive))
+        assert zipped(zip_package(name), name) == EXPECTED  # imported from the zip
+    finally:
+        forget(name)
+
+
+class Hook(importlib.abc.MetaPathFinder):
+    """What an editable install (setuptools' finder) puts on ``sys.meta_path``: one import
+    name mapped to a directory that is on no ``sys.path`` entry."""
+
+    def __init__(self, name: str, directory: Path) -> None:
+        self.name, self.directory = name, directory
+
+    def find_spec(self, fullname: str, path: Any = None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self.name:
+            return None
+        return importlib.util.spec_from_file_location(
+            fullname, self.directory / "__init__.py",
+            submodule_search_locations=[str(self.directory)])
+
+
+def test_a_package_installed_through_an_import_hook_is_shipped(tmp_path):
+    name = "tl_hostile_hooked"
+    hook = Hook(name, make_package(tmp_path / "checkout", name))
+    sys.meta_path.append(hook)
+    try:
+        assert importlib.util.find_spec(name) is not None  # importable here
+        assert zipped(zip_package(name), name) == EXPECTED  # not imported yet
+        importlib.import_module(name)
+        assert zipped(zip_package(name), name) == EXPECTED
+    finally:
+        sys.meta_path.remove(hook)
+        forget(name)
 
 
 def readme_cluster_commands() -> list[str]:

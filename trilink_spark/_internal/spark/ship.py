@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import importlib.machinery
+import importlib.util
 import logging
 import os
 import shutil
@@ -26,6 +27,7 @@ import sys
 import tempfile
 import threading
 import zipfile
+import zipimport
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,10 +58,12 @@ _shipped: dict[str, list[str]] = {}  # session key -> the zips added to it, in o
 _workdir: list[str] = []  # this process's directory of zips, made at the first ship
 
 
-def _source(name: str) -> Path:
-    """The directory (a package) or file (a module) ``name`` is imported from here: the
-    imported module's own, else the first directory of ``sys.path`` that has it (not a zip:
-    ``addPyFile`` puts the shipped zips on the driver's path too)."""
+def _spec(name: str) -> Any:
+    """The module spec of ``name`` whose files to ship: the imported module's own (the code
+    the driver runs) when its files can be read (a directory, a file, or a zip that still
+    exists), else the first directory of ``sys.path`` that has it (not a zip: ``addPyFile``
+    puts the shipped zips on the driver's path too), else whatever the import system finds
+    (an import hook such as an editable install's, a zip or egg on the path)."""
     if not isinstance(name, str) or not name.isidentifier():
         raise InvalidArgumentError(
             f"packages names top-level importable packages (such as 'sortedcontainers'), "
@@ -67,45 +71,80 @@ def _source(name: str) -> Path:
     if name in sys.stdlib_module_names:
         raise InvalidArgumentError(
             f"{name!r} is in Python's standard library: the executors' Python has its own")
-    module = sys.modules.get(name)
-    spec = getattr(module, "__spec__", None)
-    if spec is None or not _on_disk(spec):
-        directories = [p or os.getcwd() for p in sys.path if os.path.isdir(p or os.getcwd())]
-        spec = importlib.machinery.PathFinder.find_spec(name, directories)
+    spec = getattr(sys.modules.get(name), "__spec__", None)
+    if spec is not None and _readable(spec):
+        return spec
+    directories = [p or os.getcwd() for p in sys.path if os.path.isdir(p or os.getcwd())]
+    spec = importlib.machinery.PathFinder.find_spec(name, directories)
     if spec is None:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+    if spec is None or not _readable(spec):
         raise InvalidArgumentError(f"package {name!r} is not installed in the driver's Python")
-    if spec.submodule_search_locations is not None:
-        places = list(spec.submodule_search_locations)
-        if spec.origin is None or len(places) != 1:
-            raise InvalidArgumentError(
-                f"{name!r} is a namespace package (in {len(places)} directories); ship its "
-                "subpackages' distributions as zips yourself")
-        return Path(places[0])
-    if spec.origin is None or not spec.origin.endswith(".py"):
-        raise InvalidArgumentError(
-            f"{name!r} is not pure Python ({spec.origin}): install it in the executors' Python")
-    return Path(spec.origin)
+    return spec
 
 
-def _on_disk(spec: Any) -> bool:
-    """Whether a module spec's files are a directory or file of their own (not in a zip)."""
+def _archive(spec: Any) -> tuple[str, str] | None:
+    """``(zip file, prefix in it)`` of a spec that ``zipimport`` found (a zip or an egg on
+    ``sys.path``, such as ``--py-files``), else None."""
+    loader = spec.loader
+    if isinstance(loader, zipimport.zipimporter) and os.path.isfile(loader.archive):
+        return loader.archive, loader.prefix
+    return None
+
+
+def _readable(spec: Any) -> bool:
+    """Whether a spec's files can be read here: its own directories or file, or the zip that
+    ``zipimport`` reads them from."""
+    if _archive(spec) is not None:
+        return True
     places = list(spec.submodule_search_locations or [])
     if places:
         return all(os.path.isdir(p) for p in places)
     return spec.origin is not None and os.path.isfile(spec.origin)
 
 
-def _files(source: Path) -> list[tuple[str, Path]]:
-    """``(name in the zip, file)``, sorted; caches (``__pycache__``, ``.pyc``) left out."""
-    if source.is_file():
-        return [(source.name, source)]
+def _shipped_file(arc: str) -> bool:
+    """Whether a file of a package goes into its zip: caches (``__pycache__``, ``.pyc``,
+    ``.pyo``) and directory entries stay out."""
+    parts = arc.split("/")
+    return (not arc.endswith("/") and "__pycache__" not in parts
+            and not arc.endswith((".pyc", ".pyo")))
+
+
+def _contents(name: str) -> list[tuple[str, bytes]]:
+    """``(name in the zip, bytes)`` of every file of ``name`` that is shipped, sorted."""
+    spec = _spec(name)
+    places = spec.submodule_search_locations
+    if places is not None and (spec.origin is None or len(list(places)) != 1):
+        count = len(list(places))
+        raise InvalidArgumentError(
+            f"{name!r} is a namespace package (in {count} "
+            f"director{'y' if count == 1 else 'ies'}); ship its subpackages' distributions as "
+            "zips yourself")
+    if places is None and (spec.origin is None or not spec.origin.endswith(".py")):
+        raise InvalidArgumentError(
+            f"{name!r} is not pure Python ({spec.origin}): install it in the executors' Python")
+    found = _archive(spec)
+    if found is not None:
+        archive, prefix = found
+        top = f"{prefix}{name}/" if places is not None else f"{prefix}{name}.py"
+        with zipfile.ZipFile(archive) as source:
+            out = [(entry[len(prefix):], source.read(entry)) for entry in source.namelist()
+                   if (entry.startswith(top) if places is not None else entry == top)
+                   and _shipped_file(entry)]
+        return sorted(out)
+    if places is None:
+        origin = Path(spec.origin)
+        return [(origin.name, origin.read_bytes())]
+    root = Path(list(places)[0])
     out = []
-    for path in source.rglob("*"):
-        relative = path.relative_to(source.parent)
-        if (not path.is_file() or "__pycache__" in relative.parts
-                or path.suffix in (".pyc", ".pyo")):
-            continue
-        out.append((relative.as_posix(), path))
+    for path in root.rglob("*"):
+        arc = path.relative_to(root.parent).as_posix()
+        if path.is_file() and _shipped_file(arc):
+            out.append((arc, path.read_bytes()))
     return sorted(out)
 
 
@@ -115,7 +154,10 @@ def zip_package(name: str) -> Path:
     Parameters
     ----------
     name : str
-        A top-level import name (``"trilink_spark"``, ``"sortedcontainers"``).
+        A top-level import name (``"trilink_spark"``, ``"sortedcontainers"``): a package
+        or module imported here (its files as imported: a directory, or the zip or egg it
+        came from, such as a ``--py-files`` zip), else found on ``sys.path`` or through an
+        import hook (an editable install).
 
     Returns
     -------
@@ -143,20 +185,16 @@ def zip_package(name: str) -> Path:
     >>> a == b and a.suffix == ".zip"
     True
     """
-    source = _source(name)
-    files = _files(source)
-    compiled = [arc for arc, _ in files if arc.endswith(COMPILED_SUFFIXES)]
+    contents = _contents(name)
+    compiled = [arc for arc, _ in contents if arc.endswith(COMPILED_SUFFIXES)]
     if compiled:
         raise InvalidArgumentError(
             f"{name!r} holds compiled extension modules ({', '.join(compiled[:3])}), which a "
             "zip on the Python path cannot load: install it in the executors' Python, or ship "
             "a packed virtual environment with spark.archives")
     digest = hashlib.sha256()
-    contents = []
-    for arc, path in files:
-        data = path.read_bytes()
+    for arc, data in contents:
         digest.update(arc.encode() + b"\0" + len(data).to_bytes(8, "little") + data)
-        contents.append((arc, data))
     with _lock:
         if not _workdir:
             made = tempfile.mkdtemp(prefix="trilink-ship-")
@@ -181,9 +219,9 @@ def zip_package(name: str) -> Path:
 def ship(spark: SparkSession, *, packages: Sequence[str] = (), check: bool = True) -> list[str]:
     """Make this installed trilink-spark importable on the session's executors, in one call.
 
-    Zips the package's directory (as imported here, caches left out) and the installed
-    pure-Python packages it uses (:data:`PURE_DEPENDENCIES`: sortedcontainers, and redis and
-    kafka-python where installed), and adds each zip to the executors' Python path:
+    Zips the package as imported here (its directory, or the zip it came from; caches left
+    out) and the installed pure-Python packages it uses (:data:`PURE_DEPENDENCIES`:
+    sortedcontainers, and redis and kafka-python where installed), and adds each zip to the executors' Python path:
     ``spark.sparkContext.addPyFile`` on a classic session, ``spark.addArtifacts(...,
     pyfile=True)`` on Spark Connect. Calling it again on the same session (classic: the same
     application) adds nothing that is there already.
