@@ -1,7 +1,7 @@
 """What users of ``tl.ship`` and the executors' check meet off the happy path: a package
 imported from a zip (``--py-files``, a zipped egg) or through an import hook (an editable
-install), and the README's packed-environment commands. The real cluster's share is in
-``test_standalone.py``."""
+install), Spark's own packages named in ``packages``, and the README's packed-environment
+commands. The real cluster's share is in ``test_standalone.py``."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ import pytest
 
 import trilink_spark as tl
 from trilink_spark._internal.spark.ship import zip_package
+from trilink_spark.errors import InvalidArgumentError
 
 README = Path(__file__).resolve().parent.parent.parent / "README.md"
 
@@ -123,6 +124,14 @@ def test_a_package_installed_through_an_import_hook_is_shipped(tmp_path):
     finally:
         sys.meta_path.remove(hook)
         forget(name)
+
+
+@pytest.mark.parametrize("name", ["pyspark", "py4j"])
+def test_sparks_own_python_packages_are_refused(name):
+    """The executors run PySpark's own copy (the executors' Spark puts it on their path); a zip
+    of the installed one would be hundreds of MB of jars."""
+    with pytest.raises(InvalidArgumentError, match="Spark's own"):
+        zip_package(name)
 
 
 def readme_cluster_commands() -> list[str]:

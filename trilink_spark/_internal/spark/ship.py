@@ -39,7 +39,7 @@ from .executors import ensure_executors, session_key
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["ship", "zip_package", "PURE_DEPENDENCIES"]
+__all__ = ["ship", "zip_package", "PURE_DEPENDENCIES", "SPARK_PACKAGES"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +47,9 @@ logger = logging.getLogger(__name__)
 #: (timers of keyed process functions), redis (the tasks of a ``RedisStore`` merge) and kafka
 #: (kafka-python, the tasks of the trilink-kafka source and sink).
 PURE_DEPENDENCIES = ("sortedcontainers", "redis", "kafka")
+#: Spark's own Python packages: every executor runs the copy of its Spark (on its path before
+#: any shipped file), and the installed pyspark holds Spark's jars (hundreds of MB).
+SPARK_PACKAGES = ("pyspark", "py4j")
 #: File endings of compiled extension modules, which a zip on the Python path cannot load.
 COMPILED_SUFFIXES = (".so", ".pyd", ".dylib", ".dll")
 
@@ -71,6 +74,10 @@ def _spec(name: str) -> Any:
     if name in sys.stdlib_module_names:
         raise InvalidArgumentError(
             f"{name!r} is in Python's standard library: the executors' Python has its own")
+    if name in SPARK_PACKAGES:
+        raise InvalidArgumentError(
+            f"{name!r} is Spark's own Python package: each executor runs its Spark's copy (a "
+            "zip of the installed one would carry Spark's jars, hundreds of MB)")
     spec = getattr(sys.modules.get(name), "__spec__", None)
     if spec is not None and _readable(spec):
         return spec
@@ -170,8 +177,8 @@ def zip_package(name: str) -> Path:
     Raises
     ------
     InvalidArgumentError
-        ``name`` is not installed here, is in the standard library, is a namespace package,
-        or holds compiled extension modules (which a zip cannot load: they must be installed
+        ``name`` is not installed here, is in the standard library or Spark's own
+        (:data:`SPARK_PACKAGES`), is a namespace package, or holds compiled extension modules (which a zip cannot load: they must be installed
         in the executors' Python).
 
     Notes
@@ -245,7 +252,8 @@ def ship(spark: SparkSession, *, packages: Sequence[str] = (), check: bool = Tru
     Raises
     ------
     InvalidArgumentError
-        A name in ``packages`` is not installed here or holds compiled code.
+        A name in ``packages`` is not installed here, holds compiled code, or is Python's
+        or Spark's own (pyspark, py4j).
     ExecutorEnvironmentError
         With ``check``: an executor's Python still cannot import the package or one of its
         dependencies; the message names them, the host and the fix.
