@@ -1,15 +1,18 @@
 """The driver of ``test_standalone.py``: trilink-spark on a Spark standalone cluster whose
 executors' Python lacks the package.
 
-Usage: ``python cluster_driver.py MASTER_URL WORK``. ``PYSPARK_PYTHON`` names the executors'
-Python. Prints one JSON line: what each step found (the test judges it) and its seconds.
+Usage: ``python cluster_driver.py MASTER_URL WORK NO_PYARROW_PYTHON``. ``PYSPARK_PYTHON``
+names the executors' Python; ``NO_PYARROW_PYTHON`` the one of a second application, which
+lacks pyarrow. Prints one JSON line: what each step found (the test judges it) and its seconds.
 
 Steps: (a) ``local_merge`` before ``tl.ship``: the typed error up front; (b) ``tl.ship``,
 then ``key_by``, ``keyed_agg``, ``local_merge`` and ``global_merge`` against plain Spark
 ``groupBy``; (c) a keyed state path the executors cannot see (relative to the driver's
 working directory): the typed error; (d) a streaming ``keyed_foreach_batch`` over parquet
 files, one per trigger, with a block placement rescaled from 4 to 8 partitions mid-stream:
-each batch's running counts against the input's.
+each batch's running counts against the input's; (e) a second application whose executors'
+Python lacks pyarrow: ``tl.ship``'s check, and a state path on a pyarrow filesystem that is
+not the local one (so it travels with the check's tasks).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from trilink_spark._internal.spark.executors import ensure_executors
 from trilink_spark.errors import ExecutorEnvironmentError, TrilinkWarning
 from trilink_spark.keyed.streaming import read_state_values
 from trilink_spark.state import KeyedStateStore
@@ -178,10 +182,39 @@ def stream(spark: Any, work: str, found: dict[str, Any]) -> None:
     step("stream", found, started)
 
 
-def main() -> None:
-    master, work = sys.argv[1], sys.argv[2]
-    warnings.simplefilter("ignore", TrilinkWarning)  # logged as well: the stream reads that
+def without_pyarrow(spark: Any, master: str, work: str, python: str,
+                    found: dict[str, Any]) -> Any:
+    """(e) A second application, whose executors' Python lacks pyarrow: the typed error names
+    pyarrow and its fix, for ``tl.ship``'s check and for a state path on a ``pyarrow.fs``
+    filesystem that is not the local one (it travels with the check's tasks). Returns the
+    new session."""
     started = time.monotonic()
+    spark.stop()
+    os.environ["PYSPARK_PYTHON"] = python  # read when a SparkContext starts
+    spark = session(master)
+    outcome: dict[str, Any] = {}
+    try:
+        tl.ship(spark)
+        outcome["ship"] = None
+    except Exception as err:  # the test asserts its type and message
+        outcome["ship"] = {"type": type(err).__name__, "message": str(err)}
+    os.makedirs(os.path.join(work, "subtree"))
+    subtree = pafs.SubTreeFileSystem(os.path.join(work, "subtree"), pafs.LocalFileSystem())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TrilinkWarning)
+        try:
+            ensure_executors(spark, "state", subtree)
+            outcome["subtree"] = None
+        except Exception as err:
+            outcome["subtree"] = {"type": type(err).__name__, "message": str(err)}
+    outcome["subtree_warnings"] = [str(w.message) for w in caught
+                                   if issubclass(w.category, TrilinkWarning)]
+    found["no_pyarrow"] = outcome
+    step("no_pyarrow", found, started)
+    return spark
+
+
+def session(master: str) -> Any:
     spark = (SparkSession.builder.master(master).appName("trilink-standalone-test")
              .config("spark.ui.enabled", "false")
              .config("spark.executor.memory", "512m")
@@ -191,6 +224,14 @@ def main() -> None:
              .config("spark.sql.execution.arrow.pyspark.enabled", "true")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def main() -> None:
+    master, work, no_pyarrow = sys.argv[1], sys.argv[2], sys.argv[3]
+    warnings.simplefilter("ignore", TrilinkWarning)  # logged as well: the stream reads that
+    started = time.monotonic()
+    spark = session(master)
     found: dict[str, Any] = {"executor_python": os.environ.get("PYSPARK_PYTHON")}
     step("session", found, started)
     rng = np.random.default_rng(3)
@@ -204,6 +245,7 @@ def main() -> None:
         batch_operators(spark, frame, found)
         unseen_state_path(spark, frame, work, found)
         stream(spark, work, found)
+        spark = without_pyarrow(spark, master, work, no_pyarrow, found)
     finally:
         sys.stdout.write(json.dumps(found) + "\n")
         sys.stdout.flush()

@@ -1,6 +1,7 @@
 """What users of ``tl.ship`` and the executors' check meet off the happy path: a package
 imported from a zip (``--py-files``, a zipped egg) or through an import hook (an editable
-install), Spark's own packages named in ``packages``, and the README's packed-environment
+install), Spark's own packages named in ``packages``, the message for a package that fails
+to import only for a missing compiled dependency, and the README's packed-environment
 commands. The real cluster's share is in ``test_standalone.py``."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 
 import trilink_spark as tl
+from trilink_spark._internal.spark.executors import judge_reports
 from trilink_spark._internal.spark.ship import zip_package
 from trilink_spark.errors import InvalidArgumentError
 
@@ -132,6 +134,23 @@ def test_sparks_own_python_packages_are_refused(name):
     of the installed one would be hundreds of MB of jars."""
     with pytest.raises(InvalidArgumentError, match="Spark's own"):
         zip_package(name)
+
+
+def test_a_package_that_fails_only_for_a_compiled_dependency_is_not_sent_to_tl_ship():
+    """After ``tl.ship`` the package is on the executors' path; when its import fails for
+    a missing pyarrow, shipping it again cannot help."""
+    report = {"host": "h1", "python": "/env/bin/python", "pid": 7, "version": None,
+              "file": None, "seen": None,
+              "missing": {"pyarrow": "ModuleNotFoundError: No module named 'pyarrow'",
+                          "trilink_spark": "ModuleNotFoundError: No module named 'pyarrow'"}}
+    message = judge_reports([report], tl.__version__)
+    assert message is not None and "cannot import pyarrow" in message
+    assert "pyarrow holds compiled code" in message and "tl.ship" not in message
+    itself = dict(report, missing={
+        "pyarrow": "ModuleNotFoundError: No module named 'pyarrow'",
+        "trilink_spark": "ModuleNotFoundError: No module named 'trilink_spark'"})
+    message = judge_reports([report, dict(itself, host="h2")], tl.__version__)
+    assert message is not None and "tl.ship(spark)" in message  # h2 lacks the package itself
 
 
 def readme_cluster_commands() -> list[str]:

@@ -1,8 +1,9 @@
 """trilink-spark on a real Spark standalone cluster (a master and two workers on 127.0.0.1,
 executors in JVMs of their own) whose executors' Python lacks the package: the typed error
-before ``tl.ship``, exact results after it, a state path the executors cannot see, and a keyed
-stream rescaled mid-stream. The driver runs in a subprocess (``cluster_driver.py``): the test
-session already holds a local SparkSession."""
+before ``tl.ship``, exact results after it, a state path the executors cannot see, a keyed
+stream rescaled mid-stream, and a second application whose executors' Python lacks pyarrow.
+The driver runs in a subprocess (``cluster_driver.py``): the test session already holds a local
+SparkSession."""
 
 from __future__ import annotations
 
@@ -32,19 +33,43 @@ def java_missing() -> bool:
     return not ((home and Path(home, "bin", "java").is_file()) or shutil.which("java"))
 
 
-def bare_python(root: Path) -> Path:
-    """A virtual environment whose Python imports this one's packages (a ``.pth`` file naming
-    its site-packages) but not trilink_spark: a ``.pth`` line only adds a directory, so the
-    editable install's own ``.pth`` hook in it never runs."""
+def venv_naming(root: Path, places: list[str]) -> Path:
+    """A virtual environment whose Python also imports from ``places`` (a ``.pth`` file
+    naming them); its interpreter."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True,
                    timeout=120)
     python = root / "bin" / "python"
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         check=True, capture_output=True, text=True, timeout=60).stdout.strip()
-    ours = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
-    Path(site, "trilink-test-deps.pth").write_text("\n".join(ours) + "\n")
+    Path(site, "trilink-test-deps.pth").write_text("\n".join(places) + "\n")
     return python
+
+
+def ours() -> list[str]:
+    return list(dict.fromkeys([sysconfig.get_paths()["purelib"],
+                               sysconfig.get_paths()["platlib"]]))
+
+
+def bare_python(root: Path) -> Path:
+    """A virtual environment whose Python imports this one's packages (a ``.pth`` file naming
+    its site-packages) but not trilink_spark: a ``.pth`` line only adds a directory, so the
+    editable install's own ``.pth`` hook in it never runs."""
+    return venv_naming(root, ours())
+
+
+def python_without_pyarrow(root: Path) -> Path:
+    """A virtual environment whose Python imports this one's packages but pyarrow (and
+    trilink_spark): a directory of links to every other entry of its site-packages."""
+    shown = root / "site"
+    shown.mkdir(parents=True)
+    for place in ours():
+        for entry in Path(place).iterdir():
+            if (entry.name.startswith(("pyarrow", "trilink_spark", "__editable__"))
+                    or entry.suffix == ".pth" or (shown / entry.name).exists()):
+                continue
+            (shown / entry.name).symlink_to(entry)
+    return venv_naming(root / "env", [str(shown)])
 
 
 def clean_env() -> dict[str, str]:
@@ -64,6 +89,7 @@ def test_standalone_cluster_without_the_package_on_the_executors(tmp_path: Path)
     assert probe.returncode == 1 and "No module named 'trilink_spark'" in probe.stderr, (
         probe.stderr[-2000:])
 
+    no_pyarrow = python_without_pyarrow(tmp_path / "no-pyarrow")
     work = tmp_path / "work"
     work.mkdir()
     cluster = SparkStandalone(workers=2, cores=1, memory="1g", workdir=tmp_path / "cluster")
@@ -71,7 +97,8 @@ def test_standalone_cluster_without_the_package_on_the_executors(tmp_path: Path)
         assert cluster.state()["aliveworkers"] == 2
         env = {**clean_env(), "PYTHONPATH": str(SOURCE_ROOT), "PYSPARK_PYTHON": str(python),
                "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-        done = subprocess.run([sys.executable, str(DRIVER), cluster.master_url, str(work)],
+        done = subprocess.run([sys.executable, str(DRIVER), cluster.master_url, str(work),
+                               str(no_pyarrow)],
                               env=env, capture_output=True, text=True, timeout=400)
         daemons = cluster.processes()
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
@@ -114,6 +141,24 @@ def test_standalone_cluster_without_the_package_on_the_executors(tmp_path: Path)
     assert stream["final_state_exact"] is True
     assert stream["partitions_after"] == 8 and stream["swaps"] == [2]
     assert len(stream["local_path_warning"]) == 1  # once per application and path
+
+    # (e) executors whose Python lacks pyarrow: the typed error names it and its fix, not
+    # tl.ship (the package is shipped; it fails to import for pyarrow alone), also when the
+    # state path's filesystem object travels with the check's tasks
+    no_arrow = found["no_pyarrow"]
+    shipped = no_arrow["ship"]
+    assert shipped is not None and shipped["type"] == "ExecutorEnvironmentError"
+    assert f"(Python {no_pyarrow}) cannot import pyarrow" in shipped["message"]
+    assert "pyarrow holds compiled code" in shipped["message"]
+    assert "tl.ship" not in shipped["message"]
+    remote = no_arrow["subtree"]
+    assert remote is not None and remote["type"] == "ExecutorEnvironmentError"
+    assert "could not run the check" not in remote["message"], remote["message"]
+    assert "cannot import pyarrow" in remote["message"]
+    assert "pyarrow holds compiled code" in remote["message"]
+    assert "every executor share" not in remote["message"]  # not a storage problem
     elapsed = time.monotonic() - started
     print(f"standalone cluster test: {elapsed:.1f} s, steps {found['seconds']}\n"
-          f"before tl.ship: {message}\nunseen state path: {unseen['message']}")
+          f"before tl.ship: {message}\nunseen state path: {unseen['message']}\n"
+          f"without pyarrow: {shipped['message']}\nand a pyarrow state filesystem: "
+          f"{remote['message']}")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import uuid
 import warnings
@@ -59,6 +60,9 @@ PROBE_ROWS = 4096
 MARKER_PREFIX = ".executor-check-"
 
 _PACKAGE = "trilink_spark"
+#: The module an import error names: the package that fails for a missing dependency is
+#: there, and the dependency is what to fix.
+_NO_MODULE = re.compile(r"No module named '([^'.]+)")
 _passed: set[tuple[str, str | None, tuple[str, ...]]] = set()
 _warned: set[tuple[str, str]] = set()
 _lock = threading.Lock()
@@ -185,7 +189,8 @@ def check_executors(spark: Any, state_path: str | None = None, filesystem: Any =
     list of dict
         One report per task: ``host``, ``python`` (the executor's interpreter), ``pid``,
         ``missing`` (module -> error), ``version`` and ``file`` of the package it imported,
-        ``seen`` (``"yes"``, ``"no"``, an error, or None without ``state_path``).
+        ``seen`` (``"yes"``, ``"no"``, an error, ``"unchecked: "`` and why the filesystem
+        could not be opened there, or None without ``state_path``).
 
     Raises
     ------
@@ -232,10 +237,14 @@ def check_executors(spark: Any, state_path: str | None = None, filesystem: Any =
             raise StateStoreError(f"state path {shown} cannot be written ({type(err).__name__}:"
                                   f" {err}); give a writable directory") from None
         from pyarrow import fs as pafs
+        from pyspark import cloudpickle
 
         # a local path is looked up with os (no pyarrow needed); another filesystem travels
-        # with the task, so an executor without pyarrow fails the job (reported as such)
-        remote = None if isinstance(fs, pafs.LocalFileSystem) else fs
+        # pickled, and the task unpickles it itself: an executor without pyarrow reports
+        # that (a filesystem object in the task's closure would fail the job before any
+        # report)
+        remote = (None if isinstance(fs, pafs.LocalFileSystem)
+                  else cloudpickle.dumps(fs))  # type: ignore[no-untyped-call]
     try:
         probe = F.udf(_probe(version, marker, remote), "string", useArrow=False).asNondeterministic()
         frame = spark.range(0, PROBE_ROWS).select(probe(F.col("id")).alias("report"))
@@ -289,6 +298,10 @@ def judge_reports(reports: list[dict[str, Any]], version: str,
 
     Notes
     -----
+    The fixes follow the cause: a package that fails to import for a missing dependency
+    (``No module named 'pyarrow'``) is there, so the fix is the dependency's (for a compiled
+    one, a packed environment), not ``tl.ship``.
+
     Cost: O(reports); one line per distinct host, Python and finding (at most 10 shown),
     then the fixes the findings call for.
 
@@ -311,14 +324,22 @@ def judge_reports(reports: list[dict[str, Any]], version: str,
         where = f"on {report['host']} (Python {report['python']})"
         found = {m: e for m, e in report["missing"].items() if m in counted}
         if found:
-            missing |= set(found)
+            cause = _NO_MODULE.search(found.get(_PACKAGE, ""))
+            if cause is not None and cause.group(1) != _PACKAGE:
+                # the package is there; it fails for a dependency, which is what to fix
+                missing |= (set(found) - {_PACKAGE}) | {cause.group(1)}
+            else:
+                missing |= set(found)
             what = "; ".join(f"{m} ({e})" for m, e in sorted(found.items()))
             lines.append(f"{where} cannot import {what}")
         elif report["version"] != version:
             other_version = True
             lines.append(f"{where} imports trilink_spark {report['version']} from "
                          f"{report['file']}, not the driver's {version}")
-        if report["seen"] not in (None, "yes"):
+        if isinstance(report["seen"], str) and report["seen"].startswith("unchecked: "):
+            lines.append(f"{where} cannot open the filesystem of state_path {shown} "
+                         f"({report['seen'].removeprefix('unchecked: ')})")
+        elif report["seen"] not in (None, "yes"):
             unseen = True
             seen = "" if report["seen"] == "no" else f" ({report['seen']})"
             lines.append(f"{where} cannot see state_path {shown}: the file the driver wrote "
@@ -360,13 +381,14 @@ def _distinct(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _probe(driver_version: str, marker: str | None,
-           filesystem: Any) -> Callable[[int], str | None]:
+           filesystem: bytes | None) -> Callable[[int], str | None]:
     """The check's UDF: the first row of each task reports, the others give None. Nested,
     so cloudpickle ships it by value; it reads nothing of this module (only its closure).
     A Python worker that imported another version of the package than the driver's forgets
     it again, so that the version ``tl.ship`` adds is the one its next task imports. The
-    driver's ``marker`` file is looked up in ``filesystem`` (a ``pyarrow.fs`` one), or, when
-    that is None, as a path of the executor's own filesystem."""
+    driver's ``marker`` file is looked up in ``filesystem`` (a pickled ``pyarrow.fs`` one,
+    unpickled by the task, so that an executor without pyarrow reports instead of failing),
+    or, when that is None, as a path of the executor's own filesystem."""
     reported: list[bool] = []
 
     def probe(_: int) -> str | None:
@@ -420,14 +442,21 @@ def _probe(driver_version: str, marker: str | None,
         seen = None
         if marker is not None and filesystem is None:
             seen = "yes" if os.path.isfile(marker) else "no"
-        elif marker is not None:
+        elif marker is not None and filesystem is not None:
             try:
+                import pickle
+
                 from pyarrow import fs
 
-                kind = filesystem.get_file_info(marker).type
-                seen = "yes" if kind == fs.FileType.File else "no"
+                opened = pickle.loads(filesystem)
             except Exception as err:
-                seen = why(err)
+                seen = "unchecked: " + why(err)
+            else:
+                try:
+                    kind = opened.get_file_info(marker).type
+                    seen = "yes" if kind == fs.FileType.File else "no"
+                except Exception as err:
+                    seen = why(err)
         return json.dumps({"host": socket.gethostname(), "python": sys.executable,
                            "pid": os.getpid(), "missing": missing, "version": version,
                            "file": path, "seen": seen})
