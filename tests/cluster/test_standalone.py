@@ -157,6 +157,9 @@ def test_standalone_cluster_without_the_package_on_the_executors(tmp_path: Path)
     assert "cannot import pyarrow" in remote["message"]
     assert "pyarrow holds compiled code" in remote["message"]
     assert "every executor share" not in remote["message"]  # not a storage problem
+    # a directory of the local filesystem (SubTreeFileSystem) is local too: warned about
+    assert len(no_arrow["subtree_warnings"]) == 1
+    assert "subtree/state is on the driver's local filesystem" in no_arrow["subtree_warnings"][0]
     elapsed = time.monotonic() - started
     print(f"standalone cluster test: {elapsed:.1f} s, steps {found['seconds']}\n"
           f"before tl.ship: {message}\nunseen state path: {unseen['message']}\n"

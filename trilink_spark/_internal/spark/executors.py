@@ -125,7 +125,7 @@ def ensure_executors(spark: Any, state_path: str | None = None, filesystem: Any 
     -----
     TrilinkWarning
         Once per application and path: ``state_path`` is on the driver's local filesystem
-        and the master is not local (also logged).
+        (a ``SubTreeFileSystem`` of it included) and the master is not local (also logged).
 
     Notes
     -----
@@ -152,6 +152,9 @@ def _warn_local_path(key: str, master: str | None, state_path: str, filesystem: 
     from pyarrow import fs
 
     found, path = resolve_filesystem(state_path, filesystem)
+    while isinstance(found, fs.SubTreeFileSystem):  # a directory of another filesystem
+        path = f"{found.base_path.rstrip('/')}/{path.lstrip('/')}"
+        found = found.base_fs
     if not isinstance(found, fs.LocalFileSystem) or (key, path) in _warned:
         return
     _warned.add((key, path))
