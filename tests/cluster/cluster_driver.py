@@ -10,13 +10,15 @@ then ``key_by``, ``keyed_agg``, ``local_merge`` and ``global_merge`` against pla
 ``groupBy``; (c) a keyed state path the executors cannot see (relative to the driver's
 working directory): the typed error; (d) a streaming ``keyed_foreach_batch`` over parquet
 files, one per trigger, with a block placement rescaled from 4 to 8 partitions mid-stream:
-each batch's running counts against the input's; (e) a second application whose executors'
+each batch's running counts against the input's; (d2) a package that changes on disk after
+``tl.ship`` shipped it, shipped again; (e) a second application whose executors'
 Python lacks pyarrow: ``tl.ship``'s check, and a state path on a pyarrow filesystem that is
 not the local one (so it travels with the check's tasks).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -182,6 +184,49 @@ def stream(spark: Any, work: str, found: dict[str, Any]) -> None:
     step("stream", found, started)
 
 
+CHANGED = "tl_changed_package"
+
+
+def changed_value(_: int) -> int:
+    """What the executors import of the changing package."""
+    module = importlib.import_module(CHANGED)
+    return int(module.VALUE)
+
+
+def executor_values(spark: Any) -> list[int]:
+    value = F.udf(changed_value, "int", useArrow=False)
+    return sorted(r[0] for r in spark.range(0, 32, 1, 8).select(value("id")).distinct()
+                  .collect())
+
+
+def changed_package(spark: Any, work: str, found: dict[str, Any]) -> None:
+    """(d2) ``tl.ship`` of a package, which then changes on disk (an edit, an upgrade) and
+    is shipped again to the same application: the executors' Python workers keep the
+    modules they imported, so the second ship must refuse instead of adding a zip that only
+    some tasks would import."""
+    started = time.monotonic()
+    extra = os.path.join(work, "extra")
+    os.makedirs(os.path.join(extra, CHANGED))
+    init = os.path.join(extra, CHANGED, "__init__.py")
+    with open(init, "w") as out:
+        out.write("VALUE = 1\n")
+    sys.path.insert(0, extra)
+    importlib.invalidate_caches()
+    outcome: dict[str, Any] = {"first": None}
+    tl.ship(spark, packages=[CHANGED], check=False)
+    outcome["first"] = executor_values(spark)
+    with open(init, "w") as out:
+        out.write("VALUE = 2\n")
+    try:
+        outcome["again"] = [os.path.basename(p) for p in tl.ship(spark, packages=[CHANGED],
+                                                                 check=False)]
+    except Exception as err:  # the test asserts its type and message
+        outcome["again"] = {"type": type(err).__name__, "message": str(err)}
+    outcome["after"] = executor_values(spark)
+    found["changed"] = outcome
+    step("changed_package", found, started)
+
+
 def without_pyarrow(spark: Any, master: str, work: str, python: str,
                     found: dict[str, Any]) -> Any:
     """(e) A second application, whose executors' Python lacks pyarrow: the typed error names
@@ -245,6 +290,7 @@ def main() -> None:
         batch_operators(spark, frame, found)
         unseen_state_path(spark, frame, work, found)
         stream(spark, work, found)
+        changed_package(spark, work, found)
         spark = without_pyarrow(spark, master, work, no_pyarrow, found)
     finally:
         sys.stdout.write(json.dumps(found) + "\n")

@@ -142,6 +142,16 @@ def test_standalone_cluster_without_the_package_on_the_executors(tmp_path: Path)
     assert stream["partitions_after"] == 8 and stream["swaps"] == [2]
     assert len(stream["local_path_warning"]) == 1  # once per application and path
 
+    # (d2) a shipped package changed on disk, shipped again: refused, naming both zips and
+    # the fix; the executors still run the first version everywhere
+    changed = found["changed"]
+    assert changed["first"] == [1]
+    again = changed["again"]
+    assert isinstance(again, dict) and again["type"] == "ExecutorEnvironmentError", again
+    assert "tl_changed_package changed since tl.ship" in again["message"]
+    assert "spark.stop()" in again["message"]
+    assert changed["after"] == [1]
+
     # (e) executors whose Python lacks pyarrow: the typed error names it and its fix, not
     # tl.ship (the package is shipped; it fails to import for pyarrow alone), also when the
     # state path's filesystem object travels with the check's tasks

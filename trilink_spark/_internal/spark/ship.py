@@ -32,7 +32,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...errors import InvalidArgumentError, InvalidArgumentTypeError
+from ...errors import ExecutorEnvironmentError, InvalidArgumentError
+from ...errors import InvalidArgumentTypeError
 from .compat import is_connect
 from .executors import ensure_executors, session_key
 
@@ -223,6 +224,21 @@ def zip_package(name: str) -> Path:
     return target
 
 
+def _refuse_changed(key: str, have: list[str], new: list[str]) -> None:
+    """Raise when a zip in ``new`` is another content of a package whose zip ``have``
+    (the session's) holds already."""
+    shipped = {os.path.basename(z).rsplit("-", 1)[0]: os.path.basename(z) for z in have}
+    for path in new:
+        name = os.path.basename(path).rsplit("-", 1)[0]
+        if name in shipped:
+            raise ExecutorEnvironmentError(
+                f"{name} changed since tl.ship added it to {key} ({shipped[name]}; now "
+                f"{os.path.basename(path)}): the executors' Python workers keep the modules "
+                "they imported, so some tasks would run the old files and some the new. "
+                "Nothing was added: undo the change, or stop this session (spark.stop()) and "
+                "call tl.ship on a new one")
+
+
 def ship(spark: SparkSession, *, packages: Sequence[str] = (), check: bool = True) -> list[str]:
     """Make this installed trilink-spark importable on the session's executors, in one call.
 
@@ -255,8 +271,11 @@ def ship(spark: SparkSession, *, packages: Sequence[str] = (), check: bool = Tru
         A name in ``packages`` is not installed here, holds compiled code, or is Python's
         or Spark's own (pyspark, py4j).
     ExecutorEnvironmentError
-        With ``check``: an executor's Python still cannot import the package or one of its
-        dependencies; the message names them, the host and the fix.
+        A package shipped to this session before has changed on disk since (an edit, an
+        upgrade): its Python workers keep the modules they imported, so some tasks would run
+        the old files and some the new; nothing is added, and the message says to start a
+        new session. With ``check``: an executor's Python still cannot import the package
+        or one of its dependencies; the message names them, the host and the fix.
 
     Notes
     -----
@@ -297,6 +316,7 @@ def ship(spark: SparkSession, *, packages: Sequence[str] = (), check: bool = Tru
     with _lock:
         have = _shipped.setdefault(key, [])
         new = [z for z in zips if z not in have]
+        _refuse_changed(key, have, new)
         for path in new:
             if is_connect(spark):
                 spark.addArtifacts(path, pyfile=True)
