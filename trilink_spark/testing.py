@@ -726,6 +726,29 @@ class SparkStandalone:
             f"{alive} of {self.workers} Spark workers registered with {self.master_url} "
             f"within {self.timeout_s:g} s: {self._log_tail('worker-0.log')}")
 
+    def log_tails(self, lines: int = 20) -> dict[str, str]:
+        """The last ``lines`` lines of every log the cluster wrote, by path under
+        :attr:`workdir`: ``logs/master.log``, ``logs/worker-N.log``, and each executor's
+        ``worker-N/app-.../E/stderr`` and ``stdout`` (where its Python workers' errors go).
+        What to show when a job on the cluster fails; a block that ends with an exception
+        logs them (they go with :attr:`workdir` when the cluster made it).
+
+        Cost: the last 64 KiB of each log read.
+        """
+        found = sorted([*(self.workdir / "logs").glob("*.log"),
+                        *self.workdir.glob("worker-*/app-*/*/std*")])
+        out = {}
+        for path in found:
+            try:
+                with open(path, "rb") as log:
+                    log.seek(max(0, path.stat().st_size - 65536))
+                    text = log.read().decode(errors="replace")
+            except OSError:
+                continue
+            out[path.relative_to(self.workdir).as_posix()] = "\n".join(
+                text.splitlines()[-lines:])
+        return out
+
     def processes(self) -> list[int]:
         """Process ids of what the cluster runs: the daemons, the executors and their Python
         workers (every process whose working directory is inside :attr:`workdir`). Linux
@@ -788,6 +811,11 @@ class SparkStandalone:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        if exc_type is not None and self.master is not None:
+            logger.error("%s at %s ends with %s; the end of its logs:\n%s", self.name,
+                         self.master_url, exc_type.__name__,
+                         "\n".join(f"== {name} ==\n{text}"
+                                   for name, text in self.log_tails().items()))
         self.close()
 
 
@@ -817,7 +845,9 @@ def spark_standalone(workers: int = 2, cores: int = 1, memory: str = "1g", *,
     Notes
     -----
     Cost: 1 + ``workers`` JVMs, started in a few seconds; stopped, executors included, on
-    leaving the block.
+    leaving the block. A block that ends with an exception first logs (at ERROR) the end of
+    the master's, the workers' and the executors' logs, which go with the temporary work
+    directory.
 
     Examples
     --------

@@ -8,6 +8,7 @@ SparkSession."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -79,7 +80,12 @@ def clean_env() -> dict[str, str]:
 
 @pytest.mark.skipif(java_missing(), reason="a Spark standalone cluster needs Java "
                                            "(no java in JAVA_HOME or on PATH)")
-def test_standalone_cluster_without_the_package_on_the_executors(tmp_path: Path) -> None:
+class Leave(Exception):
+    """Leaves the cluster's block the way a failing test does."""
+
+
+def test_standalone_cluster_without_the_package_on_the_executors(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     started = time.monotonic()
     python = bare_python(tmp_path / "bare")
     probe = subprocess.run(
@@ -93,16 +99,28 @@ def test_standalone_cluster_without_the_package_on_the_executors(tmp_path: Path)
     work = tmp_path / "work"
     work.mkdir()
     cluster = SparkStandalone(workers=2, cores=1, memory="1g", workdir=tmp_path / "cluster")
-    with cluster:
-        assert cluster.state()["aliveworkers"] == 2
-        env = {**clean_env(), "PYTHONPATH": str(SOURCE_ROOT), "PYSPARK_PYTHON": str(python),
-               "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-        done = subprocess.run([sys.executable, str(DRIVER), cluster.master_url, str(work),
-                               str(no_pyarrow)],
-                              env=env, capture_output=True, text=True, timeout=400)
-        daemons = cluster.processes()
+    with caplog.at_level(logging.ERROR, "trilink_spark.testing"), pytest.raises(Leave):
+        with cluster:
+            assert cluster.state()["aliveworkers"] == 2
+            env = {**clean_env(), "PYTHONPATH": str(SOURCE_ROOT),
+                   "PYSPARK_PYTHON": str(python), "PYSPARK_DRIVER_PYTHON": sys.executable,
+                   "SPARK_LOCAL_IP": "127.0.0.1"}
+            done = subprocess.run([sys.executable, str(DRIVER), cluster.master_url, str(work),
+                                   str(no_pyarrow)],
+                                  env=env, capture_output=True, text=True, timeout=400)
+            daemons = cluster.processes()
+            logs = cluster.log_tails(lines=10)
+            raise Leave  # a block that fails logs the end of the cluster's logs
+    dumped = [r.getMessage() for r in caplog.records if "the end of its logs" in r.getMessage()]
+    assert len(dumped) == 1 and "ends with Leave" in dumped[0]
+    assert "== logs/master.log ==" in dumped[0] and "/stderr ==" in dumped[0]
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-    assert done.returncode == 0 and lines, (done.stdout[-3000:], done.stderr[-6000:])
+    assert done.returncode == 0 and lines, (done.stdout[-3000:], done.stderr[-6000:], logs)
+    # the cluster's own logs, for a failure's message: the daemons' and each executor's
+    assert {"logs/master.log", "logs/worker-0.log", "logs/worker-1.log"} <= set(logs)
+    executors = [name for name in logs if name.endswith("/stderr")]
+    assert {name.split("/")[0] for name in executors} == {"worker-0", "worker-1"}
+    assert any("Executor" in logs[name] for name in executors), executors
     found = json.loads(lines[-1])
     assert not cluster.processes(), "the cluster left processes behind"
     assert len(daemons) >= 3  # the master and the workers, seen while they ran
