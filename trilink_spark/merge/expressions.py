@@ -12,6 +12,7 @@ computes for ``(func, column)``. Each :class:`AggSpec` holds its aggregate objec
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -367,15 +368,19 @@ def combinable(exprs: Sequence[Any], df: DataFrame | None = None) -> tuple[bool,
     (its map-side combine), and why.
 
     True when an aggregate is a sketch of :data:`SPARK_SKETCHES` (percentile_approx,
-    approx_count_distinct, count_min_sketch, HLL, KLL, theta, ...): its buffer is bounded, and
-    its result can depend on the order rows are merged, so only Spark's plan gives exactly
+    approx_count_distinct, count_min_sketch, HLL, KLL, theta, ...), also inside an expression
+    (``F.percentile_approx(...) + 0``, ``F.when(..., sketch)``, a cast): its buffer is bounded,
+    and its result can depend on the order rows are merged, so only Spark's plan gives exactly
     ``groupBy``'s result (whatever the other aggregates). Else True when every aggregate is
     a function of :data:`SPARK_COMBINABLE` (one fixed-size buffer per key and input
     partition, over any argument expression); False for anything else: those whose buffer
     grows with the rows (collect_list, exact percentiles, DISTINCT aggregates), pandas UDAFs
-    (no partial aggregation) and functions it does not know. ``df``: the input, to find
-    DISTINCT aggregates that a classic session prints without the word, and Python UDFs
-    printed with a sketch's name (one query plan, no job).
+    (no partial aggregation) and functions it does not know. ``df``: the input, whose
+    physical plan of ``df.agg(*exprs)`` lists the aggregate functions apart from the
+    expressions around them: there sketches inside expressions are found, Python UDAFs
+    printed with a sketch's name told apart, and DISTINCT aggregates that a classic session
+    prints without the word seen (one query plan, no job; one more per aggregate when a
+    DISTINCT one is there, to name it). Without ``df`` only the printed text is read.
 
     Examples
     --------
@@ -385,6 +390,7 @@ def combinable(exprs: Sequence[Any], df: DataFrame | None = None) -> tuple[bool,
     """
     unbounded: list[tuple[str, str]] = []  # (what, why) of the aggregates without a bound
     sketches: list[str] = []
+    shown_all: list[str] = []  # each expression as the reasons show it
     for col in exprs:
         text = _column_text(col)
         aliases = _top_level(text, " as ")
@@ -392,6 +398,7 @@ def combinable(exprs: Sequence[Any], df: DataFrame | None = None) -> tuple[bool,
         head, paren, rest = call.partition("(")
         name = head.strip().lower()
         shown = text if len(text) <= 80 else f"{name}(...)"  # a UDF prints its JVM tree
+        shown_all.append(shown)
         if not paren or not name.replace("_", "").isalnum():
             unbounded.append((f"{shown} is not a call of a known aggregate function", ""))
         elif rest.lower().startswith("distinct "):
@@ -403,10 +410,19 @@ def combinable(exprs: Sequence[Any], df: DataFrame | None = None) -> tuple[bool,
                     else "is not an aggregate with a fixed-size partial buffer (a UDAF or "
                          "unknown function)")
             unbounded.append((f"{shown} {what}", "exact placement bounds it instead"))
-    if sketches and df is not None and _python_udf_in_plan(df, list(exprs)):
-        unbounded.append((f"{sketches[0]} is a Python aggregate named like a sketch",
-                          "exact placement bounds it instead"))
+    # Spark's plan lists the aggregate functions apart from the expressions around them: a
+    # sketch under +, CASE WHEN, a cast... is found there, and a Python UDAF told apart
+    node = _top_aggregate(df, list(exprs)) if df is not None else ""
+    if node is None or any(python in node for python in _PYTHON_AGGREGATES):
+        if sketches:
+            unbounded.append((f"{sketches[0]} is a Python aggregate named like a sketch",
+                              "exact placement bounds it instead"))
         sketches = []
+    elif node:
+        found = list(dict.fromkeys(m.group(1).lower() for m in _SKETCH_CALL.finditer(node)))
+        sketches = [_sketch_label(name, sketches, shown_all) for name in found]
+        # an expression around a sketch is not another aggregate
+        unbounded = [u for u in unbounded if not any(f"{n}(" in u[0].lower() for n in found)]
     if sketches:
         others = (f"; the other aggregates run on that plan too ({unbounded[0][0]}: "
                   "combine='never' places the rows by the strategy instead)"
@@ -417,7 +433,7 @@ def combinable(exprs: Sequence[Any], df: DataFrame | None = None) -> tuple[bool,
     if unbounded:
         what, why = unbounded[0]
         return False, f"{what}: {why}" if why else what
-    if df is not None:
+    if df is not None and (node is None or "(distinct " in node.lower()):
         distinct = _distinct_in_plan(df, list(exprs))
         if distinct:
             return False, f"{str(distinct[0])} is a DISTINCT aggregate: its buffer keeps every value"
@@ -425,10 +441,23 @@ def combinable(exprs: Sequence[Any], df: DataFrame | None = None) -> tuple[bool,
         "bounds what a hot key costs"
 
 
-def _python_udf_in_plan(df: DataFrame, cols: list[Any]) -> bool:
-    """Whether Spark plans a Python aggregate (a pandas UDAF, whose name may read like a
-    built-in sketch's) among ``cols``: one plan, no job. A plan Spark refuses (a pandas UDAF
-    beside built-in aggregates) has one: ``groupBy`` refuses it too."""
+#: Physical plan nodes of Python aggregates (pandas UDAFs: no partial aggregation).
+_PYTHON_AGGREGATES = ("AggregateInPandas", "ArrowAggregatePython", "PythonUDAF")
+#: The first aggregate node of a physical plan's text, top down (after ``+-``, ``:-``,
+#: ``*(1)`` and ``!``).
+_AGGREGATE_NODE = re.compile(r"^[\s+\-:!*()\d]*\w*Aggregate\w*\b")
+#: A sketch's call in a plan, in any aggregation mode (``partial_``, ``merge_``).
+_SKETCH_CALL = re.compile(
+    r"(?<![\w`])(?:partial_|merge_)?("
+    + "|".join(sorted(SPARK_SKETCHES, key=len, reverse=True)) + r")\(", re.IGNORECASE)
+
+
+def _top_aggregate(df: DataFrame, cols: list[Any]) -> str | None:
+    """The node of Spark's physical plan of ``df.agg(*cols)`` that computes ``cols`` (the
+    first aggregate node, top down, so not one of ``df``'s own): its line, which lists the
+    aggregate functions apart from the expressions around them; ``""`` when the plan has
+    none. None when Spark refuses the plan (a pandas UDAF beside built-in aggregates:
+    ``groupBy`` refuses it too). One query plan, no job."""
     from pyspark.errors import PySparkException
 
     from .._internal.spark.compat import plan_text
@@ -436,9 +465,18 @@ def _python_udf_in_plan(df: DataFrame, cols: list[Any]) -> bool:
     try:
         text = plan_text(df.agg(*cols))
     except PySparkException:
-        return True
-    return any(node in text for node in ("AggregateInPandas", "ArrowAggregatePython",
-                                         "PythonUDAF"))
+        return None
+    return next((line.strip() for line in text.splitlines() if _AGGREGATE_NODE.match(line)), "")
+
+
+def _sketch_label(name: str, calls: list[str], shown: list[str]) -> str:
+    """How a reason names the sketch ``name`` Spark planned: its call where an expression is
+    that call, else the name and the expression it sits in."""
+    for call in calls:
+        if call.lower().startswith(f"{name}("):
+            return call
+    inside = next((s for s in shown if f"{name}(" in s.lower()), None)
+    return name if inside is None else f"{name} (inside {inside})"
 
 
 def _distinct_in_plan(df: DataFrame, cols: list[Any]) -> list[Any]:
@@ -447,8 +485,6 @@ def _distinct_in_plan(df: DataFrame, cols: list[Any]) -> list[Any]:
     text is captured with :func:`~trilink_spark._internal.spark.compat.plan_text` (thread-safe:
     concurrent
     callers do not swap ``sys.stdout``)."""
-    import re
-
     from .._internal.spark.compat import plan_text
 
     def distinct(group: list[Any]) -> bool:

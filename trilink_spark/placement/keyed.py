@@ -61,7 +61,8 @@ def explain_keyed_agg(df: DataFrame, key: str, *exprs: Column, combine: str = "a
 
     ``"auto"`` combines when an aggregate is a sketch (percentile_approx,
     approx_count_distinct, count_min_sketch, HLL, KLL, theta, ...:
-    :data:`~trilink_spark.merge.expressions.SPARK_SKETCHES`): its buffer is bounded and its
+    :data:`~trilink_spark.merge.expressions.SPARK_SKETCHES`), also one inside an expression
+    (``F.percentile_approx("v", 0.5) + 1``, ``F.when(...)``): its buffer is bounded and its
     result can depend on the order rows are merged, so only Spark's own plan gives exactly
     ``groupBy``'s result. Else it combines when every aggregate has a fixed-size partial
     buffer (count, sum, min, max, avg, first, last, stddev, ...:
@@ -72,8 +73,9 @@ def explain_keyed_agg(df: DataFrame, key: str, *exprs: Column, combine: str = "a
 
     Notes
     -----
-    Cost: O(aggregates), plus one query plan (no job) to find DISTINCT aggregates, and one
-    more when a sketch is named (to tell it from a Python UDAF of the same name).
+    Cost: O(aggregates), plus one query plan (no job), whose aggregate node shows the sketches,
+    Python UDAFs and DISTINCT aggregates; one more per aggregate when one is DISTINCT (to
+    name it).
 
     Examples
     --------
