@@ -55,9 +55,9 @@ import pandas as pd
 
 from ..columns import column_of
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from .kernels import INTEGRAL_TYPES, Groups, by_code, decimal_means, decimal_sums
+from .kernels import Groups, by_code, decimal_means, decimal_sums
 from .kernels import exact_int_sums, floats, is_nullable_float, join_halves, mean_type
-from .kernels import numeric_kind, python_final, spark_decimal_sum, spark_exact_sum, sum_type
+from .kernels import numeric_kind, python_final, spark_checked_sum, sum_type
 from .kernels import summed_type
 
 if TYPE_CHECKING:
@@ -454,21 +454,16 @@ class Sum(Aggregate):
 
         if value is None:
             return None
-        if value_type in INTEGRAL_TYPES:  # exact in 64 bits, or the query fails
-            total = spark_exact_sum(value, self._what)
-        elif numeric_kind(value_type) == "decimal":  # decimal(p + 10, s), fails on overflow
-            total = spark_decimal_sum(value, value_type, self._what)
-        else:  # floats as doubles: Spark's own sum
-            total = F.sum(value)
-        return [total.cast(self.final_type(value_type)).alias(self.name),
+        dtype = self.final_type(value_type)  # exact, or the query fails naming the sum
+        return [spark_checked_sum(value, dtype, self._what).cast(dtype).alias(self.name),
                 F.count(value).alias(f"{self.name}__n")]
 
     def spark_merge(self, partials: StructType) -> Column:
         from pyspark.sql import functions as F
 
         n = self.name
-        # Spark widens a sum of decimals again: keep the partial's (the raw rows' sum) type
-        total = F.sum(column_of(n)).cast(self.merged_type(partials))
+        # the partial's type (Spark would widen a decimal sum again), exact or failing
+        total = spark_checked_sum(column_of(n), self.merged_type(partials), self._what)
         return F.when(F.sum(column_of(f"{n}__n")) > 0, total).alias(n)
 
     def redis_ops(self) -> list[RedisOp]:
@@ -561,7 +556,7 @@ class Mean(Aggregate):
 
         if value is None:
             return None
-        total = (spark_decimal_sum(value, value_type, self._what)
+        total = (spark_checked_sum(value, sum_type(value_type), self._what)
                  if numeric_kind(self._numeric(value_type)) == "decimal"
                  else F.sum(value.cast("double")))
         return [total.alias(f"{self.name}__sum"), F.count(value).alias(f"{self.name}__n")]
@@ -578,7 +573,9 @@ class Mean(Aggregate):
         def final(sums: pd.Series, counts: pd.Series) -> pd.Series:
             return self.finalize(pd.DataFrame({f"{n}__sum": sums, f"{n}__n": counts}))
 
-        sums = total.cast(partials[f"{n}__sum"].dataType)  # as Spark's avg buffer overflows
+        # the sums' type, as Spark's avg buffer: failing, never null, when they overflow it
+        sums = spark_checked_sum(column_of(f"{n}__sum"),
+                                 partials[f"{n}__sum"].dataType.simpleString(), self._what)
         return python_final(final, dtype, sums, count).alias(n)
 
     def redis_ops(self) -> list[RedisOp]:

@@ -5,7 +5,7 @@ The functions give Spark's numeric kind and ``sum`` type of a column type
 (:func:`numeric_kind`, :func:`sum_type`), exact 64-bit sums of integers per group in numpy
 (:func:`exact_int_sums`, :func:`join_halves`) and in Spark (:func:`spark_exact_sum`), exact
 sums and Spark's ``avg`` of decimals (:func:`decimal_sums`, :func:`decimal_means`,
-:func:`spark_decimal_sum`, :func:`mean_type`), and the failure of a sum beyond its type
+:func:`spark_checked_sum`, :func:`mean_type`), and the failure of a sum beyond its type
 (:class:`~trilink_spark.errors.ArithmeticOverflowError`, as Spark's ANSI mode fails the query;
 :func:`spark_overflow` in Spark).
 """
@@ -39,7 +39,7 @@ __all__ = [
     "mean_type",
     "numeric_kind",
     "python_final",
-    "spark_decimal_sum",
+    "spark_checked_sum",
     "spark_exact_sum",
     "spark_overflow",
     "sum_type",
@@ -227,18 +227,25 @@ def spark_exact_sum(value: Column, what: str) -> Column:
     return F.when(over, spark_overflow(_overflow_message(what), "bigint")).otherwise(joined)
 
 
-def spark_decimal_sum(value: Column, value_type: str, what: str) -> Column:
-    """Spark's exact sum of a decimal column per group, of type :func:`sum_type`, and the
-    query failed with a message naming ``ArithmeticOverflowError`` and ``what`` when it
-    overflows that type. Outside ANSI mode Spark's decimal sum is null on overflow, which a
-    merge of the partials would skip (a wrong sum); this fails it, as ANSI mode does. Null
-    when the group has no value. An aggregate expression (one per group, no job)."""
+def spark_checked_sum(value: Column, dtype: str, what: str) -> Column:
+    """Spark's exact sum of ``value`` per group as Spark type ``dtype`` (:func:`sum_type` of
+    a column's type, or the type of the partial sums being merged), and the query failed
+    with a message naming ``ArithmeticOverflowError`` and ``what`` when the sum leaves
+    ``dtype``, ANSI mode or not (outside it Spark's sum wraps a bigint around and makes a
+    decimal null, which a merge of partials would skip; in it Spark's error names no
+    aggregate). A bigint by :func:`spark_exact_sum`; a decimal by ``try_sum`` and
+    ``try_cast``, null only on overflow; a double by Spark's sum. Null when the group has no
+    value. An aggregate expression (one per group, no job)."""
     from pyspark.sql import functions as F
 
-    dtype = sum_type(value_type)
-    total = F.sum(value)
+    kind = numeric_kind(dtype)
+    if kind == "integral":
+        return spark_exact_sum(value, what)
+    if kind != "decimal":
+        return F.sum(value)
+    total = F.try_sum(value).try_cast(dtype)
     failed = spark_overflow(f"{what} overflows {dtype}; cast the column to double first", dtype)
-    return F.when(total.isNull() & (F.count(value) > 0), failed).otherwise(total).cast(dtype)
+    return F.when(total.isNull() & (F.count(value) > 0), failed).otherwise(total)
 
 
 def python_final(func: Callable[..., pd.Series], dtype: str, *columns: Column) -> Column:
