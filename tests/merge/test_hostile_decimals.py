@@ -72,6 +72,39 @@ def _source(df: Any) -> Any:
     return keyed_by_source(df.coalesce(1), "k")
 
 
+def test_keyed_by_source_first_and_last_of_decimals_equal_groupby(spark: Any) -> None:
+    """Arrow has no first/last of decimals: the task failed with ArrowNotImplementedError."""
+    df = spark.createDataFrame(
+        [(1, None), (1, Decimal("-1.50")), (1, Decimal("2.25")), (1, None), (2, None),
+         (3, Decimal("0.01"))], "k int, d decimal(10,2)").coalesce(1)
+    exprs = [F.first("d").alias("f"), F.first("d", ignorenulls=True).alias("fi"),
+             F.last("d").alias("l"), F.last("d", ignorenulls=True).alias("li"),
+             F.first_value("d").alias("fv"), F.sum("d").alias("s")]
+    want = df.groupBy("k").agg(*exprs)
+    got = tl.keyed_agg(_source(df), "k", *exprs)
+    assert got.schema.simpleString() == want.schema.simpleString()
+    assert rows(got) == rows(want)
+    assert rows(got)[0] == (1, None, Decimal("-1.50"), None, Decimal("2.25"), None,
+                            Decimal("0.75"))
+
+
+def test_keyed_by_source_integral_sums_are_exact_or_fail(spark: Any) -> None:
+    """Arrow's sum wraps around past 64 bits: 2**62 * 2 gave -2**63."""
+    fits = spark.createDataFrame([(1, 2**62), (1, 2**61), (1, 3), (2, None), (3, -(2**63))],
+                                 "k int, b bigint")
+    total = F.sum("b").alias("s")
+    got = tl.keyed_agg(_source(fits), "k", total)
+    assert got.schema.simpleString() == fits.groupBy("k").agg(total).schema.simpleString()
+    assert rows(got) == rows(fits.groupBy("k").agg(total))
+    assert rows(got)[0] == (1, 2**62 + 2**61 + 3)  # beyond doubles, exact
+    over = spark.createDataFrame([(1, 2**62), (1, 2**62)], "k int, b bigint")
+    with pytest.raises(Exception, match="ArithmeticOverflowError.*'s'"):
+        tl.keyed_agg(_source(over), "k", total).collect()
+    low = spark.createDataFrame([(1, -(2**63)), (1, -1)], "k int, b bigint")
+    with pytest.raises(Exception, match="ArithmeticOverflowError"):
+        tl.keyed_agg(_source(low), "k", F.sum("b")).collect()
+
+
 def _rows(ddl: str) -> list[tuple[Any, ...]]:
     """Negatives, a null, an all-null key, a half to round, values at the type's edge."""
     if ddl == "decimal(10,0)":

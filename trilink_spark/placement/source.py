@@ -33,7 +33,7 @@ from .._internal.spark.executors import ensure_executors
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, KeysNotGroupedError
 from .._internal.validation import refuse_streaming
 from ..merge.aggregates import arrow_aggregates
-from ..merge.kernels import decimal_means, decimal_sums
+from ..merge.kernels import decimal_means, decimal_sums, join_halves
 from .._internal.spark.plan import shuffle_exchanges
 
 if TYPE_CHECKING:
@@ -311,7 +311,9 @@ def source_agg(df: DataFrame, key: str, exprs: tuple[Column, ...]) -> DataFrame:
     (``select``); each partition's key and argument columns are then held in memory as Arrow
     and grouped by Arrow's hash aggregation (C++): O(rows of the partition) memory. Sums and
     means of decimals are exact and rounded as Spark's (the merge algebra's kernels: one pandas
-    group-by sum of Python decimals, in C), not Arrow's.
+    group-by sum of Python decimals, in C), not Arrow's, and their first and last are read
+    from each group's row numbers (Arrow has none); sums of integers are exact, as two sums
+    of 32-bit halves (Arrow's wraps around), ArithmeticOverflowError beyond 64 bits.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -335,30 +337,48 @@ def _aggregate_partition(key: str, aggs: list[_Agg],
                          arrow_schema: Any) -> Callable[[Iterator[Any]], Iterator[Any]]:
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         received = [b for b in batches if b.num_rows]
         if not received:
             return
         table = pa.Table.from_batches(received)
         args = [None if a.arg is None else f"{ARG_COL}{a.arg}" for a in aggs]
-        # sums and means of decimals: exact, by the merge algebra (Arrow's wrap on overflow,
-        # and its mean keeps the input's scale); the rows of each group come back as a list
-        exact = [a.arrow in ("sum", "mean") and arg is not None
-                 and pa.types.is_decimal(table[arg].type) for a, arg in zip(aggs, args)]
-        specs: list[tuple[Any, ...]] = [([] if arg is None else arg, a.arrow, a.arrow_options())
-                                        for a, arg, e in zip(aggs, args, exact) if not e]
-        if any(exact):
+        # where Arrow's hash aggregation is not Spark's: sums and means of decimals (Arrow's
+        # sum wraps on overflow, its mean keeps the input's scale) and their first and last
+        # (no Arrow kernel) come from each group's row numbers; sums of integers (Arrow's
+        # wrap around) from their two 32-bit halves
+        kinds = [_exact_kind(a.arrow, None if arg is None else table[arg].type)
+                 for a, arg in zip(aggs, args)]
+        specs: list[tuple[Any, ...]] = []
+        slots: list[list[int]] = []  # each aggregate's results among the specs
+        for i, (agg, arg, kind) in enumerate(zip(aggs, args, kinds)):
+            if kind == "halves":
+                for half, values in enumerate(_halves(table[str(arg)])):
+                    table = table.append_column(f"{ARG_COL}half{i}_{half}", values)
+                    # null for a group without a value, as Spark's sum
+                    specs.append((f"{ARG_COL}half{i}_{half}", "sum",
+                                  pc.ScalarAggregateOptions(min_count=1)))
+                slots.append([len(specs) - 2, len(specs) - 1])
+            elif kind == "rows":
+                slots.append([])
+            else:
+                specs.append(([] if arg is None else arg, agg.arrow, agg.arrow_options()))
+                slots.append([len(specs) - 1])
+        if "rows" in kinds:
             table = table.append_column(_ROW, pa.array(np.arange(table.num_rows)))
             specs.append((_ROW, "list"))
         grouped = table.group_by(key, use_threads=False).aggregate(specs)
         # by position: two aggregates may have one Arrow name (count(*) twice)
-        found = iter(i for i, n in enumerate(grouped.column_names)
-                     if n not in (key, f"{_ROW}_list"))
+        results = [grouped.column(i) for i, n in enumerate(grouped.column_names) if n != key]
         columns = [grouped.column(key)]
-        for agg, arg, e, field in zip(aggs, args, exact, list(arrow_schema)[1:]):
-            columns.append(_exact_decimals(table[str(arg)], grouped.column(f"{_ROW}_list"),
-                                           agg.arrow, field.type) if e
-                           else grouped.column(next(found)))
+        for agg, arg, kind, slot, field in zip(aggs, args, kinds, slots, list(arrow_schema)[1:]):
+            if kind == "halves":
+                columns.append(_joined([results[j] for j in slot], f"sum {field.name!r}"))
+            elif kind == "rows":
+                columns.append(_by_rows(table[str(arg)], results[-1], agg, field))
+            else:
+                columns.append(results[slot[0]])
         result = pa.Table.from_arrays(
             [c.cast(f.type) for c, f in zip(columns, arrow_schema)], schema=arrow_schema
         )
@@ -367,24 +387,71 @@ def _aggregate_partition(key: str, aggs: list[_Agg],
     return run
 
 
-def _exact_decimals(values: Any, rows: Any, func: str, out_type: Any) -> Any:
-    """Spark's ``sum`` or ``avg`` (``func``: ``"sum"`` or ``"mean"``) of the decimal
-    ``values`` per group, the groups given as lists of row numbers (``rows``), as an Arrow
-    array of ``out_type``: exact sums (ArithmeticOverflowError beyond 38 digits) and
-    Spark's rounding of the mean, by :mod:`~trilink_spark.merge.kernels`. Cost: one take and
-    one pandas group-by sum of the object column; O(rows)."""
+def _exact_kind(func: str, arrow_type: Any) -> str:
+    """How :func:`_aggregate_partition` computes an aggregate (Arrow function ``func``) of a
+    column of ``arrow_type`` (None: no column): ``"rows"`` from each group's row numbers,
+    ``"halves"`` as an exact integer sum, ``""`` by Arrow's hash aggregation."""
+    import pyarrow as pa
+
+    if arrow_type is None:
+        return ""
+    if pa.types.is_decimal(arrow_type) and func in ("sum", "mean", "first", "last"):
+        return "rows"
+    return "halves" if func == "sum" and pa.types.is_integer(arrow_type) else ""
+
+
+def _halves(values: Any) -> list[Any]:
+    """The low and the high 32 bits (arithmetic shift) of integer ``values`` as int64: their
+    sums cannot overflow below 2**31 rows (Arrow's sum of int64 wraps around)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    wide = pc.cast(values, pa.int64())
+    return [pc.bit_wise_and(wide, 0xFFFFFFFF), pc.shift_right(wide, 32)]
+
+
+def _joined(sums: list[Any], what: str) -> Any:
+    """Exact int64 sums from the sums of :func:`_halves` (null where a group has no value);
+    ArithmeticOverflowError naming ``what`` beyond 64 bits, as Spark's ANSI mode fails."""
+    import pyarrow as pa
+
+    low, high = (s.combine_chunks() for s in sums)
+    joined = join_halves(low.fill_null(0).to_numpy(), high.fill_null(0).to_numpy(), what)
+    return pa.array(joined, pa.int64(), mask=low.is_null().to_numpy(zero_copy_only=False))
+
+
+def _by_rows(values: Any, rows: Any, agg: _Agg, field: Any) -> Any:
+    """Spark's ``sum``, ``avg``, ``first`` or ``last`` (``agg.arrow``) of the decimal
+    ``values`` per group, the groups given as lists of row numbers in arrival order
+    (``rows``), as an Arrow array of ``field``'s type: exact sums (ArithmeticOverflowError
+    naming ``field`` beyond 38 digits) and Spark's rounding of the mean, by
+    :mod:`~trilink_spark.merge.kernels`; the first or last row (non-null with
+    ``ignorenulls``). Cost: one take, then one pandas group-by sum of the object column or
+    one ``numpy.unique``; O(rows)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     lists = rows.combine_chunks()
-    taken = values.take(pc.list_flatten(lists)).to_pandas()
+    taken = values.take(pc.list_flatten(lists))
     codes = pc.list_parent_indices(lists).to_numpy()
-    what = f"{'avg' if func == 'mean' else 'sum'} of a decimal column"
-    sums = decimal_sums(taken, codes, what)
-    if func == "mean":
-        counts = pd.Series(taken.notna().to_numpy()).groupby(codes, sort=True).sum()
+    if agg.arrow in ("first", "last"):
+        skip = bool((agg.options or ("", {}))[1].get("skip_nulls"))
+        keep = taken.is_valid().to_numpy(zero_copy_only=False) if skip else \
+            np.ones(len(taken), dtype=bool)
+        at, owners = np.flatnonzero(keep), codes[keep]
+        if agg.arrow == "last":
+            at, owners = at[::-1], owners[::-1]
+        groups, first = np.unique(owners, return_index=True)
+        pick = np.full(len(lists), -1, dtype=np.int64)
+        pick[groups] = at[first]
+        return taken.take(pa.array(pick, mask=pick < 0)).cast(field.type)
+    what = f"{'avg' if agg.arrow == 'mean' else 'sum'} {field.name!r}"
+    decimals = taken.to_pandas()
+    sums = decimal_sums(decimals, codes, what)
+    if agg.arrow == "mean":
+        counts = pd.Series(decimals.notna().to_numpy()).groupby(codes, sort=True).sum()
         sums = decimal_means(sums, counts, what)
-    return pa.array(sums.to_numpy(dtype=object), type=out_type, from_pandas=True)
+    return pa.array(sums.to_numpy(dtype=object), type=field.type, from_pandas=True)
 
 
 def source_apply(df: DataFrame, key: str, func: Callable[..., Any],
