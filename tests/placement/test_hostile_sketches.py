@@ -83,3 +83,17 @@ def test_a_wrapped_python_udaf_named_like_a_sketch_is_placed_exactly(values: Any
     assert not plan.combine, plan.reason
     got = tl.keyed_agg(values, "k", *exprs, strategy="hash", num_partitions=3)
     assert rows(got) == rows(values.groupBy("k").agg(*exprs))
+
+
+def test_a_sketch_of_an_unknown_column_is_refused_as_groupby_refuses_it(values: Any) -> None:
+    """Spark's analysis error, not a plan chosen for "a Python aggregate named like a
+    sketch" that then fails in key_by."""
+    from pyspark.errors import AnalysisException
+
+    with pytest.raises(AnalysisException):
+        values.groupBy("k").agg(F.percentile_approx("nope", 0.5))
+    with pytest.raises(AnalysisException, match="nope"):
+        explain_keyed_agg(values, "k", F.percentile_approx("nope", 0.5))
+    with pytest.raises(AnalysisException, match="nope"):
+        tl.keyed_agg(values, "k", F.percentile_approx("nope", 0.5), strategy="hash",
+                     num_partitions=3)

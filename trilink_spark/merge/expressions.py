@@ -456,16 +456,19 @@ def _top_aggregate(df: DataFrame, cols: list[Any]) -> str | None:
     """The node of Spark's physical plan of ``df.agg(*cols)`` that computes ``cols`` (the
     first aggregate node, top down, so not one of ``df``'s own): its line, which lists the
     aggregate functions apart from the expressions around them; ``""`` when the plan has
-    none. None when Spark refuses the plan (a pandas UDAF beside built-in aggregates:
-    ``groupBy`` refuses it too). One query plan, no job."""
+    none. None when Spark refuses a pandas UDAF beside built-in aggregates (``groupBy``
+    refuses it too); any other error of Spark's analysis (an unknown column) is raised, as
+    ``groupBy(key).agg`` raises it. One query plan, no job."""
     from pyspark.errors import PySparkException
 
     from .._internal.spark.compat import plan_text
 
     try:
         text = plan_text(df.agg(*cols))
-    except PySparkException:
-        return None
+    except PySparkException as err:
+        if "PANDAS_UDF" in str(err).upper():
+            return None
+        raise
     return next((line.strip() for line in text.splitlines() if _AGGREGATE_NODE.match(line)), "")
 
 
