@@ -40,21 +40,16 @@ MERGED_OVERFLOWS = {  # (input type, value, aggregate): partials fit, their merg
 
 
 @pytest.mark.parametrize("case", sorted(MERGED_OVERFLOWS))
-@pytest.mark.parametrize("engine", ["python", "spark"])
 def test_merge_partials_fails_naming_a_sum_that_overflows_only_when_merged(
-        spark: Any, ansi: str, case: str, engine: str) -> None:
-    """One partial row per input row (quantity 1, or one input partition per row), each
-    fitting; their merge does not. Spark's groupBy fails (ANSI) or gives null (not ANSI): the
-    merge gave null or a wrapped bigint without ANSI, and Spark's unnamed error with it."""
+        spark: Any, ansi: str, case: str) -> None:
+    """One partial row per input row (quantity 1), each fitting; their merge does not.
+    Spark's groupBy fails (ANSI) or gives null (not ANSI): the merge gave null or a wrapped
+    bigint without ANSI, and Spark's unnamed error with it."""
     ddl, value, (name, func) = MERGED_OVERFLOWS[case]
-    data = spark.sparkContext.parallelize([(1, 1.0, value), (1, 2.0, value)], 2)
-    df = spark.createDataFrame(data, f"k int, t double, v {ddl}")
+    df = spark.createDataFrame([(1, 1.0, value), (1, 2.0, value)], f"k int, t double, v {ddl}")
     aggs = {name: (func, "v")}
-    if engine == "python":
-        partials = tl.local_merge(df.coalesce(1), "k", "t", 10.0, aggs, mode="quantity",
-                                  quantity=1)
-    else:
-        partials = tl.local_merge(df, "k", "t", 10.0, aggs, engine="spark")
+    partials = tl.local_merge(df.coalesce(1), "k", "t", 10.0, aggs, mode="quantity",
+                              quantity=1)
     assert len(partials.collect()) == 2
     with pytest.raises(Exception, match=f"ArithmeticOverflowError.*{func} '{name}'"):
         tl.merge_partials(partials, "k", aggs).collect()
