@@ -21,7 +21,7 @@ from .errors import InvalidArgumentTypeError, InvalidKeyTypeError, MissingColumn
 from .errors import ReservedColumnError
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
+    from pyspark.sql import Column, DataFrame
 
 __all__ = [
     "INTERNAL_PREFIX",
@@ -47,6 +47,8 @@ __all__ = [
     "check_atomic_key",
     "quoted",
     "column_of",
+    "python_aliases",
+    "python_input",
 ]
 
 #: Prefix of every internal column name.
@@ -232,3 +234,39 @@ def column_of(name: str) -> Column:
     from pyspark.sql import functions as F
 
     return F.col(quoted(name))
+
+
+def python_aliases(names: Iterable[str]) -> dict[str, str]:
+    """``{internal alias: name}`` for each of ``names`` that PySpark cannot pass to Python.
+
+    PySpark's Python operators (``mapInArrow``, ``mapInPandas``, ``groupBy().applyInPandas``
+    ...) read every input column as ``df[name]``, which parses the name: one with a dot or a
+    backtick fails there. Such a column travels under the alias ``_tl_col<i>`` (``i``: its
+    position in ``names``) and is renamed back inside the task. Names without a dot or a
+    backtick are left out. O(names).
+
+    Examples
+    --------
+    >>> python_aliases(["user.id", "amount eur", "t`s"])
+    {'_tl_col0': 'user.id', '_tl_col2': 't`s'}
+    """
+    return {f"{INTERNAL_PREFIX}col{i}": name for i, name in enumerate(names)
+            if "." in name or "`" in name}
+
+
+def python_input(df: DataFrame) -> tuple[DataFrame, dict[str, str]]:
+    """``df`` ready to be the input of a PySpark Python operator, and ``{alias: name}``.
+
+    The columns :func:`python_aliases` names are renamed to their aliases (a projection; the
+    others keep their column, so the frame's partitioning stays usable); ``df`` itself when
+    there are none. Inside the task, rename back with
+    ``table.rename_columns([aliases.get(n, n) for n in table.column_names])`` (Arrow) or
+    ``frame.rename(columns=aliases)`` (pandas). O(columns), no job.
+    """
+    aliases = python_aliases(df.columns)
+    if not aliases:
+        return df, aliases
+    inside = {name: alias for alias, name in aliases.items()}
+    renamed: DataFrame = df.select(*[column_of(c).alias(inside[c]) if c in inside
+                                     else column_of(c) for c in df.columns])
+    return renamed, aliases

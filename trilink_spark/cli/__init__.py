@@ -207,14 +207,12 @@ def _spark_reason(err: BaseException) -> str:
 
 
 def _key_column(df: Any, key: str) -> tuple[Any, str]:
-    """The key column of a file alone, under a name Spark's column parser takes as it is: a
-    file's header may name columns ``user.id`` or with backticks, which the placement code
-    (``F.col(name)``) would read as a struct field. Other columns are not needed."""
+    """The key column of a file alone (other columns are not needed), and its name: a file's
+    header may name it ``user.id`` or with a backtick, which every call quotes."""
     from ..columns import column_of, require_columns
 
     require_columns(df, [key], "key column")
-    safe = key if not any(c in key for c in ".`") else "key"
-    return df.select(column_of(key).alias(safe)), safe
+    return df.select(column_of(key)), key
 
 
 def _measure(df: Any, key: str, score: StrategyScore) -> dict[str, Any]:

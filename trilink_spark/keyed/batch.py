@@ -15,6 +15,7 @@ from ..partitioners import Partitioner
 from ..placement.key_by import null_policy_of, place_rows, refuse_null_keys
 from ..placement.source import is_keyed_by_source
 from .._internal.validation import refuse_streaming
+from ..columns import python_input
 from .prepare import KEYED_STREAM_ROUTE, arrival_order, in_place, prepare
 from .process import KeyedWatermarkProcessFunction
 from .task import partition_function
@@ -98,8 +99,8 @@ def keyed_process(
             tagged, key, null_policy_of(df, strategy, null_policy)))
     else:
         placed = place_rows(tagged, key, strategy, num_partitions, null_policy=null_policy)
-    placed = arrival_order(placed, order_by)
+    placed, aliases = python_input(arrival_order(placed, order_by))
     ensure_executors(df.sparkSession)  # a cluster's executors must import the package
     fn = partition_function(processor, key, delay_units, idle_units, arrow_schema, None,
-                            operator_timer(df.sparkSession, "keyed"))
+                            operator_timer(df.sparkSession, "keyed"), aliases)
     return placed.mapInArrow(fn, out_schema)

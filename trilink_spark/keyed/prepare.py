@@ -146,7 +146,7 @@ def arrival_order(placed: DataFrame, order_by: str | None) -> DataFrame:
     if order_by is None:
         keep = [column_of(c) for c in placed.columns if c != PARTITION_COL]
         return placed.select(*keep)
-    ordered = placed.sortWithinPartitions(order_by, POS_COL)
+    ordered = placed.sortWithinPartitions(column_of(order_by), POS_COL)
     keep = [column_of(c) for c in placed.columns if c not in (PARTITION_COL, POS_COL)]
     return ordered.select(*keep)
 

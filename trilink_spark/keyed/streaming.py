@@ -33,6 +33,7 @@ from .._internal.spark.executors import ensure_executors
 from .._internal.validation import choice, seconds
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..errors import StateStoreError
+from ..columns import python_input
 from ..partitioners import BlockPartitioner, Partitioner
 from ..partitioners.keys import check_null_policy
 from ..placement.key_by import place_rows
@@ -359,9 +360,9 @@ class KeyedBatchFunction(StatefulBatchFunction):
                      blocks if isinstance(blocks, BlockPartitioner) else None,
                      carried=None if swap_plan is None else swap_plan.get("carried_counters"),
                      owner=self.token, local=local)
-        placed = arrival_order(placed, o["order_by"])
-        fn = partition_function(o["processor"], o["key"], delay_units, idle_units,
-                                arrow_schema, io, operator_timer(batch_df.sparkSession, "keyed"))
+        placed, aliases = python_input(arrival_order(placed, o["order_by"]))
+        fn = partition_function(o["processor"], o["key"], delay_units, idle_units, arrow_schema,
+                                io, operator_timer(batch_df.sparkSession, "keyed"), aliases)
         out = placed.mapInArrow(fn, out_schema)
         self.func(out, batch_id)
         # partitions no task ran for: their keys may still expire, or move in a swap

@@ -150,6 +150,7 @@ def partition_function(
     arrow_schema: Any,
     io: StateIO | None,
     timer: OperatorTimer | None = None,
+    aliases: dict[str, str] | None = None,
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The ``mapInArrow`` function that runs ``processor`` over one partition.
 
@@ -167,6 +168,9 @@ def partition_function(
         and saves the new version with its timing, through ``io``.
     timer : OperatorTimer, optional
         Where the task writes its rows in and out and its busy and waiting time.
+    aliases : dict, optional
+        ``{alias: column}`` of the input columns that crossed into Python under an internal
+        name (:func:`~trilink_spark.columns.python_input`): renamed back before the hooks run.
 
     Returns
     -------
@@ -189,6 +193,8 @@ def partition_function(
         watch = Stopwatch()
         received = list(watch.pull(batches))
         table = in_arrival_order(pa.Table.from_batches(received)) if received else None
+        if table is not None and aliases:
+            table = table.rename_columns([aliases.get(n, n) for n in table.column_names])
         frame = None if table is None or not table.num_rows else table.to_pandas()
         if io is not None and io.local is not None:
             keys = None if table is None or frame is None else table.column(key)

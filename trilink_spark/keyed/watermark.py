@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ..columns import POS_COL, check_user_columns, require_columns
+from ..columns import POS_COL, check_user_columns, column_of, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from .._internal.validation import refuse_streaming
 from .prepare import KEYED_STREAM_ROUTE
@@ -165,18 +165,18 @@ def keyed_watermark(
     columns = list(df.columns)
     # the event time is recomputed where needed rather than shuffled as a column
     tagged = df.select("*", F.monotonically_increasing_id().alias(POS_COL))
-    arrival = [F.col(order_by), F.col(POS_COL)] if order_by is not None else [F.col(POS_COL)]
+    arrival = [column_of(order_by), F.col(POS_COL)] if order_by is not None else [F.col(POS_COL)]
     if order_by is not None:
         tagged = tagged.sortWithinPartitions(*arrival)
     with_partition = tagged.withColumn(
         "is_late_partition", _partition_lateness(delay_units)(et_col)
     )
     if n_keys == 1:
-        group = F.col(key)
+        group = column_of(key)
     else:
-        distinct = df.select(key).distinct().count()
+        distinct = df.select(column_of(key)).distinct().count()
         buckets = max(1, math.ceil(distinct / n_keys))
-        group = F.pmod(F.xxhash64(F.col(key)), F.lit(buckets))
+        group = F.pmod(F.xxhash64(column_of(key)), F.lit(buckets))
     window = (
         Window.partitionBy(group)
         .orderBy(*arrival)
@@ -189,7 +189,7 @@ def keyed_watermark(
     watermark = high - F.lit(delay_units)
     dtype = df.schema[event_time].dataType
     return with_partition.select(
-        *[F.col(c) for c in columns],
+        *[column_of(c) for c in columns],
         _from_units(watermark, kind, dtype).alias("key_watermark"),
         F.when(known.isNotNull(), F.coalesce(known < watermark, F.lit(False)))
         .alias("is_late"),

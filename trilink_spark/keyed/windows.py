@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..columns import require_columns
+from ..columns import quoted, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..eventtime import SPARK_TIME_TYPES, delay_in_units, from_units
 from .process import KeyedBatch, KeyedContext, KeyedRuntime
@@ -103,9 +103,9 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         self.key_column = key
         self.time_kind = time_kind
         bound = SPARK_TIME_TYPES[time_kind]
-        fields = [f"`{key}` {schema[key].dataType.simpleString()}",
+        fields = [f"{quoted(key)} {schema[key].dataType.simpleString()}",
                   f"window_start {bound}", f"window_end {bound}"]
-        fields += [f"`{a}` {'bigint' if a == 'count' else 'double'}" for a in self.aggs]
+        fields += [f"{quoted(a)} {'bigint' if a == 'count' else 'double'}" for a in self.aggs]
         self.output_schema = ", ".join(fields)
 
     def input_columns(self) -> list[str]:

@@ -49,9 +49,9 @@ import logging
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from ..columns import CONST_TIME_COL, ET_COL, INTERNAL_PREFIX, ORDER_COL, POS_COL, PUNCT_COL
+from ..columns import CONST_TIME_COL, ET_COL, ORDER_COL, POS_COL, PUNCT_COL
 from ..columns import check_atomic_key, check_user_columns, require_columns
-from ..columns import column_of, quoted
+from ..columns import column_of, python_aliases, quoted
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from .._internal.optiming import operator_timer
 from .._internal.spark.executors import ensure_executors
@@ -329,8 +329,7 @@ def plan_merge(
     finite = F.when(~F.isnan(et_col) & (F.abs(et_col) < F.lit(float("inf"))), et_col)
     # PySpark's mapInArrow cannot take input columns whose names hold a dot or a backtick:
     # such columns travel under internal names, given back inside each partition
-    aliases = {f"{INTERNAL_PREFIX}col{i}": name for i, name in enumerate([key, *values])
-               if "." in name or "`" in name}
+    aliases = python_aliases([key, *values])
     inside = {name: alias for alias, name in aliases.items()}
     # only what the merge needs crosses into Python: the key, the aggregated columns and the
     # event time; arrival positions and slots are computed inside the partition

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ..columns import INTERNAL_PREFIX, column_of, quoted
+from ..columns import INTERNAL_PREFIX, column_of, python_input, quoted
 from .._internal.spark.executors import ensure_executors
 from .expressions import AggSpec, parse_aggs, specs_for_partials  # parse_aggs: the examples
 from .kernels import Groups
@@ -224,9 +224,16 @@ def _merge_with_pandas(df: DataFrame, keys: list[str], specs: list[AggSpec]) -> 
     fields = [f"{quoted(k)} {df.schema[k].dataType.simpleString()}" for k in keys]
     fields += [f"{quoted(spec.name)} {spec.aggregate.merged_type(df.schema)}" for spec in specs]
 
+    # columns named with a dot or a backtick cross into Python under aliases
+    source, aliases = python_input(df)
+    inside = {name: alias for alias, name in aliases.items()}
+
     def merge(pdf: pd.DataFrame) -> pd.DataFrame:
+        if aliases:
+            pdf = pdf.rename(columns=aliases)
         merged = merge_partial_frames(pdf, keys, specs, None)
         return finalize_frame(merged, keys, specs)
 
     ensure_executors(df.sparkSession)  # a cluster's executors must import the package
-    return df.groupBy(*[column_of(k) for k in keys]).applyInPandas(merge, ", ".join(fields))
+    by = [column_of(inside.get(k, k)) for k in keys]
+    return source.groupBy(*by).applyInPandas(merge, ", ".join(fields))

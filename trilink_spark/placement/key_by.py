@@ -29,7 +29,7 @@ from .._internal.validation import refuse_streaming
 from ..columns import COMPACTED_META, NUM_PARTITIONS_META, PARTITION_COL, TABLE_KEY_COL
 from ..columns import TABLE_PID_COL
 from ..columns import SLOT_ID_COL, SLOT_PID_COL, check_user_columns
-from ..columns import require_columns
+from ..columns import column_of, quoted, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
 from ..partitioners.keys import DEFAULT_NULL_POLICY, KeyArray, check_null_policy
 from ..partitioners.keys import null_key_error, null_partition, to_key_array
@@ -119,10 +119,10 @@ def key_counts(df: DataFrame, key: str, fraction: float, seed: int, null_policy:
                      "a job before placing them", "On a stream name a stateless strategy ('hash',"
                      " 'modulo', 'weight') or pass a fitted one with fit='none'; or place each "
                      "micro-batch in writeStream.foreachBatch (adaptive_foreach_batch)")
-    src = df.select(key)
+    src = df.select(column_of(key))
     if fraction < 1.0:
         src = src.sample(fraction=fraction, seed=seed)
-    table = src.groupBy(key).agg(F.count(F.lit(1)).alias("count")).toArrow()
+    table = src.groupBy(column_of(key)).agg(F.count(F.lit(1)).alias("count")).toArrow()
     if table.column(0).null_count and check_null_policy(null_policy) == "error":
         raise null_key_error(f"column {key!r} has null keys")
     return table.sort_by([(table.column_names[0], "ascending")])
@@ -161,7 +161,7 @@ def refuse_null_keys(df: DataFrame, key: str, null_policy: str) -> DataFrame:
 
     if check_null_policy(null_policy) != "error" or not df.schema[key].nullable:
         return df
-    column = F.col("`" + key.replace("`", "``") + "`")
+    column = column_of(key)
     return df.where(F.when(column.isNull(), F.raise_error(F.lit(_jvm_null_message(key))))
                     .otherwise(F.lit(True)))
 
@@ -543,7 +543,7 @@ def _compacted(placed: DataFrame, used: list[int], n: int) -> DataFrame:
     moved = joined.repartitionById(slots_n, slot)
     meta = {NUM_PARTITIONS_META: n, COMPACTED_META: True}
     result: DataFrame = moved.select(
-        *[placed[c] if c != PARTITION_COL else placed[c].alias(c, metadata=meta)
+        *[placed[quoted(c)] if c != PARTITION_COL else placed[c].alias(c, metadata=meta)
           for c in placed.columns])
     return result
 
@@ -557,7 +557,7 @@ def with_partition_id(df: DataFrame, key: str, p: Partitioner) -> DataFrame:
     from pyspark.sql import functions as F
 
     kind, dtype = key_kind(df, key)
-    key_col = F.col(key)
+    key_col = column_of(key)
     nullable = df.schema[key].nullable
     columns = [c for c in df.columns if c != PARTITION_COL]
     # an overlay over a table strategy: the table's join, with the overrides laid over it
@@ -593,6 +593,6 @@ def with_partition_id(df: DataFrame, key: str, p: Partitioner) -> DataFrame:
         base = df
     pid = _null_guard(pid, key_col, p.null_policy, nullable, key, p.num_partitions)
     meta = {NUM_PARTITIONS_META: p.num_partitions}
-    result: DataFrame = base.select(*[df[c] for c in columns],
+    result: DataFrame = base.select(*[df[quoted(c)] for c in columns],
                                     pid.cast("int").alias(PARTITION_COL, metadata=meta))
     return result

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._internal.validation import check_num_partitions
-from ..columns import PARTITION_COL
+from ..columns import PARTITION_COL, column_of, python_input
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..partitioners.keys import check_null_policy
 from ..merge.expressions import combinable
@@ -176,10 +176,10 @@ def keyed_agg(
         from ..columns import check_user_columns
 
         check_user_columns(df)  # the same refusals on both plans
-        return refuse_null_keys(df, key, policy).groupBy(key).agg(*exprs)
+        return refuse_null_keys(df, key, policy).groupBy(column_of(key)).agg(*exprs)
     # uncompacted: grouping by (PARTITION_COL, key) then reuses the exchange
     placed = key_by(df, key, strategy, num_partitions, **{"compact": "never", **placement})
-    grouped = placed.groupBy(PARTITION_COL, key).agg(*exprs)
+    grouped = placed.groupBy(PARTITION_COL, column_of(key)).agg(*exprs)
     # drop the partition column by position: an aggregate may be named like it
     names = grouped.columns
     spare = PARTITION_COL
@@ -226,10 +226,11 @@ def _signed_zeros_as_one(df: DataFrame, key: str) -> DataFrame:
     field = df.schema[key]
     if not isinstance(field.dataType, (T.FloatType, T.DoubleType)):
         return df
-    column = F.col("`" + key.replace("`", "``") + "`")
+    column = column_of(key)
     zero = F.lit(0.0).cast(field.dataType)
     fixed = F.when(column == zero, zero).otherwise(column)
-    return df.withColumn(key, fixed).withMetadata(key, field.metadata)
+    # withColumn takes the name as it is; withMetadata would parse it (``a.b``: a field)
+    return df.withColumn(key, fixed.alias(key, metadata=field.metadata))
 
 
 def keyed_apply(
@@ -272,8 +273,15 @@ def keyed_apply(
     # uncompacted: grouping by (PARTITION_COL, key) then reuses the exchange
     placed = key_by(df, key, strategy, num_partitions, **{"compact": "never", **placement})
 
+    # a column named with a dot or a backtick crosses into Python under an alias
+    placed, aliases = python_input(placed)
+    inside = {name: alias for alias, name in aliases.items()}
+
     def grouped(key_tuple: tuple[Any, ...], pdf: Any) -> Any:
         pdf = pdf.drop(columns=[PARTITION_COL])
+        if aliases:
+            pdf = pdf.rename(columns=aliases)
         return func(key_tuple[1:], pdf) if takes_key else func(pdf)
 
-    return placed.groupBy(PARTITION_COL, key).applyInPandas(grouped, schema)
+    by = column_of(inside.get(key, key))
+    return placed.groupBy(PARTITION_COL, by).applyInPandas(grouped, schema)

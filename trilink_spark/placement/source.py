@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from ..columns import ARG_COL, require_columns
+from ..columns import ARG_COL, column_of, python_input, require_columns
 from .._internal.spark.compat import is_connect
 from .._internal.spark.executors import ensure_executors
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, KeysNotGroupedError
@@ -98,7 +98,6 @@ def keyed_by_source(df: DataFrame, key: str, *, verify: bool = False,
     0
     """
     from pyspark.sql import DataFrame
-    from pyspark.sql import functions as F
 
     if not isinstance(df, DataFrame):
         raise InvalidArgumentTypeError(f"expected a DataFrame, got {type(df).__name__}")
@@ -117,7 +116,8 @@ def keyed_by_source(df: DataFrame, key: str, *, verify: bool = False,
     field = df.schema[key]
     metadata = dict(field.metadata or {})
     metadata[_MARK] = {"exchanges": exchanges}
-    columns = [F.col(c).alias(c, metadata=metadata) if c == key else F.col(c) for c in df.columns]
+    columns = [column_of(c).alias(c, metadata=metadata) if c == key else column_of(c)
+               for c in df.columns]
     marked: DataFrame = df.select(*columns)
     return marked
 
@@ -125,7 +125,7 @@ def keyed_by_source(df: DataFrame, key: str, *, verify: bool = False,
 def _verify(df: DataFrame, key: str, max_examples: int) -> None:
     from pyspark.sql import functions as F
 
-    pairs = df.select(F.col(key).alias("k"), F.spark_partition_id().alias("p")).distinct()
+    pairs = df.select(column_of(key).alias("k"), F.spark_partition_id().alias("p")).distinct()
     split = pairs.groupBy("k").agg(F.sort_array(F.collect_list("p")).alias("parts"))
     split = split.where(F.size("parts") > 1)
     examples = split.limit(max_examples).collect()
@@ -315,11 +315,10 @@ def source_agg(df: DataFrame, key: str, exprs: tuple[Column, ...]) -> DataFrame:
     from each group's row numbers (Arrow has none); sums of integers are exact, as two sums
     of 32-bit halves (Arrow's wraps around), ArithmeticOverflowError beyond 64 bits.
     """
-    from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
 
     check_source_layout(df, key)
-    out_schema = df.groupBy(key).agg(*exprs).schema
+    out_schema = df.groupBy(column_of(key)).agg(*exprs).schema
     parsed: list[_Agg] = []
     arguments: list[Column] = []
     for i, expr in enumerate(exprs):
@@ -328,9 +327,11 @@ def source_agg(df: DataFrame, key: str, exprs: tuple[Column, ...]) -> DataFrame:
         arguments += cols
     timezone = df.sparkSession.conf.get("spark.sql.session.timeZone")
     arrow_schema = to_arrow_schema(out_schema, timezone=timezone)
-    projected = df.select(F.col(key), *arguments)
+    # a key named with a dot or a backtick crosses into Python under an alias
+    projected, aliases = python_input(df.select(column_of(key), *arguments))
+    inside = next(iter(aliases), key)
     ensure_executors(df.sparkSession)  # a cluster's executors must import the package
-    return projected.mapInArrow(_aggregate_partition(key, parsed, arrow_schema), out_schema)
+    return projected.mapInArrow(_aggregate_partition(inside, parsed, arrow_schema), out_schema)
 
 
 def _aggregate_partition(key: str, aggs: list[_Agg],
@@ -468,6 +469,8 @@ def source_apply(df: DataFrame, key: str, func: Callable[..., Any],
     """
     check_source_layout(df, key)
     takes_key = len(inspect.signature(func).parameters) == 2
+    # columns named with a dot or a backtick cross into Python under aliases
+    source, aliases = python_input(df)
 
     def run(frames: Iterator[Any]) -> Iterator[Any]:
         import pandas as pd
@@ -476,6 +479,8 @@ def source_apply(df: DataFrame, key: str, func: Callable[..., Any],
         if not parts:
             return
         whole = pd.concat(parts, ignore_index=True)
+        if aliases:
+            whole = whole.rename(columns=aliases)
         for value, group in whole.groupby(key, sort=False, dropna=False):
             group = group.reset_index(drop=True)
             if takes_key:
@@ -485,4 +490,4 @@ def source_apply(df: DataFrame, key: str, func: Callable[..., Any],
             if out is not None and len(out):
                 yield out
 
-    return df.mapInPandas(run, schema)
+    return source.mapInPandas(run, schema)

@@ -42,6 +42,7 @@ import pyarrow as pa
 
 from .._internal.validation import check_num_partitions
 from .._internal.validation import refuse_streaming
+from ..columns import column_of
 from ..errors import ConfigError, InvalidArgumentError, InvalidArgumentTypeError
 from ..errors import InvalidKeyTypeError
 from ..partitioners.keys import DEFAULT_NULL_POLICY, Key, KeyArray, null_key_error, to_counts
@@ -426,7 +427,7 @@ class AdaptivePartitioner(Partitioner):
             self._key_type = kind
         rate = self.sample_rate
         sample_seed = self._seed + self._observations if seed is None else seed
-        src = df.select(key)
+        src = df.select(column_of(key))
         if rate < 1.0:
             src = src.sample(fraction=rate, seed=sample_seed)
         column = src.toArrow().column(0)
