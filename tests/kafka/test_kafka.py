@@ -376,7 +376,7 @@ def test_stream_rekeyed_into_another_topic(spark: Any, kafka_broker: Any, tmp_pa
     stream = read_kafka(spark, kafka_broker.bootstrap, source, streaming=True,
                         starting_offsets="earliest")
     users = stream.select(F.col("key").cast("string").cast("long").alias("user"), "value")
-    with pytest.raises(ValueError, match="learnt first"):
+    with pytest.raises(ValueError, match="no table learnt"):
         ahead_key_by(users, "user", tl.LeastKeyPartitioner(N_PARTITIONS))
     placed = ahead_key_by(users, "user", strategy)
     query = (placed.selectExpr("CAST(user AS STRING) AS key", "value", "partition")
