@@ -131,6 +131,8 @@ CASES: list[tuple[str, str, str, Callable[[Any], Any], str]] = [
     ("check_atomic_key", "schema", "inspects", lambda s: columns.check_atomic_key(s, "k"), ""),
     ("strategy_partitions", "metadata", "inspects",
      lambda s: columns.strategy_partitions(tl.key_by(s, "k", "hash", 4)), ""),
+    ("python_input", "aliases", "works",
+     lambda s: columns.python_input(s.withColumnRenamed("v", "v.x"))[0], "append"),
 ]
 
 

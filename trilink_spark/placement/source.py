@@ -329,7 +329,7 @@ def source_agg(df: DataFrame, key: str, exprs: tuple[Column, ...]) -> DataFrame:
     arrow_schema = to_arrow_schema(out_schema, timezone=timezone)
     # a key named with a dot or a backtick crosses into Python under an alias
     projected, aliases = python_input(df.select(column_of(key), *arguments))
-    inside = next(iter(aliases), key)
+    inside = next(iter(aliases), key)  # the arguments are named _tl_arg<i>: no alias
     ensure_executors(df.sparkSession)  # a cluster's executors must import the package
     return projected.mapInArrow(_aggregate_partition(inside, parsed, arrow_schema), out_schema)
 
