@@ -158,6 +158,7 @@ def test_keyed_by_source_frames(frames: Any) -> None:
     # a float key: -0.0 and 0.0 are written as one key, the declaration kept
     floats = keyed_by_source(declared.withColumn(KEY, column_of(KEY).cast("double")), KEY)
     got = tl.keyed_agg(floats, KEY, F.count("*").alias("n"))
+    assert shuffle_exchanges(got) == shuffle_exchanges(floats) == 1  # the declaration kept
     assert sorted(tuple(r) for r in got.collect()) == \
         sorted((float(k), 60 // 7 + (k // 3 < 60 % 7)) for k in range(0, 21, 3))
 
