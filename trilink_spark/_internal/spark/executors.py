@@ -192,8 +192,8 @@ def check_executors(spark: Any, state_path: str | None = None, filesystem: Any =
     list of dict
         One report per task: ``host``, ``python`` (the executor's interpreter), ``pid``,
         ``missing`` (module -> error), ``version`` and ``file`` of the package it imported,
-        ``seen`` (``"yes"``, ``"no"``, an error, ``"unchecked: "`` and why the filesystem
-        could not be opened there, or None without ``state_path``).
+        ``seen`` (``"yes"``, ``"no"``, an error, or None without ``state_path`` or when
+        an executor lacks what the check of another filesystem than the local one needs).
 
     Raises
     ------
@@ -240,18 +240,17 @@ def check_executors(spark: Any, state_path: str | None = None, filesystem: Any =
             raise StateStoreError(f"state path {shown} cannot be written ({type(err).__name__}:"
                                   f" {err}); give a writable directory") from None
         from pyarrow import fs as pafs
-        from pyspark import cloudpickle
 
-        # a local path is looked up with os (no pyarrow needed); another filesystem travels
-        # pickled, and the task unpickles it itself: an executor without pyarrow reports
-        # that (a filesystem object in the task's closure would fail the job before any
-        # report)
-        remote = (None if isinstance(fs, pafs.LocalFileSystem)
-                  else cloudpickle.dumps(fs))  # type: ignore[no-untyped-call]
+        # a local path is looked up with os (no pyarrow needed); another filesystem object
+        # goes into the closure of a second job, run once the first showed that every
+        # executor imports pyarrow (in the first job's closure it would fail the job before
+        # any task could report a missing pyarrow)
+        remote = None if isinstance(fs, pafs.LocalFileSystem) else fs
     try:
-        probe = F.udf(_probe(version, marker, remote), "string", useArrow=False).asNondeterministic()
-        frame = spark.range(0, PROBE_ROWS).select(probe(F.col("id")).alias("report"))
-        rows = frame.where(F.col("report").isNotNull()).collect()
+        rows = _run_probe(spark, _probe(version, None if remote is not None else marker, None))
+        if remote is not None and judge_reports(
+                [json.loads(row[0]) for row in rows], version, None, needs) is None:
+            rows = _run_probe(spark, _probe(version, marker, remote))
     except Exception as err:
         detail = " ".join(str(err).split())[:800]
         raise ExecutorEnvironmentError(
@@ -275,6 +274,15 @@ def check_executors(spark: Any, state_path: str | None = None, filesystem: Any =
                 ", ".join(hosts), version,
                 "" if shown is None else f" and see {shown}")
     return reports
+
+
+def _run_probe(spark: Any, probe_function: Callable[[int], str | None]) -> list[Any]:
+    """The rows with a report of one run of the check's job."""
+    from pyspark.sql import functions as F
+
+    probe = F.udf(probe_function, "string", useArrow=False).asNondeterministic()
+    frame = spark.range(0, PROBE_ROWS).select(probe(F.col("id")).alias("report"))
+    return list(frame.where(F.col("report").isNotNull()).collect())
 
 
 def _python_version() -> str:
@@ -339,10 +347,7 @@ def judge_reports(reports: list[dict[str, Any]], version: str,
             other_version = True
             lines.append(f"{where} imports trilink_spark {report['version']} from "
                          f"{report['file']}, not the driver's {version}")
-        if isinstance(report["seen"], str) and report["seen"].startswith("unchecked: "):
-            lines.append(f"{where} cannot open the filesystem of state_path {shown} "
-                         f"({report['seen'].removeprefix('unchecked: ')})")
-        elif report["seen"] not in (None, "yes"):
+        if report["seen"] not in (None, "yes"):
             unseen = True
             seen = "" if report["seen"] == "no" else f" ({report['seen']})"
             lines.append(f"{where} cannot see state_path {shown}: the file the driver wrote "
@@ -384,14 +389,14 @@ def _distinct(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _probe(driver_version: str, marker: str | None,
-           filesystem: bytes | None) -> Callable[[int], str | None]:
+           filesystem: Any) -> Callable[[int], str | None]:
     """The check's UDF: the first row of each task reports, the others give None. Nested,
     so cloudpickle ships it by value; it reads nothing of this module (only its closure).
     A Python worker that imported another version of the package than the driver's forgets
     it again, so that the version ``tl.ship`` adds is the one its next task imports. The
-    driver's ``marker`` file is looked up in ``filesystem`` (a pickled ``pyarrow.fs`` one,
-    unpickled by the task, so that an executor without pyarrow reports instead of failing),
-    or, when that is None, as a path of the executor's own filesystem."""
+    driver's ``marker`` file is looked up in ``filesystem`` (a ``pyarrow.fs`` one, given only
+    once every executor was seen to import pyarrow), or, when that is None, as a path of the
+    executor's own filesystem."""
     reported: list[bool] = []
 
     def probe(_: int) -> str | None:
@@ -447,19 +452,12 @@ def _probe(driver_version: str, marker: str | None,
             seen = "yes" if os.path.isfile(marker) else "no"
         elif marker is not None and filesystem is not None:
             try:
-                import pickle
-
                 from pyarrow import fs
 
-                opened = pickle.loads(filesystem)
+                kind = filesystem.get_file_info(marker).type
+                seen = "yes" if kind == fs.FileType.File else "no"
             except Exception as err:
-                seen = "unchecked: " + why(err)
-            else:
-                try:
-                    kind = opened.get_file_info(marker).type
-                    seen = "yes" if kind == fs.FileType.File else "no"
-                except Exception as err:
-                    seen = why(err)
+                seen = why(err)
         return json.dumps({"host": socket.gethostname(), "python": sys.executable,
                            "pid": os.getpid(), "missing": missing, "version": version,
                            "file": path, "seen": seen})
