@@ -30,6 +30,19 @@ Both ways are driven by the same two functions of :class:`KeyedRuntime`, so they
 semantics: :meth:`KeyedRuntime.judge` (lateness and the advance of each key's high-water mark)
 and :meth:`KeyedRuntime.watermarks` (the idle rule).
 
+**Keys.** The per-key hooks (and ``ctx.key``) get each key in its column's type: ``None``
+for the null key (a key of its own under the null policy ``"group"``), exact ``int`` values
+for an integer column (beside a null too, where pandas would make them floats),
+``float("nan")`` for the NaN key of a floating column (a key apart from the null key, as in
+Spark's ``groupBy``) and ``0.0`` for ``-0.0``. A vectorised processor sees the runtime's own
+identities in :class:`KeyedBatch` (``keys``, ``row_keys``, ``key_array``): the null key is
+:data:`~trilink_spark.keyed.snapshot.NULL_KEY`, a float NaN object, and the NaN key
+:data:`~trilink_spark.keyed.snapshot.NAN_KEY`; ``batch.user_keys`` converts them. In ``rows``
+the key column of a task's batch is exact too: pandas' nullable ``Int64`` (and so on) for an
+integer column holding a null, nullable ``Float64`` for a floating column. What a hook
+returns goes to the sink through pandas and Arrow, as ``applyInPandas`` output does: ``None``
+and NaN in a row are null there, so a NaN key emitted in a double column arrives as null.
+
 **Units.** Event times, watermarks and timers are numbers: microseconds since the epoch for
 timestamp columns, the column's own unit for numeric ones. Hooks find a row's event time in
 the column :data:`EVENT_TIME_COL`.
@@ -51,7 +64,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..columns import EVENT_TIME_COL
 from ..errors import InvalidArgumentError
-from .snapshot import NULL_KEY, PartitionState, check_value, object_array
+from .snapshot import NAN_KEY, NULL_KEY, PartitionState, check_value, object_array
+from .snapshot import user_key
 from .timers import TimerService
 
 __all__ = [
@@ -78,7 +92,11 @@ def _scalar(value: Any) -> Hashable:
 
 def _factorize(keys: KeysLike) -> tuple[NDArray[np.intp], list[Hashable], NDArray[np.object_]]:
     """Each entry's index into the distinct keys (in order of first appearance), and those keys
-    as a list and as an object array."""
+    as a list and as an object array, as the runtime identifies them: the null key
+    :data:`~trilink_spark.keyed.snapshot.NULL_KEY`; in a masked floating column (the task's
+    key column), NaN :data:`~trilink_spark.keyed.snapshot.NAN_KEY`, a key of its own, and
+    ``-0.0`` the key ``0.0`` (as Spark's ``groupBy`` has them); a plain float NaN is missing,
+    as pandas has it. One Python step per distinct key at most."""
     if isinstance(keys, (np.ndarray, pd.Index, pd.Series)):
         values: Any = keys
     else:
@@ -86,17 +104,22 @@ def _factorize(keys: KeysLike) -> tuple[NDArray[np.intp], list[Hashable], NDArra
     codes, uniques = pd.factorize(values, sort=False, use_na_sentinel=False)
     plain = uniques.dtype != object or pd.api.types.infer_dtype(uniques, skipna=False) in (
         "string", "bytes", "empty")
-    if plain:  # Python scalars already, none of them a sequence: filled without a Python loop
+    if plain:  # Python scalars already, none of them a sequence
         distinct: list[Hashable] = uniques.tolist()
+    else:
+        distinct = [_scalar(u) for u in uniques.tolist()]
+    missing = pd.isna(uniques)
+    for i in np.flatnonzero(missing).tolist():  # one null key object, so it finds its state again
+        distinct[i] = NULL_KEY
+    if uniques.dtype.kind == "f":  # what is left of NaN is a NaN key; -0.0 + 0.0 is 0.0
+        for i in np.flatnonzero(~np.asarray(missing, dtype=bool)).tolist():
+            value = distinct[i]
+            distinct[i] = NAN_KEY if value != value else value + 0.0  # type: ignore[operator]
+    if plain:  # no sequence among them: filled without a Python loop
         array = np.empty(len(distinct), dtype=object)
         array[:] = distinct
     else:
-        distinct = [_scalar(u) for u in uniques.tolist()]
         array = object_array(distinct)
-    missing = np.flatnonzero(pd.isna(uniques))
-    for i in missing.tolist():  # one null key object, so it finds its state again
-        distinct[i] = NULL_KEY
-        array[i] = NULL_KEY
     return np.asarray(codes, dtype=np.intp), distinct, array
 
 
@@ -119,8 +142,14 @@ class KeyedBatch:
     rows : pandas.DataFrame
         The batch in arrival order, with :data:`EVENT_TIME_COL`.
     keys : list of Hashable
-        The batch's distinct keys in order of first arrival, as the per-key hooks get them
-        (Python scalars).
+        The batch's distinct keys in order of first arrival, as the runtime identifies them
+        (Python scalars; integers exact): the null key is
+        :data:`~trilink_spark.keyed.snapshot.NULL_KEY` (a float NaN object, so
+        ``pd.isna`` finds it) and a floating column's NaN key
+        :data:`~trilink_spark.keyed.snapshot.NAN_KEY` (not a float: pandas would take it
+        for missing). Pass them as they are to :meth:`KeyedRuntime.watermarks`, and use them
+        as the first index level of a keyed table in ``runtime.shared``; :attr:`user_keys`
+        gives them as the per-key hooks get them (``None``, ``nan``).
     codes : numpy.ndarray of intp
         Each row's key, as an index into ``keys``.
     event_time : numpy.ndarray of float64
@@ -168,6 +197,12 @@ class KeyedBatch:
         keys = self.key_array if self.key_array is not None else object_array(self.keys)
         return keys[self.codes]
 
+    @cached_property
+    def user_keys(self) -> list[Hashable]:
+        """:attr:`keys` as the per-key hooks get them: ``None`` for the null key,
+        ``float("nan")`` for the NaN key, every other key itself. O(distinct keys) once."""
+        return [user_key(k) for k in self.keys]
+
     @property
     def on_time(self) -> NDArray[np.bool_]:
         """Rows that are not late (null event times included, as ``process_on_time`` gets them)."""
@@ -202,14 +237,22 @@ class KeyWatermarks:
 
 
 class KeyedContext:
-    """The handle a hook receives: the current key's state, timers and watermark."""
+    """The handle a hook receives: the current key's state, timers and watermark.
 
-    __slots__ = ("_runtime", "key", "_judged")
+    Attributes
+    ----------
+    key : Hashable
+        The key as the hook gets it: ``None`` for the null key, ``float("nan")`` for the NaN
+        key of a floating column, an exact ``int`` for an integer column (also beside a null).
+    """
+
+    __slots__ = ("_runtime", "key", "_key", "_judged")
 
     def __init__(self, runtime: KeyedRuntime, key: Hashable,
                  judged: float | None = None) -> None:
         self._runtime = runtime
-        self.key = key
+        self._key = key  # the runtime's own identity of the key (NULL_KEY, NAN_KEY)
+        self.key = user_key(key)
         self._judged = judged
 
     @property
@@ -222,7 +265,7 @@ class KeyedContext:
         """
         if self._judged is not None:
             return self._judged
-        return self._runtime.key_watermark(self.key)
+        return self._runtime.key_watermark(self._key)
 
     @property
     def partition_watermark(self) -> float:
@@ -231,7 +274,7 @@ class KeyedContext:
 
     def get_state(self, name: str, default: Any = None) -> Any:
         """The key's value ``name`` (``default`` when unset)."""
-        return self._runtime.values.get(self.key, {}).get(name, default)
+        return self._runtime.values.get(self._key, {}).get(name, default)
 
     def set_state(self, name: str, value: Any) -> None:
         """Set the key's value ``name`` (kept across batches in streaming).
@@ -245,30 +288,30 @@ class KeyedContext:
             ``name`` is not declared, or ``value`` does not fit its declared type.
         """
         check_value(name, value, self._runtime.value_fields, self.key)
-        self._runtime.values.setdefault(self.key, {})[name] = value
+        self._runtime.values.setdefault(self._key, {})[name] = value
 
     def clear_state(self, name: str | None = None) -> None:
         """Drop one value of the key, or all of them."""
         values = self._runtime.values
         if name is None:
-            values.pop(self.key, None)
+            values.pop(self._key, None)
             return
-        mine = values.get(self.key)
+        mine = values.get(self._key)
         if mine is not None:
             mine.pop(name, None)
             if not mine:
-                del values[self.key]
+                del values[self._key]
 
     def register_timer(self, timestamp: int) -> bool:
         """Fire ``on_timer`` once the key's watermark reaches ``timestamp`` (O(log n))."""
-        return self._runtime.timers.register(self.key, int(timestamp))
+        return self._runtime.timers.register(self._key, int(timestamp))
 
     def delete_timer(self, timestamp: int) -> bool:
-        return self._runtime.timers.delete(self.key, int(timestamp))
+        return self._runtime.timers.delete(self._key, int(timestamp))
 
     def timers(self) -> list[int]:
         """The key's registered timers, ascending."""
-        return self._runtime.timers.timers_of(self.key)
+        return self._runtime.timers.timers_of(self._key)
 
 
 class KeyedWatermarkProcessFunction(ABC):
@@ -760,9 +803,9 @@ class KeyedRuntime:
             late = ordered_late[bounds[i]:bounds[i + 1]]
             ctx = KeyedContext(self, key, judged=float(batch.watermark_before[i]))
             if late.any():
-                out.append(processor.process_late(key, rows[late], ctx))
+                out.append(processor.process_late(ctx.key, rows[late], ctx))
             if not late.all():
-                out.append(processor.process_on_time(key, rows[~late], ctx))
+                out.append(processor.process_on_time(ctx.key, rows[~late], ctx))
             out.extend(self._fire(key, self.key_watermark(key), KeyedContext(self, key)))
         out.extend(self._fire_idle())
         out.append(processor.on_watermark(self))
@@ -787,7 +830,7 @@ class KeyedRuntime:
         while due:
             for ts in due:
                 self.timers.delete(key, ts)
-                fired.append(self.processor.on_timer(key, ts, ctx))
+                fired.append(self.processor.on_timer(ctx.key, ts, ctx))
             due = [ts for ts in self.timers.timers_of(key) if ts <= watermark]  # set in on_timer
         return fired
 
@@ -830,7 +873,8 @@ class KeyedRuntime:
             self.key_high[key] = math.inf
             out.extend(self._fire(key, math.inf, KeyedContext(self, key)))
         for key in list(self.values):
-            out.append(self.processor.on_end(key, KeyedContext(self, key)))
+            ctx = KeyedContext(self, key)
+            out.append(self.processor.on_end(ctx.key, ctx))
         out.append(self.processor.on_watermark(self))
         return out
 

@@ -38,14 +38,51 @@ from ..errors import StateCorruptError, StateTypeError
 
 __all__ = ["PartitionState", "encode_state", "decode_state", "decode_keys", "split_out", "cut_segments", "merge_in",
            "check_value", "object_array", "key_array", "read_counters", "add_counters", "KEY_FIELD", "NULL_KEY"]
-__all__ += ["BATCH_TIME"]
+__all__ += ["BATCH_TIME", "NAN_KEY", "user_key"]
 
 KEY_FIELD = "key"
 #: The state column of each key's last batch time (module docs).
 BATCH_TIME = "batch_time"
-#: The one object the runtime uses for a null (or NaN) key, so that a null key's state is
-#: found again from batch to batch (NaN is not equal to itself; this object is identical).
+#: The one object the runtime uses for the null key, so that its state is found again from
+#: batch to batch (NaN is not equal to itself; this object is identical). The hooks get
+#: ``None`` instead (:func:`user_key`).
 NULL_KEY: float = float("nan")
+
+
+class _NaNKey:
+    """The type of :data:`NAN_KEY` (one instance, equal only to itself)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NAN_KEY"
+
+    def __reduce__(self) -> str:
+        return "NAN_KEY"  # unpickles as the module's one object
+
+
+#: The one object the runtime uses for the NaN key of a floating key column, a key of its
+#: own beside the null key, as in Spark's ``groupBy``. Not a float: pandas takes every NaN
+#: for a missing value, and would merge it with the null key in an index or a group-by. The
+#: hooks get ``float("nan")`` instead (:func:`user_key`).
+NAN_KEY: Any = _NaNKey()
+
+
+def user_key(key: Any) -> Any:
+    """A runtime key as the hooks and the results give it: ``None`` for the null key
+    (:data:`NULL_KEY`, or any other float NaN standing for it), ``float("nan")`` for
+    :data:`NAN_KEY`, every other key itself. O(1).
+
+    Examples
+    --------
+    >>> user_key(NULL_KEY) is None, user_key(NAN_KEY), user_key(7)
+    (True, nan, 7)
+    """
+    if key is NAN_KEY:
+        return math.nan
+    if isinstance(key, float) and key != key:
+        return None
+    return key
 _SHARED = "shared:"
 _META_HIGH = b"trilink.partition_high"
 _META_COUNTERS = b"trilink.counters"
@@ -140,10 +177,23 @@ def check_value(name: str, value: Any, fields: dict[str, Any] | None, key: Hasha
 
 
 def key_array(keys: list[Hashable], key_type: Any) -> Any:
+    """The runtime's keys as an Arrow array of ``key_type`` (inferred when None): the null
+    key null, :data:`NAN_KEY` NaN, integers exact. O(keys), vectorised but for the nulls.
+
+    Raises
+    ------
+    StateTypeError
+        The keys cannot be stored as Arrow.
+    """
     import pyarrow as pa
 
+    items = object_array(keys)
+    items[np.flatnonzero(pd.isna(items))] = None  # the null key (NULL_KEY, None, NaT)
+    if key_type is None or pa.types.is_floating(key_type):
+        items[[i for i, k in enumerate(keys) if k is NAN_KEY]] = math.nan
     try:
-        arr = pa.array(object_array(keys), from_pandas=True)
+        # not from_pandas: a NaN here is the NaN key, which must stay NaN, not turn null
+        arr = pa.array(items, from_pandas=False)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as err:
         raise StateTypeError(f"keys cannot be stored as Arrow ({err})") from None
     if key_type is not None and arr.type != key_type:
@@ -195,7 +245,10 @@ def encode_state(state: PartitionState, key_type: Any = None,
     order.update(dict.fromkeys(by_key))
     for table in tables.values():
         if len(table):
-            order.update(dict.fromkeys(table.index.get_level_values(0).tolist()))
+            # an index holds the null key as a missing value (NaN, not NULL_KEY itself)
+            level = object_array(table.index.get_level_values(0).tolist())
+            level[np.flatnonzero(pd.isna(level))] = NULL_KEY
+            order.update(dict.fromkeys(level.tolist()))
     keys = list(order)
     columns: dict[str, Any] = {KEY_FIELD: key_array(keys, key_type)}
     columns["high"] = pa.array([state.key_high.get(k) for k in keys], pa.float64())
@@ -218,12 +271,13 @@ def encode_state(state: PartitionState, key_type: Any = None,
              for k in keys], pa.string())
     table_meta: dict[str, Any] = {}
     if tables:
-        index = pd.Index(object_array(keys))
+        index = pd.Index(object_array(keys), dtype=object)  # exact: no float64 inferred
         for name, frame in tables.items():
             levels = list(frame.index.names)
             flat = frame.reset_index()
             level0 = flat.columns[0]
-            codes = index.get_indexer(flat[level0])
+            # the level itself, exact (reset_index makes floats of ints beside a missing key)
+            codes = index.get_indexer(frame.index.get_level_values(0))
             body = flat.drop(columns=[level0])
             sort = np.argsort(codes, kind="stable")
             counts = np.bincount(codes, minlength=len(keys)) if len(codes) else np.zeros(
@@ -287,12 +341,26 @@ def add_counters(table: Any, extra: dict[str, int], where: str = "state") -> Any
 
 
 def decode_keys(column: Any) -> list[Hashable]:
-    """Keys as the runtime sees them (the path Arrow -> pandas -> Python scalars; a null key
-    is :data:`NULL_KEY`)."""
-    values = column.to_pandas()
-    out: list[Hashable] = pd.Index(values).tolist() if len(values) else []
-    for i in np.flatnonzero(pd.isna(np.asarray(out, dtype=object))).tolist():
+    """Keys as the runtime identifies them: Python scalars, the null key :data:`NULL_KEY`,
+    a floating column's NaN :data:`NAN_KEY`, integers exact even beside a null (pandas
+    would make them floats). O(keys), vectorised but for the null and NaN keys."""
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if not len(column):
+        return []
+    if pa.types.is_integer(column.type) and column.null_count:
+        values = column.to_pandas(integer_object_nulls=True)
+    else:
+        values = column.to_pandas()
+    out: list[Hashable] = values.tolist()  # (pd.Index would infer float64 for ints + None)
+    nulls = np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    for i in np.flatnonzero(nulls).tolist():
         out[i] = NULL_KEY
+    if pa.types.is_floating(column.type):
+        for i in np.flatnonzero(pd.isna(np.asarray(out, dtype=object)) & ~nulls).tolist():
+            out[i] = NAN_KEY
     return out
 
 
@@ -378,9 +446,12 @@ def _decoded(table: Any, where: str, names: set[str], keys: list[Hashable], high
         body = pa.Table.from_arrays(flat.flatten(), names=[f.name for f in flat.type]) \
             .to_pandas() if flat.type.num_fields else pd.DataFrame(index=range(len(flat)))
         levels = info.get("levels") or [None]
-        arrays = [key_objects[parents]] + [body.pop(level).to_numpy() for level in levels[1:]]
+        # the keys as an object level: pandas would infer int64 and, with the null key in
+        # it, give integers back as floats
+        arrays = [pd.Index(key_objects[parents], dtype=object)] + [
+            body.pop(level).to_numpy() for level in levels[1:]]
         body.index = pd.MultiIndex.from_arrays(arrays, names=levels) if len(arrays) > 1 \
-            else pd.Index(arrays[0], name=levels[0])
+            else pd.Index(arrays[0], name=levels[0], dtype=object)
         state.shared[name] = body
     return state
 

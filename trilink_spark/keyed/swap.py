@@ -375,7 +375,7 @@ def plan_swap(store: KeyedStateStore, batch_id: int, prev: int, current: Partiti
     key_col = keys_table.column(KEY_FIELD)
     stored_in = keys_table.column("partition").to_numpy()
     # keys as a strategy places them: the null key is None (decode_keys gives the runtime's
-    # NaN, and turns a long column holding a null into inexact floats), ints stay exact
+    # NULL_KEY), ints stay exact
     keys = key_col.to_pylist() if key_col.null_count else decode_keys(key_col)
     rows = keys_table.column("rows").to_numpy()
     current = current.for_column(key_type)

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["partition_function", "outputs_to_batches", "StateIO", "state_types",
-           "run_without_rows"]
+           "run_without_rows", "runtime_frame"]
 
 logger = logging.getLogger(__name__)
 
@@ -135,6 +135,29 @@ def _rows_frame(rows: list[Any], arrow_schema: Any) -> Any:
     return frame
 
 
+def runtime_frame(table: Any, key: str) -> Any:
+    """A task's rows as pandas, with the key column exact for the runtime: an integer column
+    holding a null as pandas' nullable ``Int64`` (and so on), not floats (which would merge
+    keys beyond 2**53 and give the hooks ``1.0`` for ``1``), and a floating column as nullable
+    ``Float64``, where a null and a NaN are two keys, as in Spark's ``groupBy``. Every other
+    column as ``Table.to_pandas`` gives it. Cost: ``to_pandas``, plus the key column once
+    more when it is converted."""
+    import pandas as pd
+    import pyarrow as pa
+
+    frame = table.to_pandas()
+    column = table.column(key)
+    masked = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(),
+              pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(),
+              pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(),
+              pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype(),
+              pa.float32(): pd.Float32Dtype(), pa.float64(): pd.Float64Dtype()}
+    dtype = masked.get(column.type)
+    if dtype is not None and (column.null_count or pa.types.is_floating(column.type)):
+        frame[key] = column.to_pandas(types_mapper={column.type: dtype}.get).array
+    return frame
+
+
 def _value_fields(value_type: Any) -> dict[str, Any] | None:
     """The declared state fields by name (None: no ``state_schema``, any value)."""
     if value_type is None:
@@ -195,13 +218,13 @@ def partition_function(
         table = in_arrival_order(pa.Table.from_batches(received)) if received else None
         if table is not None and aliases:
             table = table.rename_columns([aliases.get(n, n) for n in table.column_names])
-        frame = None if table is None or not table.num_rows else table.to_pandas()
+        frame = None if table is None or not table.num_rows else runtime_frame(table, key)
+        keys = None if table is None or frame is None else table.column(key)
         if io is not None and io.local is not None:
-            keys = None if table is None or frame is None else table.column(key)
             batches_out, extra, upkeep_ms = _run_local(io, pid, frame, keys, processor, key,
                                                        delay, idle_timeout, fields,
                                                        arrow_schema)
-            io.save_timing(pid, _timing(io, frame, key, started, extra, upkeep_ms))
+            io.save_timing(pid, _timing(io, keys, started, extra, upkeep_ms))
         else:
             previous = None
             if io is not None:
@@ -218,7 +241,7 @@ def partition_function(
             processor.close()
             batches_out = list(outputs_to_batches(outs, arrow_schema))
             if io is not None:
-                io.save(pid, runtime.snapshot(), _timing(io, frame, key, started, {}))
+                io.save(pid, runtime.snapshot(), _timing(io, keys, started, {}))
         yield from watch.emit(batches_out)
         if timer is not None:
             timer.write(rows_in=0 if frame is None else len(frame),
@@ -253,7 +276,7 @@ def run_without_rows(spark: Any, io: StateIO, partitions: list[int],
                 started = time.perf_counter()
                 _, extra, upkeep_ms = _run_local(io, pid, None, None, processor, key, delay,
                                                  idle_timeout, fields, arrow_schema)
-                io.save_timing(pid, _timing(io, None, key, started, extra, upkeep_ms))
+                io.save_timing(pid, _timing(io, None, started, extra, upkeep_ms))
                 yield pa.RecordBatch.from_pydict({"partition": [pid]},
                                                  schema=pa.schema([("partition", pa.int32())]))
 
@@ -263,17 +286,18 @@ def run_without_rows(spark: Any, io: StateIO, partitions: list[int],
                 io.batch_id, len(partitions))
 
 
-def _timing(io: StateIO, frame: Any, key: str, started: float, extra: dict[str, Any],
+def _timing(io: StateIO, keys: Any, started: float, extra: dict[str, Any],
             upkeep_ms: float = 0.0) -> dict[str, Any]:
-    """What a task measured of its own work (:meth:`KeyedStateStore.save_timing`).
-    ``process_ms`` leaves out the local copy's upkeep (``upkeep_ms``: starting a snapshot,
-    waiting for a compaction): periodic work of the whole copy, not load that moving keys
-    spreads, which the rebalancer would read as skew."""
+    """What a task measured of its own work (:meth:`KeyedStateStore.save_timing`); ``keys``:
+    the batch's key column as Arrow (None: no rows). ``process_ms`` leaves out the local
+    copy's upkeep (``upkeep_ms``: starting a snapshot, waiting for a compaction): periodic
+    work of the whole copy, not load that moving keys spreads, which the rebalancer would
+    read as skew."""
     elapsed = (time.perf_counter() - started) * 1000.0
     timing: dict[str, Any] = {
-        "rows": 0 if frame is None else len(frame),
+        "rows": 0 if keys is None else len(keys),
         "process_ms": round(max(elapsed - upkeep_ms, 0.001), 3), **extra}
-    per_block = io.block_rows([] if frame is None else frame[key].to_numpy())
+    per_block = io.block_rows([] if keys is None else keys)
     if per_block is not None:
         timing["block_rows"] = per_block
     return timing

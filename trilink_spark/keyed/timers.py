@@ -11,11 +11,25 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterator
 from typing import Any
 
-from sortedcontainers import SortedList
+from sortedcontainers import SortedKeyList
 
 from ..errors import InvalidArgumentTypeError
+from .snapshot import NAN_KEY
 
 __all__ = ["TimerService"]
+
+
+def _firing_order(timer: tuple[int, Hashable]) -> tuple[int, int, Any]:
+    """The sort key of a ``(timestamp, key)`` timer: by time, then the null key first, the
+    other keys in their order, the NaN key last (Spark's ascending order). A null key is a
+    float NaN (the runtime's ``NULL_KEY``) or None; comparing it with a string or with
+    another number would fail or say nothing, and break the ordered list. O(1)."""
+    ts, key = timer
+    if key is None or (isinstance(key, float) and key != key):
+        return ts, 0, 0
+    if key is NAN_KEY:
+        return ts, 2, 0
+    return ts, 1, key
 
 
 def _check_ts(ts: Any) -> int:
@@ -36,8 +50,9 @@ def _check_ts(ts: Any) -> int:
 class TimerService:
     """Ordered event-time timers: ``(key, timestamp)`` pairs, each registered at most once.
 
-    Keys of one service must be mutually comparable (all ints, all strings or all bytes): two
-    timers with the same timestamp fire in key order, so the firing order is deterministic.
+    Keys of one service must be mutually comparable (all ints, all strings or all bytes),
+    besides the null key and the NaN key: two timers with the same timestamp fire in key
+    order, the null key's first and the NaN key's last, so the firing order is deterministic.
 
     Notes
     -----
@@ -59,7 +74,7 @@ class TimerService:
     """
 
     def __init__(self) -> None:
-        self._ordered: SortedList = SortedList()
+        self._ordered: SortedKeyList = SortedKeyList(key=_firing_order)
         self._by_key: dict[Hashable, set[int]] = {}
 
     def __len__(self) -> int:

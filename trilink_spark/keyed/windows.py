@@ -25,7 +25,7 @@ from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..eventtime import SPARK_TIME_TYPES, delay_in_units, from_units
 from .process import KeyedBatch, KeyedContext, KeyedRuntime
 from .process import KeyedWatermarkProcessFunction, Output
-from .snapshot import object_array
+from .snapshot import NAN_KEY, NULL_KEY, object_array
 
 __all__ = ["KeyedWindowAggregate", "WINDOW_AGGS"]
 
@@ -180,8 +180,10 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         grouped = rows.group_by(["c", "s"], use_threads=False).aggregate(
             [("r", "count", pc.CountOptions(mode="all")), ("v", "count"), ("v", "sum"),
              ("v", "min"), ("v", "max")])
+        # an object level: pandas would infer int64 and give the null key back as a float
         index = pd.MultiIndex.from_arrays(
-            [keys[grouped["c"].to_numpy()], grouped["s"].to_numpy()], names=["k", "s"])
+            [pd.Index(keys[grouped["c"].to_numpy()], dtype=object), grouped["s"].to_numpy()],
+            names=["k", "s"])
         batch = pd.DataFrame({
             "count": grouped["r_count"].to_numpy(), "nn": grouped["v_count"].to_numpy(),
             **{agg: grouped[f"v_{agg}"].to_numpy(zero_copy_only=False)  # null: NaN
@@ -192,16 +194,31 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
             # a NaN sum of a window with values is inf - inf, not "no value": it stays NaN
             # (pandas' sum would skip it, so the result would depend on the batches)
             both["inf_inf"] = both["sum"].isna().to_numpy() & (both["nn"].to_numpy() > 0)
-            merged = both.groupby(level=[0, 1], sort=False, dropna=False)
+            # grouped by the key level's codes, not its values: a group-by on a level that
+            # holds the null key (a missing value) turns integer keys into floats, inexact
+            # beyond 2**53; -1 is the null key's code
+            codes = both.index.codes[0]
+            merged = both.reset_index(drop=True).groupby(
+                [codes, both.index.get_level_values(1).to_numpy()], sort=False)
             batch = pd.DataFrame({"count": merged["count"].sum(), "nn": merged["nn"].sum(),
                                   "sum": merged["sum"].sum(min_count=1),
                                   "min": merged["min"].min(), "max": merged["max"].max()})
             batch["sum"] = batch["sum"].mask(merged["inf_inf"].any())
+            at = batch.index.get_level_values(0).to_numpy()
+            found = np.asarray(both.index.levels[0], dtype=object)[np.maximum(at, 0)]
+            found[at < 0] = NULL_KEY
+            batch.index = pd.MultiIndex.from_arrays(
+                [pd.Index(found, dtype=object), batch.index.get_level_values(1)],
+                names=["k", "s"])
         runtime.shared["windows"] = batch
 
     def _rows(self, done: pd.DataFrame) -> pd.DataFrame:
         starts = done.index.get_level_values(1).to_numpy(dtype=np.float64)
-        out = pd.DataFrame({self.key_column: done.index.get_level_values(0).to_numpy()})
+        keys = done.index.get_level_values(0).to_numpy()
+        if keys.dtype == object:  # the NaN key as the key column holds it (the null key: NaN)
+            keys = keys.copy()
+            keys[keys == NAN_KEY] = math.nan
+        out = pd.DataFrame({self.key_column: keys})
         out["window_start"] = from_units(starts, self.time_kind)
         out["window_end"] = from_units(starts + self.size_units, self.time_kind)
         nn = done["nn"].to_numpy()

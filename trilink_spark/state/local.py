@@ -69,7 +69,7 @@ HELD_MEMTABLE_BYTES = 8 << 20
 #: The longest :meth:`LocalState.settle` waits for a compaction (seconds).
 SETTLE_TIMEOUT_S = 120.0
 _HEAD = struct.Struct(">dI")  # wake time, schema id
-#: The local key bytes of the null (and NaN) key: block 0, tag 0, no body (:func:`key_bytes`).
+#: The local key bytes of the null key: block 0, tag 0, no body (:func:`key_bytes`).
 NULL_KEY_BYTES = bytes(5)
 #: Arrow type names whose keys the local store encodes (others keep the file store).
 LOCAL_KEY_TYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "bool",
@@ -91,9 +91,10 @@ def supports_key_type(arrow_type: Any) -> bool:
 def key_bytes(keys: Any, blocks: Any) -> list[bytes]:
     """Each key's bytes in the local store: its block (4 bytes, big-endian), a tag, the key.
 
-    Null and NaN keys are one key (as the runtime keeps them); ``-0.0`` is ``0.0``. Integers
-    are 8 big-endian bytes with the sign bit flipped, floats their canonical 8 bytes, strings
-    and binaries their bytes. Vectorised: O(total key bytes), one Python object per key.
+    The null key is one key, a floating column's NaN another (as Spark's ``groupBy`` and the
+    runtime keep them, whatever the NaN's bits); ``-0.0`` is ``0.0``. Integers are 8
+    big-endian bytes with the sign bit flipped, floats their canonical 8 bytes, strings and
+    binaries their bytes. Vectorised: O(total key bytes), one Python object per key.
 
     Parameters
     ----------
@@ -117,8 +118,8 @@ def key_bytes(keys: Any, blocks: Any) -> list[bytes]:
     if n == 0:
         return []
     t = keys.type
-    null = np.asarray(keys.is_null(nan_is_null=True).to_numpy(zero_copy_only=False), bool) \
-        if (pa.types.is_floating(t) or keys.null_count) else np.zeros(n, dtype=bool)
+    null = np.asarray(keys.is_null().to_numpy(zero_copy_only=False), bool) \
+        if keys.null_count else np.zeros(n, dtype=bool)
     head = np.empty((n, 5), dtype=np.uint8)
     head[:, :4] = np.where(null, 0, np.asarray(blocks, dtype=np.int64)).astype(">u4") \
         .view(np.uint8).reshape(n, 4)  # a null key is one key: one block
@@ -132,7 +133,7 @@ def key_bytes(keys: Any, blocks: Any) -> list[bytes]:
         return out
     if pa.types.is_floating(t):
         values = np.asarray(pc.fill_null(keys.cast(pa.float64()), 0.0).to_numpy(), np.float64)
-        payload = (values + 0.0).astype(">f8")
+        payload = np.where(np.isnan(values), np.nan, values + 0.0).astype(">f8")
         tag = 2
     elif t == pa.null():
         payload = np.zeros(n, dtype=">u8")
