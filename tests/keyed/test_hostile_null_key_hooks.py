@@ -4,7 +4,8 @@ The null key is a key of its own (``null_policy="group"``): the per-key hooks an
 get ``None``, an integer column's keys stay exact ints beside it (never the floats pandas
 makes, which merged 2**53 with 2**53 + 1), a double column's NaN is a key apart from the null
 key (as in Spark's ``groupBy``), timers of the null key order beside string keys, and
-KeyedWindowAggregate keeps the null key's windows in streaming state.
+KeyedWindowAggregate keeps the null key's windows in streaming state. A restart with another
+``null_policy`` is refused rather than silently ignored.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ import pytest
 from pyspark import cloudpickle
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError
 from trilink_spark.keyed import read_state
 from trilink_spark.keyed.process import EVENT_TIME_COL, KeyedRuntime
 from trilink_spark.keyed.snapshot import NAN_KEY, NULL_KEY, decode_state, encode_state
 from trilink_spark.keyed.task import runtime_frame
 from trilink_spark.keyed.timers import TimerService
+from conftest import RunningCount
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -215,3 +218,35 @@ def test_window_aggregate_streams_the_null_key(spark: Any, tmp_path: Path, kind:
     assert got == expected  # the NaN key's windows apart (its key is null at the sink)
     stored = read_state(spark, str(tmp_path / "windows")).select("key").collect()
     assert sorted(label(r["key"]) for r in stored) == sorted({label(k) for k in keys})
+
+
+def test_a_restart_with_another_null_policy_is_refused(spark: Any, tmp_path: Path) -> None:
+    df = spark.createDataFrame([(k, float(i)) for i, k in enumerate([None, "a", "b"] * 2)],
+                               "k string, t double")
+    out: list[Any] = []
+
+    def start(**kw: Any) -> Any:
+        return make_run(tmp_path, "state", RunningCount(), out, num_partitions=4,
+                        takeover=True, **kw)
+
+    run = start(null_policy="partition0")
+    run(df, 0)
+    assert run.owners()[None] == 0
+    for other in ("group", "error"):  # ignored before: the null key stayed on partition 0
+        with pytest.raises(InvalidArgumentError, match=f"null_policy='partition0'.*"
+                                                       f"null_policy='{other}'"):
+            start(null_policy=other)(df, 1)
+    run = start()  # without the argument the state's policy stands
+    run(df, 1)
+    run = start(null_policy="partition0")
+    run(df, 2)
+    assert run.owners()[None] == 0
+    run.request_swap(tl.HashPartitioner(4, null_policy="group"), refit="none")
+    run(df, 3)
+    assert run.swaps[-1].refused is None and run.owners()[None] == 42 % 4
+    assert run.state_values()[None] == {"n": 8}
+    run = start(null_policy="partition0")  # the last start's arguments: the swap stands
+    run(df, 4)
+    assert run.owners()[None] == 42 % 4 and run.state_values()[None] == {"n": 10}
+    with pytest.raises(InvalidArgumentError, match="null_policy='error'"):
+        start(null_policy="error")(df, 5)

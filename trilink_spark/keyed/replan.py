@@ -38,7 +38,7 @@ from ..errors import TrilinkError
 from ..partitioners import BlockPartitioner, HashPartitioner, Partitioner, WeightPartitioner
 from ..partitioners.base import KEY_KINDS
 from ..partitioners.overlay import OverlayPartitioner
-from ..placement.key_by import key_kind, resolve_strategy
+from ..placement.key_by import key_kind, null_policy_of, resolve_strategy
 from ..state.store import KEY_FIELD, KeyedStateStore
 from .prepare import in_place
 from .swap import SwapReport, SwapRequest
@@ -50,7 +50,7 @@ __all__ = ["Placed", "KeyColumn", "check_rebalancer", "first_placement", "source
            "replayed_placement", "stored_placement", "resume_request", "adaptive_choice",
            "adaptive_request", "started_arguments", "restart_request", "rebalancer_decision",
            "rebalance_target", "swap_report", "refusal_report", "stored_key_type",
-           "state_key_type", "bound_placement"]
+           "state_key_type", "bound_placement", "check_restart_null_policy"]
 
 logger = logging.getLogger(__name__)
 
@@ -456,6 +456,43 @@ def restart_request(store: KeyedStateStore, manifest: dict[str, Any], strategy: 
                 "started with %s): swapping", store.path, current.num_partitions, partitions,
                 recorded.get("num_partitions"))
     return SwapRequest.checked(None, partitions, "minimal", "sync", None)
+
+
+def check_restart_null_policy(store: KeyedStateStore, manifest: dict[str, Any],
+                              batch_df: DataFrame, options: dict[str, Any],
+                              current: Partitioner) -> None:
+    """At a restart's first batch: refuse a ``null_policy`` argument that differs from the
+    null policy the state places its null key with, rather than ignore it (the state keeps
+    one null policy, fixed with its placement; a swap changes it, moving the null key with
+    its state). The arguments the job was last started with are accepted as they are, as
+    for the strategy (:func:`restart_request`): a run-time swap may have changed the policy
+    since. Without the argument the state's policy stands; a conf that says otherwise is
+    logged. O(1) (one conf read).
+
+    Raises
+    ------
+    InvalidArgumentError
+        ``null_policy`` differs from the state's null policy and from the last start's.
+    """
+    given = options.get("null_policy")
+    held = current.null_policy
+    if given is None:
+        if isinstance(options.get("strategy"), str):
+            conf = null_policy_of(batch_df, None, None)
+            if conf != held:
+                logger.warning("state at %s places the null key with null_policy=%r, fixed "
+                               "with its placement; spark.trilink.nullPolicy=%r is not used",
+                               store.path, held, conf)
+        return
+    recorded = manifest.get("started_with")
+    if given == held or (isinstance(recorded, dict) and recorded.get("null_policy") == given):
+        return
+    raise InvalidArgumentError(
+        f"state at {store.path} places the null key with null_policy={held!r}, fixed with "
+        f"its placement; this start passes null_policy={given!r}, which a restart does not "
+        f"change. Restart with null_policy={held!r} (or without it), or change it at run "
+        f"time with run.request_swap(<the strategy>.with_null_policy({given!r})), which "
+        "moves the null key with its state")
 
 
 def rebalancer_decision(rebalancer: Any, store: KeyedStateStore, batch_id: int,

@@ -50,8 +50,8 @@ from .process import KeyedWatermarkProcessFunction
 from .replan import KeyColumn, Placed, adaptive_choice, adaptive_request, bound_placement
 from .replan import check_rebalancer, first_placement, rebalance_target, rebalancer_decision
 from .replan import refusal_report, replayed_placement, restart_request, resume_request
-from .replan import source_placement, started_arguments, state_key_type
-from .replan import stored_placement, swap_report
+from .replan import check_restart_null_policy, source_placement, started_arguments
+from .replan import state_key_type, stored_placement, swap_report
 from .state_reader import read_state_values, read_task_timings, sum_counters
 from .swap import SwapReport, SwapRequest, check_request, plan_swap, write_segments
 from .swap_blocks import block_aim, plan_block_swap, plans_by_blocks
@@ -106,8 +106,9 @@ class KeyedBatchFunction(StatefulBatchFunction):
 
     def _init_placement_state(self) -> None:
         #: the placement arguments of this start, recorded in the manifest (restart rule)
-        self._arguments = started_arguments(self.options["strategy"],
-                                            self.options["num_partitions"])
+        self._arguments = {**started_arguments(self.options["strategy"],
+                                               self.options["num_partitions"]),
+                           "null_policy": self.options.get("null_policy")}
         self._restart_checked = False  # compared with the previous start's arguments yet?
         self._adaptive: tuple[str, int] | None = None  # the adaptive strategy's last choice
         self._picked_up = False  # read the stored swap request of an earlier runner yet?
@@ -472,6 +473,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
         if replayed is not None:  # decided by an earlier attempt of this batch: never re-decide
             return self._replayed(replayed)
         current = bound_placement(current, kind, recorded is not None)
+        if not self._restart_checked:  # a restart keeps the state's null policy, or is refused
+            check_restart_null_policy(self.store, manifest or {}, batch_df, o, current)
         refused: tuple[SwapReport, ...] = ()
         done = None
         request: SwapRequest | None
