@@ -188,7 +188,9 @@ class BlockPartitioner(Partitioner):
         if k is None:
             raise NullKeyError(
                 "key is None: a null key has no block (its partition is fixed by the null "
-                "policy: pmod(42, num_partitions) under 'group', 0 under 'partition0')")
+                "policy, argument null_policy or conf spark.trilink.nullPolicy: "
+                "pmod(42, num_partitions) under 'group', 0 under 'partition0'; "
+                "partition(None) gives it)")
         return spark_hash_of(k, self._key_type) % self._num_blocks
 
     def blocks(self, keys: Any) -> npt.NDArray[np.int64]:

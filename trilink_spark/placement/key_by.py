@@ -25,13 +25,13 @@ import numpy as np
 import pyarrow as pa
 
 from .._internal.validation import check_num_partitions
-from .._internal.validation import refuse_streaming
+from .._internal.validation import choice, refuse_streaming
 from ..columns import COMPACTED_META, NUM_PARTITIONS_META, PARTITION_COL, TABLE_KEY_COL
 from ..columns import TABLE_PID_COL
 from ..columns import SLOT_ID_COL, SLOT_PID_COL, check_user_columns
 from ..columns import column_of, quoted, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
-from ..partitioners.keys import DEFAULT_NULL_POLICY, KeyArray, check_null_policy
+from ..partitioners.keys import DEFAULT_NULL_POLICY, NULL_POLICIES, KeyArray, check_null_policy
 from ..partitioners.keys import null_key_error, null_partition, to_key_array
 from ..partitioners import HashPartitioner, Partitioner, TablePartitioner
 from ..partitioners.base import resolve_strategy_name
@@ -134,7 +134,8 @@ def null_policy_of(df: DataFrame, strategy: Any = None, null_policy: str | None 
     ``spark.trilink.nullPolicy``; else ``"group"``.
 
     Raises :class:`~trilink_spark.errors.InvalidArgumentError` for a policy that is not one
-    of ``"group"``, ``"error"``, ``"partition0"``. O(1): one conf read at most.
+    of ``"group"``, ``"error"``, ``"partition0"`` (naming the conf when the conf holds it).
+    O(1): one conf read at most.
 
     Examples
     --------
@@ -145,7 +146,9 @@ def null_policy_of(df: DataFrame, strategy: Any = None, null_policy: str | None 
         return check_null_policy(null_policy)
     if isinstance(strategy, Partitioner):
         return strategy.null_policy
-    return check_null_policy(conf_get(df.sparkSession, "nullPolicy", DEFAULT_NULL_POLICY))
+    # a bad conf value is named as the conf, with the values it may take
+    return choice(conf_get(df.sparkSession, "nullPolicy", DEFAULT_NULL_POLICY),
+                  "spark.trilink.nullPolicy (the default of null_policy)", NULL_POLICIES)
 
 
 def refuse_null_keys(df: DataFrame, key: str, null_policy: str) -> DataFrame:

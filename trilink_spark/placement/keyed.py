@@ -248,7 +248,10 @@ def keyed_apply(
     ``func`` receives each key's rows as a pandas DataFrame with ``df``'s columns (the partition
     column removed), or ``(key_tuple, pdf)`` when it takes two arguments, as in PySpark.
     Null keys follow ``null_policy`` (in ``**placement``), as in :func:`key_by`: by default
-    the null key is one group of its own (``key_tuple`` ``(None,)``), as in ``groupBy``.
+    the null key is one group of its own (``key_tuple`` ``(None,)``, for an integer column
+    too, where PySpark's ``applyInPandas`` gives ``(nan,)``), as in ``groupBy``. For a
+    floating key column ``key_tuple`` is PySpark's, ``(nan,)`` for the null key and for the
+    NaN key alike (two groups, told apart by nothing pandas holds).
 
     Notes
     -----
@@ -272,6 +275,10 @@ def keyed_apply(
     takes_key = len(inspect.signature(func).parameters) == 2
     # uncompacted: grouping by (PARTITION_COL, key) then reuses the exchange
     placed = key_by(df, key, strategy, num_partitions, **{"compact": "never", **placement})
+    from pyspark.sql import types as T
+
+    # PySpark gives an integer column's null key as NaN: it is None here, as everywhere
+    integral = isinstance(placed.schema[key].dataType, T.IntegralType)
 
     # a column named with a dot or a backtick crosses into Python under an alias
     placed, aliases = python_input(placed)
@@ -281,7 +288,10 @@ def keyed_apply(
         pdf = pdf.drop(columns=[PARTITION_COL])
         if aliases:
             pdf = pdf.rename(columns=aliases)
-        return func(key_tuple[1:], pdf) if takes_key else func(pdf)
+        if not takes_key:
+            return func(pdf)
+        value = key_tuple[1]
+        return func((None,) if integral and value != value else key_tuple[1:], pdf)
 
     by = column_of(inside.get(key, key))
     return placed.groupBy(PARTITION_COL, by).applyInPandas(grouped, schema)

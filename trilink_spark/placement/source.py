@@ -52,6 +52,9 @@ __all__ = [
 _MARK = "trilink_spark.keyed_by_source"
 #: The row numbers of a partition, for the aggregates computed outside Arrow.
 _ROW = f"{ARG_COL}row"
+#: :func:`source_apply`'s exact grouping of a numeric key: whether it is null, and its value.
+_KEY_NULL = f"{ARG_COL}key_null"
+_KEY_VALUE = f"{ARG_COL}key_value"
 
 #: Spark aggregate functions :func:`source_agg` computes per partition (Arrow hash aggregates),
 #: as the aggregate classes of :mod:`~trilink_spark.merge.aggregates` name them.
@@ -460,33 +463,57 @@ def source_apply(df: DataFrame, key: str, func: Callable[..., Any],
     """``groupBy(key).applyInPandas(func, schema)`` inside each input partition: no exchange.
 
     ``func`` gets each key's rows as a pandas DataFrame (or ``(key_tuple, pdf)`` when it takes
-    two arguments), as in PySpark.
+    two arguments), as in PySpark; the null key is one group, ``key_tuple`` ``(None,)``. An
+    integer or floating key column that may hold nulls is grouped exactly, as ``groupBy``
+    groups it: pandas would make floats of its integers beside a null (merging keys beyond
+    2**53) and take a NaN key for the null one; the key then comes as Spark gives it
+    (``numpy.int64``, ``nan`` for the NaN key, ``0.0`` for ``-0.0``).
 
     Notes
     -----
     Cost: one pass; each partition is held in memory as pandas and split by key
-    (``pandas.groupby``), one Python call per key.
+    (``pandas.groupby``), one Python call per key; for such a key column, two more columns
+    (the key's null flag and its value with nulls filled) cross into Python.
     """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
     check_source_layout(df, key)
     takes_key = len(inspect.signature(func).parameters) == 2
+    field = df.schema[key]
+    exact = field.nullable and isinstance(field.dataType,
+                                          (T.IntegralType, T.FloatType, T.DoubleType))
+    floating = isinstance(field.dataType, (T.FloatType, T.DoubleType))
+    if exact:
+        column = column_of(key)
+        filled = F.coalesce(column, F.lit(0).cast(field.dataType))
+        df = df.select("*", column.isNull().alias(_KEY_NULL), filled.alias(_KEY_VALUE))
+
+    def groups(whole: pd.DataFrame) -> Iterator[tuple[Any, pd.DataFrame]]:
+        if not exact:
+            for value, group in whole.groupby(key, sort=False, dropna=False):
+                yield (None if pd.isna(value) else value), group
+            return
+        null = whole.pop(_KEY_NULL).to_numpy(dtype=bool)
+        values = whole.pop(_KEY_VALUE).to_numpy()
+        for pair, group in whole.groupby([null, values], sort=False, dropna=False):
+            is_null, found = pair  # type: ignore[misc]
+            number: Any = found
+            yield (None if is_null else number + 0.0 if floating else number), group
+
     # columns named with a dot or a backtick cross into Python under aliases
     source, aliases = python_input(df)
 
     def run(frames: Iterator[Any]) -> Iterator[Any]:
-        import pandas as pd
-
         parts = [f for f in frames if len(f)]
         if not parts:
             return
         whole = pd.concat(parts, ignore_index=True)
         if aliases:
             whole = whole.rename(columns=aliases)
-        for value, group in whole.groupby(key, sort=False, dropna=False):
+        for value, group in groups(whole):
             group = group.reset_index(drop=True)
-            if takes_key:
-                out = func((None if pd.isna(value) else value,), group)
-            else:
-                out = func(group)
+            out = func((value,), group) if takes_key else func(group)
             if out is not None and len(out):
                 yield out
 
