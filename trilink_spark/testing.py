@@ -144,18 +144,50 @@ def _stop(proc: subprocess.Popen[bytes] | None, name: str, grace_s: float) -> No
         proc.wait(timeout=10)
 
 
-class _Server:
-    """What both launchers share: a child process on a free port, its work directory, and the
-    ``with`` protocol (a failed start stops whatever it started)."""
+class _Launched:
+    """What every launcher shares: its work directory (a temporary one removed on
+    :meth:`close` unless given) and the ``with`` protocol (a failed start stops whatever it
+    started). A launcher gives :meth:`start` and :meth:`stop`."""
+
+    def __init__(self, workdir: str | Path | None, prefix: str) -> None:
+        self._own_dir = workdir is None
+        self.workdir = (Path(workdir) if workdir is not None
+                        else Path(tempfile.mkdtemp(prefix=prefix)))
+
+    def start(self) -> None:  # pragma: no cover - every launcher gives its own
+        raise NotImplementedError
+
+    def stop(self) -> None:  # pragma: no cover - every launcher gives its own
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop what was started and remove the work directory if it made it."""
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class _Server(_Launched):
+    """What both servers share: a child process on a free port."""
 
     name = "server"
     #: Seconds between SIGTERM and SIGKILL on stop.
     grace_s = 15.0
 
     def __init__(self, workdir: str | Path | None, prefix: str) -> None:
-        self._own_dir = workdir is None
-        self.workdir = (Path(workdir) if workdir is not None
-                        else Path(tempfile.mkdtemp(prefix=prefix)))
+        super().__init__(workdir, prefix)
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -184,24 +216,6 @@ class _Server:
         when it is not running. The port and the work directory are kept for :meth:`start`."""
         _stop(self.proc, self.name, self.grace_s)
         self.proc = None
-
-    def close(self) -> None:
-        """Stop the server and remove the work directory if it made it."""
-        self.stop()
-        if self._own_dir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> Self:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
 
 class RedisServer(_Server):
@@ -551,7 +565,7 @@ def _stop_group(proc: subprocess.Popen[bytes] | None, name: str, grace_s: float)
         proc.wait(timeout=10)
 
 
-class SparkStandalone:
+class SparkStandalone(_Launched):
     """A Spark standalone cluster on 127.0.0.1: one master and ``workers`` workers, started
     with the ``spark-class`` script of the installed PySpark.
 
@@ -628,9 +642,7 @@ class SparkStandalone:
         if java is None:
             raise MissingDependencyError("a Spark standalone cluster needs Java: no java in "
                                          "JAVA_HOME or on PATH")
-        self._own_dir = workdir is None
-        self.workdir = (Path(workdir) if workdir is not None
-                        else Path(tempfile.mkdtemp(prefix="trilink-spark-standalone-")))
+        super().__init__(workdir, "trilink-spark-standalone-")
         self.port = free_port()
         self.webui_port = free_port()
         self._extra_env = dict(env or {})
@@ -795,20 +807,6 @@ class SparkStandalone:
             except ProcessLookupError:
                 pass
 
-    def close(self) -> None:
-        """Stop the cluster and remove the work directory if it made it."""
-        self.stop()
-        if self._own_dir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> Self:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if exc_type is not None and self.master is not None:
@@ -816,7 +814,7 @@ class SparkStandalone:
                          self.master_url, exc_type.__name__,
                          "\n".join(f"== {name} ==\n{text}"
                                    for name, text in self.log_tails().items()))
-        self.close()
+        super().__exit__(exc_type, exc, tb)
 
 
 @contextmanager
