@@ -8,7 +8,6 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import pytest
 from pyspark import cloudpickle
@@ -17,17 +16,14 @@ from pyspark.sql.functions import pandas_udf
 
 import trilink_spark as tl
 from trilink_spark.placement import explain_keyed_agg, shuffle_exchanges
-from testkit.frames import rows
+from testkit.frames import rows, sketch_values
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture(scope="module")
 def values(spark: Any) -> Any:
-    rng = np.random.default_rng(7)
-    frame = pd.DataFrame({"k": rng.integers(0, 6, 6000).astype(np.int64),
-                          "v": rng.integers(0, 1000, 6000).astype(np.int64)})
-    return spark.createDataFrame(frame).repartition(4)
+    return sketch_values(spark)
 
 
 def _median(values: Any) -> Any:

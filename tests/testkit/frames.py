@@ -21,3 +21,15 @@ def rows(df: Any) -> list[tuple[Any, ...]]:
     """The rows of a Spark DataFrame, each value through :func:`canon`, sorted (by ``repr``):
     two results are equal as sets of rows whatever their order."""
     return sorted((tuple(canon(x) for x in row) for row in df.collect()), key=repr)
+
+
+def sketch_values(spark: Any) -> Any:
+    """6,000 rows ``(k, v)`` over 6 keys in 4 partitions (seed 7): a frame on which exact
+    placement and Spark's combine give other ``percentile_approx`` results."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(7)
+    frame = pd.DataFrame({"k": rng.integers(0, 6, 6000).astype(np.int64),
+                          "v": rng.integers(0, 1000, 6000).astype(np.int64)})
+    return spark.createDataFrame(frame).repartition(4)
