@@ -33,6 +33,7 @@ __all__ = [
     "ORDER_COL",
     "PUNCT_COL",
     "GROUP_COL",
+    "WATERMARK_COL",
     "ARG_COL",
     "TABLE_KEY_COL",
     "TABLE_PID_COL",
@@ -71,6 +72,8 @@ SLOT_COL = "_tl_slot"
 ORDER_COL = "_tl_order"
 #: The punctuation flag, inside Local Merge.
 PUNCT_COL = "_tl_punct"
+#: A row's key watermark in internal units, inside keyed watermarks and bounded keyed windows.
+WATERMARK_COL = "_tl_watermark"
 #: Key-group column of keyed watermarks with ``n_keys > 1``.
 GROUP_COL = "_tl_group"
 #: Prefix of aggregate argument columns of per-partition keyed aggregation.

@@ -155,13 +155,24 @@ def test_local_merge_global_merge_and_keyed_time_themselves(spark: Any,
 
 def test_keyed_process_times_itself(spark: Any, timing_dir: str) -> None:
     df = sensor_frame(spark, 2000)
+    # the Python runtime times its tasks; the Spark plan of KeyedWindowAggregate runs none
     out = tl.keyed_process(df, "k", "t", tl.KeyedWindowAggregate(100.0), delay=0.0,
-                           num_partitions=3).toPandas()
+                           num_partitions=3, engine="python").toPandas()
     t = read_operator_timings(timing_dir)
     keyed = t[t.operator == "keyed"]
     assert sorted(keyed.partition) == [0, 1, 2]
     assert int(keyed.rows_in.sum()) == 2000
     assert int(keyed.rows_out.sum()) == len(out)
+
+
+def test_keyed_process_on_the_spark_plan_runs_no_python_task(spark: Any, timing_dir: str
+                                                              ) -> None:
+    df = sensor_frame(spark, 2000)
+    before = len(read_operator_timings(timing_dir))
+    out = tl.keyed_process(df, "k", "t", tl.KeyedWindowAggregate(100.0), delay=0.0,
+                           num_partitions=3).toPandas()
+    assert len(out) > 0
+    assert len(read_operator_timings(timing_dir)) == before
 
 
 def test_the_advisor_places_operators_inside_their_stage(spark: Any, timing_dir: str) -> None:

@@ -19,6 +19,8 @@ from ..columns import python_input
 from .prepare import KEYED_STREAM_ROUTE, arrival_order, in_place, prepare
 from .process import KeyedWatermarkProcessFunction
 from .task import partition_function
+from .window_plan import choose_keyed_engine, log_choice, spark_window_aggregate
+from .windows import KeyedWindowAggregate
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -38,6 +40,7 @@ def keyed_process(
     *,
     idle_timeout: Any = None,
     null_policy: str | None = None,
+    engine: str = "auto",
 ) -> DataFrame:
     """Run a keyed process function over a bounded DataFrame.
 
@@ -60,6 +63,15 @@ def keyed_process(
         default 4 x ``delay``; ``math.inf`` never.
     null_policy : {"group", "error", "partition0"}, optional
         As in :func:`~trilink_spark.key_by`: by default the null key is a key of its own.
+    engine : {"auto", "spark", "python"}
+        ``"auto"``: the built-in :class:`~trilink_spark.KeyedWindowAggregate` runs as a Spark
+        plan with no Python worker, giving the Python runtime's rows exactly
+        (:mod:`~trilink_spark.keyed.window_plan`); any other processor, a subclass, a
+        non-numeric ``value`` or a ``keyed_by_source`` frame runs in the Python runtime.
+        :func:`~trilink_spark.keyed.explain_keyed_process` says which and why, and the choice
+        is logged. ``spark.trilink.keyedEngine=python`` forces the runtime for ``"auto"``
+        calls. ``"spark"`` / ``"python"`` force one (``"spark"`` for a call the plan cannot
+        run is an error saying why).
 
     Returns
     -------
@@ -77,7 +89,9 @@ def keyed_process(
 
     Notes
     -----
-    Cost: the one shuffle of ``key_by`` (none on a frame declared with
+    Cost, Spark plan: the one shuffle of ``key_by``, a sort of each partition by key and
+    arrival, a running maximum per key and Spark's hash aggregation of the on-time rows, all
+    in the JVM (benches/RESULTS.md, §18). Python runtime: the one shuffle of ``key_by`` (none on a frame declared with
     :func:`~trilink_spark.placement.keyed_by_source`: each input partition is processed where it
     is), a sort of each partition by arrival, then one Python task per partition holding that
     partition's rows in memory (as ``applyInPandas`` does per group). Per-key hooks cost one Python
@@ -94,6 +108,11 @@ def keyed_process(
     tagged, delay_units, idle_units, out_schema, arrow_schema = prepare(
         df, key, event_time, processor, delay, order_by, idle_timeout
     )
+    plan = choose_keyed_engine(df, key, processor, engine)
+    log_choice(plan)
+    if plan.engine == "spark" and isinstance(processor, KeyedWindowAggregate):
+        placed = place_rows(tagged, key, strategy, num_partitions, null_policy=null_policy)
+        return spark_window_aggregate(placed, key, processor, order_by, delay_units)
     if is_keyed_by_source(df, key):
         placed = in_place(df, key, refuse_null_keys(
             tagged, key, null_policy_of(df, strategy, null_policy)))

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ..columns import POS_COL, check_user_columns, column_of, require_columns
+from ..columns import POS_COL, WATERMARK_COL, check_user_columns, column_of, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from .._internal.validation import refuse_streaming
 from .prepare import KEYED_STREAM_ROUTE
@@ -48,8 +48,9 @@ from ..eventtime import delay_in_units, event_time_micros
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+    from pyspark.sql.window import WindowSpec
 
-__all__ = ["keyed_watermark"]
+__all__ = ["keyed_watermark", "key_watermark_of", "late_against"]
 
 #: Why a streaming frame is refused (the message of StreamingNotSupportedError).
 _NOT_ON_STREAMS = (
@@ -182,16 +183,61 @@ def keyed_watermark(
         .orderBy(*arrival)
         .rowsBetween(Window.unboundedPreceding, -1)
     )
-    # NaN sorts above every number in Spark: a NaN time must neither move a watermark nor be
-    # judged, exactly as a null time
-    known = F.when(~F.isnan(et_col), et_col)
-    high = F.max(known).over(window)
-    watermark = high - F.lit(delay_units)
+    marked = with_partition.withColumn(WATERMARK_COL, key_watermark_of(et_col, window,
+                                                                       delay_units))
+    watermark = F.col(WATERMARK_COL)
     dtype = df.schema[event_time].dataType
-    return with_partition.select(
+    return marked.select(
         *[column_of(c) for c in columns],
         _from_units(watermark, kind, dtype).alias("key_watermark"),
-        F.when(known.isNotNull(), F.coalesce(known < watermark, F.lit(False)))
-        .alias("is_late"),
+        late_against(et_col, watermark).alias("is_late"),
         F.col("is_late_partition"),
     )
+
+
+def key_watermark_of(event_time: Column, window: WindowSpec, delay: float) -> Column:
+    """A row's key watermark as a Spark column: the largest known event time among the rows
+    ``window`` frames (a key group's earlier rows in arrival order: ``rowsBetween(
+    unboundedPreceding, -1)``) minus ``delay``; null for a group's first row. Null and NaN
+    event times move no watermark. With :func:`late_against`, the one keyed-watermark rule in
+    Spark (the Python runtime's is :meth:`~trilink_spark.keyed.process.KeyedRuntime.judge`).
+
+    Notes
+    -----
+    A column: one running maximum per key group when a plan uses it (a shuffle by the window's
+    partition columns and a sort, unless the input is placed so already).
+
+    Examples
+    --------
+    >>> from pyspark.sql import Window, functions as F  # doctest: +SKIP
+    >>> w = Window.partitionBy("k").orderBy("pos").rowsBetween(Window.unboundedPreceding, -1)
+    >>> marked = df.withColumn("wm", key_watermark_of(F.col("t").cast("double"), w, 2.0))  # doctest: +SKIP
+    """
+    from pyspark.sql import functions as F
+
+    # NaN sorts above every number in Spark: a NaN time must neither move a watermark nor be
+    # judged, exactly as a null time
+    known = F.when(~F.isnan(event_time), event_time)
+    return F.max(known).over(window) - F.lit(delay)
+
+
+def late_against(event_time: Column, watermark: Column) -> Column:
+    """Whether a row is late: its event time is below its key's watermark
+    (:func:`key_watermark_of`). Null where the event time is null or NaN (never judged);
+    false before a group's first known time, and where the watermark is NaN (``inf - inf``:
+    an infinite time with an infinite delay), as the Python runtime has it, where Spark would
+    order NaN above every number.
+
+    Notes
+    -----
+    A column expression; O(1) per row.
+
+    Examples
+    --------
+    >>> df.where(late_against(F.col("t"), F.col("wm")))  # doctest: +SKIP
+    """
+    from pyspark.sql import functions as F
+
+    known = F.when(~F.isnan(event_time), event_time)
+    late = F.when(F.isnan(watermark), F.lit(False)).otherwise(known < watermark)
+    return F.when(known.isNotNull(), F.coalesce(late, F.lit(False)))
