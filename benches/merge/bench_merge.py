@@ -78,18 +78,17 @@ def main() -> None:
     b = normalise(b, "n", "low")
 
     aggs = {"n": ("count", None), "low": ("min", "volts")}
-    agg_c = tl.KeyedWindowAggregate(WINDOW, value="n", aggs=("sum",))
+    # one keyed stage merges both partial columns, so the partials have one consumer
+    agg_c = tl.KeyedWindowAggregate(WINDOW, aggs={"n": ("sum", "n"), "low": ("min", "low")})
 
     def local_then_keyed() -> pd.DataFrame:
         partial = tl.local_merge(df, "sensor", "t", WINDOW, aggs, quantity=10_000)
-        sums = tl.keyed_process(partial, "sensor", "t", agg_c, delay=0, num_partitions=8)
-        lows = tl.merge_partials(partial, ["sensor", "slot_start"], aggs)
-        joined = sums.join(lows.drop("n").withColumnRenamed("slot_start", "window_start"),
-                           ["sensor", "window_start"])
-        return joined.toPandas()
+        # partial rows come in no set order: the keyed stage takes them in slot order
+        return tl.keyed_process(partial, "sensor", "t", agg_c, delay=0, num_partitions=8,
+                                order_by="slot_start").toPandas()
 
     c, sec_c, bytes_c = run(spark, "fig17-c", local_then_keyed)
-    c = normalise(c.rename(columns={"window_start": "start", "sum": "n_sum"}), "n_sum", "low")
+    c = normalise(c.rename(columns={"window_start": "start"}), "n", "low")
     c["n"] = c["n"].astype("int64")
 
     with redis_server() as url:

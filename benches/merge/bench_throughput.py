@@ -7,9 +7,11 @@ after the other, several times; the fastest run of each counts:
 - ``local_merge`` alone (its output written to Spark's ``noop`` sink) against Spark's native
   ``groupBy(key, slot).agg(count, min)`` on the same input, with each engine (``"python"``,
   the per-partition merge; ``"spark"``, Spark's partial aggregation);
-- ``keyed_process`` with ``KeyedWindowAggregate`` against the same native windowed group-by;
-- pipeline (c) of ``bench_merge.py`` (``local_merge``, then the keyed stage) against (b),
-  with each engine;
+- ``keyed_process`` with ``KeyedWindowAggregate`` against the same native windowed group-by,
+  on its default engine (the Spark plan, no Python worker) and on the Python runtime;
+- pipeline (c) of ``bench_merge.py`` (``local_merge``, then one keyed stage that sums the
+  partial counts and takes the least of the partial minima) against (b), with each
+  ``local_merge`` engine;
 - ``global_merge`` to the driver against ``groupBy(key).agg(count, min)`` collected.
 
 Also the floor every Python operator pays: the same rows through an empty ``mapInArrow``
@@ -60,7 +62,8 @@ def measure(spark: Any, rows: int, repeat: int, only: list[str]) -> dict[str, An
     slot = (F.floor(F.col("t") / WINDOW) * WINDOW).alias("start")
     aggs = {"n": ("count", None), "low": ("min", "volts")}
     kwa = tl.KeyedWindowAggregate(WINDOW, value="volts", aggs=("count", "min"))
-    sums = tl.KeyedWindowAggregate(WINDOW, value="n", aggs=("sum",))
+    # the keyed stage of (c) merges both partial columns: the partials have one consumer
+    merged = tl.KeyedWindowAggregate(WINDOW, aggs={"n": ("sum", "n"), "low": ("min", "low")})
 
     def native_windows() -> None:
         noop(df.groupBy(slot, "sensor").agg(F.count(F.lit(1)).alias("n"),
@@ -70,19 +73,25 @@ def measure(spark: Any, rows: int, repeat: int, only: list[str]) -> dict[str, An
         if engine == "spark":  # the groups mode: Spark's partial aggregation
             partial = tl.local_merge(df, "sensor", "t", WINDOW, aggs, engine="spark")
         else:
-            partial = tl.local_merge(df, "sensor", "t", WINDOW, aggs, quantity=10_000)
-        counted = tl.keyed_process(partial, "sensor", "t", sums, delay=0, num_partitions=8)
-        lows = tl.merge_partials(partial, ["sensor", "slot_start"], aggs)
-        noop(counted.join(lows.drop("n").withColumnRenamed("slot_start", "window_start"),
-                          ["sensor", "window_start"]))
+            partial = tl.local_merge(df, "sensor", "t", WINDOW, aggs, quantity=10_000,
+                                     engine="python")
+        # partial rows come in no set order: the keyed stage takes them in slot order
+        noop(tl.keyed_process(partial, "sensor", "t", merged, delay=0, num_partitions=8,
+                              order_by="slot_start"))
 
     pairs: dict[str, tuple[Callable[[], None], Callable[[], None]]] = {
         "local_merge": (lambda: noop(tl.local_merge(df, "sensor", "t", WINDOW, aggs,
-                                                    quantity=10_000)), native_windows),
+                                                    quantity=10_000, engine="python")),
+                        native_windows),
+        "local_merge_default": (lambda: noop(tl.local_merge(df, "sensor", "t", WINDOW, aggs)),
+                                native_windows),
         "local_merge_spark": (lambda: noop(tl.local_merge(df, "sensor", "t", WINDOW, aggs,
                                                           engine="spark")), native_windows),
         "keyed_process": (lambda: noop(tl.keyed_process(df, "sensor", "t", kwa, delay=0,
                                                         num_partitions=8)), native_windows),
+        "keyed_process_python": (lambda: noop(tl.keyed_process(
+            df, "sensor", "t", kwa, delay=0, num_partitions=8, engine="python")),
+            native_windows),
         "pipeline_c_vs_b": (lambda: pipeline_c("python"), native_windows),
         "pipeline_c_spark_vs_b": (lambda: pipeline_c("spark"), native_windows),
         "global_merge_driver": (

@@ -10,6 +10,7 @@ from .process import KeyedBatch, KeyedContext, KeyedRuntime, KeyedWatermarkProce
 from .process import KeyWatermarks
 from .windows import WINDOW_AGGS, KeyedWindowAggregate
 from .batch import keyed_process
+from .window_plan import KeyedProcessPlan, explain_keyed_process
 from .streaming import KeyedBatchFunction, keyed_foreach_batch
 from .swap import SwapReport
 from .state_reader import read_state, state_summary
@@ -27,6 +28,8 @@ __all__ = [
     "KeyedBatchFunction",
     "keyed_foreach_batch",
     "keyed_process",
+    "explain_keyed_process",
+    "KeyedProcessPlan",
     "SwapReport",
     "read_state",
     "state_summary",

@@ -115,10 +115,12 @@ def choose_keyed_engine(df: DataFrame, key: str, processor: KeyedWatermarkProces
     elif is_keyed_by_source(df, key):
         why = ("the frame is declared keyed_by_source: the runtime processes each input "
                "partition where it was read, with no exchange, where the plan would add one")
-    elif processor.value is not None and not isinstance(df.schema[processor.value].dataType,
-                                                        NumericType):
-        why = (f"value column {processor.value!r} is "
-               f"{df.schema[processor.value].dataType.simpleString()}, not a number")
+    elif isinstance(processor, KeyedWindowAggregate):
+        for name in processor.values:
+            dtype = df.schema[name].dataType
+            if not isinstance(dtype, NumericType):
+                why = f"value column {name!r} is {dtype.simpleString()}, not a number"
+                break
     if why is None:
         reason = ("KeyedWindowAggregate on a bounded DataFrame: each key's watermark is a "
                   "running maximum over its earlier rows (a window function) and the on-time "
@@ -179,26 +181,31 @@ def spark_window_aggregate(placed: DataFrame, key: str, processor: KeyedWindowAg
     start = F.when(F.abs(units) < F.lit(_WHOLE), F.floor(units).cast("double")) \
         .otherwise(units) * F.lit(size)
     columns = [column_of(key).alias("k"), F.col(PARTITION_COL), start.alias("s")]
-    if processor.value is not None:
-        value = column_of(processor.value).cast("double")
-        columns.append(F.when(~F.isnan(value), value).alias("v"))  # NaN: no value
+    for j, name in enumerate(processor.values):
+        value = column_of(name).cast("double")
+        columns.append(F.when(~F.isnan(value), value).alias(f"v{j}"))  # NaN: no value
     judged = marked.select(*columns, late_against(et, F.col(WATERMARK_COL)).alias("late"))
     # a null verdict is a row without a known event time: in no window
     on_time = judged.where(F.col("late") == F.lit(False))
     aggs: list[Column] = [F.count(F.lit(1)).alias("count")]
-    if processor.value is not None:
-        aggs += [F.count("v").alias("nn"), F.sum("v").alias("sum"), F.min("v").alias("min"),
-                 F.max("v").alias("max")]
+    for j in range(len(processor.values)):
+        v = F.col(f"v{j}")
+        aggs += [F.count(v).alias(f"nn{j}"), F.sum(v).alias(f"sum{j}"),
+                 F.min(v).alias(f"min{j}"), F.max(v).alias(f"max{j}")]
     grouped = on_time.groupBy("k", PARTITION_COL, "s").agg(*aggs)
     out = [F.col("k").alias(key), _time(F.col("s"), processor.time_kind).alias("window_start"),
            _time(F.col("s") + F.lit(size), processor.time_kind).alias("window_end")]
-    for agg in processor.aggs:
-        if agg == "count":
-            out.append(F.col("count").alias("count"))
+    for spec in processor.specs:
+        if spec.column is None:
+            out.append(F.col("count").alias(spec.name))
             continue
-        result = (F.when(F.col("nn") > 0, F.col("sum") / F.col("nn")) if agg == "mean"
-                  else F.col(agg))
-        out.append(F.when(~F.isnan(result), result).alias(agg))  # NaN is null, as in Arrow
+        j = processor.values.index(spec.column)
+        if spec.func == "count":
+            out.append(F.col(f"nn{j}").alias(spec.name))
+            continue
+        result = (F.when(F.col(f"nn{j}") > 0, F.col(f"sum{j}") / F.col(f"nn{j}"))
+                  if spec.func == "mean" else F.col(f"{spec.func}{j}"))
+        out.append(F.when(~F.isnan(result), result).alias(spec.name))  # NaN: null, as in Arrow
     return grouped.select(*out)
 
 
@@ -249,7 +256,7 @@ def explain_keyed_process(df: DataFrame, key: str, processor: KeyedWatermarkProc
     check_processor(processor)
     require_columns(df, [key], "key column")
     if isinstance(processor, KeyedWindowAggregate):
-        require_columns(df, [processor.value], "value column")
+        require_columns(df, list(processor.values), "value column")
     return choose_keyed_engine(df, key, processor, engine)
 
 

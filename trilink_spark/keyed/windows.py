@@ -13,9 +13,10 @@ one table per partition keyed by ``(key, window start)``.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -27,11 +28,29 @@ from .process import KeyedBatch, KeyedContext, KeyedRuntime
 from .process import KeyedWatermarkProcessFunction, Output
 from .snapshot import NAN_KEY, NULL_KEY, object_array
 
-__all__ = ["KeyedWindowAggregate", "WINDOW_AGGS"]
+__all__ = ["KeyedWindowAggregate", "WINDOW_AGGS", "WindowAgg"]
 
 #: Aggregates :class:`KeyedWindowAggregate` computes.
 WINDOW_AGGS: tuple[str, ...] = ("count", "sum", "min", "max", "mean")
-_ACC = ("count", "nn", "sum", "min", "max")
+#: What an open window keeps per value column (``count``, of rows, once per window).
+_PER_VALUE = ("nn", "sum", "min", "max")
+
+
+@dataclass(frozen=True)
+class WindowAgg:
+    """One output column of :class:`KeyedWindowAggregate`: ``func`` of ``column`` (``None``:
+    ``count`` of rows) written as ``name``."""
+
+    name: str
+    func: str
+    column: str | None
+
+
+def accumulator(name: str, index: int) -> str:
+    """The column of an open window holding accumulator ``name`` (``nn``, ``sum``, ``min``,
+    ``max``) of value column ``index``: the first value column's are the bare names (the
+    state layout of a single ``value``), the others' carry the index (``sum_1``)."""
+    return name if index == 0 else f"{name}_{index}"
 
 
 class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
@@ -43,9 +62,14 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         Window length: an interval string (``"1 minute"``), seconds or a timedelta for
         timestamp event times; the column's unit for numeric ones.
     value : str, optional
-        Column that sum, min, max and mean aggregate (nulls skipped, as in Spark).
-    aggs : sequence of str
-        Any of :data:`WINDOW_AGGS`; ``count`` counts rows, like ``groupBy().count()``.
+        Column that sum, min, max and mean aggregate (nulls and NaN skipped).
+    aggs : sequence of str, or mapping of str to (str, str or None)
+        Any of :data:`WINDOW_AGGS`, applied to ``value``; ``count`` counts rows, like
+        ``groupBy().count()``. Or, without ``value``, ``{name: (func, column)}`` for
+        aggregates of several columns, as :func:`~trilink_spark.local_merge` takes them:
+        ``{"n": ("sum", "n"), "low": ("min", "low")}`` merges Local Merge's partial rows in
+        one keyed stage; ``("count", None)`` counts rows, ``("count", column)`` its non-null
+        values.
 
     Notes
     -----
@@ -54,7 +78,8 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
     non-null value). Late rows (below the key's watermark, as the runtime judges them) are
     dropped and counted; rows with a null event time belong to no window. An idle key's
     windows close on the partition's watermark (the runtime's idle rule). State: one row per
-    open window (five numbers) plus what the runtime keeps per key; a window's row is removed
+    open window (one count, and four numbers per value column) plus what the runtime keeps per
+    key; a window's row is removed
     when it is emitted. With bounded input every window is emitted at the end. Null and NaN
     keys are keys like any other (as in Spark's ``groupBy``): their rows are kept, each in
     its own group.
@@ -66,30 +91,28 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
     --------
     >>> agg = KeyedWindowAggregate(10.0, value="volts", aggs=("count", "mean"))
     >>> out = tl.keyed_process(readings, "sensor", "ts", agg, delay=2.0)  # doctest: +SKIP
+    >>> merged = KeyedWindowAggregate(10.0, aggs={"n": ("sum", "n"), "low": ("min", "low")})
     """
 
     def __init__(
         self,
         size: str | float | timedelta,
         value: str | None = None,
-        aggs: Sequence[str] = ("count",),
+        aggs: Sequence[str] | Mapping[str, tuple[str, str | None]] = ("count",),
     ) -> None:
-        if isinstance(aggs, str) or not aggs:
-            raise InvalidArgumentTypeError("aggs must be a non-empty sequence of aggregate names")
-        unknown = [a for a in aggs if a not in WINDOW_AGGS]
-        if unknown:
-            raise InvalidArgumentError(f"unknown aggregate(s) {unknown}; choose from {WINDOW_AGGS}")
-        if value is None and any(a != "count" for a in aggs):
-            raise InvalidArgumentError("sum, min, max and mean need value=<column>")
         self.size = size
         self.value = value
-        self.aggs = tuple(aggs)
+        self.specs = _specs(value, aggs)
+        self.aggs = tuple(spec.name for spec in self.specs)
+        #: The value columns, in order of first use (their accumulators' indexes).
+        self.values: tuple[str, ...] = tuple(dict.fromkeys(
+            spec.column for spec in self.specs if spec.column is not None))
         self.size_units = math.nan
         self.key_column = ""
         self.time_kind = ""
 
     def bind(self, schema: Any, key: str, event_time: str, time_kind: str) -> None:
-        require_columns(schema, [self.value], "value column")
+        require_columns(schema, list(self.values), "value column")
         size = delay_in_units(self.size, time_kind, "window size")
         if size <= 0:
             raise InvalidArgumentError(f"window size must be > 0, got {self.size!r}")
@@ -99,18 +122,23 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
                 f"key column {key!r} has the name of an output column of KeyedWindowAggregate "
                 "(window_start, window_end and the aggregates); rename it first"
             )
+        clash = {"window_start", "window_end"} & set(self.aggs)
+        if clash:
+            raise InvalidArgumentError(
+                f"aggregate(s) {sorted(clash)} would take the name of a window bound; rename them")
         self.size_units = size
         self.key_column = key
         self.time_kind = time_kind
         bound = SPARK_TIME_TYPES[time_kind]
         fields = [f"{quoted(key)} {schema[key].dataType.simpleString()}",
                   f"window_start {bound}", f"window_end {bound}"]
-        fields += [f"{quoted(a)} {'bigint' if a == 'count' else 'double'}" for a in self.aggs]
+        fields += [f"{quoted(spec.name)} {'bigint' if spec.func == 'count' else 'double'}"
+                   for spec in self.specs]
         self.output_schema = ", ".join(fields)
 
     def input_columns(self) -> list[str]:
-        """Only ``value`` (if any): the other columns never cross the exchange."""
-        return [] if self.value is None else [self.value]
+        """Only the value columns (if any): the other columns never cross the exchange."""
+        return list(self.values)
 
     def process_on_time(self, key: Hashable, rows: pd.DataFrame, ctx: KeyedContext) -> Output:
         raise NotImplementedError("KeyedWindowAggregate runs vectorised (process_rows)")
@@ -123,7 +151,7 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         batch's on-time rows and one merge with the open windows.
         """
         keep = batch.on_time & ~np.isnan(batch.event_time)
-        values = batch.rows[self.value].to_numpy()[keep] if self.value else None
+        values = [batch.rows[column].to_numpy()[keep] for column in self.values]
         keys = batch.key_array if batch.key_array is not None else object_array(batch.keys)
         self._accumulate(runtime, keys, batch.codes[keep], batch.event_time[keep], values)
         return None
@@ -160,7 +188,7 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         return out
 
     def _accumulate(self, runtime: KeyedRuntime, keys: Any, codes: Any, et: Any,
-                    values: Any) -> None:
+                    values: list[Any]) -> None:
         """Add rows (``codes`` index the distinct ``keys``) to their open windows: Arrow's
         hash aggregation over (key code, window start), then one merge per window with the
         open ones (pandas, O(groups))."""
@@ -172,45 +200,62 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         # + 0.0: a -0.0 start (event time -0.0) is the window 0.0, as Spark's floor makes it;
         # Arrow's hash grouping, unlike pandas', would keep the two apart
         starts = np.floor(et / self.size_units) * self.size_units + 0.0
-        vals = (np.asarray(values, dtype=np.float64) if values is not None
-                else np.zeros(len(codes)))
-        v = pa.array(vals, from_pandas=True)  # NaN: no value
-        rows = pa.table({"c": pa.array(np.asarray(codes, dtype=np.int64)), "s": starts,
-                         "r": v, "v": v})
-        grouped = rows.group_by(["c", "s"], use_threads=False).aggregate(
-            [("r", "count", pc.CountOptions(mode="all")), ("v", "count"), ("v", "sum"),
-             ("v", "min"), ("v", "max")])
+        # no value column (count only): one column of zeros keeps the state's layout
+        columns = values if values else [np.zeros(len(codes))]
+        arrays = {"c": pa.array(np.asarray(codes, dtype=np.int64)), "s": starts}
+        steps: list[tuple[Any, ...]] = []
+        for j, column in enumerate(columns):
+            v = pa.array(np.asarray(column, dtype=np.float64), from_pandas=True)  # NaN: none
+            arrays[f"v{j}"] = v
+            if j == 0:
+                arrays["r"] = v
+                steps.append(("r", "count", pc.CountOptions(mode="all")))
+            steps += [(f"v{j}", "count"), (f"v{j}", "sum"), (f"v{j}", "min"), (f"v{j}", "max")]
+        grouped = pa.table(arrays).group_by(["c", "s"], use_threads=False).aggregate(steps)
         # an object level: pandas would infer int64 and give the null key back as a float
         index = pd.MultiIndex.from_arrays(
             [pd.Index(keys[grouped["c"].to_numpy()], dtype=object), grouped["s"].to_numpy()],
             names=["k", "s"])
-        batch = pd.DataFrame({
-            "count": grouped["r_count"].to_numpy(), "nn": grouped["v_count"].to_numpy(),
-            **{agg: grouped[f"v_{agg}"].to_numpy(zero_copy_only=False)  # null: NaN
-               for agg in ("sum", "min", "max")}}, index=index)
+        data: dict[str, Any] = {"count": grouped["r_count"].to_numpy()}
+        for j in range(len(columns)):
+            data[accumulator("nn", j)] = grouped[f"v{j}_count"].to_numpy()
+            for agg in ("sum", "min", "max"):  # null: NaN
+                data[accumulator(agg, j)] = grouped[f"v{j}_{agg}"].to_numpy(zero_copy_only=False)
+        batch = pd.DataFrame(data, index=index)
         table = runtime.shared.get("windows")
         if table is not None and len(table):
-            both = pd.concat([table, batch])
+            batch = self._merge(pd.concat([table, batch]), len(columns))
+        runtime.shared["windows"] = batch
+
+    @staticmethod
+    def _merge(both: pd.DataFrame, n_values: int) -> pd.DataFrame:
+        """Open windows merged with a batch's: one row per (key, window start)."""
+        sums = [accumulator("sum", j) for j in range(n_values)]
+        for j, column in enumerate(sums):
             # a NaN sum of a window with values is inf - inf, not "no value": it stays NaN
             # (pandas' sum would skip it, so the result would depend on the batches)
-            both["inf_inf"] = both["sum"].isna().to_numpy() & (both["nn"].to_numpy() > 0)
-            # grouped by the key level's codes, not its values: a group-by on a level that
-            # holds the null key (a missing value) turns integer keys into floats, inexact
-            # beyond 2**53; -1 is the null key's code
-            codes = both.index.codes[0]
-            merged = both.reset_index(drop=True).groupby(
-                [codes, both.index.get_level_values(1).to_numpy()], sort=False)
-            batch = pd.DataFrame({"count": merged["count"].sum(), "nn": merged["nn"].sum(),
-                                  "sum": merged["sum"].sum(min_count=1),
-                                  "min": merged["min"].min(), "max": merged["max"].max()})
-            batch["sum"] = batch["sum"].mask(merged["inf_inf"].any())
-            at = batch.index.get_level_values(0).to_numpy()
-            found = np.asarray(both.index.levels[0], dtype=object)[np.maximum(at, 0)]
-            found[at < 0] = NULL_KEY
-            batch.index = pd.MultiIndex.from_arrays(
-                [pd.Index(found, dtype=object), batch.index.get_level_values(1)],
-                names=["k", "s"])
-        runtime.shared["windows"] = batch
+            both[f"inf_inf_{j}"] = both[column].isna().to_numpy() & (
+                both[accumulator("nn", j)].to_numpy() > 0)
+        # grouped by the key level's codes, not its values: a group-by on a level that holds
+        # the null key (a missing value) turns integer keys into floats, inexact beyond
+        # 2**53; -1 is the null key's code
+        index = cast(pd.MultiIndex, both.index)
+        codes = index.codes[0]
+        merged = both.reset_index(drop=True).groupby(
+            [codes, index.get_level_values(1).to_numpy()], sort=False)
+        out: dict[str, Any] = {"count": merged["count"].sum()}
+        for j, column in enumerate(sums):
+            out[accumulator("nn", j)] = merged[accumulator("nn", j)].sum()
+            out[column] = merged[column].sum(min_count=1).mask(merged[f"inf_inf_{j}"].any())
+            out[accumulator("min", j)] = merged[accumulator("min", j)].min()
+            out[accumulator("max", j)] = merged[accumulator("max", j)].max()
+        batch = pd.DataFrame(out)
+        at = batch.index.get_level_values(0).to_numpy()
+        found = np.asarray(index.levels[0].to_numpy(dtype=object))[np.maximum(at, 0)]
+        found[at < 0] = NULL_KEY
+        batch.index = pd.MultiIndex.from_arrays(
+            [pd.Index(found, dtype=object), batch.index.get_level_values(1)], names=["k", "s"])
+        return batch
 
     def _rows(self, done: pd.DataFrame) -> pd.DataFrame:
         starts = done.index.get_level_values(1).to_numpy(dtype=np.float64)
@@ -221,17 +266,59 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         out = pd.DataFrame({self.key_column: keys})
         out["window_start"] = from_units(starts, self.time_kind)
         out["window_end"] = from_units(starts + self.size_units, self.time_kind)
-        nn = done["nn"].to_numpy()
-        for agg in self.aggs:
-            if agg == "count":
-                out["count"] = done["count"].to_numpy(dtype=np.int64)
-            elif agg == "mean":
-                out["mean"] = np.where(nn > 0, done["sum"].to_numpy() / np.maximum(nn, 1), np.nan)
+        for spec in self.specs:
+            if spec.column is None:
+                out[spec.name] = done["count"].to_numpy(dtype=np.int64)
+                continue
+            j = self.values.index(spec.column)
+            nn = done[accumulator("nn", j)].to_numpy()
+            if spec.func == "count":
+                out[spec.name] = nn.astype(np.int64)
+            elif spec.func == "mean":
+                out[spec.name] = np.where(nn > 0, done[accumulator("sum", j)].to_numpy()
+                                          / np.maximum(nn, 1), np.nan)
             else:
-                out[agg] = done[agg].to_numpy(dtype=np.float64)
+                out[spec.name] = done[accumulator(spec.func, j)].to_numpy(dtype=np.float64)
         return out
 
     def open_windows(self, runtime: KeyedRuntime) -> int:
         """Windows held in ``runtime`` now (for tests and state-size measurements)."""
         table = runtime.shared.get("windows")
         return 0 if table is None else len(table)
+
+
+def _specs(value: str | None, aggs: Any) -> tuple[WindowAgg, ...]:
+    """The output columns of a :class:`KeyedWindowAggregate`: ``aggs`` names applied to
+    ``value`` (``count`` counts rows), or a mapping ``{name: (func, column)}``."""
+    if isinstance(aggs, Mapping):
+        if value is not None:
+            raise InvalidArgumentError(
+                "give value= with aggs as names, or aggs as {name: (func, column)} without "
+                "value=, not both")
+        if not aggs:
+            raise InvalidArgumentTypeError("aggs must not be empty")
+        specs = []
+        for name, spec in aggs.items():
+            if (not isinstance(name, str) or not isinstance(spec, tuple) or len(spec) != 2
+                    or not (spec[1] is None or isinstance(spec[1], str))):
+                raise InvalidArgumentTypeError(
+                    f"aggs as a mapping must be {{name: (func, column)}}, got {name!r}: "
+                    f"{spec!r}")
+            func, column = spec
+            if func not in WINDOW_AGGS:
+                raise InvalidArgumentError(
+                    f"unknown aggregate {func!r} for {name!r}; choose from {WINDOW_AGGS}")
+            if column is None and func != "count":
+                raise InvalidArgumentError(f"{func} ({name!r}) needs a column")
+            specs.append(WindowAgg(name, func, column))
+        return tuple(specs)
+    if isinstance(aggs, str) or not aggs:
+        raise InvalidArgumentTypeError("aggs must be a non-empty sequence of aggregate names")
+    unknown = [a for a in aggs if a not in WINDOW_AGGS]
+    if unknown:
+        raise InvalidArgumentError(f"unknown aggregate(s) {unknown}; choose from {WINDOW_AGGS}")
+    if len(set(aggs)) < len(aggs):
+        raise InvalidArgumentError(f"aggs names an aggregate twice: {list(aggs)}")
+    if value is None and any(a != "count" for a in aggs):
+        raise InvalidArgumentError("sum, min, max and mean need value=<column>")
+    return tuple(WindowAgg(a, a, None if a == "count" else value) for a in aggs)

@@ -17,6 +17,11 @@ spark.trilink.operatorTiming         unset   directory where trilink operators' 
 spark.trilink.mergeEngine            python  ``local_merge``'s engine: ``python`` (inside each
                                              partition) or ``spark`` (Spark's partial
                                              aggregation, where the call allows it)
+spark.trilink.keyedEngine            auto    ``keyed_process``'s engine for ``engine="auto"``:
+                                             ``auto`` (a Spark plan for the built-in
+                                             ``KeyedWindowAggregate``, else Python),
+                                             ``python`` (always the Python runtime) or
+                                             ``spark`` (as ``auto``)
 spark.trilink.state.store            rocksdb ``keyed_foreach_batch``'s state store: ``rocksdb``
                                              (executor-local copies) or ``files``
 spark.trilink.state.localDir         unset   where executors keep the local copies (default the
