@@ -115,7 +115,8 @@ def _known_rows(df: Any) -> int:
     return int(df.where(F.col("t").isNotNull() & ~F.isnan("t")).count())
 
 
-@pytest.mark.parametrize("seed", range(24))
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=pytest.mark.connect) if s < 4 else s
+                                  for s in range(24)])
 def test_spark_plan_gives_the_runtimes_rows_and_late_counts(spark: Any, seed: int) -> None:
     df, args = _case(spark, seed)
     size = [5.0, 10.0, 0.75][seed % 3]
@@ -195,6 +196,7 @@ class _Sub(tl.KeyedWindowAggregate):
     pass
 
 
+@pytest.mark.connect
 def test_which_engine_and_why(spark: Any) -> None:
     df = spark.createDataFrame([(1, 1.0, 2.0, "x")], "k bigint, t double, v double, s string")
     agg = tl.KeyedWindowAggregate(10.0, value="v")
