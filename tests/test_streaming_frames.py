@@ -20,7 +20,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
-from trilink_spark import cli, columns, eventtime, placement
+from trilink_spark import cli, columns, eventtime, merge, placement
 from trilink_spark.errors import StreamingNotSupportedError
 from trilink_spark.kafka import write_kafka
 from trilink_spark.merge import Combine
@@ -82,6 +82,11 @@ CASES: list[tuple[str, str, str, Callable[[Any], Any], str]] = [
          {"m": (Combine(_bits), "v")}), "merge_partials|foreachBatch"),
     ("global_merge", "driver", "refuses",
      lambda s: tl.global_merge(s, "k", {"n": ("count", None)}),
+     "global_merge|foreachBatch"),
+    ("explain_local_merge", "engine", "inspects",
+     lambda s: merge.explain_local_merge(s, "k", "t", 10.0, {"n": ("count", None)}), ""),
+    ("explain_global_merge", "engine", "refuses",
+     lambda s: merge.explain_global_merge(s, "k", {"n": ("count", None)}),
      "global_merge|foreachBatch"),
     ("partition_balance", "frame", "refuses", lambda s: tl.partition_balance(s),
      "partition_balance|foreachBatch"),

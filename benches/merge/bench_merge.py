@@ -100,7 +100,7 @@ def main() -> None:
         round_trips = store.applied_flushes() + 2  # flushes, the key type, and the read
         d[["sensor", "start"]] = d["sensor_window"].str.split(":", expand=True).astype("int64")
         d = normalise(d, "n", "low")
-    partial_plan = tl.local_merge(df, "sensor", "t", WINDOW, aggs)
+    partial_plan = tl.local_merge(df, "sensor", "t", WINDOW, aggs, engine="python")  # no exchange
     equal = {name: bool((x["n"].to_numpy() == a["n"].to_numpy()).all()
                         and (abs(x["low"] - a["low"]) < 1e-9).all() and len(x) == len(a))
              for name, x in (("b", b), ("c", c), ("d", d))}

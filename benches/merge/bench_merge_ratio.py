@@ -6,8 +6,8 @@ The issue's workload: 3,000 sensors, one reading per second each, on 4 input par
 180,000 / 540,000 / 1,800,000 rows), each time-ordered within its partitions ("sorted") and
 shuffled within them ("unsorted"). In the same run:
 
-* ``auto``: ``tl.local_merge(df, "sensor", "ts", 60.0, aggs)`` with defaults (``"groups"`` on
-  a batch DataFrame, ``max_groups`` 1,000,000);
+* ``auto``: ``tl.local_merge(df, "sensor", "ts", 60.0, aggs, engine="python")``, the Python
+  engine in the default mode (``"groups"`` on a batch DataFrame, ``max_groups`` 1,000,000);
 * ``quantity``: the previous default, ``mode="quantity"`` with ``quantity=10,000``;
 * Spark's ``groupBy("sensor", slot).agg(count, min)`` (the baseline the merge's time is
   compared with).
@@ -80,7 +80,7 @@ def measure(spark: Any, seconds: int, shuffled: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"seconds": seconds, "rows": rows, "order": "unsorted" if shuffled
                            else "sorted", "floor_share": floor / rows, "groups": floor}
     for mode in ("auto", "quantity"):
-        partial = tl.local_merge(df, "sensor", "ts", SLOT, aggs(), mode)
+        partial = tl.local_merge(df, "sensor", "ts", SLOT, aggs(), mode, engine="python")
         kept = partial.count()
         merged = sorted(tl.merge_partials(partial, "sensor", aggs()).collect())
         out[mode] = {"partial_rows": kept, "kept_share": kept / rows,

@@ -20,8 +20,9 @@ Variants (:data:`VARIANTS`):
     strategy (one exchange) and the keyed window counts are taken on that layout; the batch's
     deltas are added in Redis by one script, exactly once per batch id (a marker).
 ``local_merge``
-    :func:`~trilink_spark.local_merge` pre-aggregates per campaign and window slot inside each
-    input partition first, so the keyed exchange carries partial counts, not events.
+    :func:`~trilink_spark.local_merge` (its Python engine, the paper's) pre-aggregates per
+    campaign and window slot inside each input partition first, so the keyed exchange
+    carries partial counts, not events.
 ``global_merge``
     :func:`~trilink_spark.global_merge` into a :class:`~trilink_spark.merge.RedisStore`: no keyed
     exchange at all. Each partition's partial counts come back to the driver (at most
@@ -247,7 +248,7 @@ class _Writer:
             return grouped.drop(PARTITION_COL)
         if self.variant == "local_merge":
             partial = local_merge(batch, "campaign_id", "event_time", float(WINDOW_MS),
-                                  {"n": ("count", None)})
+                                  {"n": ("count", None)}, engine="python")
             placed = key_by(partial, "campaign_id", self.strategy, self.strategy.num_partitions,
                             fit="none", compact="never")
             grouped = placed.groupBy(PARTITION_COL, "campaign_id", "slot_start").agg(

@@ -134,7 +134,8 @@ def sensor_frame(spark: Any, rows: int = 4000, parts: int = 2) -> Any:
 def test_local_merge_global_merge_and_keyed_time_themselves(spark: Any,
                                                             timing_dir: str) -> None:
     df = sensor_frame(spark)
-    partial = tl.local_merge(df, "k", "t", 100.0, {"n": ("count", None)})
+    # the Python engine's tasks time themselves (the Spark engine runs no Python task)
+    partial = tl.local_merge(df, "k", "t", 100.0, {"n": ("count", None)}, engine="python")
     out_rows = partial.count()
     # "first" needs the algebra: the Python path (Spark's own aggregates run in the JVM)
     merged = tl.global_merge(df, "k", {"n": ("count", None), "f": ("first", "v")}).toPandas()
@@ -180,7 +181,7 @@ def test_the_advisor_places_operators_inside_their_stage(spark: Any, timing_dir:
     df = sensor_frame(spark, 6000)
     spark.sparkContext.setJobGroup(group, group)
     try:
-        partial = tl.local_merge(df, "k", "t", 1000.0, {"n": ("count", None)})
+        partial = tl.local_merge(df, "k", "t", 1000.0, {"n": ("count", None)}, engine="python")
         partial.repartition(2, "k").write.format("noop").mode("overwrite").save()
     finally:
         spark.sparkContext.setJobGroup("", "")
@@ -226,7 +227,7 @@ def test_the_listener_feeds_each_batch_its_operator_timings(spark: Any, timing_d
     query = None
 
     def merge_batch(batch: Any, batch_id: int) -> None:
-        tl.local_merge(batch, "k", "t", 10.0, {"n": ("count", None)}) \
+        tl.local_merge(batch, "k", "t", 10.0, {"n": ("count", None)}, engine="python") \
             .write.format("noop").mode("overwrite").save()
 
     try:

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 import trilink_spark as tl
 from trilink_spark.errors import InvalidArgumentError
-from trilink_spark.merge.local import MERGE_ENGINES
+from trilink_spark.merge import MERGE_ENGINES
 
 AGGS = {"n": ("count", None), "nv": ("count", "v"), "s": ("sum", "v"), "si": ("sum", "i"),
         "m": ("mean", "i"), "lo": ("min", "v"), "hi": ("max", "v"), "ilo": ("min", "i"),
@@ -96,7 +96,7 @@ def test_spark_engine_gives_the_python_engines_partials(spark: Any, time_kind: s
         df = _df(spark, _frame(seed, int(rng.integers(1, 400)), time_kind), time_kind,
                  int(rng.integers(1, 5)))
         slot = "10 seconds" if time_kind == "timestamp" else float(rng.choice([7.0, 2.5]))
-        python = tl.local_merge(df, "k", "t", slot, AGGS)
+        python = tl.local_merge(df, "k", "t", slot, AGGS, engine="python")
         native = tl.local_merge(df, "k", "t", slot, AGGS, engine="spark")
         check_same_partials(python, native)
         merged = tl.merge_partials(native, "k", AGGS).collect()
@@ -142,11 +142,11 @@ def test_spark_engine_refuses_what_it_cannot_run(spark: Any) -> None:
     for kwargs, chosen, why in cases:
         with pytest.raises(InvalidArgumentError, match=why):
             tl.local_merge(df, "k", "t", 10, chosen, engine="spark", **kwargs)
-    with pytest.raises(InvalidArgumentError, match="engine must be one of python, spark"):
+    with pytest.raises(InvalidArgumentError, match="engine must be one of auto, python, spark"):
         tl.local_merge(df, "k", "t", 10, aggs, engine="jvm")
     with pytest.raises(TypeError):
         tl.local_merge(df, "k", "t", 10, aggs, engine=1)  # type: ignore[arg-type]
-    assert MERGE_ENGINES == ("python", "spark")
+    assert MERGE_ENGINES == ("auto", "python", "spark")
 
 
 def test_spark_engine_refuses_a_stream(spark: Any) -> None:
@@ -177,7 +177,7 @@ def test_spark_engine_on_any_session(spark: Any) -> None:
     df = spark.createDataFrame([(k % 3, t, float(t)) for k in range(9) for t in range(20)],
                                "k long, t long, v double").repartition(2)
     aggs = {"n": ("count", None), "s": ("sum", "v"), "lo": ("min", "v")}
-    python = tl.local_merge(df, "k", "t", 10, aggs)
+    python = tl.local_merge(df, "k", "t", 10, aggs, engine="python")
     native = tl.local_merge(df, "k", "t", 10, aggs, engine="spark")
     assert native.schema.simpleString() == python.schema.simpleString()
     assert sorted(map(tuple, native.collect())) == sorted(map(tuple, python.collect()))

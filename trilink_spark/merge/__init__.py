@@ -3,10 +3,11 @@
 from .aggregates import AGGREGATES, Combine
 from .partials import merge_partials
 from .bounds import MERGE_MODES
-from .local import local_merge
+from .engine import MERGE_ENGINES, MergeEnginePlan
+from .local import explain_local_merge, local_merge
 from .stream import LocalMergeBatchFunction, local_merge_foreach_batch
 from .redis_store import RedisStore
-from .global_merge import GLOBAL_STORES, global_merge
+from .global_merge import GLOBAL_STORES, explain_global_merge, global_merge
 
 __all__ = [
     "AGGREGATES",
@@ -14,9 +15,13 @@ __all__ = [
     "merge_partials",
     "MERGE_MODES",
     "local_merge",
+    "explain_local_merge",
+    "MergeEnginePlan",
+    "MERGE_ENGINES",
     "LocalMergeBatchFunction",
     "local_merge_foreach_batch",
     "RedisStore",
     "GLOBAL_STORES",
     "global_merge",
+    "explain_global_merge",
 ]

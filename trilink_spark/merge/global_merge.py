@@ -5,13 +5,20 @@ global result. With the embedded ``store="driver"`` the deltas are collected by 
 (Arrow) and merged there; only one partial row per key, partition and flush crosses the
 network, and the plan has no shuffle exchange. The modes of
 :func:`~trilink_spark.local_merge` decide how often a partition flushes its deltas.
+
+The engine follows the rule of Local Merge (:mod:`~trilink_spark.merge.engine`), in
+:func:`choose_global_engine`: with the driver store and only count, sum, min, max and mean,
+Spark's own ``groupBy(key).agg`` computes the same merge in the JVM (partial aggregation in
+each partition, one exchange of the partials, their merge); first, last and a Combine need
+the Python engine, and a RedisStore's tasks apply their deltas in Python.
+:func:`explain_global_merge` says which, and why.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -21,10 +28,11 @@ from ..columns import check_user_columns, require_columns
 from ..errors import ArithmeticOverflowError, InvalidArgumentError, InvalidArgumentTypeError
 from ..errors import StoreUnavailableError
 from .bounds import DEFAULT_MAX_GROUPS
-from .local import check_merge_names, local_merge, plan_merge
+from .engine import AUTO_ENGINE, MergeEnginePlan, choose_local_engine, engine_request
+from .local import check_merge_names, plan_merge, python_partials
 from .pandas_engine import arrow_to_pandas, partition_flushes, partition_partials, read_partition
 from .pandas_engine import source_rows, to_arrow
-from .plan import SLOT
+from .plan import SLOT, MergePlan
 from .._internal.optiming import OperatorTimer, Stopwatch, operator_timer, task_identity
 from .._internal.spark.compat import frame_of_arrow
 from .._internal.spark.executors import ensure_executors
@@ -37,7 +45,9 @@ from .partials import finalize_frame, merge_partial_frames
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["global_merge", "GLOBAL_STORES", "APPLY_ON"]
+__all__ = ["global_merge", "explain_global_merge", "choose_global_engine", "prepare_global",
+           "native_driver_lacking", "GlobalInputs", "GlobalChoice", "GLOBAL_STORES",
+           "APPLY_ON", "NATIVE_DRIVER_AGGS"]
 
 _log = logging.getLogger(__name__)
 
@@ -73,6 +83,7 @@ def global_merge(
     read: bool = True,
     max_groups: int = DEFAULT_MAX_GROUPS,
     apply_on: str = "tasks",
+    engine: str | None = AUTO_ENGINE,
 ) -> DataFrame | None:
     """Aggregate per key without a keyed exchange: local partials merged into a global store.
 
@@ -110,6 +121,18 @@ def global_merge(
         are small (few keys): Redis round trips per batch no longer grow with partitions.
         The markers are those of ``"tasks"``, so a batch replayed in the other mode is still
         applied once. Ignored with ``store="driver"``.
+    engine : {"auto", "python", "spark"}
+        ``"auto"`` (default; None means the same): the Spark engine where the call allows it
+        (the driver store, every aggregate count, sum, min, max or mean: Spark's own
+        ``groupBy(key).agg``, whatever the mode, which only says how often the deltas that
+        the driver merges are flushed), the Python engine otherwise (first, last, a Combine,
+        a RedisStore), unless the conf ``spark.trilink.mergeEngine`` says ``python``.
+        ``"python"``: each partition's partials computed in Python (Local Merge's Python
+        engine) and merged on the driver. ``"spark"``: as ``"auto"``, but a call it cannot
+        run is refused with the reason. An integral or decimal sum (or a decimal mean) with
+        ``spark.sql.ansi.enabled=false`` takes the partials of Local Merge's rule (its Spark
+        engine in the groups mode: exact, failing on overflow), merged on the driver. The
+        choice and its reason are logged (INFO) and given by :func:`explain_global_merge`.
 
     Returns
     -------
@@ -118,6 +141,9 @@ def global_merge(
 
     Raises
     ------
+    InvalidArgumentError
+        A bad store, mode, ``apply_on`` or aggregate; an explicit ``engine="spark"`` the call
+        cannot use (a RedisStore, first, last, a Combine), a bad engine or conf value.
     StoreUnavailableError
         With a RedisStore: Redis cannot be reached, before the tasks or from one of them (each
         task stops its own partition's flushes at the first failure and reports it in its
@@ -126,13 +152,14 @@ def global_merge(
 
     Notes
     -----
-    Cost: one Spark job with no shuffle (each partition aggregates in Python, Arrow in and out),
-    the partials collected to the driver (memory O(keys x partitions x flushes)), merged with
-    pandas, and the result turned back into a DataFrame. With the driver store and only
-    count, sum, min, max and mean (:data:`NATIVE_DRIVER_AGGS`), Spark computes the same
-    merge itself: each partition's partial aggregate in the JVM, then an exchange of the
-    partials only (one row per key and partition, what the driver would receive) and their
-    merge; no row crosses into Python, which costs 2-7x more than the whole aggregation. Suited where the result is small
+    Cost, Python engine: one Spark job with no shuffle (each partition aggregates in
+    Python, Arrow in and out), the partials collected to the driver (memory O(keys x
+    partitions x flushes)), merged with pandas, and the result turned back into a
+    DataFrame. Spark engine (the driver store with only count, sum, min, max and mean:
+    :data:`NATIVE_DRIVER_AGGS`): Spark computes the same merge itself, each partition's
+    partial aggregate in the JVM, then an exchange of the partials only (one row per key and
+    partition, what the driver would receive) and their merge; no row crosses into Python,
+    which costs 2-7x more than the whole aggregation. Suited where the result is small
     compared with the input (few keys); for many keys use ``keyed_agg``. With
     ``spark.trilink.operatorTiming`` set, the flushes time themselves
     (:mod:`~trilink_spark._internal.optiming`, operator ``"global_merge"``: each Redis task, or the
@@ -142,40 +169,24 @@ def global_merge(
     --------
     >>> totals = tl.global_merge(df, "sensor", {"n": ("count", None)})  # doctest: +SKIP
     """
-    from pyspark.sql import functions as F
-
-    refuse_streaming(df, "global_merge", "it runs a job and merges what the tasks flushed into "
-                     "the store before it returns", STREAM_ROUTE)
-    if not isinstance(store, RedisStore) and store not in GLOBAL_STORES:
-        raise InvalidArgumentError(
-            f"store must be one of {GLOBAL_STORES} or a RedisStore, got {store!r}")
+    inputs = prepare_global(df, key, aggs, store, mode, quantity=quantity,
+                            event_time=event_time, delay=delay, punctuation=punctuation,
+                            max_groups=max_groups)  # a stream is refused first
     if batch_id is not None and (isinstance(batch_id, bool) or not isinstance(batch_id, int)):
         raise InvalidArgumentTypeError(f"batch_id must be an int, got {type(batch_id).__name__}")
     if apply_on not in APPLY_ON:
         raise InvalidArgumentError(f"apply_on must be one of {APPLY_ON}, got {apply_on!r}")
-    require_columns(df, [key], "key column")
-    check_atomic_key(df, key)
-    specs = parse_aggs(aggs, df.columns, df)
-    check_user_columns(df, [c for s in specs for c in s.partial_columns])
-    check_merge_names(specs, key, [SLOT] + ([event_time] if event_time is not None else []))
-    if event_time is None:
-        if mode == "periodic" or (mode == "auto" and delay is not None):
-            raise InvalidArgumentError("periodic mode (delay=...) needs event_time=<column>")
-        source = df.withColumn(CONST_TIME_COL, F.lit(0).cast("long"))
-        time_name = CONST_TIME_COL
-    else:
-        source, time_name = df, event_time
-    slot = 2**62  # one slot: the whole input
-    resolved = [(s.name, s.func, s.column) for s in specs]  # parsed once: no second analysis
-    if isinstance(store, RedisStore):
-        return _merge_into_redis(df, source, key, time_name, slot, resolved, store, mode,
-                                 batch_id, quantity, delay, punctuation, read, max_groups,
-                                 apply_on)
-    native = _native_driver_merge(df, key, specs)
-    if native is not None:
-        return native
-    partials = local_merge(source, key, time_name, slot, resolved, mode, quantity=quantity,
-                           delay=delay, punctuation=punctuation, max_groups=max_groups)
+    choice = choose_global_engine(df, inputs, store, engine)
+    _log.info("global_merge on %r: the %s engine (%s)", key, choice.plan.engine,
+              choice.plan.reason)
+    specs = inputs.plan.specs
+    if isinstance(store, RedisStore):  # choice.route == "redis"
+        return _merge_into_redis(df, inputs, store, batch_id, read, apply_on)
+    if choice.route == "aggregate":
+        return _native_driver_merge(df, key, specs)
+    partials = choice.partials if choice.partials is not None else \
+        python_partials(inputs.src, inputs.plan)
+    time_name = inputs.plan.time_name
     frame = arrow_to_pandas(partials.toArrow())
     timer = operator_timer(df.sparkSession, "global_merge")
     watch = Stopwatch()
@@ -195,30 +206,223 @@ def global_merge(
                                                schema, spark))
 
 
+class GlobalInputs(NamedTuple):
+    """A validated :func:`global_merge`: the aggregates as parsed (``resolved``, so they are
+    analysed once) and the Local Merge of its partials: its input ``source`` (with a
+    constant event time when the call gives none), and ``src`` and ``plan`` of
+    :func:`~trilink_spark.merge.local.plan_merge` (one slot, the whole input)."""
+
+    resolved: list[tuple[str, Any, str | None]]
+    source: DataFrame
+    src: DataFrame
+    plan: MergePlan
+
+
+def prepare_global(
+    df: DataFrame, key: str, aggs: Any, store: str | RedisStore, mode: str, *,
+    quantity: int | None, event_time: str | None, delay: Any, punctuation: str | None,
+    max_groups: int,
+) -> GlobalInputs:
+    """The checks of :func:`global_merge` that need no job (the streaming frame, the store,
+    the key, the aggregates, the mode and its arguments, what a RedisStore cannot merge),
+    and its inputs. A plan, no job."""
+    from pyspark.sql import functions as F
+
+    refuse_streaming(df, "global_merge", "it runs a job and merges what the tasks flushed into "
+                     "the store before it returns", STREAM_ROUTE)
+    if not isinstance(store, RedisStore) and store not in GLOBAL_STORES:
+        raise InvalidArgumentError(
+            f"store must be one of {GLOBAL_STORES} or a RedisStore, got {store!r}")
+    require_columns(df, [key], "key column")
+    check_atomic_key(df, key)
+    specs = parse_aggs(aggs, df.columns, df)
+    check_user_columns(df, [c for s in specs for c in s.partial_columns])
+    check_merge_names(specs, key, [SLOT] + ([event_time] if event_time is not None else []))
+    if event_time is None:
+        if mode == "periodic" or (mode == "auto" and delay is not None):
+            raise InvalidArgumentError("periodic mode (delay=...) needs event_time=<column>")
+        source = df.withColumn(CONST_TIME_COL, F.lit(0).cast("long"))
+        time_name = CONST_TIME_COL
+    else:
+        source, time_name = df, event_time
+    slot = 2**62  # one slot: the whole input
+    resolved = [(s.name, s.func, s.column) for s in specs]  # parsed once: no second analysis
+    src, plan = plan_merge(source, key, time_name, slot, resolved, mode, quantity=quantity,
+                           delay=delay, punctuation=punctuation, max_groups=max_groups)
+    if isinstance(store, RedisStore):
+        store.ops(plan.specs)  # refuse what Redis cannot merge before any task runs
+        partial = [c for spec in plan.specs for c in spec.partial_columns]
+        if store.updated_field is not None and store.updated_field in partial:
+            raise InvalidArgumentError(
+                f"the store's updated_field {store.updated_field!r} is also a partial column "
+                f"of the aggregates ({partial}); choose another name")
+    return GlobalInputs(resolved, source, src, plan)
+
+
+class GlobalChoice(NamedTuple):
+    """How :func:`global_merge` runs: ``plan`` (the engine and why); ``route``:
+    ``"redis"`` (Python tasks, or the driver, apply the deltas to a RedisStore),
+    ``"aggregate"`` (the driver store by Spark's ``groupBy(key).agg``) or ``"partials"``
+    (Local Merge partials merged on the driver); ``partials``: the Spark engine's partial
+    rows on that route, None for the Python engine's."""
+
+    plan: MergeEnginePlan
+    route: str
+    partials: DataFrame | None = None
+
+
+def choose_global_engine(df: DataFrame, inputs: GlobalInputs, store: str | RedisStore,
+                         engine: str | None) -> GlobalChoice:
+    """The engine of a :func:`global_merge` of ``df`` (validated into ``inputs``), and why:
+    the one rule for ``global_merge`` and :func:`explain_global_merge`.
+
+    A RedisStore: the Python engine (tasks apply their flushes to Redis, each exactly once
+    by its marker). The driver store: unless the Python engine is asked for (``engine`` or
+    the conf ``spark.trilink.mergeEngine``), Spark's own ``groupBy(key).agg`` when every
+    aggregate is count, sum, min, max or mean (:func:`native_driver_lacking`); whatever the
+    mode, which only decides how often a partition flushes deltas that are all merged on
+    the driver. Otherwise the partials of Local Merge's rule
+    (:func:`~trilink_spark.merge.engine.choose_local_engine`: the Spark engine, for a sum
+    with ANSI mode off, in the groups mode; the Python engine for first, last, a Combine),
+    merged on the driver.
+
+    Raises
+    ------
+    InvalidArgumentError
+        An explicit ``engine="spark"`` the call cannot use (a RedisStore; an aggregate with
+        no Spark form), a bad engine or conf value.
+
+    Notes
+    -----
+    Cost: O(aggregates), a conf read or two, and the Spark engine's query built (no job).
+
+    Examples
+    --------
+    >>> choose_global_engine(df, inputs, "driver", "auto").route  # doctest: +SKIP
+    'aggregate'
+    """
+    request = engine_request(df.sparkSession, engine)
+    if isinstance(store, RedisStore):
+        why = ("a RedisStore: each flush of deltas is applied to Redis, exactly once by its "
+               "(batch, partition, flush) marker, from Python tasks (or the driver with "
+               "apply_on='driver')")
+        if request.engine == "spark" and request.explicit:
+            raise InvalidArgumentError(f"engine='spark' cannot run {why}; use engine='auto' "
+                                       "or engine='python'")
+        if request.engine == "spark":
+            return GlobalChoice(MergeEnginePlan(
+                "python", f"{request.source} does not apply to {why}"), "redis")
+        return GlobalChoice(MergeEnginePlan("python", f"{request.source}: {why}"), "redis")
+    if request.engine == "python":
+        return GlobalChoice(MergeEnginePlan(
+            "python", f"{request.source}: each partition's partials computed in Python (Local "
+                      "Merge's Python engine, no exchange), merged on the driver"), "partials")
+    lacking = native_driver_lacking(df, inputs.plan.specs)
+    if lacking is None:
+        return GlobalChoice(MergeEnginePlan(
+            "spark", f"{request.source}: the driver store with count, sum, min, max and mean "
+                     "only: Spark's own groupBy(key) aggregation, partial in the JVM in each "
+                     "partition, one exchange of the partials (one row per key and "
+                     "partition) and their merge; no row crosses into Python"), "aggregate")
+    local, native = choose_local_engine(inputs.source, inputs.plan, engine, None)
+    return GlobalChoice(MergeEnginePlan(
+        local.engine, f"{lacking}; the partials the driver merges: {local.reason}"),
+        "partials", native)
+
+
+def explain_global_merge(
+    df: DataFrame,
+    key: str,
+    aggs: Any,
+    store: str | RedisStore = "driver",
+    mode: str = "auto",
+    *,
+    quantity: int | None = None,
+    event_time: str | None = None,
+    delay: Any = None,
+    punctuation: str | None = None,
+    max_groups: int = DEFAULT_MAX_GROUPS,
+    engine: str | None = AUTO_ENGINE,
+) -> MergeEnginePlan:
+    """The engine :func:`global_merge` runs with these arguments, and why (nothing runs).
+
+    The arguments are :func:`global_merge`'s less those that only matter to a run
+    (``batch_id``, ``read``, ``apply_on``), checked as it checks them (the same errors).
+    With the driver store and only count, sum, min, max and mean, Spark's own
+    ``groupBy(key).agg`` computes the merge in the JVM (``"spark"``), whatever the mode; with
+    first, last or a Combine the partitions' partials are computed in Python and merged on
+    the driver (``"python"``), and an integral or decimal sum (or a decimal mean) with
+    ``spark.sql.ansi.enabled=false`` takes Local Merge's rule for its partials
+    (:func:`~trilink_spark.merge.explain_local_merge`). A RedisStore is always ``"python"``:
+    its tasks apply their deltas to Redis. ``engine`` and the conf
+    ``spark.trilink.mergeEngine`` act as for :func:`~trilink_spark.local_merge`.
+
+    Returns
+    -------
+    MergeEnginePlan
+        ``engine`` (``"spark"`` or ``"python"``) and ``reason`` (in words, naming what
+        decided: the engine or conf, the store, an aggregate, the mode).
+
+    Raises
+    ------
+    InvalidArgumentError
+        What :func:`global_merge` raises before a job (a bad store, mode or aggregate, an
+        explicit ``engine="spark"`` it cannot use, a bad engine or conf value).
+    StreamingNotSupportedError
+        A streaming DataFrame, as :func:`global_merge`.
+
+    Notes
+    -----
+    Cost: the checks of :func:`global_merge` and a query plan or two built, no job, no
+    Redis call.
+
+    Examples
+    --------
+    >>> merge.explain_global_merge(df, "sensor", {"n": ("count", None)}).engine  # doctest: +SKIP
+    'spark'
+    """
+    inputs = prepare_global(df, key, aggs, store, mode, quantity=quantity,
+                            event_time=event_time, delay=delay, punctuation=punctuation,
+                            max_groups=max_groups)
+    return choose_global_engine(df, inputs, store, engine).plan
+
+
 #: Aggregates whose merge of partials Spark's own partial aggregation computes exactly as the
 #: algebra does (first and last depend on arrival order, which a shuffle does not keep).
 NATIVE_DRIVER_AGGS = ("count", "sum", "min", "max", "mean")
 
 
-def _native_driver_merge(df: DataFrame, key: str, specs: list[AggSpec]) -> DataFrame | None:
-    """A driver-store merge of Spark aggregates, computed by Spark: each partition's partial
-    aggregate (in the JVM) is merged after an exchange of the partials only, one row per key
-    and partition, which is what the driver would receive from the Python path. None when an
-    aggregate needs the algebra (a Combine, first or last, or an integral or decimal sum or a
-    decimal mean with ANSI mode off, where Spark would not fail on overflow as the algebra
-    does)."""
-    from pyspark.errors import PySparkException
-
-    spark = df.sparkSession
-    ansi = str(spark.conf.get("spark.sql.ansi.enabled", "true")).lower() == "true"
+def native_driver_lacking(df: DataFrame, specs: list[AggSpec]) -> str | None:
+    """Why Spark's own ``groupBy(key).agg`` cannot be the driver store's merge of ``specs``
+    (the first aggregate that needs the algebra, in words), or None when it computes exactly
+    what the algebra does: count, sum, min, max and mean (:data:`NATIVE_DRIVER_AGGS`), but no
+    integral or decimal sum or decimal mean with ``spark.sql.ansi.enabled=false``, where
+    Spark's sum would wrap around or give null where the algebra fails. O(aggregates), one
+    conf read."""
+    ansi = str(df.sparkSession.conf.get("spark.sql.ansi.enabled", "true")).lower() == "true"
     for spec in specs:
         if not isinstance(spec.func, str) or spec.func not in NATIVE_DRIVER_AGGS:
-            return None
+            what = "a Combine" if not isinstance(spec.func, str) else spec.func
+            return (f"aggregate {spec.name!r} ({what}: Spark's groupBy merges only count, sum, "
+                    "min, max and mean as the algebra does)")
         if spec.func in ("sum", "mean") and spec.column is not None and not ansi:
             kind = df.schema[spec.column].dataType.simpleString()
             if (spec.func == "sum" and kind not in ("float", "double")) or \
                     kind.startswith("decimal"):
-                return None
+                return (f"aggregate {spec.name!r} ({spec.func} of {kind} with "
+                        "spark.sql.ansi.enabled=false: Spark's groupBy would not fail on "
+                        "overflow as the algebra does)")
+    return None
+
+
+def _native_driver_merge(df: DataFrame, key: str, specs: list[AggSpec]) -> DataFrame:
+    """A driver-store merge of Spark aggregates, computed by Spark: each partition's partial
+    aggregate (in the JVM) is merged after an exchange of the partials only, one row per key
+    and partition, which is what the driver would receive from the Python path. Only where
+    :func:`native_driver_lacking` finds nothing (:func:`choose_global_engine` decides)."""
+    from pyspark.errors import PySparkException
+
+    spark = df.sparkSession
     schema = _result_schema(df, key, specs)
     types = [f.dataType for f in _struct(schema)]
     grouped = df.groupBy(column_of(key)).agg(
@@ -279,22 +483,14 @@ def _result_schema(df: DataFrame, key: str, specs: list[AggSpec]) -> str:
 STATUS_SCHEMA = "partition int, flushes int, applied int, error string"
 
 
-def _merge_into_redis(
-    df: DataFrame, source: DataFrame, key: str, time_name: str, slot: int, aggs: Any,
-    store: RedisStore, mode: str, batch_id: int | None, quantity: int | None, delay: Any,
-    punctuation: str | None, read: bool, max_groups: int, apply_on: str = "tasks",
-) -> DataFrame | None:
+def _merge_into_redis(df: DataFrame, inputs: GlobalInputs, store: RedisStore,
+                      batch_id: int | None, read: bool, apply_on: str = "tasks",
+                      ) -> DataFrame | None:
     import pyarrow as pa
 
-    src, plan = plan_merge(source, key, time_name, slot, aggs, mode, quantity=quantity,
-                           delay=delay, punctuation=punctuation, max_groups=max_groups)
-    store.ops(plan.specs)  # refuse what Redis cannot merge before any task runs
+    src, plan, aggs, key = inputs.src, inputs.plan, inputs.resolved, inputs.plan.key
     ensure_executors(df.sparkSession)  # a cluster's executors must import the package
     partial = [c for spec in plan.specs for c in spec.partial_columns]
-    if store.updated_field is not None and store.updated_field in partial:
-        raise InvalidArgumentError(
-            f"the store's updated_field {store.updated_field!r} is also a partial column of "
-            f"the aggregates ({partial}); choose another name")
     schema = pa.schema([plan.arrow_schema.field(c) for c in [key, *partial]])
     store.bind_schema(schema, _result_schema(df, key, plan.specs))
     run_id = str(batch_id) if batch_id is not None else f"run-{uuid.uuid4().hex}"

@@ -32,10 +32,13 @@ them); ``quantity`` bounds rows instead, so with many keys it flushes a slot in 
 pieces. Merging the output with
 :func:`~trilink_spark.merge_partials` gives exactly what aggregating the raw rows gives.
 
-``engine="spark"`` (or ``spark.trilink.mergeEngine=spark``) computes the same partial rows,
-one per (input partition, key, slot), with Spark's own partial aggregation in the JVM instead
-(batch DataFrames, groups mode, count, sum, min, max and mean): no row crosses into Python, at
-the price of one exchange of the partial rows.
+Two engines compute the partial rows (:mod:`~trilink_spark.merge.engine`). The Python engine
+runs everything above inside each input partition, with no exchange. The Spark engine has
+Spark's own partial aggregation compute the same partial rows, one per (input partition, key,
+slot), in the JVM: no row crosses into Python, at the price of one exchange of the partial
+rows (batch DataFrames, groups mode, no ``order_by``, count, sum, min, max and mean). The
+default, ``engine="auto"``, takes the Spark engine wherever it runs the call and the Python
+engine elsewhere; :func:`explain_local_merge` says which, and why.
 
 Rows whose event time is null, NaN or infinite are kept: they go to a slot of their own,
 ``slot_start`` null, with a null event time, and they move nothing that depends on time (no
@@ -55,31 +58,24 @@ from ..columns import column_of, python_aliases, quoted
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from .._internal.optiming import operator_timer
 from .._internal.spark.executors import ensure_executors
-from .._internal.validation import refuse_streaming
 from ..eventtime import SPARK_TIME_TYPES, delay_in_units, event_time_micros
 from .arrow_engine import arrow_merge_partition
 from .bounds import DEFAULT_MAX_GROUPS, DEFAULT_QUANTITY, MERGE_MODES
 from .expressions import AggSpec, parse_aggs
 from .plan import SLOT, MergePlan
-from .spark_engine import spark_partials
+from .engine import AUTO_ENGINE, MergeEnginePlan
+from .engine import choose_local_engine
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["local_merge", "MERGE_ENGINES", "AUTO_MODE", "ENGINE_CONF", "plan_merge",
+__all__ = ["local_merge", "explain_local_merge", "python_partials", "AUTO_MODE", "plan_merge",
            "check_merge_names"]
 
 logger = logging.getLogger(__name__)
 
 #: ``mode="auto"``: ``"groups"`` for a batch DataFrame, ``"quantity"`` for a streaming one.
 AUTO_MODE = "auto"
-#: Engines of :func:`local_merge`: ``"python"`` merges inside each input partition (no
-#: exchange, every mode); ``"spark"`` has Spark's own partial aggregation compute the same
-#: partial rows (batch DataFrames, groups mode; one exchange of the partial rows).
-MERGE_ENGINES: tuple[str, ...] = ("python", "spark")
-#: ``spark.trilink.mergeEngine``: the engine :func:`local_merge` uses when ``engine`` is not
-#: given; where the Spark engine cannot run the call, the Python engine does.
-ENGINE_CONF = "mergeEngine"
 
 
 def local_merge(
@@ -95,7 +91,7 @@ def local_merge(
     punctuation: str | None = None,
     order_by: str | None = None,
     max_groups: int = DEFAULT_MAX_GROUPS,
-    engine: str | None = None,
+    engine: str | None = AUTO_ENGINE,
 ) -> DataFrame:
     """Pre-aggregate rows per key and time slot inside each input partition (no shuffle).
 
@@ -129,16 +125,19 @@ def local_merge(
         Punctuation mode: a boolean column; a row where it is true flushes the buffer with it.
     order_by : str, optional
         Arrival order within a partition (default: the input order).
-    engine : {"python", "spark"}, optional
+    engine : {"auto", "python", "spark"}
         ``"python"``: the merge runs inside each input partition, as described above (no
         exchange). ``"spark"``: Spark's own partial aggregation computes the partial rows,
         one per (input partition, key, slot), ``groupBy(spark_partition_id(), key, slot)``
         in the JVM, so no row crosses into Python; the partial rows (not the input rows) then
         cross one exchange and leave their input partition. Only for batch DataFrames in the
-        groups mode, without ``order_by``, with count, sum, min, max and mean; Spark bounds
-        its memory by spilling, so ``max_groups`` does not apply. Default: the
-        ``spark.trilink.mergeEngine`` conf (``"python"``); when the conf asks for
-        ``"spark"`` and a call cannot use it, that call uses ``"python"``.
+        groups mode, without ``order_by``, with count, sum, min, max and mean (decimals
+        included); Spark bounds its memory by spilling, so ``max_groups`` does not apply.
+        ``"auto"`` (default; None means the same): the Spark engine where the call allows
+        it, the Python engine otherwise (a stream, the quantity, periodic or punctuation
+        mode, ``order_by``, first, last, a Combine), unless the conf
+        ``spark.trilink.mergeEngine`` says ``python`` (``spark``: as ``auto``). The choice
+        and its reason are logged (INFO) and given by :func:`explain_local_merge`.
 
     Returns
     -------
@@ -155,7 +154,8 @@ def local_merge(
     ------
     InvalidArgumentError
         An aggregate named like the key, the event time or ``slot_start``, or a bad mode or
-        slot; ``engine="spark"`` for a call it cannot run (the message says why);
+        slot; ``engine="spark"`` for a call it cannot run (the message says why); a bad
+        ``engine`` or ``spark.trilink.mergeEngine`` value;
         :class:`~trilink_spark.errors.ReservedColumnError` for a column or aggregate named
         ``_tl_*``.
     InvalidArgumentTypeError
@@ -167,7 +167,7 @@ def local_merge(
 
     Notes
     -----
-    Cost: one vectorised pass per input partition in Python, O(n log n) in every mode and
+    Cost, Python engine: one vectorised pass per input partition, O(n log n) in every mode and
     whatever the arrival order, no shuffle; only the key, event time and aggregated columns
     travel. Groups and quantity modes with count, sum, min, max and mean: Arrow's hash
     aggregation per arriving batch, O(n), holding only the buffered partial rows. Otherwise
@@ -179,72 +179,96 @@ def local_merge(
     one timing record (:mod:`~trilink_spark._internal.optiming`: rows in and out, its own
     milliseconds).
 
-    ``engine="spark"``: Spark's hash aggregation in the JVM (partial, then final after the
-    exchange), O(rows); one exchange carrying the partial rows. Every input row otherwise
-    crosses from the JVM to a Python worker, which costs about what Spark's whole native
-    aggregation costs (benches/RESULTS.md, §18).
+    Spark engine: Spark's hash aggregation in the JVM (partial, then final after the
+    exchange), O(rows); one exchange carrying the partial rows; no operator timing records.
+    With the Python engine every input row crosses from the JVM to a Python worker, which
+    costs about what Spark's whole native aggregation costs: the Python engine costs up to
+    5.8x Spark's own ``groupBy(key, slot).agg``, the Spark engine 1.3-1.7x
+    (benches/RESULTS.md, §18).
 
     Examples
     --------
     >>> aggs = {"n": ("count", None), "volts": ("mean", "volts")}
     >>> partial = tl.local_merge(df, "sensor", "ts", 60.0, aggs)  # doctest: +SKIP
     >>> tl.merge_partials(partial, "sensor", aggs)  # doctest: +SKIP
-    >>> native = tl.local_merge(df, "sensor", "ts", 60.0, aggs, engine="spark")  # doctest: +SKIP
+    >>> inside = tl.local_merge(df, "sensor", "ts", 60.0, aggs, engine="python")  # doctest: +SKIP
     """
     src, plan = plan_merge(df, key, event_time, slot, aggs, mode, quantity=quantity, delay=delay,
                            punctuation=punctuation, order_by=order_by, max_groups=max_groups)
-    native = _spark_engine(df, plan, engine, order_by)
+    choice, native = choose_local_engine(df, plan, engine, order_by)
+    logger.info("local_merge on %r: the %s engine (%s)", key, choice.engine, choice.reason)
     if native is not None:
         return native
-    ensure_executors(df.sparkSession)  # a cluster's executors must import the package
-    timer = operator_timer(df.sparkSession, "local_merge")
+    return python_partials(src, plan)
+
+
+def python_partials(src: DataFrame, plan: MergePlan) -> DataFrame:
+    """The Python engine of :func:`local_merge`: ``src`` and ``plan`` of :func:`plan_merge`
+    merged inside each input partition (``mapInArrow``, no exchange). A plan, no job; on a
+    cluster, the executors' environment is checked once (:func:`ensure_executors`)."""
+    ensure_executors(src.sparkSession)  # a cluster's executors must import the package
+    timer = operator_timer(src.sparkSession, "local_merge")
     result: DataFrame = src.mapInArrow(arrow_merge_partition(plan, timer), plan.out_schema)
     return result
 
 
-def _spark_engine(df: DataFrame, plan: MergePlan, engine: str | None,
-                  order_by: str | None) -> DataFrame | None:
-    """:func:`local_merge` on Spark's partial aggregation
-    (:func:`~trilink_spark.merge.spark_engine.spark_partials`) when ``engine`` (else the
-    ``spark.trilink.mergeEngine`` conf) asks for it and the call allows it; else None (the
-    Python engine runs). An explicit ``engine="spark"`` the call cannot
-    use is an InvalidArgumentError saying why; the conf's falls back to the Python engine."""
-    from .._internal.spark.session import conf_get
+def explain_local_merge(
+    df: DataFrame,
+    key: str,
+    event_time: str,
+    slot: Any,
+    aggs: Any,
+    mode: str = AUTO_MODE,
+    *,
+    quantity: int | None = None,
+    delay: Any = None,
+    punctuation: str | None = None,
+    order_by: str | None = None,
+    max_groups: int = DEFAULT_MAX_GROUPS,
+    engine: str | None = AUTO_ENGINE,
+) -> MergeEnginePlan:
+    """The engine :func:`local_merge` runs with these arguments, and why (nothing runs).
 
-    explicit = engine is not None
-    chosen = engine if explicit else conf_get(df.sparkSession, ENGINE_CONF, "python")
-    if not isinstance(chosen, str) or chosen not in MERGE_ENGINES:
-        where = "engine" if explicit else f"spark.trilink.{ENGINE_CONF}"
-        error = InvalidArgumentError if isinstance(chosen, str) else InvalidArgumentTypeError
-        raise error(f"{where} must be one of {', '.join(MERGE_ENGINES)}, got {chosen!r}")
-    if chosen == "python":
-        return None
-    why = None
-    native = None
-    if df.isStreaming:
-        if explicit:
-            refuse_streaming(df, "local_merge(engine='spark')", "Spark's partial aggregation "
-                             "cannot feed later stages of a stream", "Use engine='python' (the "
-                             "default), which runs on a stream in the quantity mode")
-        why = "a streaming DataFrame (Spark's partial aggregation cannot feed later stages)"
-    elif plan.mode != "groups":
-        why = f"the {plan.mode} mode (its flushes are Python's)"
-    elif order_by is not None:
-        why = "order_by (Spark's aggregation keeps no arrival order)"
-    else:
-        native, lacking = spark_partials(df, plan)
-        if lacking is not None:
-            why = (f"aggregate {lacking!r} (no Spark form: first and last need arrival "
-                   "order, a Combine runs in Python)")
-    if why is None:
-        return native
-    if explicit:
-        raise InvalidArgumentError(
-            f"engine='spark' cannot run {why}; it runs batch DataFrames in the groups mode "
-            "without order_by, with count, sum, min, max and mean: use engine='python'")
-    logger.debug("local_merge: spark.trilink.%s=spark does not apply to %s; the Python "
-                 "engine runs", ENGINE_CONF, why)
-    return None
+    The arguments are :func:`local_merge`'s, checked as it checks them (the same errors).
+    ``engine="auto"`` (the default) takes the Spark engine, Spark's own partial aggregation
+    in the JVM, for a batch DataFrame in the groups mode (the ``"auto"`` mode of a batch
+    DataFrame) without ``order_by`` whose aggregates are all count, sum, min, max or mean
+    (decimals included); the Python engine otherwise: a streaming DataFrame, the quantity,
+    periodic or punctuation mode, ``order_by``, first, last or a Combine. The conf
+    ``spark.trilink.mergeEngine`` decides when ``engine`` is ``"auto"``: ``python`` always
+    the Python engine, ``spark`` as ``auto``. The reason names what decided; the same rule
+    decides for :func:`local_merge` (:func:`~trilink_spark.merge.engine.choose_local_engine`),
+    which logs it.
+
+    Returns
+    -------
+    MergeEnginePlan
+        ``engine`` (``"spark"`` or ``"python"``) and ``reason`` (in words).
+
+    Raises
+    ------
+    InvalidArgumentError
+        What :func:`local_merge` raises before a job: a bad mode, slot or aggregate, an
+        explicit ``engine="spark"`` the call cannot use, a bad engine or conf value.
+
+    Notes
+    -----
+    Cost: the checks of :func:`local_merge` (the frame's schema, the aggregates) and one
+    query plan built, no job; on Spark Connect a few analysis round trips.
+
+    Examples
+    --------
+    >>> from trilink_spark import merge  # doctest: +SKIP
+    >>> count = {"n": ("count", None)}
+    >>> merge.explain_local_merge(df, "sensor", "ts", 60.0, count)  # doctest: +SKIP
+    MergeEnginePlan(engine='spark', reason="engine='auto': a batch DataFrame in the groups ...")
+    >>> first = {"f": ("first", "v")}
+    >>> merge.explain_local_merge(df, "sensor", "ts", 60.0, first).engine  # doctest: +SKIP
+    'python'
+    """
+    _, plan = plan_merge(df, key, event_time, slot, aggs, mode, quantity=quantity, delay=delay,
+                         punctuation=punctuation, order_by=order_by, max_groups=max_groups)
+    return choose_local_engine(df, plan, engine, order_by)[0]
 
 
 def check_merge_names(specs: list[AggSpec], key: str, others: list[str]) -> None:

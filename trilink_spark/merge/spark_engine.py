@@ -1,10 +1,11 @@
 """The Spark engine of Local Merge: the same partial rows from Spark's own partial aggregation.
 
-:func:`spark_partials` builds, for ``local_merge(engine="spark")``, a ``groupBy(
+:func:`spark_partials` builds, for Local Merge's Spark engine, a ``groupBy(
 spark_partition_id(), key, slot)`` whose aggregates are each aggregate's Spark form of its
 partials (:meth:`~trilink_spark.merge.aggregates.Aggregate.spark_init`): no row crosses into
 Python, at the price of one exchange of the partial rows. Batch DataFrames in the groups mode
-with count, sum, min, max and mean; :mod:`~trilink_spark.merge.local` chooses the engine.
+with count, sum, min, max and mean; :mod:`~trilink_spark.merge.engine` chooses the engine
+(the default, ``"auto"``, takes this one wherever it runs the call).
 """
 
 from __future__ import annotations

@@ -14,9 +14,11 @@ spark.trilink.fit                    full    how table strategies learn keys in 
 spark.trilink.compactPartitions      auto    whether ``key_by`` runs no task for empty partitions
 spark.trilink.operatorTiming         unset   directory where trilink operators' tasks time
                                              themselves (:mod:`trilink_spark._internal.optiming`)
-spark.trilink.mergeEngine            python  ``local_merge``'s engine: ``python`` (inside each
-                                             partition) or ``spark`` (Spark's partial
-                                             aggregation, where the call allows it)
+spark.trilink.mergeEngine            auto    the engine of ``local_merge`` and ``global_merge``
+                                             when the call gives none (``engine="auto"``):
+                                             ``auto`` (Spark's aggregation in the JVM where
+                                             the call allows it, else Python), ``python``
+                                             (always Python) or ``spark`` (as ``auto``)
 spark.trilink.keyedEngine            auto    ``keyed_process``'s engine for ``engine="auto"``:
                                              ``auto`` (a Spark plan for the built-in
                                              ``KeyedWindowAggregate``, else Python),
