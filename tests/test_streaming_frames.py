@@ -20,7 +20,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
-from trilink_spark import cli, columns, eventtime, merge, placement
+from trilink_spark import cli, columns, eventtime, keyed, merge, placement
 from trilink_spark.errors import StreamingNotSupportedError
 from trilink_spark.kafka import write_kafka
 from trilink_spark.merge import Combine
@@ -83,6 +83,9 @@ CASES: list[tuple[str, str, str, Callable[[Any], Any], str]] = [
     ("global_merge", "driver", "refuses",
      lambda s: tl.global_merge(s, "k", {"n": ("count", None)}),
      "global_merge|foreachBatch"),
+    ("explain_keyed_process", "engine", "refuses",
+     lambda s: keyed.explain_keyed_process(s, "k", tl.KeyedWindowAggregate(10.0)),
+     "keyed_process|keyed_foreach_batch(sink, key, event_time, processor"),
     ("explain_local_merge", "engine", "inspects",
      lambda s: merge.explain_local_merge(s, "k", "t", 10.0, {"n": ("count", None)}), ""),
     ("explain_global_merge", "engine", "refuses",

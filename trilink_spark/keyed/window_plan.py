@@ -35,7 +35,8 @@ from ..columns import EVENT_TIME_COL, PARTITION_COL, POS_COL, WATERMARK_COL, col
 from ..columns import require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..placement.source import is_keyed_by_source
-from .prepare import check_processor
+from .._internal.validation import refuse_streaming
+from .prepare import KEYED_STREAM_ROUTE, check_processor
 from .process import KeyedWatermarkProcessFunction
 from .watermark import key_watermark_of, late_against
 from .windows import KeyedWindowAggregate
@@ -243,6 +244,8 @@ def explain_keyed_process(df: DataFrame, key: str, processor: KeyedWatermarkProc
     InvalidArgumentError
         ``engine="spark"`` for a call the Spark plan cannot run (the message says why), or an
         unknown engine.
+    StreamingNotSupportedError
+        ``df`` is a streaming DataFrame, as ``keyed_process`` refuses it.
 
     Notes
     -----
@@ -253,6 +256,9 @@ def explain_keyed_process(df: DataFrame, key: str, processor: KeyedWatermarkProc
     >>> explain_keyed_process(df, "sensor", tl.KeyedWindowAggregate(60.0))  # doctest: +SKIP
     KeyedProcessPlan(engine='spark', reason='KeyedWindowAggregate on a bounded DataFrame: ...')
     """
+    refuse_streaming(df, "explain_keyed_process", "keyed_process runs bounded input only: "
+                     "its timers and idle rule need every key's watermark kept from one "
+                     "micro-batch to the next", KEYED_STREAM_ROUTE)
     check_processor(processor)
     require_columns(df, [key], "key column")
     if isinstance(processor, KeyedWindowAggregate):
