@@ -14,6 +14,7 @@ the table does not know. Fit the strategy on the driver first to avoid the fallb
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from abc import abstractmethod
@@ -85,6 +86,8 @@ class TablePartitioner(Partitioner):
         super().__init__(num_partitions, null_policy=null_policy)
         self._key_type = check_key_type(key_type)
         self._table: dict[Key, int] = {}
+        # how many times the table changed: with the object's identity, a cache key
+        self._version = 0
         # (index, partition ids), replaced whole so a reader never pairs one with the other's
         self._lookup_cache: tuple[pd.Index, npt.NDArray[np.int32]] | None = None
         self._lock = threading.RLock()
@@ -147,8 +150,27 @@ class TablePartitioner(Partitioner):
         """The history map as parallel lists: keys and partition ids."""
         return list(self._table), np.fromiter(self._table.values(), np.int32, len(self._table))
 
+    @property
+    def table_version(self) -> int:
+        """A count that grows whenever the table changes (a key placed, a stored table
+        loaded) and never otherwise. With the object's identity it names one state of the
+        table: what is built from the table (:func:`~trilink_spark.key_by`'s broadcast frame)
+        can be kept while it holds. A copy starts from its original's count. O(1).
+
+        Examples
+        --------
+        >>> import trilink_spark as tl
+        >>> p = tl.LeastKeyPartitioner(2)
+        >>> before = p.table_version
+        >>> _ = p.fit(["a"])
+        >>> p.table_version > before
+        True
+        """
+        return self._version
+
     def _record(self, key: Key, pid: int) -> None:
         self._table[key] = pid
+        self._version += 1
         self._lookup_cache = None
 
     def _lookup(self) -> tuple[pd.Index, npt.NDArray[np.int32]]:
@@ -267,8 +289,20 @@ class TablePartitioner(Partitioner):
         state.pop("_lock", None)
         return state
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> TablePartitioner:
+        """A deep copy (:meth:`copy`) whose table is copied as one dict: its keys (int, str,
+        bytes) and partition ids are immutable, so they are shared, not copied one by one.
+        O(keys) in C, where ``copy.deepcopy`` of the dict walks every entry in Python."""
+        state = self.__getstate__()  # the table copied under the lock
+        table = state.pop("_table")
+        other = type(self).__new__(type(self))
+        memo[id(self)] = other
+        other.__setstate__({**copy.deepcopy(state, memo), "_table": table})
+        return other
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("_key_type", "auto")
+        self.__dict__.setdefault("_version", len(self._table))
         self._lookup_cache = None
         self._lock = threading.RLock()
