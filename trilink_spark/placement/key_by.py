@@ -31,6 +31,7 @@ from ..columns import TABLE_PID_COL
 from ..columns import SLOT_ID_COL, SLOT_PID_COL, check_user_columns
 from ..columns import column_of, quoted, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
+from ..errors import ReservedColumnError
 from ..partitioners.keys import DEFAULT_NULL_POLICY, NULL_POLICIES, KeyArray, check_null_policy
 from ..partitioners.keys import null_key_error, null_partition, to_key_array
 from ..partitioners import HashPartitioner, Partitioner, TablePartitioner
@@ -40,6 +41,7 @@ from ..partitioners.catalogue import build, fit_counts
 from ..partitioners.evaluation import StrategyScore, choose_best, evaluate_strategies
 from .._internal.spark.compat import frame_of_arrow
 from .._internal.spark.session import conf_get
+from .plans import PartitionPlan, partition_plan_of, table_frame_of
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -219,6 +221,11 @@ def resolve_strategy(
     row instead. Every candidate (hash, modulo for integer keys, least_key, least_count) is scored
     on those counts, and :func:`~trilink_spark.partitioners.choose_best` picks one: a table
     strategy only if it beats the best stateless one by more than ``min_gain``.
+
+    A strategy object samples nothing and, with ``fit="none"``, runs no job: it costs the
+    schema of ``df`` and at most one conf read (``spark.trilink.fit`` when ``fit`` is not
+    given); ``spark.trilink.sampleRate`` and ``minSample`` are read only where a sample is
+    taken.
     """
     from pyspark.sql import DataFrame
 
@@ -230,10 +237,16 @@ def resolve_strategy(
     fit_mode = fit or conf_get(spark, "fit", "full")
     if fit_mode not in FIT_MODES:
         raise InvalidArgumentError(f"fit must be one of {', '.join(FIT_MODES)}, got {fit_mode!r}")
-    rate = float(sample_rate if sample_rate is not None else conf_get(spark, "sampleRate", "0.01"))
-    if not 0.0 < rate <= 1.0:
-        raise InvalidArgumentError(f"sample_rate must be in (0, 1], got {rate}")
-    floor = int(min_sample if min_sample is not None else conf_get(spark, "minSample", "10000"))
+
+    def sampling_rate() -> float:  # the confs are read only where a sample is taken
+        rate = float(sample_rate if sample_rate is not None
+                     else conf_get(spark, "sampleRate", "0.01"))
+        if not 0.0 < rate <= 1.0:
+            raise InvalidArgumentError(f"sample_rate must be in (0, 1], got {rate}")
+        return rate
+
+    if sample_rate is not None:
+        sampling_rate()
 
     if isinstance(strategy, Partitioner):
         if num_partitions is not None and num_partitions != strategy.num_partitions:
@@ -254,8 +267,10 @@ def resolve_strategy(
             else int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
         )
         if strategy.lower() == "auto":
+            floor = int(min_sample if min_sample is not None
+                        else conf_get(spark, "minSample", "10000"))
             p, scores, sample_rows, counted_all = _choose_auto(
-                df, key, kind, n, rate, floor, seed, policy, min_gain
+                df, key, kind, n, sampling_rate(), floor, seed, policy, min_gain
             )
         else:
             name = resolve_strategy_name(strategy)
@@ -268,7 +283,7 @@ def resolve_strategy(
     _check_strategy_for(p, kind, dtype, key)
     if isinstance(p, TablePartitioner) and p.is_stateful and fit_mode != "none":
         if not scores:
-            fraction = 1.0 if fit_mode == "full" else rate
+            fraction = 1.0 if fit_mode == "full" else sampling_rate()
             _fit_from_counts(p, key_counts(df, key, fraction, seed, policy))
         elif fit_mode == "full" and not counted_all:
             # auto chose a table strategy on a sample: learn every key of the data instead
@@ -314,27 +329,34 @@ def _choose_auto(
     return best.partitioner, scores, total, counted_all
 
 
-def _table_frame(df: DataFrame, p: TablePartitioner, kind: str, dtype: DataType) -> DataFrame:
+def _table_frame(spark: Any, p: TablePartitioner, kind: str, dtype: DataType) -> DataFrame:
+    """``p``'s table as a broadcast frame of (:data:`TABLE_KEY_COL` of ``dtype``,
+    :data:`TABLE_PID_COL`), without the keys a ``dtype`` column cannot hold. O(keys)."""
+    from pyspark.sql import functions as F
+
     keys, pids = p.table_arrays()
     want = {"int": int, "long": int, "string": str, "binary": bytes}[kind]
     bits = {"byte": 8, "short": 16, "integer": 32}.get(dtype.typeName(), 64)
     low, high = -(2 ** (bits - 1)), 2 ** (bits - 1)
-
-    def fits(k: object) -> bool:  # keys the column cannot hold can never match a row
-        return isinstance(k, want) and (want is not int or low <= k < high)  # type: ignore[operator]
-
-    mask = np.fromiter((fits(k) for k in keys), bool, len(keys))
-    kept = [k for k, m in zip(keys, mask) if m]
     arrow_type = {"int": pa.int64(), "long": pa.int64(), "string": pa.string(),
                   "binary": pa.binary()}[kind]
-    table = pa.table(
-        {TABLE_KEY_COL: pa.array(kept, type=arrow_type), TABLE_PID_COL: pa.array(pids[mask])}
-    )
-    from pyspark.sql import functions as F
+    if set(map(type, keys)) <= {want}:  # one kind of key, the usual table: no loop per key
+        key_array = pa.array(keys, type=arrow_type)
+        mask = np.ones(len(keys), bool)
+        if want is int and bits < 64:
+            values = key_array.to_numpy(zero_copy_only=False)
+            mask = (values >= low) & (values < high)
+            key_array = key_array.filter(pa.array(mask))
+    else:
+        def fits(k: object) -> bool:  # keys the column cannot hold can never match a row
+            return isinstance(k, want) and (want is not int or low <= k < high)  # type: ignore[operator]
 
-    frame = frame_of_arrow(df.sparkSession, table)
-    return frame.select(F.col(TABLE_KEY_COL).cast(dtype).alias(TABLE_KEY_COL),
-                        F.col(TABLE_PID_COL))
+        mask = np.fromiter((fits(k) for k in keys), bool, len(keys))
+        key_array = pa.array([k for k, m in zip(keys, mask) if m], type=arrow_type)
+    table = pa.table({TABLE_KEY_COL: key_array, TABLE_PID_COL: pa.array(pids[mask])})
+    frame = frame_of_arrow(spark, table)
+    return F.broadcast(frame.select(F.col(TABLE_KEY_COL).cast(dtype).alias(TABLE_KEY_COL),
+                                    F.col(TABLE_PID_COL)))
 
 
 def _null_guard(pid: Column, key_col: Column, policy: str, nullable: bool, key: str,
@@ -439,6 +461,15 @@ def key_by(
     Unlike ``groupBy``, rows are not pre-aggregated before the shuffle: the placement is exact,
     so a heavy key still lands whole on one partition.
 
+    Driver cost per call (the plan, before any job): reading ``df``'s schema, then building
+    the placement. A stream that places each micro-batch with the same strategy object and
+    ``fit="none"`` (or a ``"full"`` fit that finds no new key) reuses what the previous batch
+    built (:mod:`~trilink_spark.placement.plans`): the expressions and the table strategy's
+    broadcast frame, about 15 Py4J calls a batch whatever the table's size. The first batch,
+    and any batch after the table changed (a new key placed, a swap's new table), turn the
+    table into a DataFrame again: O(distinct keys) on the driver, about 0.1-0.3 s at 100,000
+    keys. Each job still broadcasts the table to the executors (O(distinct keys) per job).
+
     Examples
     --------
     >>> import trilink_spark as tl  # doctest: +SKIP
@@ -471,8 +502,6 @@ def place_rows(
     and cost; user frames go through :func:`key_by`, which refuses reserved column names.
     ``compact`` defaults to ``"never"`` here: the keyed runners keep state per Spark
     partition, so their partitions must be the strategy's."""
-    from pyspark.sql import functions as F
-
     resolved = resolve_strategy(
         df,
         key,
@@ -486,7 +515,7 @@ def place_rows(
         min_gain=min_gain,
     )
     p = resolved.partitioner
-    placed = with_partition_id(df, key, p)
+    placed, pid = _with_partition_id(df, key, p)
     n = p.num_partitions
     mode = _compact_mode(df, compact)
     if mode != "never" and not df.isStreaming and (mode == "always" or n > COMPACT_ABOVE):
@@ -494,7 +523,7 @@ def place_rows(
         if len(used) < n and (mode == "always" or 2 * len(used) <= n):
             logger.info("key_by: %d of %d partitions hold rows; one task each", len(used), n)
             return _compacted(placed, used, n)
-    return placed.repartitionById(n, F.col(PARTITION_COL))
+    return placed.repartitionById(n, pid)
 
 
 #: ``compact="auto"`` looks for empty partitions only above this many partitions.
@@ -556,14 +585,53 @@ def with_partition_id(df: DataFrame, key: str, p: Partitioner) -> DataFrame:
 
     Computed in the JVM: the strategy's column expression, or a broadcast join of a table
     strategy's ``{key: partition}`` with Spark's hash placement for keys it does not know.
+
+    Notes
+    -----
+    Driver cost: reading ``df``'s schema (one analysis), then the plan. What the plan is made
+    of, the expressions and a table strategy's broadcast frame, is kept between calls with
+    the same strategy object while its table is unchanged
+    (:mod:`~trilink_spark.placement.plans`): a micro-batch placed with the strategy of the
+    one before costs a few Py4J calls, whatever the table's size. A new or changed table is
+    turned into a DataFrame again: O(distinct keys) in Python and an Arrow transfer.
     """
+    return _with_partition_id(df, key, p)[0]
+
+
+def _with_partition_id(df: DataFrame, key: str, p: Partitioner) -> tuple[DataFrame, Column]:
+    """:func:`with_partition_id` and the column :data:`PARTITION_COL` by name."""
+    kind, dtype = key_kind(df, key)
+    nullable = df.schema[key].nullable
+    columns = tuple(c for c in df.columns if c != PARTITION_COL)
+    # an overlay over a table strategy: the table's join, with the overrides laid over it
+    base = p.table_base() if isinstance(p, OverlayPartitioner) else p
+    table = base if isinstance(base, TablePartitioner) and base.is_stateful else None
+    joined = table is not None and kind is not None and len(table) > 0
+    if joined:  # the join's columns are named: the frame's must not collide with df's
+        taken = {c.lower() for c in columns} & {TABLE_KEY_COL.lower(), TABLE_PID_COL.lower()}
+        if taken:
+            raise ReservedColumnError(
+                f"column {sorted(taken)[0]!r} is a name trilink-spark reserves for a table "
+                "strategy's join; rename it first (df.withColumnRenamed)")
+    spark = df.sparkSession
+    plan = partition_plan_of(
+        spark, p, (key, kind, dtype.json(), nullable, columns, joined),
+        lambda: _partition_plan(key, p, kind, nullable, columns, joined))
+    if plan.condition is None or table is None or kind is None:
+        return df.select(*plan.select), plan.partition
+    joined_kind, joined_table = kind, table
+    frame = table_frame_of(spark, table, (kind, dtype.json()),
+                           lambda: _table_frame(spark, joined_table, joined_kind, dtype))
+    return df.join(frame, plan.condition, "left").select(*plan.select), plan.partition
+
+
+def _partition_plan(key: str, p: Partitioner, kind: str | None, nullable: bool,
+                    columns: tuple[str, ...], joined: bool) -> PartitionPlan:
+    """The expressions of :func:`with_partition_id` (all by column name, so that one plan
+    serves every frame of these columns); ``joined``: whether the table frame is joined."""
     from pyspark.sql import functions as F
 
-    kind, dtype = key_kind(df, key)
     key_col = column_of(key)
-    nullable = df.schema[key].nullable
-    columns = [c for c in df.columns if c != PARTITION_COL]
-    # an overlay over a table strategy: the table's join, with the overrides laid over it
     table = p.table_base() if isinstance(p, OverlayPartitioner) else p
     n = table.num_partitions if table is not None else p.num_partitions
     fallback = F.pmod(F.hash(key_col), F.lit(n))
@@ -578,24 +646,22 @@ def with_partition_id(df: DataFrame, key: str, p: Partitioner) -> DataFrame:
         spark_type = {"int": "int", "long": "bigint"}.get(hashed_as)
         if spark_type is not None:
             fallback = F.pmod(F.hash(key_col.cast(spark_type)), F.lit(n))
+    condition = None
     if isinstance(table, TablePartitioner) and table.is_stateful:
         if kind is None:  # pragma: no cover - _check_strategy_for refused it already
             raise InvalidKeyTypeError(f"key column {key!r} cannot be placed through a table")
-        if len(table) == 0:
+        if not joined:  # an empty table
             pid = fallback
-            base = df
         else:
-            frame = _table_frame(df, table, kind, dtype)
-            base = df.join(F.broadcast(frame), key_col == frame[TABLE_KEY_COL], "left")
-            pid = F.coalesce(frame[TABLE_PID_COL], fallback)
+            condition = key_col == F.col(TABLE_KEY_COL)
+            pid = F.coalesce(F.col(TABLE_PID_COL), fallback)
         if isinstance(p, OverlayPartitioner):  # its overrides over its table
             overrides = p.overrides_column(key_col)
             pid = pid if overrides is None else F.coalesce(overrides, pid)
     else:
         pid = p.spark_column(key_col)
-        base = df
     pid = _null_guard(pid, key_col, p.null_policy, nullable, key, p.num_partitions)
     meta = {NUM_PARTITIONS_META: p.num_partitions}
-    result: DataFrame = base.select(*[df[quoted(c)] for c in columns],
-                                    pid.cast("int").alias(PARTITION_COL, metadata=meta))
-    return result
+    select = (*[column_of(c) for c in columns],
+              pid.cast("int").alias(PARTITION_COL, metadata=meta))
+    return PartitionPlan(condition, select, F.col(PARTITION_COL))

@@ -1,0 +1,304 @@
+"""What :func:`~trilink_spark.key_by` builds on the driver, kept while it does not change.
+
+A stream places every micro-batch with the same strategy object. Building the placement's
+plan costs driver time on every call: the strategy's partition-id expression (tens of Py4J
+round trips on a classic session, a string literal of the whole table for a block strategy)
+and, for a table strategy, its ``{key: partition}`` table turned into a broadcast DataFrame
+(O(distinct keys) in Python plus an Arrow transfer to the JVM: about 0.1-0.2 s at 100,000
+keys). :data:`PLAN_CACHE` keeps both between calls:
+
+- the **table frame**, per (session, table strategy object, :attr:`table_version
+  <trilink_spark.TablePartitioner.table_version>`, key column type): a changed table (a key
+  placed, a swap's new table, a rebalance) has another version, so a stale frame is never
+  served;
+- the **expressions** (the partition id, the null guard, the select list), per (session,
+  strategy object and the state its expression depends on, key column, its type and
+  nullability, the frame's columns); a table strategy's expressions name the table frame's
+  columns, never its keys, so they are kept per configuration (class, key type, partitions,
+  null policy) and serve a strategy read again from a stored record as well.
+
+Only strategies whose placement in the JVM is fixed by what the key names are cached: the
+catalogue's own classes (Hash, Modulo, Block, Weight, LeastKey, LeastCount, and Overlay over
+one of them); anything else (an :class:`~trilink_spark.AdaptivePartitioner`, a user's
+subclass) is built afresh on every call, as before.
+
+A session is named by its JVM session's UUID (classic: a ``foreachBatch`` function gets a new
+Python wrapper of the same JVM session every batch) or its session id (Spark Connect), so a
+cached frame is served only to the session it was made in. Entries hold weak references to
+their strategies (an entry whose strategy was collected is dropped) and at most
+:data:`PLAN_CACHE_SIZE` entries of each kind are kept, the least recently used evicted first:
+a long stream, or many short-lived strategies, never accumulate plans.
+
+Examples
+--------
+>>> from trilink_spark.placement.plans import PLAN_CACHE
+>>> with PLAN_CACHE.disabled():  # every call builds its plan afresh (benchmarks, debugging)
+...     PLAN_CACHE.enabled
+False
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .._internal.spark.compat import is_connect
+from ..partitioners import BlockPartitioner, HashPartitioner, LeastCountPartitioner
+from ..partitioners import LeastKeyPartitioner, ModuloPartitioner, Partitioner
+from ..partitioners import TablePartitioner, WeightPartitioner
+from ..partitioners.overlay import OverlayPartitioner
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+__all__ = ["PLAN_CACHE", "PLAN_CACHE_SIZE", "PlanCache", "PartitionPlan", "session_key",
+           "strategy_state"]
+
+logger = logging.getLogger(__name__)
+
+#: Entries of each kind (table frames, expressions) :data:`PLAN_CACHE` keeps.
+PLAN_CACHE_SIZE = 4
+
+#: Classes whose JVM placement is a function of their table version and configuration only.
+_TABLE_CLASSES: tuple[type[Partitioner], ...] = (LeastKeyPartitioner, LeastCountPartitioner,
+                                                 WeightPartitioner)
+#: Classes that never change after construction.
+_FIXED_CLASSES: tuple[type[Partitioner], ...] = (HashPartitioner, ModuloPartitioner,
+                                                 BlockPartitioner)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """The expressions that place one frame's rows (no DataFrame, no session data).
+
+    Attributes
+    ----------
+    condition : Column or None
+        The join condition of the table frame (by column names), None when no table is
+        joined (a stateless strategy, or an empty table).
+    select : tuple of Column
+        The frame's columns by name and the partition id, :data:`~trilink_spark.PARTITION_COL`.
+    partition : Column
+        :data:`~trilink_spark.PARTITION_COL` by name (for ``repartitionById``).
+    """
+
+    condition: Column | None
+    select: tuple[Column, ...]
+    partition: Column
+
+
+def strategy_state(p: Partitioner, kind: str = "plan"
+                   ) -> tuple[list[Partitioner], Hashable] | None:
+    """The objects a strategy's JVM placement depends on, and a token of their state.
+
+    Parameters
+    ----------
+    p : Partitioner
+    kind : {"plan", "frame"}
+        What is cached: the expressions, or a table strategy's table frame.
+
+    Returns
+    -------
+    (objects, token) or None
+        ``objects``: the strategies kept by identity (weakly); ``token``: everything about the
+        placement that may change in place (a table's version, a bound key type). A table
+        strategy's expressions depend on its configuration, never on its table, so they are
+        named by configuration alone (no object): a strategy read again from a stored record
+        reuses them. None for a strategy whose placement may change in ways no token shows
+        (an adaptive strategy, a class outside the catalogue): never cached.
+
+    Notes
+    -----
+    O(1) (an overlay: O(depth)).
+
+    Examples
+    --------
+    >>> import trilink_spark as tl
+    >>> objects, token = strategy_state(tl.HashPartitioner(4))
+    >>> token
+    ('HashPartitioner',)
+    >>> strategy_state(tl.LeastKeyPartitioner(4), "plan")
+    ([], ('LeastKeyPartitioner', 'auto', 4, 'group'))
+    >>> strategy_state(tl.AdaptivePartitioner(4)) is None
+    True
+    """
+    cls = type(p)
+    if cls in _FIXED_CLASSES:
+        return [p], (cls.__name__,)
+    if cls in _TABLE_CLASSES and isinstance(p, TablePartitioner):
+        if kind == "plan" and p.is_stateful:
+            return [], (cls.__name__, p.key_type, p.num_partitions, p.null_policy)
+        return [p], (cls.__name__, p.table_version, p.key_type, p.is_stateful)
+    if cls is OverlayPartitioner and isinstance(p, OverlayPartitioner):
+        inner = strategy_state(p.base, "frame")
+        if inner is None:
+            return None
+        return [p, *inner[0]], (cls.__name__, inner[1])
+    return None
+
+
+def session_key(spark: Any) -> Hashable | None:
+    """A name of ``spark`` that is the same for every Python object of one session.
+
+    Classic: the JVM session's UUID (a ``foreachBatch`` function gets a new Python wrapper of
+    the same JVM session every batch); Spark Connect: the session id. None when neither can be
+    read (nothing is cached then). Cost: one Py4J call on classic, none on Connect.
+
+    Examples
+    --------
+    >>> session_key(spark) == session_key(spark)  # doctest: +SKIP
+    True
+    """
+    try:
+        if is_connect(spark):
+            return ("connect", str(spark.session_id))
+        return ("classic", str(spark._jsparkSession.sessionUUID()))
+    except Exception as err:  # an older JVM, a stopped session: build without the cache
+        logger.debug("no session identity (%s): placement plans are not cached", err)
+        return None
+
+
+@dataclass
+class _Entry:
+    refs: tuple[weakref.ref[Partitioner], ...]
+    value: Any
+
+
+class PlanCache:
+    """Two small LRU maps: table frames and placement expressions (see the module).
+
+    Parameters
+    ----------
+    size : int
+        Entries kept of each kind.
+
+    Attributes
+    ----------
+    enabled : bool
+        False: every call builds afresh (the plans before this cache: a benchmark's
+        baseline). Set it with :meth:`disabled`.
+    hits, misses : int
+        Lookups served from the cache and built, since the start or :meth:`clear`.
+
+    Notes
+    -----
+    Thread safe. Memory: at most ``size`` table frames (on classic each holds its table in
+    the JVM, about the Arrow size of the table) and ``size`` expression sets.
+    """
+
+    def __init__(self, size: int = PLAN_CACHE_SIZE) -> None:
+        self.size = size
+        self.enabled = True
+        self.hits = 0
+        self.misses = 0
+        self._maps: dict[str, OrderedDict[Hashable, _Entry]] = {
+            "frame": OrderedDict(), "plan": OrderedDict()}
+        self._lock = threading.Lock()
+        self._dead: list[tuple[str, Hashable]] = []
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._purge()
+            return sum(len(m) for m in self._maps.values())
+
+    def clear(self) -> None:
+        """Drop every entry and reset the counters. O(entries)."""
+        with self._lock:
+            for m in self._maps.values():
+                m.clear()
+            self._dead.clear()
+            self.hits = self.misses = 0
+
+    @contextlib.contextmanager
+    def disabled(self) -> Iterator[None]:
+        """Within the block every call builds its plan afresh; the entries stay."""
+        before, self.enabled = self.enabled, False
+        try:
+            yield
+        finally:
+            self.enabled = before
+
+    def _purge(self) -> None:
+        while self._dead:
+            kind, key = self._dead.pop()
+            self._maps[kind].pop(key, None)
+
+    def get(self, kind: str, spark: Any, p: Partitioner, detail: Hashable,
+            build: Callable[[], T]) -> T:
+        """The value cached for (``spark``, ``p`` and its state, ``detail``), else
+        ``build()``, kept for the next call.
+
+        Parameters
+        ----------
+        kind : {"frame", "plan"}
+            Which map.
+        spark : SparkSession
+        p : Partitioner
+            Kept by identity (weakly) and its :func:`strategy_state` token.
+        detail : hashable
+            Everything else the value depends on.
+        build : callable
+            Makes the value (called outside the lock).
+
+        Notes
+        -----
+        A hit: one :func:`session_key` (one Py4J call on classic) and a dict lookup.
+        """
+        if not self.enabled:
+            return build()
+        state = strategy_state(p, kind)
+        session = session_key(spark) if state is not None else None
+        if state is None or session is None:
+            return build()
+        objects, token = state
+        key = (session, tuple(id(o) for o in objects), token, detail)
+        with self._lock:
+            self._purge()
+            entries = self._maps[kind]
+            entry = entries.get(key)
+            if entry is not None and all(r() is o for r, o in zip(entry.refs, objects)):
+                entries.move_to_end(key)
+                self.hits += 1
+                return entry.value  # type: ignore[no-any-return]
+            self.misses += 1
+        value = build()
+        dead = self._dead
+
+        def forget(_: object, kind: str = kind, key: Hashable = key) -> None:
+            dead.append((kind, key))  # list.append only: safe from a collector's callback
+
+        entry = _Entry(tuple(weakref.ref(o, forget) for o in objects), value)
+        with self._lock:
+            self._purge()
+            entries = self._maps[kind]
+            entries[key] = entry
+            entries.move_to_end(key)
+            while len(entries) > self.size:
+                entries.popitem(last=False)
+        return value
+
+
+#: The cache :func:`~trilink_spark.key_by` uses.
+PLAN_CACHE = PlanCache()
+
+
+def table_frame_of(spark: Any, table: TablePartitioner, detail: Hashable,
+                   build: Callable[[], DataFrame]) -> DataFrame:
+    """``build()``'s broadcast table frame of ``table``, or the one cached for this session,
+    this table object and its version and ``detail`` (the key column's kind and type)."""
+    return PLAN_CACHE.get("frame", spark, table, detail, build)
+
+
+def partition_plan_of(spark: Any, p: Partitioner, detail: Hashable,
+                      build: Callable[[], PartitionPlan]) -> PartitionPlan:
+    """``build()``'s :class:`PartitionPlan` for ``p``, or the one cached for this session,
+    this strategy and its state and ``detail`` (key, its type, the frame's columns)."""
+    return PLAN_CACHE.get("plan", spark, p, detail, build)
