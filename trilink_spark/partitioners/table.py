@@ -266,6 +266,8 @@ class TablePartitioner(Partitioner):
     def _load_table(self, rows: Any) -> None:
         if not isinstance(rows, list):
             raise InvalidArgumentError(f"table must be a list of [key, partition], got {rows!r}")
+        if self._load_plain(rows):
+            return
         for row in rows:
             if not isinstance(row, list) or len(row) != 2:
                 raise InvalidArgumentError(f"table entry {row!r} is not [key, partition]")
@@ -280,6 +282,25 @@ class TablePartitioner(Partitioner):
             if k in self._table:
                 raise InvalidArgumentError(f"table lists key {key!r} twice")
             self._record(k, pid)
+
+    def _load_plain(self, rows: list[Any]) -> bool:
+        """Load a stored table of plain keys at once: into an empty table, every row a
+        ``[key, partition]`` list, the keys all ``str`` or all ``int`` and distinct, the
+        partitions ints in range. False (nothing loaded) for anything else, which
+        :meth:`_load_table` then checks row by row and names. O(rows), no Python loop per row.
+        """
+        if self._table or not rows or set(map(type, rows)) != {list} \
+                or set(map(len, rows)) != {2}:
+            return False
+        keys, pids = zip(*rows)
+        if set(map(type, keys)) not in ({str}, {int}) or set(map(type, pids)) != {int}:
+            return False
+        if min(pids) < 0 or max(pids) >= self._num_partitions or len(set(keys)) != len(keys):
+            return False
+        self._table.update(zip(keys, pids))
+        self._version += len(keys)
+        self._lookup_cache = None
+        return True
 
     def __getstate__(self) -> dict[str, Any]:
         with self._lock:
