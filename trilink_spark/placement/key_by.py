@@ -467,7 +467,7 @@ def key_by(
     built (:mod:`~trilink_spark.placement.plans`): the expressions and the table strategy's
     broadcast frame, about 15 Py4J calls a batch whatever the table's size. The first batch,
     and any batch after the table changed (a new key placed, a swap's new table), turn the
-    table into a DataFrame again: O(distinct keys) on the driver, about 0.1-0.3 s at 100,000
+    table into a DataFrame again: O(distinct keys) on the driver, about 0.1-0.4 s at 100,000
     keys. Each job still broadcasts the table to the executors (O(distinct keys) per job).
 
     Examples
