@@ -13,7 +13,8 @@ fitted ``LeastKeyPartitioner(8)`` whose table holds 100 and 100,000 string keys,
   baseline the cache replaces;
 - ``changed``: the cache on, but one new key placed before every batch (the table's version
   changes, as under ``fit="full"`` when a batch brings a new key): the cost of a miss;
-- ``spark``: Spark's own ``batch.repartition(8, "k")``, the floor (it places nothing itself).
+- ``spark``: Spark's own ``batch.repartition(8, "k")``, the floor (it places nothing itself;
+  on Connect followed by ``select("*")``, so that its schema too is one round trip).
 
 Each variant runs ``--batches`` times after ``--warmup`` untimed batches, interleaved batch by
 batch so that drift hits all alike; reported: median and p95 ms, Py4J calls per batch (classic
@@ -106,7 +107,9 @@ def run_size(spark: Any, counter: Py4JCounter, keys: int, args: argparse.Namespa
         return tl.key_by(df, "k", grown, fit="none", compact="never")
 
     def floor(df: Any) -> Any:
-        return df.repartition(PARTITIONS, "k")
+        placed = df.repartition(PARTITIONS, "k")
+        # Connect keeps the batch's schema through repartition: ask the server, as key_by does
+        return placed.select("*") if args.connect else placed
 
     variants: dict[str, Callable[[Any], Any]] = {
         "cached": cached, "uncached": uncached, "changed": changed, "spark": floor}

@@ -15,7 +15,8 @@ import trilink_spark as tl
 from trilink_spark.columns import TABLE_KEY_COL
 from trilink_spark.errors import ReservedColumnError
 from trilink_spark.placement.key_by import place_rows
-from trilink_spark.placement.plans import PLAN_CACHE, PLAN_CACHE_SIZE, PlanCache, session_key
+from trilink_spark.placement.plans import PLAN_CACHE, PLAN_CACHE_SIZE, SERVER_VIEW_KEYS, Held
+from trilink_spark.placement.plans import PlanCache, session_key
 from trilink_spark.placement.plans import strategy_state
 from conftest import ON_CONNECT
 
@@ -244,3 +245,56 @@ def tl_lit(value: Any) -> Any:
     from pyspark.sql import functions as F
 
     return F.lit(value)
+
+
+def test_what_a_kept_value_holds_is_made_at_its_second_use_and_released(spark: Any) -> None:
+    made: list[str] = []
+    released: list[str] = []
+    there: set[str] = set()
+
+    def keep(value: str) -> tuple[str, Held]:
+        name = f"{value}-kept"
+        made.append(name)
+        there.add(name)
+        return name, Held(lambda: name in there, lambda: (released.append(name),
+                                                           there.discard(name)))
+
+    cache = PlanCache(size=1)
+    first, second = fitted(), fitted()
+    assert cache.get("frame", spark, first, "d", lambda: "a", keep) == "a"  # used once
+    assert made == []
+    assert cache.get("frame", spark, first, "d", lambda: "b", keep) == "a-kept"  # second use
+    assert cache.get("frame", spark, first, "d", lambda: "c", keep) == "a-kept"
+    assert made == ["a-kept"] and released == []
+    there.clear()  # dropped by someone else: built again, never served gone
+    assert cache.get("frame", spark, first, "d", lambda: "d", keep) == "d"
+    assert released == ["a-kept"]
+    assert cache.get("frame", spark, first, "d", lambda: "e", keep) == "d-kept"
+    cache.get("frame", spark, second, "d", lambda: "f", keep)  # evicts the first's entry
+    assert released == ["a-kept", "d-kept"]
+    cache.get("frame", spark, second, "d", lambda: "g", keep)
+    cache.clear()
+    assert released == ["a-kept", "d-kept", "f-kept"] and len(cache) == 0
+
+
+def test_connect_keeps_a_large_table_as_a_view_of_the_session(spark: Any) -> None:
+    if not ON_CONNECT:
+        pytest.skip("Spark Connect only")
+    keys = SERVER_VIEW_KEYS
+    strategy = fitted(keys)
+
+    def views() -> set[str]:
+        return {t.name for t in spark.catalog.listTables() if t.name.startswith("_tl_table_")}
+
+    before = views()
+    for b in range(3):
+        found = place(batch(spark, b, keys=keys), strategy)
+        check_as_strategy(found, strategy)
+    made = views() - before
+    assert len(made) == 1  # made at the second batch, reused by the third
+    spark.catalog.dropTempView(made.pop())  # dropped by someone else: made again
+    for b in range(3, 5):
+        check_as_strategy(place(batch(spark, b, keys=keys), strategy), strategy)
+    assert len(views() - before) == 1
+    PLAN_CACHE.clear()
+    assert views() - before == set()

@@ -24,7 +24,11 @@ subclass) is built afresh on every call, as before.
 
 A session is named by its JVM session's UUID (classic: a ``foreachBatch`` function gets a new
 Python wrapper of the same JVM session every batch) or its session id (Spark Connect), so a
-cached frame is served only to the session it was made in. Entries hold weak references to
+cached frame is served only to the session it was made in. On Spark Connect a plan carries
+its local data, so a table of :data:`SERVER_VIEW_KEYS` keys or more is kept, from its second
+batch on, as a temporary view of the session (``_tl_table_<uuid>``) that every later plan
+names; it is dropped when its entry leaves the cache, and made again should something else
+drop it (one round trip per batch checks it). Entries hold weak references to
 their strategies (an entry whose strategy was collected is dropped) and at most
 :data:`PLAN_CACHE_SIZE` entries of each kind are kept, the least recently used evicted first:
 a long stream, or many short-lived strategies, never accumulate plans.
@@ -42,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import uuid
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
@@ -49,6 +54,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._internal.spark.compat import is_connect
+from ..columns import INTERNAL_PREFIX
 from ..partitioners import BlockPartitioner, HashPartitioner, LeastCountPartitioner
 from ..partitioners import LeastKeyPartitioner, ModuloPartitioner, Partitioner
 from ..partitioners import TablePartitioner, WeightPartitioner
@@ -57,13 +63,17 @@ from ..partitioners.overlay import OverlayPartitioner
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["PLAN_CACHE", "PLAN_CACHE_SIZE", "PlanCache", "PartitionPlan", "session_key",
-           "strategy_state"]
+__all__ = ["PLAN_CACHE", "PLAN_CACHE_SIZE", "SERVER_VIEW_KEYS", "PlanCache", "PartitionPlan", "Held",
+           "session_key", "strategy_state", "table_frame_of", "partition_plan_of"]
 
 logger = logging.getLogger(__name__)
 
 #: Entries of each kind (table frames, expressions) :data:`PLAN_CACHE` keeps.
 PLAN_CACHE_SIZE = 4
+
+#: On Spark Connect, tables of at least this many keys are kept as a server-side view (a
+#: smaller table travels in each plan for less than the round trip that checks a view).
+SERVER_VIEW_KEYS = 10_000
 
 #: Classes whose JVM placement is a function of their table version and configuration only.
 _TABLE_CLASSES: tuple[type[Partitioner], ...] = (LeastKeyPartitioner, LeastCountPartitioner,
@@ -166,10 +176,38 @@ def session_key(spark: Any) -> Hashable | None:
         return None
 
 
+@dataclass(frozen=True)
+class Held:
+    """What a cached value keeps outside the Python process (a server-side view).
+
+    Attributes
+    ----------
+    alive : callable
+        Whether it is still there (something else may have dropped it).
+    release : callable
+        Drops it; called once, when the entry leaves the cache. Errors are logged, not raised
+        (the session may be gone).
+    """
+
+    alive: Callable[[], bool]
+    release: Callable[[], None]
+
+
 @dataclass
 class _Entry:
     refs: tuple[weakref.ref[Partitioner], ...]
     value: Any
+    held: Held | None = None
+    keep: Callable[[Any], tuple[Any, Held]] | None = None  # at the second use
+
+
+def _release(entries: list[_Entry]) -> None:
+    for entry in entries:
+        if entry.held is not None:
+            try:
+                entry.held.release()
+            except Exception as err:  # a stopped session: nothing left to drop
+                logger.debug("could not release a cached placement plan: %s", err)
 
 
 class PlanCache:
@@ -190,8 +228,9 @@ class PlanCache:
 
     Notes
     -----
-    Thread safe. Memory: at most ``size`` table frames (on classic each holds its table in
-    the JVM, about the Arrow size of the table) and ``size`` expression sets.
+    Thread safe. Memory: at most ``size`` table frames (each holds its table in the JVM, or
+    in the Connect server's session as a temporary view, about the Arrow size of the table)
+    and ``size`` expression sets.
     """
 
     def __init__(self, size: int = PLAN_CACHE_SIZE) -> None:
@@ -206,16 +245,20 @@ class PlanCache:
 
     def __len__(self) -> int:
         with self._lock:
-            self._purge()
-            return sum(len(m) for m in self._maps.values())
+            gone = self._purge()
+            size = sum(len(m) for m in self._maps.values())
+        _release(gone)
+        return size
 
     def clear(self) -> None:
-        """Drop every entry and reset the counters. O(entries)."""
+        """Drop every entry (releasing what they hold) and reset the counters. O(entries)."""
         with self._lock:
+            gone = [e for m in self._maps.values() for e in m.values()]
             for m in self._maps.values():
                 m.clear()
             self._dead.clear()
             self.hits = self.misses = 0
+        _release(gone)
 
     @contextlib.contextmanager
     def disabled(self) -> Iterator[None]:
@@ -226,13 +269,18 @@ class PlanCache:
         finally:
             self.enabled = before
 
-    def _purge(self) -> None:
+    def _purge(self) -> list[_Entry]:
+        """Drop the entries of collected strategies (under the lock); returns them."""
+        gone = []
         while self._dead:
             kind, key = self._dead.pop()
-            self._maps[kind].pop(key, None)
+            entry = self._maps[kind].pop(key, None)
+            if entry is not None:
+                gone.append(entry)
+        return gone
 
     def get(self, kind: str, spark: Any, p: Partitioner, detail: Hashable,
-            build: Callable[[], T]) -> T:
+            build: Callable[[], T], keep: Callable[[T], tuple[T, Held]] | None = None) -> T:
         """The value cached for (``spark``, ``p`` and its state, ``detail``), else
         ``build()``, kept for the next call.
 
@@ -247,10 +295,15 @@ class PlanCache:
             Everything else the value depends on.
         build : callable
             Makes the value (called outside the lock).
+        keep : callable, optional
+            Turns a kept value into the one to serve from then on and what it holds (a
+            server-side view). Called at the value's second use: a value used once (a table
+            that changes every batch, an uncached call) never leaves anything behind.
 
         Notes
         -----
-        A hit: one :func:`session_key` (one Py4J call on classic) and a dict lookup.
+        A hit: one :func:`session_key` (one Py4J call on classic), a dict lookup, and the
+        held value's ``alive()`` when it has one.
         """
         if not self.enabled:
             return build()
@@ -261,13 +314,21 @@ class PlanCache:
         objects, token = state
         key = (session, tuple(id(o) for o in objects), token, detail)
         with self._lock:
-            self._purge()
+            gone = self._purge()
             entries = self._maps[kind]
             entry = entries.get(key)
-            if entry is not None and all(r() is o for r, o in zip(entry.refs, objects)):
+            if entry is not None and not all(r() is o for r, o in zip(entry.refs, objects)):
+                entry = None
+            if entry is not None:
                 entries.move_to_end(key)
+        _release(gone)
+        if entry is not None and entry.keep is not None:
+            return self._promote(kind, key, entry, entry.keep)  # type: ignore[no-any-return]
+        if entry is not None and (entry.held is None or entry.held.alive()):
+            with self._lock:
                 self.hits += 1
-                return entry.value  # type: ignore[no-any-return]
+            return entry.value  # type: ignore[no-any-return]
+        with self._lock:
             self.misses += 1
         value = build()
         dead = self._dead
@@ -275,26 +336,68 @@ class PlanCache:
         def forget(_: object, kind: str = kind, key: Hashable = key) -> None:
             dead.append((kind, key))  # list.append only: safe from a collector's callback
 
-        entry = _Entry(tuple(weakref.ref(o, forget) for o in objects), value)
+        fresh = _Entry(tuple(weakref.ref(o, forget) for o in objects), value, None, keep)
         with self._lock:
-            self._purge()
+            gone = self._purge()
             entries = self._maps[kind]
-            entries[key] = entry
-            entries.move_to_end(key)
+            old = entries.pop(key, None)
+            if old is not None:
+                gone.append(old)
+            entries[key] = fresh
             while len(entries) > self.size:
-                entries.popitem(last=False)
+                gone.append(entries.popitem(last=False)[1])
+        _release(gone)
         return value
+
+    def _promote(self, kind: str, key: Hashable, entry: _Entry,
+                 keep: Callable[[Any], tuple[Any, Held]]) -> Any:
+        """The second use of ``entry``: keep what ``keep`` (its own) makes of its value."""
+        value, held = keep(entry.value)
+        with self._lock:
+            self.hits += 1
+            if entry.keep is not None and self._maps[kind].get(key) is entry:
+                entry.value, entry.held, entry.keep = value, held, None
+                return value
+        # another thread promoted it, or it left the cache meanwhile: serve, drop ours
+        _release([_Entry((), value, held)])
+        return entry.value
 
 
 #: The cache :func:`~trilink_spark.key_by` uses.
 PLAN_CACHE = PlanCache()
 
 
+def _server_view(frame: DataFrame) -> tuple[DataFrame, Held]:
+    """On Spark Connect, ``frame`` as a temporary view of its session, broadcast.
+
+    A Connect plan carries its local data: a table frame joined as it is would send the
+    whole table to the server, and the server would convert it again, with every batch
+    (about 0.3 s at 100,000 keys). The view holds it on the server once; each plan then
+    names it. The view (``_tl_table_<uuid>``) is dropped when the entry leaves the cache, and
+    made again should something else drop it.
+    """
+    from pyspark.sql import functions as F
+
+    spark = frame.sparkSession
+    name = f"{INTERNAL_PREFIX}table_{uuid.uuid4().hex}"
+    frame.createOrReplaceTempView(name)
+
+    def alive() -> bool:
+        return bool(spark.catalog.tableExists(name))
+
+    def release() -> None:
+        spark.catalog.dropTempView(name)
+
+    return F.broadcast(spark.table(name)), Held(alive, release)
+
+
 def table_frame_of(spark: Any, table: TablePartitioner, detail: Hashable,
                    build: Callable[[], DataFrame]) -> DataFrame:
     """``build()``'s broadcast table frame of ``table``, or the one cached for this session,
-    this table object and its version and ``detail`` (the key column's kind and type)."""
-    return PLAN_CACHE.get("frame", spark, table, detail, build)
+    this table object and its version and ``detail`` (the key column's kind and type). On
+    Spark Connect the frame kept is a temporary view of the session (:func:`_server_view`)."""
+    view = is_connect(spark) and len(table) >= SERVER_VIEW_KEYS
+    return PLAN_CACHE.get("frame", spark, table, detail, build, _server_view if view else None)
 
 
 def partition_plan_of(spark: Any, p: Partitioner, detail: Hashable,
