@@ -103,6 +103,7 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         self.size = size
         self.value = value
         self.specs = _specs(value, aggs)
+        self._mapped = isinstance(aggs, Mapping)
         self.aggs = tuple(spec.name for spec in self.specs)
         #: The value columns, in order of first use (their accumulators' indexes).
         self.values: tuple[str, ...] = tuple(dict.fromkeys(
@@ -135,6 +136,27 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         fields += [f"{quoted(spec.name)} {'bigint' if spec.func == 'count' else 'double'}"
                    for spec in self.specs]
         self.output_schema = ", ".join(fields)
+
+    def state_config(self) -> dict[str, Any]:
+        """The configuration a stream stores with its state (a restart with another one is
+        refused): the public settings, as before the mapping form came for the single-value
+        form, whose state layout is unchanged (so state written by earlier versions restarts);
+        the mapping form adds ``values``, the value columns in the order their accumulators
+        are stored (another column, or another order, is another state).
+
+        Notes
+        -----
+        O(settings), on the driver.
+
+        Examples
+        --------
+        >>> sorted(KeyedWindowAggregate(10.0, value="v", aggs=("count", "sum")).state_config())
+        ['aggs', 'key_column', 'size', 'size_units', 'time_kind', 'value']
+        """
+        config = super().state_config()
+        if not self._mapped:
+            config.pop("values", None)
+        return config
 
     def input_columns(self) -> list[str]:
         """Only the value columns (if any): the other columns never cross the exchange."""
