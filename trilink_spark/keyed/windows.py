@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..columns import quoted, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from ..eventtime import SPARK_TIME_TYPES, delay_in_units, from_units
+from ..eventtime import MAX_EXACT, SPARK_TIME_TYPES, delay_in_units, from_units
 from .process import KeyedBatch, KeyedContext, KeyedRuntime
 from .process import KeyedWatermarkProcessFunction, Output
 from .snapshot import NAN_KEY, NULL_KEY, object_array
@@ -113,20 +113,37 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         self.time_kind = ""
 
     def bind(self, schema: Any, key: str, event_time: str, time_kind: str) -> None:
+        """Check the call against the frame's ``schema`` and derive the output schema.
+
+        Raises
+        ------
+        InvalidArgumentTypeError
+            A value column that holds no numbers (a date, timestamp, binary or nested one).
+        InvalidArgumentError
+            A window size that is not positive, or beyond 2**53 units of an integral or
+            timestamp event time (its window bounds would not be exact, nor beyond 2**63 fit
+            a long); output columns named alike, ignoring case as Spark resolves names.
+        """
+        from pyspark.sql.types import BooleanType, NullType, NumericType, StringType
+
         require_columns(schema, list(self.values), "value column")
+        for column in self.values:
+            dtype = schema[column].dataType
+            if not isinstance(dtype, (NumericType, BooleanType, StringType, NullType)):
+                raise InvalidArgumentTypeError(
+                    f"value column {column!r} is {dtype.simpleString()}; KeyedWindowAggregate "
+                    "aggregates numbers (a numeric or boolean column, or strings holding "
+                    "numbers): cast it first")
         size = delay_in_units(self.size, time_kind, "window size")
         if size <= 0:
             raise InvalidArgumentError(f"window size must be > 0, got {self.size!r}")
-        taken = {"window_start", "window_end", *self.aggs} & {key}
-        if taken:
+        if time_kind != "fractional" and size > MAX_EXACT:
+            unit = "microseconds" if time_kind == "timestamp" else "units"
             raise InvalidArgumentError(
-                f"key column {key!r} has the name of an output column of KeyedWindowAggregate "
-                "(window_start, window_end and the aggregates); rename it first"
-            )
-        clash = {"window_start", "window_end"} & set(self.aggs)
-        if clash:
-            raise InvalidArgumentError(
-                f"aggregate(s) {sorted(clash)} would take the name of a window bound; rename them")
+                f"window size must be at most 2**53 {unit} for a {time_kind} event time (a "
+                "window bound beyond it is not exact in a double, nor beyond 2**63 a long), "
+                f"got {self.size!r}")
+        _check_names(key, self.aggs)
         self.size_units = size
         self.key_column = key
         self.time_kind = time_kind
@@ -173,7 +190,8 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         batch's on-time rows and one merge with the open windows.
         """
         keep = batch.on_time & ~np.isnan(batch.event_time)
-        values = [batch.rows[column].to_numpy()[keep] for column in self.values]
+        values = [_numbers(column, batch.rows[column].to_numpy()[keep])
+                  for column in self.values]
         keys = batch.key_array if batch.key_array is not None else object_array(batch.keys)
         self._accumulate(runtime, keys, batch.codes[keep], batch.event_time[keep], values)
         return None
@@ -307,6 +325,49 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         """Windows held in ``runtime`` now (for tests and state-size measurements)."""
         table = runtime.shared.get("windows")
         return 0 if table is None else len(table)
+
+
+def _check_names(key: str, aggs: Sequence[str]) -> None:
+    """Refuse output columns named alike: the key, the window bounds and the aggregates,
+    compared ignoring case as Spark resolves names (two columns that differ only in case
+    make a frame where neither can be selected). O(aggregates)."""
+    outputs = ["window_start", "window_end", *aggs]
+    if key.lower() in {name.lower() for name in outputs}:
+        raise InvalidArgumentError(
+            f"key column {key!r} has the name of an output column of KeyedWindowAggregate "
+            "(window_start, window_end and the aggregates; names compared ignoring case, as "
+            "Spark resolves them); rename it first"
+        )
+    clash = sorted(a for a in aggs if a.lower() in ("window_start", "window_end"))
+    if clash:
+        raise InvalidArgumentError(
+            f"aggregate(s) {clash} would take the name of a window bound (names compared "
+            "ignoring case, as Spark resolves them); rename them")
+    seen: dict[str, str] = {}
+    for name in aggs:
+        if name.lower() in seen:
+            raise InvalidArgumentError(
+                f"aggregates {seen[name.lower()]!r} and {name!r} would write columns Spark "
+                "cannot tell apart (it compares names ignoring case); rename one of them")
+        seen[name.lower()] = name
+
+
+def _numbers(column: str, values: Any) -> Any:
+    """A value column's rows as float64 (null: NaN). Strings are parsed; one that holds no
+    number is an :class:`~trilink_spark.errors.InvalidArgumentError` naming it (found by a
+    second pass, only then). O(rows), vectorised."""
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        for v in values:
+            try:
+                if v is not None:
+                    float(v)
+            except (TypeError, ValueError):
+                raise InvalidArgumentError(
+                    f"value column {column!r} holds {v!r:.80}, not a number; cast or clean "
+                    "it first") from None
+        raise
 
 
 def _specs(value: str | None, aggs: Any) -> tuple[WindowAgg, ...]:
