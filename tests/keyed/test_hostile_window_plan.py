@@ -174,6 +174,7 @@ def test_a_task_failing_on_its_first_attempt(spark: Any) -> None:
 
 
 # ------------------------------------------------------------------ refused at the call
+@pytest.mark.connect
 @pytest.mark.parametrize("key,aggs", [
     ("k", {"Window_Start": ("sum", "v")}),
     ("k", {"K": ("sum", "v")}),
@@ -214,6 +215,7 @@ def test_strings_run_in_python_and_one_that_is_no_number_is_named(spark: Any) ->
         tl.keyed_process(junk, "k", "t", agg, delay=1.0).collect()
 
 
+@pytest.mark.connect
 def test_integral_window_bounds_beyond_a_long_are_refused(spark: Any) -> None:
     """A window of 2**63 units ends beyond a long: the runtime wrapped it to -2**63, the
     plan saturated it at 2**63 - 1 (and failed the cast beyond): refused when called."""

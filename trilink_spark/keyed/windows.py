@@ -118,7 +118,8 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         Raises
         ------
         InvalidArgumentTypeError
-            A value column that holds no numbers (a date, timestamp, binary or nested one).
+            A value column that holds no numbers (a date, timestamp, interval, binary or nested
+            one).
         InvalidArgumentError
             A window size that is not positive, or beyond 2**53 units of an integral or
             timestamp event time (its window bounds would not be exact, nor beyond 2**63 fit
