@@ -157,6 +157,38 @@ def test_short_and_junk_local_records_are_state_corrupt(tmp_path: Path) -> None:
             local.schema(7)
 
 
+def test_the_wake_index_follows_each_write_its_undo_and_refuses_a_short_row(
+        tmp_path: Path) -> None:
+    """``apply`` builds the wake entries of a whole write at once: each key keeps exactly
+    the entry of its row's wake time (none for +inf or NaN, -0.0 filed as 0.0), whether the
+    key is new, rewritten, deleted or had no row before, and an undo restores them."""
+    keys = [b"\x00\x00\x00\x00\x01" + bytes([i]) for i in range(7)]
+    first = [1.0, -math.inf, math.inf, math.nan, -0.0, 5.0]
+    with LocalState.open(str(tmp_path), "x", 0) as local:
+        local.apply(1, "t", {}, [(k, head(w, 1) + b"r") for k, w in zip(keys, first)], [], {})
+        local.check()
+        assert local.due(0.0) == [keys[1], keys[4]]
+        assert local.due(5.0) == [keys[1], keys[4], keys[0], keys[5]]
+        before = {k: v for k, v in zip(keys, local.get(keys)) if v is not None}
+        assert len(before) == 6  # keys[6] has no row yet
+        second = [1e9, 2.0, -math.inf, 0.5, math.nan]
+        puts = [(k, head(w, 1) + b"s") for k, w in zip(keys[:5], second)]
+        puts.append((keys[6], head(3.0, 1) + b"s"))
+        local.apply(2, "t", {}, puts, [keys[5]], before)
+        local.check()
+        assert local.due(3.0) == [keys[2], keys[3], keys[1], keys[6]]
+        assert local.keys == 6
+        assert local.undo()
+        local.check()
+        assert local.due(5.0) == [keys[1], keys[4], keys[0], keys[5]]
+        rows = dict(zip(keys, local.get(keys)))
+        with pytest.raises(StateCorruptError, match="3 bytes"):
+            local.apply(3, "t", {}, [(keys[0], b"abc")], [], rows)
+        with pytest.raises(StateCorruptError, match="2 bytes"):
+            local.apply(3, "t", {}, [(keys[0], head(1.0, 1))], [], {keys[0]: b"ab"})
+        local.check()  # a refused write changed nothing
+
+
 def test_a_whole_version_replaces_an_earlier_attempts_changelog(tmp_path: Path) -> None:
     """A batch first run without a swap (its changelog written, its commit lost), then
     replayed as a swap: the swap's snapshot is the version, never the stale changelog."""
