@@ -35,7 +35,8 @@ the windows of the data rows, all of which every query must emit.
 
 Check: each query's emitted data windows (key, start, count, min) are compared with those of
 an exact pandas group-by of the input (and so with one another); a window emitted twice, a row
-dropped or a marker window emitted fails the check. Each query runs twice per size, in the
+dropped or late, a marker window emitted, or a query whose offset log records another state
+store provider than intended fails the check. Each query runs twice per size, in the
 order A B C D E then E D C B A (the first run pays the JVM's warm-up); both runs are
 reported, the best, and each baseline's best over ours. Time: from ``start()`` to the end of
 ``awaitTermination()``, the input files written before.
@@ -329,6 +330,29 @@ def build(variant: str, spark: Any, src: Path, work: Path,
     return query, spark_counters
 
 
+def short_name(provider: str | None) -> str | None:
+    return None if provider is None else provider.rsplit(".", 1)[-1]
+
+
+def recorded_provider(checkpoint: Path) -> str | None:
+    """The state store provider the query's offset log recorded at its first batch, the one
+    its stateful operator ran on (None: no log, or none recorded)."""
+    import json
+
+    first = checkpoint / "offsets" / "0"
+    if not first.exists():
+        return None
+    for line in first.read_text().splitlines()[1:]:
+        try:
+            conf = json.loads(line).get("conf", {})
+        except (ValueError, AttributeError):
+            continue
+        found = conf.get("spark.sql.streaming.stateStore.providerClass")
+        if found:
+            return str(found).rsplit(".", 1)[-1]
+    return None
+
+
 def run_variant(variant: str, spark: Any, src: Path, root: Path,
                 want: pd.DataFrame, rows: int) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix=f"{variant}-", dir=root))
@@ -340,7 +364,8 @@ def run_variant(variant: str, spark: Any, src: Path, root: Path,
         query.awaitTermination()
         seconds = time.perf_counter() - start
         batches = len(query.recentProgress)
-        extra = counters()
+        extra = {**counters(), "provider": None if variant == "ours"  # no Spark state
+                 else recorded_provider(work / "checkpoint")}
     finally:
         if query is not None and query.isActive:
             query.stop()
@@ -392,7 +417,8 @@ def main() -> None:
             shutil.rmtree(root, ignore_errors=True)
         best = {v: min(r["seconds"] for r in runs[v]) for v in variants}
         checks = {v: all(r["equal_to_exact"] and r["rows_in_windows"] == size
-                         and r["marker_windows_emitted"] == 0 for r in runs[v])
+                         and r["marker_windows_emitted"] == 0 and r["late"] == 0
+                         and r["provider"] == short_name(PROVIDERS[v]) for r in runs[v])
                   for v in variants}
         row = {
             "rows": size, "keys": KEYS, "files": args.files + 1, "windows": len(want),
@@ -402,7 +428,9 @@ def main() -> None:
                           if "ours" in best else {}),
             "check": {"per_variant": checks, "all_equal": all(checks.values()),
                       "rule": "data windows (start before the end marker's) equal to an "
-                              "exact pandas group-by, every row in a window, none twice"},
+                              "exact pandas group-by, every row in a window, none twice, no "
+                              "late row, and the state store provider the query recorded "
+                              "is the one intended"},
         }
         results.append(row)
         print({"rows": size, "best": {v: round(s, 2) for v, s in best.items()},
@@ -413,7 +441,7 @@ def main() -> None:
         "keys": KEYS, "files_per_size": args.files, "end_marker_file": True,
         "window_s": WINDOW_S, "delay_s": DELAY_S, "span_s": SPAN_S, "jitter_s": JITTER_S,
         "behind_s": BEHIND_S, "behind_share": BEHIND_SHARE, "partitions": PARTITIONS,
-        "providers": {v: (p or "trilink local store").rsplit(".", 1)[-1]
+        "providers": {v: short_name(p) or "trilink local store"
                       for v, p in PROVIDERS.items() if v in variants},
         "order": "A B C D E then E D C B A; best of the two runs",
         "note": "local[2], 2 cores, nothing else running for final figures",
