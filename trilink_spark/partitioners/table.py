@@ -147,8 +147,12 @@ class TablePartitioner(Partitioner):
         return normalize_key(key) in self._table
 
     def table_arrays(self) -> tuple[list[Key], npt.NDArray[np.int32]]:
-        """The history map as parallel lists: keys and partition ids."""
-        return list(self._table), np.fromiter(self._table.values(), np.int32, len(self._table))
+        """The history map as parallel lists: keys and partition ids, of one state of the
+        table (read under the strategy's lock, so a thread placing new keys meanwhile never
+        gives keys of one table and partitions of another). O(keys)."""
+        with self._lock:
+            return (list(self._table),
+                    np.fromiter(self._table.values(), np.int32, len(self._table)))
 
     @property
     def table_version(self) -> int:
