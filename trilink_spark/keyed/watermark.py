@@ -210,7 +210,8 @@ def key_watermark_of(event_time: Column, window: WindowSpec, delay: float) -> Co
     Examples
     --------
     >>> from pyspark.sql import Window, functions as F  # doctest: +SKIP
-    >>> w = Window.partitionBy("k").orderBy("pos").rowsBetween(Window.unboundedPreceding, -1)
+    >>> w = Window.partitionBy("k").orderBy("pos").rowsBetween(
+    ...     Window.unboundedPreceding, -1)  # doctest: +SKIP
     >>> marked = df.withColumn("wm", key_watermark_of(F.col("t").cast("double"), w, 2.0))  # doctest: +SKIP
     """
     from pyspark.sql import functions as F
