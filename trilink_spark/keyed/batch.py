@@ -1,8 +1,10 @@
 """Run a keyed process function over a bounded DataFrame.
 
 :func:`keyed_process` places the rows with :func:`~trilink_spark.key_by` (one shuffle), sorts
-each partition in arrival order and runs the processor over every partition (``mapInArrow``).
-The streaming runner is :mod:`trilink_spark.keyed.streaming`.
+each partition in arrival order and runs the processor over every partition (``mapInArrow``);
+the built-in :class:`~trilink_spark.KeyedWindowAggregate` runs as a Spark plan instead
+(:mod:`~trilink_spark.keyed.window_plan`). The streaming runner is
+:mod:`trilink_spark.keyed.streaming`.
 """
 
 from __future__ import annotations
