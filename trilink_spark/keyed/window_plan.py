@@ -35,7 +35,7 @@ from ..columns import EVENT_TIME_COL, PARTITION_COL, POS_COL, WATERMARK_COL, col
 from ..columns import require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..placement.source import is_keyed_by_source
-from .._internal.validation import refuse_streaming
+from .._internal.validation import choice, refuse_streaming
 from .prepare import KEYED_STREAM_ROUTE, check_processor
 from .process import KeyedWatermarkProcessFunction
 from .watermark import key_watermark_of, late_against
@@ -101,11 +101,8 @@ def choose_keyed_engine(df: DataFrame, key: str, processor: KeyedWatermarkProces
     explicit = engine != "auto"
     chosen = engine
     if not explicit:
-        chosen = conf_get(df.sparkSession, KEYED_ENGINE_CONF, "auto")
-        if chosen not in KEYED_ENGINES:
-            raise InvalidArgumentError(
-                f"spark.trilink.{KEYED_ENGINE_CONF} must be one of {', '.join(KEYED_ENGINES)}, "
-                f"got {chosen!r}")
+        chosen = choice(conf_get(df.sparkSession, KEYED_ENGINE_CONF, "auto"),
+                        f"spark.trilink.{KEYED_ENGINE_CONF}", KEYED_ENGINES)
     if chosen == "python":
         where = "engine='python'" if explicit else f"spark.trilink.{KEYED_ENGINE_CONF}=python"
         return KeyedProcessPlan("python", f"{where} asks for the Python runtime")
