@@ -42,6 +42,7 @@ from ..eventtime import delay_in_units, event_time_micros
 from ..state.local import LOCAL_KEY_TYPES, supports_key_type
 from ..state.batch import StatefulBatchFunction
 from ..state.store import KeyedStateStore
+from .history import record_run_batch
 from .incremental import LocalConfig, LocalSync
 from .manifest import PROCESSING_RECORD, batch_time, claim, commit_batch, runner_config
 from .manifest import start_version
@@ -392,6 +393,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
         if swap_plan is not None:
             self.swaps.append(swap_report(swap_plan, batch_id, moved_bytes,
                                           time.perf_counter() - started))
+        record_run_batch(self, batch_df.sparkSession, batch_id, partitions,
+                         None if source else chosen.strategy, started, done)
 
     def _local_config(self, batch_df: DataFrame, key_type: Any, placement: Partitioner | None,
                       path_id: Any = None, clock: tuple[float, float] | None = None

@@ -29,6 +29,7 @@ from ..partitioners import BlockPartitioner
 from ..state.store import KEY_FIELD, KeyedStateStore
 from ..state.changelog import changelog_table
 from ..state.local import LocalState
+from .history import key_profile
 from .incremental import (MAX_CHAIN_INTERVALS, LocalConfig, SwapIn, load_touched, local_root,
                           save_touched, sync)
 from .prepare import in_arrival_order
@@ -235,13 +236,15 @@ def partition_function(
                                    None if io is None or io.local is None
                                    else io.local.batch_time)
             processor.open(pid)
+            late_before = late_counts(runtime)
             outs = [] if frame is None else runtime.process(frame)
+            late = late_since(runtime, late_before)
             if io is None:
                 outs += runtime.finish()
             processor.close()
             batches_out = list(outputs_to_batches(outs, arrow_schema))
             if io is not None:
-                io.save(pid, runtime.snapshot(), _timing(io, keys, started, {}))
+                io.save(pid, runtime.snapshot(), _timing(io, keys, started, late))
         yield from watch.emit(batches_out)
         if timer is not None:
             timer.write(rows_in=0 if frame is None else len(frame),
@@ -300,7 +303,21 @@ def _timing(io: StateIO, keys: Any, started: float, extra: dict[str, Any],
     per_block = io.block_rows([] if keys is None else keys)
     if per_block is not None:
         timing["block_rows"] = per_block
+    if keys is not None:  # the batch's heaviest keys and a sample, for the run's history
+        timing["keys"] = key_profile(keys, seed=io.batch_id)
     return timing
+
+
+def late_counts(runtime: KeyedRuntime) -> tuple[int, int]:
+    """The runtime's late-row counters (key watermark, partition watermark) as they stand."""
+    return runtime.counters.late, runtime.counters.late_partition
+
+
+def late_since(runtime: KeyedRuntime, before: tuple[int, int]) -> dict[str, int]:
+    """The rows this batch found late, by key and by partition watermark: what a task's
+    timing record keeps (:func:`late_counts` before the batch)."""
+    late, by_partition = late_counts(runtime)
+    return {"late": late - before[0], "late_partition": by_partition - before[1]}
 
 
 def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
@@ -335,7 +352,9 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
         runtime = KeyedRuntime(processor, key, delay, idle_timeout, previous, fields,
                                config.batch_time)
         processor.open(pid)
+        late_before = late_counts(runtime)
         outs = [] if frame is None else runtime.process(frame)
+        late = late_since(runtime, late_before)
         processor.close()
         batches_out = list(outputs_to_batches(outs, arrow_schema))
         written, snapshot_ms = save_touched(
@@ -355,7 +374,7 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
                  ", held open" if held else "")
     upkeep_ms = (snapshot_ms or 0.0) + settled * 1000.0
     extra = {"sync": synced, "keys_read": len(before), "snapshot": snapshot_ms is not None,
-             "upkeep_ms": round(upkeep_ms, 3)}
+             "upkeep_ms": round(upkeep_ms, 3), **late}
     return batches_out, extra, upkeep_ms
 
 

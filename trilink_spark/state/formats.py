@@ -322,10 +322,17 @@ def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
     upkeep = value.get("upkeep_ms") if isinstance(value, dict) else None
     if ok and upkeep is not None:
         ok = _is_milliseconds(upkeep)
+    late = {name: value.get(name) for name in ("late", "late_partition")
+            if isinstance(value, dict) and value.get(name) is not None}
+    if ok:
+        ok = all(_is_timed_count(v, 0) for v in late.values())
+    profile = value.get("keys") if isinstance(value, dict) else None
+    if ok and profile is not None:
+        ok = _is_key_profile(profile)
     if not ok:
         logger.warning("%s: timing record is not well-formed; ignored", where)
         return None
-    out: dict[str, Any] = {
+    out: dict[str, Any] = {**late, 
         "rows": int(value["rows"]), "process_ms": float(value["process_ms"]),
         "block_rows": None if blocks is None else
         {"blocks": [int(b) for b in blocks["blocks"]], "rows": [int(r) for r in blocks["rows"]]}}
@@ -337,7 +344,31 @@ def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
         out["snapshot"] = snapshot
     if upkeep is not None:
         out["upkeep_ms"] = float(upkeep)
+    if profile is not None:
+        out["keys"] = profile
     return out
+
+
+#: At most this many keys in each list of a timing record's key profile.
+MAX_PROFILE_KEYS = 1024
+
+
+def _is_key_profile(value: object) -> bool:
+    """A task's key profile (:func:`~trilink_spark.keyed.history.key_profile`): ``hot`` and
+    ``sample`` lists of ``[scalar key, non-negative finite number]``, and a ``keys`` count."""
+    if not isinstance(value, dict) or not _is_timed_count(value.get("keys"), 0):
+        return False
+    for name in ("hot", "sample"):
+        pairs = value.get(name)
+        if not isinstance(pairs, list) or len(pairs) > MAX_PROFILE_KEYS:
+            return False
+        for pair in pairs:
+            if not (isinstance(pair, list) and len(pair) == 2
+                    and (pair[0] is None or isinstance(pair[0], (str, int, float, bool)))
+                    and isinstance(pair[1], (int, float)) and not isinstance(pair[1], bool)
+                    and math.isfinite(pair[1]) and pair[1] >= 0):
+                return False
+    return True
 
 
 def _is_timed_count(value: object, least: int) -> bool:

@@ -1,0 +1,377 @@
+"""What each micro-batch of a keyed run did, kept on the state path for a live view and reports.
+
+A :func:`~trilink_spark.keyed.keyed_foreach_batch` run writes one small **history record** per
+committed batch, beside its state (``records/history-<batch>.json``: a sealed, checksummed
+JSON record of the store, :meth:`~trilink_spark.state.KeyedStateStore.save_record`). It holds
+what the batch's tasks measured and what the driver decided:
+
+================== ==========================================================================
+field              value
+================== ==========================================================================
+``v``              :data:`HISTORY_VERSION`
+``batch``          the micro-batch id
+``time``           the driver's clock at the commit (seconds since the epoch)
+``seconds``        the driver's wall time of the batch
+``strategy``       the strategy in force for the batch (its catalogue name)
+``partitions``     partitions of the placement
+``rows``           per partition, the rows its task processed (-1: no figure)
+``task_ms``        per partition, the task's keyed work in milliseconds (-1: no figure)
+``late``           per partition, rows late by the key watermark in this batch (-1: unknown)
+``late_partition`` per partition, rows that a partition watermark would have called late
+``hot_keys``       the batch's heaviest keys: ``[key, rows, partition]``, heaviest first
+``sample``         ``{"keys": [...], "weights": [...]}``: a weighted key-count sample of the
+                   batch (every task's heaviest keys exactly, and a uniform sample of the rest
+                   scaled up), on which candidate strategies can be scored
+``swap``           the swap carried out (or refused) at the batch, or null
+``request``        the ``request_swap`` this batch carried out, or null
+``rebalance``      the load-aware rebalancer's judgement of the batch, or null
+================== ==========================================================================
+
+Keys are shown as JSON scalars (:func:`display_key`): strings cut at :data:`MAX_KEY_CHARS`,
+bytes as hex, other types as text.
+
+Costs: each task counts its keys once (Arrow ``value_counts``, O(rows)) and adds at most
+:data:`HOT_KEYS` + :data:`SAMPLE_KEYS` keys to its timing record; the driver reads the
+batch's timing records (O(partitions)), writes one record and deletes the one that fell out
+of the kept window: a batch costs what it touches, whatever the run's age. The state path
+keeps the newest ``spark.trilink.historyBatches`` records (default :data:`DEFAULT_KEEP`).
+A record is an observation, not state: failing to write one is logged, never fails the batch.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._internal.spark.session import conf_get
+from .._internal.validation import count
+from ..errors import InvalidArgumentError, StateCorruptError, TrilinkError
+from ..state import KeyedStateStore
+
+__all__ = [
+    "HISTORY_VERSION", "HISTORY_CONF", "DEFAULT_KEEP", "HOT_KEYS", "SAMPLE_KEYS",
+    "MAX_KEY_CHARS", "display_key", "key_profile", "history_keep", "record_batch",
+    "record_run_batch", "check_record",
+    "history_batches", "read_history",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Version of the history record's layout.
+HISTORY_VERSION = 1
+#: The conf that sets how many batches' records the state path keeps.
+HISTORY_CONF = "spark.trilink.historyBatches"
+#: Records kept by default: a run of weeks keeps its newest 1,000 batches.
+DEFAULT_KEEP = 1000
+#: Heaviest keys each task records (and the record keeps over all partitions).
+HOT_KEYS = 10
+#: Keys each task samples among the rest, for scoring candidate strategies.
+SAMPLE_KEYS = 64
+#: A string key is shown up to this many characters (and "…").
+MAX_KEY_CHARS = 80
+_PREFIX = "history-"
+
+
+def display_key(value: Any) -> Any:
+    """A key as a JSON scalar a page can show: None, bool, int, a finite float, or a string.
+
+    Examples
+    --------
+    >>> display_key(b"\\x00\\xff"), display_key(float("nan")), display_key("x" * 100)[-3:]
+    ('0x00ff', 'NaN', 'xx…')
+    """
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value).replace("nan", "NaN")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        text = "0x" + bytes(value[: MAX_KEY_CHARS // 2]).hex()
+        return text + ("…" if len(value) > MAX_KEY_CHARS // 2 else "")
+    if isinstance(value, (_dt.date, _dt.datetime)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        value = str(value)
+    text = value if isinstance(value, str) else str(value)
+    return text if len(text) <= MAX_KEY_CHARS else text[:MAX_KEY_CHARS] + "…"
+
+
+def key_profile(keys: Any, seed: int = 0) -> dict[str, Any]:
+    """A task's keys, counted: its :data:`HOT_KEYS` heaviest and a weighted sample of the rest.
+
+    Parameters
+    ----------
+    keys : pyarrow.Array or pyarrow.ChunkedArray
+        The batch's key column in this task (nulls are a key of their own).
+    seed : int
+        Seeds the choice of the sampled keys (the partition and batch: repeatable).
+
+    Returns
+    -------
+    dict
+        ``{"hot": [[key, rows], ...], "sample": [[key, weight], ...], "keys": distinct}``:
+        ``hot`` heaviest first (ties by first appearance); ``sample`` holds at most
+        :data:`SAMPLE_KEYS` of the other keys, each weighted by its rows times (other keys /
+        sampled keys), so the sample's weights add up to about the task's rows.
+
+    Notes
+    -----
+    One ``value_counts`` over the column (O(rows), in Arrow) and a partial sort of the counts
+    (O(distinct keys)); only the chosen keys become Python objects.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> key_profile(pa.array(["a", "b", "a", None]))["hot"]
+    [['a', 2], ['b', 1], [None, 1]]
+    """
+    import pyarrow.compute as pc
+
+    counted = pc.value_counts(keys)
+    values = counted.field("values")
+    counts = counted.field("counts").to_numpy(zero_copy_only=False).astype(np.int64)
+    n = len(counts)
+    if n == 0:
+        return {"hot": [], "sample": [], "keys": 0}
+    k = min(HOT_KEYS, n)
+    top = np.argpartition(-counts, k - 1)[:k] if k < n else np.arange(n)
+    top = top[np.lexsort((top, -counts[top]))]  # heaviest first, then first seen
+    hot = [[display_key(v), int(c)] for v, c in zip(values.take(top).to_pylist(), counts[top])]
+    rest = np.setdiff1d(np.arange(n), top, assume_unique=True)
+    sample: list[list[Any]] = []
+    if len(rest):
+        chosen = rest if len(rest) <= SAMPLE_KEYS else np.sort(
+            np.random.default_rng(seed).choice(rest, SAMPLE_KEYS, replace=False))
+        scale = len(rest) / len(chosen)
+        sample = [[display_key(v), round(float(c) * scale, 3)]
+                  for v, c in zip(values.take(chosen).to_pylist(), counts[chosen])]
+    return {"hot": hot, "sample": sample, "keys": int(n)}
+
+
+def history_keep(spark: Any) -> int:
+    """How many batches' records a run keeps: ``spark.trilink.historyBatches`` (default
+    :data:`DEFAULT_KEEP`).
+
+    Raises
+    ------
+    InvalidArgumentError
+        The conf is not a whole number of at least 1.
+    """
+    raw = conf_get(spark, HISTORY_CONF.removeprefix("spark.trilink."), "").strip()
+    if raw == "":
+        return DEFAULT_KEEP
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"{HISTORY_CONF} must be a whole number of batches (at least 1), got {raw!r}"
+        ) from None
+    return count(value, HISTORY_CONF)
+
+
+def _name(batch: int) -> str:
+    return f"{_PREFIX}{batch:012d}"
+
+
+def _figures(store: KeyedStateStore, batch_id: int, partitions: int
+             ) -> tuple[dict[str, list[Any]], list[list[Any]], dict[str, list[Any]]]:
+    columns: dict[str, list[Any]] = {"rows": [], "task_ms": [], "late": [],
+                                     "late_partition": []}
+    hot: list[list[Any]] = []
+    sample: dict[str, list[Any]] = {"keys": [], "weights": []}
+    for p in range(partitions):
+        t = store.timing(p, batch_id) or {}
+        columns["rows"].append(int(t.get("rows", -1)))
+        columns["task_ms"].append(float(t.get("process_ms", -1.0)))
+        unknown = 0 if t.get("rows") == 0 else -1  # a task without rows judged none late
+        columns["late"].append(int(t.get("late", unknown)))
+        columns["late_partition"].append(int(t.get("late_partition", unknown)))
+        profile = t.get("keys") or {}
+        hot.extend([k, n, p] for k, n in profile.get("hot", ()))
+        for k, w in [*profile.get("hot", ()), *profile.get("sample", ())]:
+            sample["keys"].append(k)
+            sample["weights"].append(w)
+    hot.sort(key=lambda h: -h[1])  # stable: partition order among equals
+    return columns, hot[:HOT_KEYS], sample
+
+
+def record_batch(store: KeyedStateStore, batch_id: int, partitions: int, strategy: str, *,
+                 seconds: float, keep: int, swap: Mapping[str, Any] | None = None,
+                 request: Mapping[str, Any] | None = None,
+                 rebalance: Mapping[str, Any] | None = None,
+                 clock: float | None = None) -> dict[str, Any] | None:
+    """Write batch ``batch_id``'s history record (module docs) and drop the one that left the
+    kept window. Called by the runner after the batch committed.
+
+    Returns
+    -------
+    dict or None
+        The record written; None when it could not be (logged: a record never fails a
+        committed batch).
+
+    Notes
+    -----
+    O(partitions) timing reads, one record written, one deleted.
+    """
+    try:
+        columns, hot, sample = _figures(store, batch_id, partitions)
+        body: dict[str, Any] = {
+            "v": HISTORY_VERSION, "batch": int(batch_id),
+            "time": round(time.time() if clock is None else clock, 3),
+            "seconds": round(max(float(seconds), 0.0), 4), "strategy": str(strategy),
+            "partitions": int(partitions), **columns, "hot_keys": hot, "sample": sample,
+            "swap": None if swap is None else dict(swap),
+            "request": None if request is None else dict(request),
+            "rebalance": None if rebalance is None else dict(rebalance)}
+        store.save_record(_name(batch_id), body)
+        store.delete_record(_name(batch_id - keep))
+        if batch_id % keep == 0:  # ids that skipped (a restart elsewhere) leave none behind
+            for old in history_batches(store):
+                if old <= batch_id - keep:
+                    store.delete_record(_name(old))
+        return body
+    except (TrilinkError, OSError, ValueError, TypeError) as err:
+        logger.warning("batch %d: history record not written (%s: %s)", batch_id,
+                       type(err).__name__, err)
+        return None
+
+
+def record_run_batch(run: Any, spark: Any, batch_id: int, partitions: int, strategy: Any,
+                     started: float, request_id: str | None) -> dict[str, Any] | None:
+    """:func:`record_batch` for a :class:`~trilink_spark.keyed.KeyedBatchFunction` that has
+    just committed ``batch_id``: its swap report and rebalancer judgement of the batch, if
+    any, and the strategy in force (None: placed by the source). O(partitions)."""
+    from dataclasses import asdict
+
+    keep = run.__dict__.get("_history_keep")
+    if keep is None:  # read once per runner: the conf is not a per-batch setting
+        keep = run.__dict__["_history_keep"] = history_keep(spark)
+    name = "keyed_by_source" if strategy is None else (
+        getattr(strategy, "strategy_name", "") or type(strategy).__name__)
+    swap = next((asdict(r) for r in reversed(run.swaps) if r.batch_id == batch_id), None)
+    judged = next((d for b, d in reversed(run.rebalances) if b == batch_id), None)
+    rebalance = None if judged is None else {
+        "state": str(judged.state), "moves": len(judged.moves), "reason": str(judged.reason)}
+    request = None if request_id is None else {
+        "request_id": request_id, "strategy": name, "num_partitions": int(partitions),
+        "mode": None if swap is None else swap.get("mode")}
+    return record_batch(run.store, batch_id, partitions, name,
+                        seconds=time.perf_counter() - started, keep=keep, swap=swap,
+                        request=request, rebalance=rebalance)
+
+
+def history_batches(store: KeyedStateStore) -> list[int]:
+    """The batches whose history records the state path holds, ascending. One listing of the
+    records directory (at most the kept window and a few other records)."""
+    from pyarrow import fs
+
+    folder = store.record_path("x").rsplit("/", 1)[0]
+    try:
+        infos = store.fs.get_file_info(fs.FileSelector(folder, allow_not_found=True))
+    except OSError as err:
+        logger.warning("%s: history not listed (%s)", folder, err)
+        return []
+    found = []
+    for info in infos:
+        name = info.base_name
+        stem = name[len(_PREFIX):-len(".json")] if name.endswith(".json") else ""
+        if name.startswith(_PREFIX) and len(stem) == 12 and stem.isdigit():
+            found.append(int(stem))
+    return sorted(found)
+
+
+def read_history(store: KeyedStateStore | str, *, since: int | None = None,
+                 last: int | None = None, skip_corrupt: bool = False
+                 ) -> list[dict[str, Any]]:
+    """The history records a run's state path holds, oldest first.
+
+    Parameters
+    ----------
+    store : KeyedStateStore or str
+        The run's store, or its state path.
+    since : int, optional
+        Only batches after this one (a live view's next poll).
+    last : int, optional
+        Only the newest ``last`` of them.
+    skip_corrupt : bool
+        False (default): a damaged or foreign record raises. True: it is logged and left out.
+
+    Raises
+    ------
+    StateCorruptError
+        A record fails its checksum, is not JSON, or is not a history record of this layout
+        (the message names the file); only with ``skip_corrupt=False``.
+
+    Notes
+    -----
+    One listing, then one read per record returned (at most the kept window).
+
+    Examples
+    --------
+    >>> read_history("/tmp/state", last=20)  # doctest: +SKIP
+    [{'v': 1, 'batch': 41, 'rows': [2000, 1990], ...}, ...]
+    """
+    if isinstance(store, str):
+        store = KeyedStateStore(store)
+    batches = [b for b in history_batches(store) if since is None or b > since]
+    if last is not None:
+        batches = batches[-count(last, "last"):] if last else []
+    out = []
+    for batch in batches:
+        try:
+            body = store.load_record(_name(batch))
+            if body is None:  # dropped since the listing
+                continue
+            out.append(check_record(body, store.record_path(_name(batch))))
+        except StateCorruptError as err:
+            if not skip_corrupt:
+                raise
+            logger.warning("%s; left out", err)
+    return out
+
+
+def check_record(body: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``body`` when it is a history record of this layout (types and list lengths checked).
+
+    Raises
+    ------
+    StateCorruptError
+        It is not: the message names ``where`` and the first field that is wrong.
+    """
+    def bad(what: str) -> StateCorruptError:
+        return StateCorruptError(f"{where}: not a history record of version "
+                                 f"{HISTORY_VERSION} ({what})")
+
+    if body.get("v") != HISTORY_VERSION:
+        raise bad(f"version {body.get('v')!r}")
+    n = body.get("partitions")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise bad("partitions")
+    if not isinstance(body.get("batch"), int) or isinstance(body.get("batch"), bool):
+        raise bad("batch")
+    for name in ("rows", "task_ms", "late", "late_partition"):
+        values = body.get(name)
+        if (not isinstance(values, Sequence) or len(values) != n
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                           for v in values)):
+            raise bad(name)
+    for name in ("time", "seconds"):
+        if not isinstance(body.get(name), (int, float)):
+            raise bad(name)
+    if not isinstance(body.get("strategy"), str) or not isinstance(body.get("hot_keys"), list):
+        raise bad("strategy or hot_keys")
+    sample = body.get("sample")
+    if (not isinstance(sample, dict) or not isinstance(sample.get("keys"), list)
+            or not isinstance(sample.get("weights"), list)
+            or len(sample["keys"]) != len(sample["weights"])):
+        raise bad("sample")
+    for name in ("swap", "request", "rebalance"):
+        if body.get(name) is not None and not isinstance(body.get(name), dict):
+            raise bad(name)
+    return dict(body)
