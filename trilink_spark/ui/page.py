@@ -38,9 +38,8 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from bokeh.embed import file_html
-from bokeh.layouts import column, row
 from bokeh.models import (AjaxDataSource, ColumnDataSource, DataRange1d, FixedTicker,
-                          HoverTool, LinearAxis, LinearColorMapper, Range1d, TabPanel, Tabs)
+                          GridBox, HoverTool, LinearAxis, LinearColorMapper, Range1d, TabPanel, Tabs)
 from bokeh.models.annotations import ColorBar, Title
 from bokeh.models.widgets import (DataTable, DateFormatter, Div, NumberFormatter,
                                   StringFormatter, TableColumn)
@@ -62,9 +61,10 @@ __all__ = ["MODEL_NAMES", "build_layout", "live_page_html",
 #: The names of the page's figures and tables.
 MODEL_NAMES = ("title", "headline", "partition_rows", "partition_task_ms", "latest_rows",
                "balance", "latest", "candidates", "hot_keys", "timeline", "timeline_table",
-               "late", "advice", "progress", "progress_table")
-_HEIGHT = 230
-_TABLE_HEIGHT = 200
+               "late", "advice", "progress")
+_HEIGHT = 210
+_TABLE_HEIGHT = 210
+_GRID: dict[str, Any] = {"cols": "1fr", "spacing": (8, 12)}  # 12 equal columns
 _TOOLS = "pan,wheel_zoom,box_zoom,reset,save"
 _KINDS = ["request", "swap", "refused", "rebalance"]
 _KIND_COLOURS = [Category10[10][0], Category10[10][2], Category10[10][3], Category10[10][1]]
@@ -81,24 +81,22 @@ def _figure(title: str, x_label: str, y_label: str, name: str, **kwargs: Any) ->
 
 def _table(source: ColumnDataSource, name: str, columns: list[TableColumn],
            height: int = _TABLE_HEIGHT) -> DataTable:
-    return DataTable(source=source, columns=columns, name=name, height=height,
+    return DataTable(source=source, columns=columns, name=name, height=height, row_height=22,
                      sizing_mode="stretch_width", index_position=None, sortable=True,
                      reorderable=False)
 
 
-def _num(field: str, title: str, fmt: str = "0,0") -> TableColumn:
-    return TableColumn(field=field, title=title,
+def _num(field: str, title: str, fmt: str = "0,0", width: int = 80) -> TableColumn:
+    return TableColumn(field=field, title=title, width=width,
                        formatter=NumberFormatter(format=fmt, null_format="-", nan_format="-"))
 
 
-def _text(field: str, title: str, width: int | None = None) -> TableColumn:
-    if width is None:
-        return TableColumn(field=field, title=title, formatter=StringFormatter())
+def _text(field: str, title: str, width: int = 120) -> TableColumn:
     return TableColumn(field=field, title=title, formatter=StringFormatter(), width=width)
 
 
 def _time(field: str, title: str = "time (UTC)") -> TableColumn:
-    return TableColumn(field=field, title=title,
+    return TableColumn(field=field, title=title, width=150,
                        formatter=DateFormatter(format="%Y-%m-%d %H:%M:%S", nan_format="-",
                                                null_format="-"))
 
@@ -132,7 +130,8 @@ def build_layout(sources: Mapping[str, ColumnDataSource], *, title_html: str,
     Returns
     -------
     bokeh.models.layouts.LayoutDOM
-        A column of rows, each stretching to the page's width.
+        A grid of 12 equal columns stretching to the page's width, about 1,050 pixels high
+        (it fits a 1400 x 1000 window with a short scroll).
 
     Notes
     -----
@@ -158,7 +157,7 @@ def build_layout(sources: Mapping[str, ColumnDataSource], *, title_html: str,
         _text("run", "run"), _num("batch", "latest batch"), _num("partitions", "partitions"),
         _text("strategy", "strategy in force"),
         _num("balance_degree", "balance degree", "0.000"), _num("batches", "batches held"),
-        _text("shown", "on this page")], height=90)
+        _text("shown", "on this page")], height=64)
 
     rows_map = _heat_map(sources["cells"], "rows", "Rows per partition per batch", "rows",
                          named("partition_rows"))
@@ -207,12 +206,12 @@ def build_layout(sources: Mapping[str, ColumnDataSource], *, title_html: str,
     latest = _table(sources["latest"], named("latest"), [
         _text("figure", "latest batch", 140), _text("value", "value")])
     candidates = _table(sources["candidates"], named("candidates"), [
-        _text("strategy", "candidate on latest sample"),
+        _text("strategy", "candidate (latest sample)", 160),
         _num("balance_degree", "balance degree", "0.000"),
         _num("extra_compute_time", "extra compute", "0.000"),
         _num("keyed_bound", "keyed bound", "0.000"), _text("in_force", "in force")])
     hot_keys = _table(sources["hot_keys"], named("hot_keys"), [
-        _num("rank", "#"), _text("key", "hottest key (latest batch)"), _num("rows", "rows"),
+        _num("rank", "#", width=30), _text("key", "hottest key (latest batch)", 200), _num("rows", "rows"),
         _num("partition", "partition")])
 
     timeline = _figure("Swaps and rebalances", "time (UTC)", "", named("timeline"),
@@ -230,13 +229,14 @@ def build_layout(sources: Mapping[str, ColumnDataSource], *, title_html: str,
                                            ("pause s", "@pause_s{0.000}")]))
     timeline_table = _table(sources["timeline"], named("timeline_table"), [
         _time("time_ms"), _text("kind", "kind", 70), _num("batch", "batch"),
-        _text("what", "what", 260), _num("moved_keys", "moved keys"),
+        _text("what", "what", 300), _num("moved_keys", "moved keys"),
         _num("moved_bytes", "moved bytes"), _num("pause_s", "pause s", "0.000"),
         _text("refused", "refused")])
 
     advice = _table(sources["advice"], named("advice"), [
         _time("time_ms"), _text("source", "source", 80), _num("batch", "batch"),
-        _text("advice", "advice", 200), _text("reason", "reason", 300), _text("run", "run")])
+        _text("advice", "advice", 300), _text("reason", "reason", 500), _text("run", "run")],
+        height=110)
     progress = _figure("Query progress", "batch", "input rows", named("progress"))
     progress.scatter("batch", "input_rows", source=sources["progress"], size=6,
                      color=Category10[10][0], legend_label="input rows")
@@ -251,21 +251,13 @@ def build_layout(sources: Mapping[str, ColumnDataSource], *, title_html: str,
     progress.add_tools(HoverTool(tooltips=[("query", "@query"), ("batch", "@batch"),
                                            ("input rows", "@input_rows{0,0}"),
                                            ("duration ms", "@duration_ms{0,0}")]))
-    progress_table = _table(sources["progress"], named("progress_table"), [
-        _text("query", "query"), _num("batch", "batch"), _num("input_rows", "input rows"),
-        _num("duration_ms", "duration ms")])
-
-    def line(*children: Any) -> LayoutDOM:
-        return row(*children, sizing_mode="stretch_width")
-
-    return column(
-        title, headline,
-        line(rows_map, task_map, latest_rows),
-        line(balance, late, column(latest, sizing_mode="stretch_width")),
-        line(candidates, hot_keys, advice),
-        line(timeline, timeline_table),
-        line(progress, progress_table),
-        sizing_mode="stretch_width")
+    return GridBox(children=[
+        (title, 0, 0, 1, 12), (headline, 1, 0, 1, 12),
+        (rows_map, 2, 0, 1, 4), (task_map, 2, 4, 1, 4), (latest_rows, 2, 8, 1, 4),
+        (balance, 3, 0, 1, 4), (late, 3, 4, 1, 4), (latest, 3, 8, 1, 4),
+        (candidates, 4, 0, 1, 4), (hot_keys, 4, 4, 1, 4), (progress, 4, 8, 1, 4),
+        (timeline, 5, 0, 1, 5), (timeline_table, 5, 5, 1, 7),
+        (advice, 6, 0, 1, 12)], sizing_mode="stretch_width", **_GRID)
 
 
 def _title_html(title: str, subtitle: str) -> str:
@@ -359,7 +351,7 @@ def report_html(model: DashboardModel, *, title: str = "trilink-spark report") -
         suffix = "" if i == 0 else f":{run}"
         layout = build_layout(_frozen_sources(model.snapshot(run), suffix),
                               title_html=_title_html(title, "report" if run is None
-                                                     else f"report, run {run}"),
+                                                     else f"report of run '{run}'"),
                               suffix=suffix)
         panels.append((run, layout))
     root: LayoutDOM = (panels[0][1] if len(panels) == 1 else
