@@ -324,3 +324,16 @@ def test_arguments_are_checked():
         DashboardModel(history=0)
     with pytest.raises(TypeError, match="max_runs must be an int"):
         DashboardModel(max_runs="3")
+
+
+def test_a_request_naming_a_run_shows_on_that_runs_view_only():
+    model = DashboardModel()
+    assert model.add_record(record(0, run="a"))
+    assert model.add_record(record(0, run="b"))
+    for run in ("b", "c", None):
+        assert model.add_event({"kind": "request", "time": 5.0, "request_id": f"r-{run}",
+                                "run": run})
+    what = {run: model.snapshot(run)["timeline"]["what"] for run in ("a", "b", "c")}
+    assert [w.split(",")[0] for w in what["a"]] == ["request r-None"]
+    assert sorted(w.split(",")[0] for w in what["b"]) == ["request r-None", "request r-b"]
+    assert sorted(w.split(",")[0] for w in what["c"]) == ["request r-None", "request r-c"]

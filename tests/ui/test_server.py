@@ -16,8 +16,8 @@ import pytest
 
 from trilink_spark.errors import InvalidArgumentError, TrilinkError
 from trilink_spark.ui.model import SOURCE_COLUMNS, DashboardModel
-from trilink_spark.ui.page import write_report
-from trilink_spark.ui.server import DashboardServer, static_root
+from trilink_spark.ui.page import static_root, write_report
+from trilink_spark.ui.server import DashboardServer
 
 TOKEN = "s3cret-token_0123456789"
 
@@ -236,3 +236,8 @@ def test_the_report_is_one_self_contained_file(tmp_path: Path):
     assert '"title":"second"' in document  # a tab per run
     frozen = json.loads(document)
     assert len(frozen) == 1
+
+
+def test_a_query_of_too_many_fields_is_a_bad_request(server):
+    fields = "&".join(f"f{i}=1" for i in range(20))
+    assert fetch(server.url + f"data/headline.json?{fields}")[0] == 400

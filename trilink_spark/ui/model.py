@@ -48,8 +48,8 @@ from .records import (AdviceEvent, BatchRecord, ProgressEvent, RequestEvent, key
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SOURCE_COLUMNS", "HOT_KEYS_SHOWN", "HEATMAP_CELLS", "Candidate", "BatchFigures",
-           "DashboardModel"]
+__all__ = ["SOURCE_COLUMNS", "HOT_KEYS_SHOWN", "HEATMAP_CELLS", "TIMELINE_LANES", "Candidate",
+           "BatchFigures", "figures_of", "DashboardModel"]
 
 #: The column data of the page: one entry per data source, with its columns.
 SOURCE_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -359,8 +359,9 @@ class DashboardModel:
 
         Notes
         -----
-        Cost: O(held batches * partitions + events) once per model version and run; a repeat
-        call returns the cached dict (treat it as read-only).
+        Cost: O(held batches * partitions + events) once per model version and run held; a
+        repeat call returns the cached dict (treat it as read-only). For a run not held:
+        O(events) each call.
         """
         return self._cached(run)[0]
 
@@ -377,15 +378,15 @@ class DashboardModel:
 
     def _cached(self, run: str | None) -> tuple[Snapshot, dict[str, bytes]]:
         with self._lock:
-            key = run if run is None or run in self._runs else "\0unknown"
-            cached = self._cache.get(key)
+            cached = self._cache.get(run)
             if cached is not None and cached[0] == self._version:
                 return cached[1], cached[2]
             snap = self._build(run)
             encoded = {name: json.dumps(columns, separators=(",", ":"),
                                         allow_nan=False).encode()
                        for name, columns in snap.items()}
-            self._cache[key] = (self._version, snap, encoded)
+            if run is None or run in self._runs:  # a run not held is not cached: bounded
+                self._cache[run] = (self._version, snap, encoded)
             return snap, encoded
 
     def _build(self, run: str | None) -> Snapshot:
@@ -395,7 +396,7 @@ class DashboardModel:
         self._headline(snap["headline"], shown)
         self._events(snap)
         if held is None or not held.batches:
-            self._timeline(snap["timeline"], None, [])
+            self._timeline(snap["timeline"], shown, [])
             return snap
         entries = [held.batches[b] for b in sorted(held.batches)]
         self._series(snap, entries)

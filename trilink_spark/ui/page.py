@@ -37,9 +37,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from .._internal.validation import count
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, MissingDependencyError
+
+try:
+    import bokeh  # noqa: F401 - the dashboard's one optional dependency
+except ImportError:  # pragma: no cover - depends on the environment
+    raise MissingDependencyError(
+        "the dashboard page needs Bokeh 3.4 or later: pip install 'trilink-spark[ui]'"
+    ) from None
+
 from bokeh.embed import file_html
-from bokeh.models import (AjaxDataSource, ColumnDataSource, DataRange1d, FixedTicker,
-                          GridBox, HoverTool, LinearAxis, LinearColorMapper, Range1d, TabPanel, Tabs)
+from bokeh.models import (AjaxDataSource, ColumnDataSource, DataRange1d, FixedTicker, GridBox,
+                          HoverTool, LinearAxis, LinearColorMapper, Range1d, TabPanel, Tabs)
 from bokeh.models.annotations import ColorBar, Title
 from bokeh.models.widgets import (DataTable, DateFormatter, Div, NumberFormatter,
                                   StringFormatter, TableColumn)
@@ -47,15 +57,14 @@ from bokeh.models.layouts import LayoutDOM
 from bokeh.palettes import Category10, Viridis256
 from bokeh.plotting import figure
 from bokeh.resources import Resources
+from bokeh.settings import settings as bokeh_settings
 from bokeh.transform import factor_cmap, factor_mark
 
-from .._internal.validation import count
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from .model import SOURCE_COLUMNS, TIMELINE_LANES, DashboardModel
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MODEL_NAMES", "build_layout", "live_page_html",
+__all__ = ["MODEL_NAMES", "static_root", "build_layout", "live_page_html",
            "report_html", "write_report"]
 
 #: The names of the page's figures and tables.
@@ -71,8 +80,21 @@ _KIND_COLOURS = [Category10[10][0], Category10[10][2], Category10[10][3], Catego
 _KIND_MARKERS = ["triangle", "diamond", "x", "circle"]
 
 
+def static_root() -> Path:
+    """The installed bokeh package's static folder (``.../bokeh/server/static``), whose
+    ``js/`` the live page loads. O(1).
+
+    Examples
+    --------
+    >>> (static_root() / "js" / "bokeh.min.js").is_file()
+    True
+    """
+    return Path(bokeh_settings.bokehjs_path()).resolve()
+
+
 def _figure(title: str, x_label: str, y_label: str, name: str, **kwargs: Any) -> Any:
-    plot = figure(title=Title(text=title, text_font_size="12pt"), name=name, height=_HEIGHT, sizing_mode="stretch_width",
+    plot = figure(title=Title(text=title, text_font_size="12pt"), name=name, height=_HEIGHT,
+                  sizing_mode="stretch_width",
                   tools=_TOOLS, toolbar_location="above", **kwargs)
     plot.xaxis.axis_label = x_label
     plot.yaxis.axis_label = y_label
@@ -211,7 +233,8 @@ def build_layout(sources: Mapping[str, ColumnDataSource], *, title_html: str,
         _num("extra_compute_time", "extra compute", "0.000"),
         _num("keyed_bound", "keyed bound", "0.000"), _text("in_force", "in force")])
     hot_keys = _table(sources["hot_keys"], named("hot_keys"), [
-        _num("rank", "#", width=30), _text("key", "hottest key (latest batch)", 200), _num("rows", "rows"),
+        _num("rank", "#", width=30), _text("key", "hottest key (latest batch)", 200),
+        _num("rows", "rows"),
         _num("partition", "partition")])
 
     timeline = _figure("Swaps and rebalances", "time (UTC)", "", named("timeline"),
@@ -302,6 +325,8 @@ def live_page_html(*, title: str = "trilink-spark dashboard", run: str | None = 
     refresh = count(refresh_ms, "refresh_ms", 100)
     if not isinstance(title, str):
         raise InvalidArgumentTypeError(f"title must be a str, got {type(title).__name__}")
+    if run is not None and not isinstance(run, str):
+        raise InvalidArgumentTypeError(f"run must be a str or None, got {type(run).__name__}")
     query: dict[str, str] = {} if run is None else {"run": run}
     suffix = f"?{urlencode(query)}" if query else ""
     headers = {} if token is None else {"Authorization": f"Bearer {token}"}
@@ -314,7 +339,8 @@ def live_page_html(*, title: str = "trilink-spark dashboard", run: str | None = 
     layout = build_layout(sources, title_html=_title_html(
         title, f"live, {shown}, refreshed every {refresh / 1000:g} s"))
     token_query = "" if token is None else f"?token={quote(token, safe='')}"
-    resources = Resources(mode="server", root_url="/", path_versioner=lambda path: path + token_query)
+    resources = Resources(mode="server", root_url="/",
+                          path_versioner=lambda path: path + token_query)
     return str(file_html(layout, resources=resources, title=title))
 
 

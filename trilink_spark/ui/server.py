@@ -42,27 +42,20 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from bokeh.settings import settings as bokeh_settings
-
 from .._internal.validation import count
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from .model import SOURCE_COLUMNS, DashboardModel
-from .page import live_page_html
+from .page import live_page_html, static_root
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DashboardServer", "TOKEN_PATTERN", "static_root"]
+__all__ = ["DashboardServer", "TOKEN_PATTERN"]
 
 #: What a token may hold: 16 to 256 URL-safe characters (``secrets.token_urlsafe()`` gives
 #: one).
 TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_\-.~]{16,256}")
 _ALLOWED = "GET, HEAD"
 _PAGE_CACHE = 64  # pages cached, one per run asked for
-
-
-def static_root() -> Path:
-    """The installed bokeh package's static folder (``.../bokeh/server/static``). O(1)."""
-    return Path(bokeh_settings.bokehjs_path()).resolve()
 
 
 def _is_loopback(host: str) -> bool:
@@ -77,6 +70,11 @@ def _is_loopback(host: str) -> bool:
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = False
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Log a failed request (a client gone mid-reply, most often) instead of printing
+        its traceback to stderr."""
+        logger.debug("dashboard request from %s failed", client_address, exc_info=True)
 
 
 class _HTTPServer6(_HTTPServer):
@@ -130,7 +128,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(403, "forbidden: unexpected Host header", head)
             return
         parts = urlsplit(self.path)
-        query = parse_qs(parts.query, max_num_fields=8)
+        try:
+            query = parse_qs(parts.query, max_num_fields=8)
+        except ValueError:
+            self._error(400, "bad request: at most 8 query fields", head)
+            return
         if not board.authorised(self.headers.get("Authorization"), query.get("token")):
             self._error(403, "forbidden: a valid token is required (?token=...)", head)
             return
