@@ -28,7 +28,7 @@ PUBLIC = {
     "OverlayPartitioner", "AdaptivePartitioner",
     "partition_balance", "evaluate_strategies", "resolve_strategy",
     "KeyedWatermarkProcessFunction", "KeyedWindowAggregate", "read_state",
-    "get_session", "ship", "TrilinkError", "PARTITION_COL",
+    "get_session", "ship", "TrilinkError", "PARTITION_COL", "dashboard",
 }
 
 # Every name that left the top level, with its one home: removing one breaks users' code

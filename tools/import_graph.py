@@ -7,7 +7,7 @@ Rules checked (exit status 1 when one is broken):
   does not count, but a module importing its own package's ``__init__`` does);
 - layers: a module imports only its own subpackage, the bottom layer, or a subpackage of a
   lower rank (``RANKS``): the data plane never imports the control plane (``CONTROL_PLANE``:
-  ``measurement``, ``switching``, ``advice``, ``elastic``) or ``cli``, the control plane never
+  ``measurement``, ``switching``, ``advice``, ``elastic``, ``ui``) or ``cli``, the control plane never
   imports ``cli``, and inside each plane imports point one way (the README's map);
   the bottom layer (top-level modules) imports only the bottom layer; every subpackage has a
   rank (or is ``_internal``, the bottom layer);
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent / "trilink_spark"
 PACKAGE = "trilink_spark"
 DATA_PLANE = ("partitioners", "placement", "keyed", "state", "merge", "kafka")
 #: The control plane, one subpackage per job.
-CONTROL_PLANE = ("measurement", "switching", "advice", "elastic")
+CONTROL_PLANE = ("measurement", "switching", "advice", "elastic", "ui")
 #: Rank of each subpackage: imports go to a strictly lower rank (or the bottom layer, rank 0:
 #: the top-level modules and ``_internal``).
 RANKS = {
@@ -48,7 +48,8 @@ RANKS = {
     "switching": 7,
     "advice": 7,
     "elastic": 8,
-    "cli": 9,
+    "ui": 9,  # the live view, on top of what the control plane reports
+    "cli": 10,
 }
 
 

@@ -16,6 +16,8 @@ its subpackage:
   :mod:`trilink_spark.advice`, :mod:`trilink_spark.elastic`: the control plane (task
   metrics and operator timings; adaptive switching, config centers and rebalancing;
   bottleneck and DS2 advice; elastic allocation);
+- :mod:`trilink_spark.ui`: the live page of a running query (:func:`dashboard`) and HTML
+  reports of a run's history;
 - :mod:`trilink_spark.errors`, :mod:`trilink_spark.columns`, :mod:`trilink_spark.eventtime`,
   :mod:`trilink_spark.testing`: errors, column names, event-time units, test launchers.
 
@@ -31,7 +33,7 @@ import sys
 from typing import Any
 
 from . import advice, columns, elastic, errors, eventtime, kafka, keyed, measurement, merge
-from . import partitioners, placement, state, switching
+from . import partitioners, placement, state, switching, ui
 from ._internal.deprecation import warn_moved
 from ._internal.spark.session import get_session
 from ._internal.spark.ship import ship
@@ -55,6 +57,7 @@ from .partitioners import (
 )
 from .placement import key_by, keyed_agg, keyed_apply, resolve_strategy
 from .switching import AdaptivePartitioner
+from .ui import dashboard
 
 __version__ = "0.1.0"
 
@@ -88,6 +91,8 @@ __all__ = [
     "KeyedWatermarkProcessFunction",
     "KeyedWindowAggregate",
     "read_state",
+    # the live view of a running query
+    "dashboard",
     # the session, shipping the package to a cluster, the root error, the partition column
     "get_session",
     "ship",

@@ -6,7 +6,8 @@ strategy would do. With no arguments it runs the Trilink paper's four scenarios 
 (:mod:`trilink_spark.cli.config`). ``trilink-spark advise --progress progress.jsonl`` reads
 saved ``StreamingQueryProgress`` events (one JSON object per line) and prints the bottleneck
 report of :class:`~trilink_spark.advice.BottleneckAdvisor`. ``trilink-spark state PATH``
-summarises a keyed stream's state path (:mod:`trilink_spark.cli.state`).
+summarises a keyed stream's state path (:mod:`trilink_spark.cli.state`); ``trilink-spark report
+PATH --html out.html`` writes its history as one self-contained page (:mod:`trilink_spark.cli.report`).
 
 Examples
 --------
@@ -19,6 +20,7 @@ Examples
     trilink-spark balance --plot loads.png
     trilink-spark advise --progress progress.jsonl --json
     trilink-spark state /data/state
+    trilink-spark report /data/state --html state.html
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any, BinaryIO, TextIO
 
 from .config import add_config_parser, run_config
 from .inputs import FORMATS, check_input
+from .report import add_report_parser, run_report
 from .state import add_state_parser, run_state
 from ..errors import InvalidArgumentError, TrilinkError
 from ..partitioners.catalogue import ruled_out_by_keys
@@ -150,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_parser(sub)
     add_advise_parser(sub)
     add_state_parser(sub)
+    add_report_parser(sub)
     return parser
 
 
@@ -617,6 +621,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return run_advise(args, stream)
         if args.command == "state":
             return run_state(args, stream)
+        if args.command == "report":
+            return run_report(args, stream)
     except TrilinkError as exc:
         sys.stderr.write(f"trilink-spark: error: {exc}\n")
         return 2

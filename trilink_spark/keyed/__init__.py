@@ -14,6 +14,7 @@ from .window_plan import KeyedProcessPlan, explain_keyed_process
 from .streaming import KeyedBatchFunction, keyed_foreach_batch
 from .swap import SwapReport
 from .state_reader import read_state, state_summary
+from .history import read_history
 
 __all__ = [
     "TimerService",
@@ -33,6 +34,7 @@ __all__ = [
     "SwapReport",
     "read_state",
     "state_summary",
+    "read_history",
 ]
 
 

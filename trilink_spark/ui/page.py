@@ -48,7 +48,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     ) from None
 
 from bokeh.embed import file_html
-from bokeh.models import (AjaxDataSource, ColumnDataSource, DataRange1d, FixedTicker, GridBox,
+from bokeh.models import (AjaxDataSource, ColumnDataSource, CustomJS, DataRange1d, FixedTicker, GridBox,
                           HoverTool, LinearAxis, LinearColorMapper, Range1d, TabPanel, Tabs)
 from bokeh.models.annotations import ColorBar, Title
 from bokeh.models.widgets import (DataTable, DateFormatter, Div, NumberFormatter,
@@ -103,9 +103,13 @@ def _figure(title: str, x_label: str, y_label: str, name: str, **kwargs: Any) ->
 
 def _table(source: ColumnDataSource, name: str, columns: list[TableColumn],
            height: int = _TABLE_HEIGHT) -> DataTable:
-    return DataTable(source=source, columns=columns, name=name, height=height, row_height=22,
-                     sizing_mode="stretch_width", index_position=None, sortable=True,
-                     reorderable=False)
+    table = DataTable(source=source, columns=columns, name=name, height=height, row_height=22,
+                      sizing_mode="stretch_width", index_position=None, sortable=True,
+                      reorderable=False)
+    # BokehJS redraws a table when its rows' count changes, not when new data keeps the
+    # count (the latest batch's figures, the top keys): redraw on every new data
+    source.js_on_change("data", CustomJS(args={"table": table}, code="table.change.emit()"))
+    return table
 
 
 def _num(field: str, title: str, fmt: str = "0,0", width: int = 80) -> TableColumn:
@@ -241,12 +245,10 @@ def build_layout(sources: Mapping[str, ColumnDataSource], *, title_html: str,
                        x_axis_type="datetime", y_range=Range1d(start=-0.5, end=2.5))
     timeline.scatter("time_ms", "lane", source=sources["timeline"], size=12,
                      marker=factor_mark("kind", _KIND_MARKERS, _KINDS),
-                     color=factor_cmap("kind", _KIND_COLOURS, _KINDS), legend_field="kind")
+                     color=factor_cmap("kind", _KIND_COLOURS, _KINDS))
+    # each kind has its lane, named on the axis: no legend over the markers
     timeline.yaxis.ticker = FixedTicker(ticks=sorted(set(TIMELINE_LANES.values())))
     timeline.yaxis.major_label_overrides = {0: "rebalance", 1: "swap", 2: "request"}
-    timeline.legend.location = "top_left"
-    timeline.legend.label_text_font_size = "8pt"
-    timeline.legend.orientation = "horizontal"
     timeline.add_tools(HoverTool(tooltips=[("kind", "@kind"), ("batch", "@batch"),
                                            ("what", "@what"), ("moved keys", "@moved_keys"),
                                            ("pause s", "@pause_s{0.000}")]))

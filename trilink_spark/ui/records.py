@@ -69,7 +69,7 @@ MAX_SAMPLE_KEYS = 20_000
 #: The longest text a field may hold; longer texts are refused, not cut.
 MAX_TEXT_CHARS = 10_000
 #: Where advice comes from.
-ADVICE_SOURCES = ("bottleneck", "ds2", "elasticity")
+ADVICE_SOURCES = ("bottleneck", "ds2", "elasticity", "switching")
 #: The run name of a record that names none.
 DEFAULT_RUN = "run"
 _NAME_CHARS = 200  # names (runs, strategies, ids, modes, queries) are refused beyond this
@@ -150,7 +150,7 @@ class RequestEvent:
 
 @dataclass(frozen=True)
 class AdviceEvent:
-    """Advice of the bottleneck, DS2 or elasticity advisor."""
+    """Advice of the bottleneck, DS2 or elasticity advisor, or an adaptive strategy's switching."""
 
     time: float
     batch: int | None

@@ -1,0 +1,257 @@
+"""What feeds the live view: runs' history records, Spark's query progress, advisors.
+
+A :class:`Feed` owns one daemon thread. It wakes after each batch (a
+``StreamingQueryListener`` posts every ``onQueryProgress`` to it) or every ``poll_s`` seconds,
+and then reads, off the query's own thread:
+
+- each run's new history records (:func:`~trilink_spark.keyed.history.read_history` after
+  the last batch seen: one listing and one small read per new batch) and its stored swap
+  request (a request made with ``run.request_swap`` shows on the timeline before its batch);
+- each :class:`~trilink_spark.switching.AdaptivePartitioner`'s new decisions;
+- the advisors' latest conclusions: a :class:`~trilink_spark.advice.BottleneckAdvisor` is fed
+  as :class:`~trilink_spark.advice.BottleneckListener` feeds it (progress, task metrics,
+  operator timings), an :class:`~trilink_spark.elastic.ElasticityAdvisor` with each progress.
+
+The listener does no work of its own beside queueing the progress (bounded), so the query's
+batches never wait for the view.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import queue
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..advice import BottleneckAdvisor, BottleneckListener
+from ..elastic import ElasticityAdvisor
+from ..errors import InvalidArgumentTypeError, TrilinkError
+from ..keyed.history import read_history
+from ..keyed.streaming import SWAP_RECORD
+from ..state import KeyedStateStore
+from ..switching import AdaptivePartitioner
+
+__all__ = ["Feed", "RunSource"]
+
+logger = logging.getLogger(__name__)
+
+#: Progress events queued for the feed's thread at most (the oldest are dropped beyond).
+MAX_QUEUED = 256
+
+
+class RunSource:
+    """One run the view follows: its store, a name, and the last batch read."""
+
+    def __init__(self, name: str, store: KeyedStateStore, run: Any = None) -> None:
+        self.name = name
+        self.store = store
+        self.run = run
+        self.last: int | None = None
+        self.request: str | None = None  # id of the stored request shown already
+
+    @classmethod
+    def of(cls, item: Any, name: str | None = None) -> RunSource:
+        """A run (``keyed_foreach_batch``'s result), a :class:`KeyedStateStore` or a state
+        path, named ``name`` (default: the state path's last part).
+
+        Raises
+        ------
+        InvalidArgumentTypeError
+            ``item`` is none of these.
+        """
+        store = getattr(item, "store", item)
+        if isinstance(store, str):
+            store = KeyedStateStore(store)
+        if not isinstance(store, KeyedStateStore):
+            raise InvalidArgumentTypeError(
+                "runs must be keyed_foreach_batch runs, KeyedStateStores or state paths, got "
+                f"{type(item).__name__}")
+        label = name or store.path.rstrip("/").rsplit("/", 1)[-1] or store.path
+        return cls(label, store, None if item is store else item)
+
+
+def _progress_event(progress: Any) -> dict[str, Any] | None:
+    """A progress event of the view from a ``StreamingQueryProgress`` (or its JSON)."""
+    data = progress if isinstance(progress, Mapping) else json.loads(
+        progress if isinstance(progress, str) else progress.json)
+    batch = data.get("batchId")
+    if not isinstance(batch, int):
+        return None
+    duration = (data.get("durationMs") or {}).get("triggerExecution", 0)
+    return {"kind": "progress", "time": time.time(), "batch": batch,
+            "query": str(data.get("name") or data.get("id") or "query"),
+            "input_rows": int(data.get("numInputRows") or 0),
+            "duration_ms": float(duration or 0)}
+
+
+class Feed:
+    """Reads what the view shows and hands it to a model (module docs).
+
+    Parameters
+    ----------
+    model : object
+        Has ``add_record(record)`` and ``add_event(event)``.
+    runs : iterable of RunSource
+    partitioners : iterable of AdaptivePartitioner
+    advisors : iterable of BottleneckAdvisor or ElasticityAdvisor
+    spark : SparkSession, optional
+        For a bottleneck advisor's task metrics and operator timings (classic sessions).
+    poll_s : float
+        The longest wait between two reads when no batch ends.
+    """
+
+    def __init__(self, model: Any, runs: Iterable[RunSource], partitioners: Iterable[Any],
+                 advisors: Iterable[Any], spark: Any = None, poll_s: float = 2.0) -> None:
+        self.model = model
+        self.runs = list(runs)
+        self.partitioners = list(partitioners)
+        for p in self.partitioners:
+            if not isinstance(p, AdaptivePartitioner):
+                raise InvalidArgumentTypeError(
+                    f"partitioners must be AdaptivePartitioners, got {type(p).__name__}")
+        self.seen_decisions = [len(p.decisions) for p in self.partitioners]
+        self.bottleneck: list[tuple[BottleneckAdvisor, Any]] = []
+        self.elastic: list[ElasticityAdvisor] = []
+        for a in advisors:
+            if isinstance(a, BottleneckAdvisor):
+                self.bottleneck.append((a, BottleneckListener(a, spark)))
+            elif isinstance(a, ElasticityAdvisor):
+                self.elastic.append(a)
+            else:
+                raise InvalidArgumentTypeError(
+                    "advisors must be BottleneckAdvisors or ElasticityAdvisors, got "
+                    f"{type(a).__name__}")
+        self.poll_s = poll_s
+        self.events: queue.Queue[Any] = queue.Queue(MAX_QUEUED)
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="trilink-dashboard-feed",
+                                       daemon=True)
+
+    # ------------------------------------------------------------------ the listener side
+    def on_progress(self, event: Any) -> None:
+        """Queue a listener event (``QueryProgressEvent``) for the feed's thread. O(1); when
+        the queue is full the oldest event is dropped (the view skips a batch's progress)."""
+        while True:
+            try:
+                self.events.put_nowait(event)
+                return
+            except queue.Full:
+                try:
+                    self.events.get_nowait()
+                except queue.Empty:
+                    pass
+
+    # ------------------------------------------------------------------ the feed's thread
+    def start(self) -> None:
+        """Read what is there already, then follow in the background."""
+        self.poll()
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread (idempotent); waits for it at most a few seconds."""
+        self.stopped.set()
+        self.on_progress(None)
+        if self.thread.is_alive():
+            self.thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                event = self.events.get(timeout=self.poll_s)
+            except queue.Empty:
+                event = None
+            if self.stopped.is_set():
+                return
+            try:
+                if event is not None:
+                    self.progress(event)
+                self.poll()
+            except Exception as err:  # noqa: BLE001 - the view never stops on bad input
+                logger.warning("dashboard feed: %s: %s", type(err).__name__, err)
+
+    def progress(self, event: Any) -> None:
+        """One batch's ``StreamingQueryListener`` progress: to the model and the advisors."""
+        progress = getattr(event, "progress", event)
+        found = _progress_event(progress)
+        if found is not None:
+            self.model.add_event(found)
+        batch = None if found is None else found["batch"]
+        for advisor, listener in self.bottleneck:
+            listener.onQueryProgress(event)  # logs its own errors
+            if listener.reports:
+                self._bottleneck_advice(listener.reports[-1], batch)
+        for elastic in self.elastic:
+            try:
+                advice = elastic.observe_progress(getattr(progress, "json", progress))
+            except TrilinkError as err:
+                logger.warning("dashboard: elasticity advisor: %s", err)
+                continue
+            target = advice.target_executors
+            words = ("keep " if target == advice.current_executors else "run ") + \
+                f"{target} executor{'s' if target != 1 else ''}"
+            if advice.max_offsets_per_trigger is not None:
+                words += f", admit at most {advice.max_offsets_per_trigger} rows per trigger"
+            self.model.add_event({"kind": "advice", "time": time.time(), "batch": batch,
+                                  "source": "elasticity", "advice": words,
+                                  "reason": advice.reason})
+
+    def _bottleneck_advice(self, report: Any, batch: int | None) -> None:
+        first = report.actions[0] if report.actions else None
+        words = "no bottleneck" if not report.bottleneck else \
+            f"bottleneck at {', '.join(report.bottleneck)}"
+        if first is not None:
+            words += f": {first['action']} ({first['setting']})"
+        now = time.time()
+        self.model.add_event({"kind": "advice", "time": now, "batch": batch,
+                              "source": "bottleneck", "advice": words, "reason": report.reason})
+        if report.nodes:
+            ds2 = ", ".join(f"{n.name} {n.ds2_parallelism}" for n in report.nodes)
+            rates = ", ".join(f"{n.name} {n.true_rate:.0f}/s" for n in report.nodes
+                              if math.isfinite(n.true_rate))
+            self.model.add_event({"kind": "advice", "time": now, "batch": batch,
+                                  "source": "ds2", "advice": f"parallelism: {ds2}",
+                                  "reason": f"true processing rates: {rates or 'not measured'}; "
+                                            f"offered {report.offered_rate:.0f} rows/s"})
+
+    def poll(self) -> None:
+        """Read the runs' new records and stored requests, and the partitioners' new
+        decisions. Errors of one source are logged; the others are still read."""
+        for source in self.runs:
+            try:
+                self._poll_run(source)
+            except (TrilinkError, OSError) as err:
+                logger.warning("dashboard: %s not read (%s: %s)", source.name,
+                               type(err).__name__, err)
+        for i, p in enumerate(self.partitioners):
+            decisions = p.decisions
+            for d in decisions[self.seen_decisions[i]:]:
+                if d.triggered:
+                    self.model.add_event({
+                        "kind": "advice", "time": time.time(), "batch": None,
+                        "source": "switching",
+                        "advice": (f"switch {d.previous} -> {d.chosen}" if d.switched
+                                   else f"keep {d.chosen}"), "reason": d.reason})
+            self.seen_decisions[i] = len(decisions)
+
+    def _poll_run(self, source: RunSource) -> None:
+        for record in read_history(source.store, since=source.last,
+                                   last=None if source.last is not None
+                                   else getattr(self.model, "history", None),
+                                   skip_corrupt=True):
+            self.model.add_record({**record, "run": source.name})
+            source.last = record["batch"]
+        stored = source.store.load_record(SWAP_RECORD)
+        request_id = None if stored is None else stored.get("request_id")
+        if stored is not None and request_id is not None and request_id != source.request:
+            source.request = str(request_id)
+            self.model.add_event({
+                "kind": "request", "time": time.time(), "run": source.name,
+                "request_id": source.request,
+                "strategy": stored.get("strategy_name") or (
+                    (stored.get("strategy") or {}).get("strategy")
+                    if isinstance(stored.get("strategy"), dict) else None),
+                "num_partitions": stored.get("num_partitions"), "mode": stored.get("mode")})
