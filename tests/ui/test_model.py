@@ -11,7 +11,7 @@ import pytest
 
 from trilink_spark.partitioners import evaluate_strategies
 from trilink_spark.ui.model import HEATMAP_CELLS, DashboardModel
-from trilink_spark.ui.records import MAX_HOT_KEYS, MAX_PARTITIONS, MAX_SAMPLE_KEYS
+from trilink_spark.ui.records import MAX_HOT_KEYS, MAX_RECORD_PARTITIONS, MAX_SAMPLE_KEYS
 
 
 def record(batch: int, rows: list[float] | None = None, **extra: object) -> dict[str, object]:
@@ -49,7 +49,7 @@ def malformed() -> dict[str, dict[str, object]]:
         "negative seconds": bad(seconds=-0.1),
         "strategy as int": bad(strategy=3),
         "task_ms too short": bad(task_ms=[1.0]),
-        "too many partitions": bad(rows=[1] * (MAX_PARTITIONS + 1)),
+        "too many partitions": bad(rows=[1] * (MAX_RECORD_PARTITIONS + 1)),
         "too many hot keys": bad(hot_keys=[["k", 1, 0]] * (MAX_HOT_KEYS + 1)),
         "hot key a dict": bad(hot_keys=[[{"a": 1}, 5, 0]]),
         "hot key a list": bad(hot_keys=[[["a"], 5, 0]]),

@@ -57,7 +57,7 @@ from ..state import KeyedStateStore
 
 __all__ = [
     "HISTORY_VERSION", "HISTORY_CONF", "DEFAULT_KEEP", "HOT_KEYS", "SAMPLE_KEYS",
-    "MAX_KEY_CHARS", "display_key", "key_profile", "history_keep", "record_batch",
+    "MAX_KEY_CHARS", "MAX_SAMPLE", "bounded_sample", "display_key", "key_profile", "history_keep", "record_batch",
     "record_run_batch", "check_record",
     "history_batches", "read_history",
 ]
@@ -76,6 +76,9 @@ HOT_KEYS = 10
 SAMPLE_KEYS = 64
 #: A string key is shown up to this many characters (and "…").
 MAX_KEY_CHARS = 80
+#: Keys a batch's record samples at most, whatever the partition count (the heaviest half
+#: exactly, a uniform sample of the rest scaled up).
+MAX_SAMPLE = 4096
 _PREFIX = "history-"
 
 
@@ -198,7 +201,34 @@ def _figures(store: KeyedStateStore, batch_id: int, partitions: int
             sample["keys"].append(k)
             sample["weights"].append(w)
     hot.sort(key=lambda h: -h[1])  # stable: partition order among equals
-    return columns, hot[:HOT_KEYS], sample
+    return columns, hot[:HOT_KEYS], bounded_sample(sample, seed=batch_id)
+
+
+def bounded_sample(sample: dict[str, list[Any]], seed: int = 0) -> dict[str, list[Any]]:
+    """``sample`` cut to :data:`MAX_SAMPLE` keys: the heaviest half kept exactly, a uniform
+    sample of the others with their weights scaled by (others / sampled), so the weights
+    still add up to about the batch's rows. O(keys).
+
+    Examples
+    --------
+    >>> cut = bounded_sample({"keys": list(range(10_000)), "weights": [1.0] * 10_000})
+    >>> len(cut["keys"]), round(sum(cut["weights"]))
+    (4096, 10000)
+    """
+    n = len(sample["keys"])
+    if n <= MAX_SAMPLE:
+        return sample
+    weights = np.asarray(sample["weights"], dtype=np.float64)
+    half = MAX_SAMPLE // 2
+    order = np.argsort(-weights, kind="stable")
+    heavy, rest = order[:half], order[half:]
+    chosen = np.sort(np.random.default_rng(seed).choice(rest, MAX_SAMPLE - half,
+                                                        replace=False))
+    scale = len(rest) / len(chosen)
+    keys = sample["keys"]
+    return {"keys": [keys[i] for i in heavy] + [keys[i] for i in chosen],
+            "weights": [float(weights[i]) for i in heavy]
+            + [round(float(weights[i]) * scale, 3) for i in chosen]}
 
 
 def record_batch(store: KeyedStateStore, batch_id: int, partitions: int, strategy: str, *,

@@ -35,10 +35,11 @@ import numpy.typing as npt
 
 from .._internal.validation import choice, count, number, short_repr
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..keyed.history import HISTORY_VERSION
 
 __all__ = [
     "RECORD_VERSION",
-    "MAX_PARTITIONS",
+    "MAX_RECORD_PARTITIONS",
     "MAX_HOT_KEYS",
     "MAX_SAMPLE_KEYS",
     "MAX_TEXT_CHARS",
@@ -58,10 +59,11 @@ __all__ = [
     "key_text",
 ]
 
-#: The record format this module reads (a record's ``"v"``).
-RECORD_VERSION = 1
-#: The most partitions one record may describe (each per-partition list holds this many).
-MAX_PARTITIONS = 4096
+#: The record format this module reads (a record's ``"v"``): the history's.
+RECORD_VERSION = HISTORY_VERSION
+#: The most partitions one record may describe (each per-partition list holds this many; a
+#: record of more would not fit the state store's 1 MiB record).
+MAX_RECORD_PARTITIONS = 32_768
 #: The most hot keys one record may carry (the page shows the top 10).
 MAX_HOT_KEYS = 100
 #: The most keys a record's sample may hold (the candidates are fitted on it).
@@ -235,7 +237,7 @@ def _list(value: Any, name: str, limit: int) -> list[Any] | tuple[Any, ...]:
 
 def _figures(value: Any, name: str, partitions: int) -> npt.NDArray[np.float64]:
     """One figure per partition: finite numbers >= 0, or -1 for no figure."""
-    items = _list(value, name, MAX_PARTITIONS)
+    items = _list(value, name, MAX_RECORD_PARTITIONS)
     if len(items) != partitions:
         raise InvalidArgumentError(
             f"{name} holds {len(items)} figures for {partitions} partitions; give one per "
@@ -398,7 +400,7 @@ def parse_record(record: Any) -> BatchRecord:
     ------
     InvalidArgumentError, InvalidArgumentTypeError
         A field of the wrong type, out of range, a per-partition list whose length is not
-        ``partitions``, a list beyond its limit (:data:`MAX_PARTITIONS`,
+        ``partitions``, a list beyond its limit (:data:`MAX_RECORD_PARTITIONS`,
         :data:`MAX_HOT_KEYS`, :data:`MAX_SAMPLE_KEYS`), a key that is not a JSON scalar, a
         text beyond :data:`MAX_TEXT_CHARS`; the message names the field.
 
@@ -423,7 +425,7 @@ def parse_record(record: Any) -> BatchRecord:
     time = _real(rec.get("time"), "record.time", low=None)
     seconds = _real(rec.get("seconds"), "record.seconds")
     strategy = _text(rec.get("strategy"), "record.strategy")
-    partitions = _int(rec.get("partitions"), "record.partitions", 1, MAX_PARTITIONS)
+    partitions = _int(rec.get("partitions"), "record.partitions", 1, MAX_RECORD_PARTITIONS)
     sample = rec.get("sample")
     request = rec.get("request")
     return BatchRecord(
