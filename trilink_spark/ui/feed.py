@@ -35,7 +35,7 @@ from ..keyed.streaming import SWAP_RECORD
 from ..state import KeyedStateStore
 from ..switching import AdaptivePartitioner
 
-__all__ = ["Feed", "RunSource"]
+__all__ = ["Feed", "RunSource", "pending_request"]
 
 logger = logging.getLogger(__name__)
 
@@ -244,14 +244,27 @@ class Feed:
                                    skip_corrupt=True):
             self.model.add_record({**record, "run": source.name})
             source.last = record["batch"]
-        stored = source.store.load_record(SWAP_RECORD)
-        request_id = None if stored is None else stored.get("request_id")
-        if stored is not None and request_id is not None and request_id != source.request:
-            source.request = str(request_id)
-            self.model.add_event({
-                "kind": "request", "time": time.time(), "run": source.name,
-                "request_id": source.request,
-                "strategy": stored.get("strategy_name") or (
-                    (stored.get("strategy") or {}).get("strategy")
-                    if isinstance(stored.get("strategy"), dict) else None),
-                "num_partitions": stored.get("num_partitions"), "mode": stored.get("mode")})
+        event = pending_request(source, time.time())
+        if event is not None and event["request_id"] != source.request:
+            source.request = event["request_id"]
+            self.model.add_event(event)
+
+
+def pending_request(source: RunSource, at: float) -> dict[str, Any] | None:
+    """The swap request stored on ``source``'s state path and not yet carried out, as a
+    ``request`` event of the view stamped ``at`` (None: there is none). One small read.
+
+    Raises
+    ------
+    StateCorruptError
+        The stored request is damaged (the store names it).
+    """
+    stored = source.store.load_record(SWAP_RECORD)
+    if stored is None or stored.get("request_id") is None:
+        return None
+    strategy = stored.get("strategy")
+    return {"kind": "request", "time": at, "run": source.name,
+            "request_id": str(stored["request_id"]),
+            "strategy": stored.get("strategy_name") or (
+                strategy.get("strategy") if isinstance(strategy, dict) else None),
+            "num_partitions": stored.get("num_partitions"), "mode": stored.get("mode")}

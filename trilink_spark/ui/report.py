@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import InvalidArgumentError
 from ..keyed.history import read_history
 from ..state import KeyedStateStore
-from .feed import RunSource
+from .feed import RunSource, pending_request
 
 __all__ = ["write_state_report", "require_ui"]
 
@@ -89,13 +89,9 @@ def write_state_report(path: str, html: str, *, last: int | None = None,
     source = RunSource.of(store)
     for record in records:
         model.add_record({**record, "run": source.name})
-    pending = store.load_record("swap-request")
+    pending = pending_request(source, records[-1]["time"])
     if pending is not None:
-        model.add_event({"kind": "request", "time": records[-1]["time"], "run": source.name,
-                         "request_id": str(pending.get("request_id")),
-                         "strategy": pending.get("strategy_name"),
-                         "num_partitions": pending.get("num_partitions"),
-                         "mode": pending.get("mode")})
+        model.add_event(pending)
     write_report(model, html, title=title or f"trilink-spark report: {path}")
     summary = {"path": path, "html": html, "batches": len(records),
                "first": records[0]["batch"], "last": records[-1]["batch"],
