@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping
@@ -107,6 +108,22 @@ def _append(out: Columns, **values: Any) -> None:
     """Append one row (a value per column) to column data."""
     for column, value in values.items():
         out[column].append(value)
+
+
+def _finite(value: Any) -> Any:
+    """A column value as JSON holds it: a float that is not finite becomes null."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _json(columns: Columns) -> bytes:
+    """One source's column data as strict JSON. A figure that overflowed (a record's finite
+    but huge rows summing to ``inf``, a time of ``1e308`` seconds in milliseconds) is sent as
+    null, drawn as no figure: one such record never leaves the page without data. O(cells)."""
+    try:
+        return json.dumps(columns, separators=(",", ":"), allow_nan=False).encode()
+    except ValueError:
+        clean = {name: [_finite(v) for v in values] for name, values in columns.items()}
+        return json.dumps(clean, separators=(",", ":"), allow_nan=False).encode()
 
 
 def _known(figures: npt.NDArray[np.float64] | None) -> npt.NDArray[np.float64]:
@@ -382,9 +399,7 @@ class DashboardModel:
             if cached is not None and cached[0] == self._version:
                 return cached[1], cached[2]
             snap = self._build(run)
-            encoded = {name: json.dumps(columns, separators=(",", ":"),
-                                        allow_nan=False).encode()
-                       for name, columns in snap.items()}
+            encoded = {name: _json(columns) for name, columns in snap.items()}
             if run is None or run in self._runs:  # a run not held is not cached: bounded
                 self._cache[run] = (self._version, snap, encoded)
             return snap, encoded
