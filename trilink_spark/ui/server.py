@@ -15,7 +15,8 @@ or ``?token=<token>`` (compared in constant time), else 403. On a loopback addre
 whose ``Host`` header is not that address (or ``localhost``) with the server's port is
 refused (403): a web page that rebinds its own DNS name to 127.0.0.1 cannot read the
 dashboard. Static paths are resolved and must stay inside bokeh's static folder. Requests are
-logged at debug level, never printed.
+logged at debug level (the token masked), never printed; a client silent for 30 s
+mid-request is dropped.
 
 Examples
 --------
@@ -56,6 +57,7 @@ __all__ = ["DashboardServer", "TOKEN_PATTERN"]
 TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_\-.~]{16,256}")
 _ALLOWED = "GET, HEAD"
 _PAGE_CACHE = 64  # pages cached, one per run asked for
+_CLIENT_TIMEOUT_S = 30.0  # seconds a connection may stay silent mid-request
 
 
 def _is_loopback(host: str) -> bool:
@@ -69,7 +71,9 @@ def _is_loopback(host: str) -> bool:
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
-    allow_reuse_address = False
+    # the port can be bound again right after stop(), while the last replies' connections
+    # linger in TIME_WAIT (on Linux this never lets two servers listen on one port)
+    allow_reuse_address = True
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Log a failed request (a client gone mid-reply, most often) instead of printing
@@ -86,10 +90,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     server_version = "trilink-dashboard"
     sys_version = ""
+    timeout = _CLIENT_TIMEOUT_S  # a client that stalls mid-request frees its thread
     dashboard: DashboardServer  # set on the per-server subclass
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
-        logger.debug("dashboard %s: " + format, self.address_string(), *args)
+        """Log at debug level, the token (in a request line's ``?token=``) masked."""
+        text = format % args
+        token = self.dashboard.token_in_logs
+        if token:
+            text = text.replace(token, "***")
+        logger.debug("dashboard %s: %s", self.address_string(), text)
 
     def _refuse_method(self) -> None:
         self.close_connection = True
@@ -259,13 +269,25 @@ class DashboardServer:
 
     def start(self) -> str:
         """Bind and serve in a daemon thread; returns the page's URL. A second call returns
-        the same URL. O(1) (the socket is bound before it returns)."""
+        the same URL. O(1) (the socket is bound before it returns).
+
+        Raises
+        ------
+        InvalidArgumentError
+            The address cannot be bound: the port is taken (another dashboard, another
+            program) or the host is not an address of this machine."""
         with self._lock:
             if self._httpd is not None and self._url is not None:
                 return self._url
             handler = type("DashboardHandler", (_Handler,), {"dashboard": self})
             server_class = _HTTPServer6 if ":" in self._host else _HTTPServer
-            httpd = server_class((self._host, self._port_asked), handler)
+            try:
+                httpd = server_class((self._host, self._port_asked), handler)
+            except OSError as err:
+                raise InvalidArgumentError(
+                    f"cannot serve the dashboard on {self._host}:{self._port_asked} "
+                    f"({err.strerror or err}): the port is taken or the address is not one "
+                    "of this machine's; pass port=0 for a free port") from err
             port = int(httpd.server_address[1])
             shown = self._host
             if shown in ("0.0.0.0", ""):
@@ -308,6 +330,11 @@ class DashboardServer:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         self.stop()
+
+    @property
+    def token_in_logs(self) -> str | None:
+        """The token, which the request log masks wherever a request line carries it."""
+        return self._token
 
     def host_allowed(self, host: str | None) -> bool:
         """Whether a request's ``Host`` header may be served: any on a non-loopback bind
