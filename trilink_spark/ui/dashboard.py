@@ -81,10 +81,23 @@ class Dashboard(str):
         self.stop()
 
     def __repr__(self) -> str:
-        return f"Dashboard({self.url!r})"
+        """The URL with its token masked (``str(url)`` is the URL to open)."""
+        shown = self.url
+        if "?token=" in shown:
+            shown = shown.split("?token=", 1)[0] + "?token=***"
+        return f"Dashboard({shown!r})"
 
     def __reduce__(self) -> Any:  # a running server is not shipped anywhere: the URL is
         return (str, (self.url,))
+
+
+def _several(items: Any) -> list[Any]:
+    """``items`` as a list: one run, state path, partitioner or advisor given alone is a list
+    of one (a state path is never read as its characters); its type is checked where it is
+    used. O(items)."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        return [items]
+    return list(items)
 
 
 def _listener(feed: Feed) -> Any:
@@ -125,6 +138,7 @@ def dashboard(spark: Any = None, *, runs: Iterable[Any] | Mapping[str, Any] = ()
         ``keyed_foreach_batch`` runs (or their state paths, or ``{name: run}``): their
         per-partition rows and task time, hot keys, late rows, swaps and rebalances, from
         the history each run keeps on its state path (:mod:`trilink_spark.keyed.history`).
+        One run or state path alone is a list of one (so are one partitioner, one advisor).
     partitioners : iterable of AdaptivePartitioner
         Their switching decisions, with the reason.
     advisors : iterable of BottleneckAdvisor or ElasticityAdvisor
@@ -186,14 +200,15 @@ def dashboard(spark: Any = None, *, runs: Iterable[Any] | Mapping[str, Any] = ()
         raise InvalidArgumentError(
             f"refresh must be between 50 ms and 1 hour, got {refresh!r}")
     items = (list(runs.items()) if isinstance(runs, Mapping)
-             else [(None, r) for r in runs])
+             else [(None, r) for r in _several(runs)])
     sources = [RunSource.of(item, name) for name, item in items]
     names = [s.name for s in sources]
     if len(set(names)) != len(names):
         raise InvalidArgumentError(
             f"two runs share a name ({names}); pass runs={{name: run}} to name them apart")
     model = DashboardModel(history=keep)
-    feed = Feed(model, sources, partitioners, advisors, spark, poll_s=max(wait, 1.0))
+    feed = Feed(model, sources, _several(partitioners),
+                _several(advisors), spark, poll_s=max(wait, 1.0))
     server = DashboardServer(model, host=host, port=port, token=token,
                              refresh_ms=int(wait * 1000), title=title)
     url = server.start()
