@@ -327,8 +327,10 @@ def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
     if ok:
         ok = all(_is_timed_count(v, 0) for v in late.values())
     profile = value.get("keys") if isinstance(value, dict) else None
-    if ok and profile is not None:
-        ok = _is_key_profile(profile)
+    if ok and profile is not None and not _is_key_profile(profile):
+        # the profile only feeds the run's history: the task's own figures still count
+        logger.warning("%s: key profile is not well-formed; left out", where)
+        profile = None
     if not ok:
         logger.warning("%s: timing record is not well-formed; ignored", where)
         return None
@@ -351,11 +353,28 @@ def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
 
 #: At most this many keys in each list of a timing record's key profile.
 MAX_PROFILE_KEYS = 1024
+#: The longest key text a profile holds (a key is shown cut to 80 characters, bytes as
+#: ``0x`` and 80 hex digits, and "…"): the batch's history record stays within
+#: :data:`MAX_RECORD_BYTES` however long the keys are.
+MAX_PROFILE_KEY_CHARS = 100
+
+
+def _is_profile_key(key: object) -> bool:
+    """A key as :func:`~trilink_spark.keyed.history.display_key` writes it: null, a bool, an
+    int64, a finite float or a text of at most :data:`MAX_PROFILE_KEY_CHARS`."""
+    if key is None or isinstance(key, bool):
+        return True
+    if isinstance(key, int):
+        return -_COUNT_LIMIT <= key < _COUNT_LIMIT
+    if isinstance(key, float):
+        return math.isfinite(key)
+    return isinstance(key, str) and len(key) <= MAX_PROFILE_KEY_CHARS
 
 
 def _is_key_profile(value: object) -> bool:
     """A task's key profile (:func:`~trilink_spark.keyed.history.key_profile`): ``hot`` and
-    ``sample`` lists of ``[scalar key, non-negative finite number]``, and a ``keys`` count."""
+    ``sample`` lists of ``[key, weight]`` (:func:`_is_profile_key`; a weight is a finite
+    number >= 0 below 2**63), and a ``keys`` count."""
     if not isinstance(value, dict) or not _is_timed_count(value.get("keys"), 0):
         return False
     for name in ("hot", "sample"):
@@ -363,10 +382,8 @@ def _is_key_profile(value: object) -> bool:
         if not isinstance(pairs, list) or len(pairs) > MAX_PROFILE_KEYS:
             return False
         for pair in pairs:
-            if not (isinstance(pair, list) and len(pair) == 2
-                    and (pair[0] is None or isinstance(pair[0], (str, int, float, bool)))
-                    and isinstance(pair[1], (int, float)) and not isinstance(pair[1], bool)
-                    and math.isfinite(pair[1]) and pair[1] >= 0):
+            if not (isinstance(pair, list) and len(pair) == 2 and _is_profile_key(pair[0])
+                    and _is_milliseconds(pair[1])):
                 return False
     return True
 
