@@ -57,9 +57,9 @@ from ..state import KeyedStateStore
 
 __all__ = [
     "HISTORY_VERSION", "HISTORY_CONF", "DEFAULT_KEEP", "HOT_KEYS", "SAMPLE_KEYS",
-    "MAX_KEY_CHARS", "MAX_SAMPLE", "bounded_sample", "display_key", "key_profile", "history_keep", "record_batch",
+    "MAX_KEY_CHARS", "MAX_SAMPLE", "bounded_sample", "display_key", "key_profile", "history_keep", "run_history_keep", "record_batch",
     "record_run_batch", "check_record",
-    "history_batches", "read_history",
+    "history_batches", "read_history", "read_history_record",
 ]
 
 logger = logging.getLogger(__name__)
@@ -272,6 +272,22 @@ def record_batch(store: KeyedStateStore, batch_id: int, partitions: int, strateg
         return None
 
 
+def run_history_keep(run: Any, spark: Any) -> int:
+    """:func:`history_keep` for a runner, read on its first batch and kept (the conf is not a
+    per-batch setting). The runner asks before the batch does any work, so a malformed conf
+    fails the batch before its commit, never after. O(1).
+
+    Raises
+    ------
+    InvalidArgumentError
+        The conf is not a whole number of at least 1.
+    """
+    keep = run.__dict__.get("_history_keep")
+    if keep is None:
+        keep = run.__dict__["_history_keep"] = history_keep(spark)
+    return int(keep)
+
+
 def record_run_batch(run: Any, spark: Any, batch_id: int, partitions: int, strategy: Any,
                      started: float, request_id: str | None) -> dict[str, Any] | None:
     """:func:`record_batch` for a :class:`~trilink_spark.keyed.KeyedBatchFunction` that has
@@ -279,9 +295,7 @@ def record_run_batch(run: Any, spark: Any, batch_id: int, partitions: int, strat
     any, and the strategy in force (None: placed by the source). O(partitions)."""
     from dataclasses import asdict
 
-    keep = run.__dict__.get("_history_keep")
-    if keep is None:  # read once per runner: the conf is not a per-batch setting
-        keep = run.__dict__["_history_keep"] = history_keep(spark)
+    keep = run_history_keep(run, spark)
     name = "keyed_by_source" if strategy is None else (
         getattr(strategy, "strategy_name", "") or type(strategy).__name__)
     swap = next((asdict(r) for r in reversed(run.swaps) if r.batch_id == batch_id), None)
@@ -355,15 +369,27 @@ def read_history(store: KeyedStateStore | str, *, since: int | None = None,
     out = []
     for batch in batches:
         try:
-            body = store.load_record(_name(batch))
-            if body is None:  # dropped since the listing
-                continue
-            out.append(check_record(body, store.record_path(_name(batch))))
+            body = read_history_record(store, batch)
         except StateCorruptError as err:
             if not skip_corrupt:
                 raise
             logger.warning("%s; left out", err)
+            continue
+        if body is not None:  # None: dropped since the listing
+            out.append(body)
     return out
+
+
+def read_history_record(store: KeyedStateStore, batch: int) -> dict[str, Any] | None:
+    """Batch ``batch``'s history record (None when the state path holds none). One read.
+
+    Raises
+    ------
+    StateCorruptError
+        The record is damaged or foreign (:func:`check_record`); the message names the file.
+    """
+    body = store.load_record(_name(batch))
+    return None if body is None else check_record(body, store.record_path(_name(batch)))
 
 
 def check_record(body: Mapping[str, Any], where: str) -> dict[str, Any]:

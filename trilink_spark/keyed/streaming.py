@@ -42,7 +42,7 @@ from ..eventtime import delay_in_units, event_time_micros
 from ..state.local import LOCAL_KEY_TYPES, supports_key_type
 from ..state.batch import StatefulBatchFunction
 from ..state.store import KeyedStateStore
-from .history import record_run_batch
+from .history import record_run_batch, run_history_keep
 from .incremental import LocalConfig, LocalSync
 from .manifest import PROCESSING_RECORD, batch_time, claim, commit_batch, runner_config
 from .manifest import start_version
@@ -287,6 +287,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         refuse_streaming_batch_function(batch_df, "KeyedBatchFunction", "keyed_foreach_batch")
         started = time.perf_counter()
+        run_history_keep(self, batch_df.sparkSession)  # a malformed conf fails before any work
         ensure_executors(batch_df.sparkSession, self.store.path, self.store.fs,
                          needs=("rocksdict",))
         o = self.options

@@ -4,8 +4,8 @@ A :class:`Feed` owns one daemon thread. It wakes after each batch (a
 ``StreamingQueryListener`` posts every ``onQueryProgress`` to it) or every ``poll_s`` seconds,
 and then reads, off the query's own thread:
 
-- each run's new history records (:func:`~trilink_spark.keyed.history.read_history` after
-  the last batch seen: one listing and one small read per new batch) and its stored swap
+- each run's new history records (after the last batch seen: one listing and one small
+  read per new batch; a damaged record is logged once and passed over) and its stored swap
   request (a request made with ``run.request_swap`` shows on the timeline before its batch);
 - each :class:`~trilink_spark.switching.AdaptivePartitioner`'s new decisions;
 - the advisors' latest conclusions: a :class:`~trilink_spark.advice.BottleneckAdvisor` is fed
@@ -29,8 +29,8 @@ from typing import Any
 
 from ..advice import BottleneckAdvisor, BottleneckListener
 from ..elastic import ElasticityAdvisor
-from ..errors import InvalidArgumentTypeError, TrilinkError
-from ..keyed.history import read_history
+from ..errors import InvalidArgumentTypeError, StateCorruptError, TrilinkError
+from ..keyed.history import history_batches, read_history_record
 from ..keyed.streaming import SWAP_RECORD
 from ..state import KeyedStateStore
 from ..switching import AdaptivePartitioner
@@ -41,6 +41,8 @@ logger = logging.getLogger(__name__)
 
 #: Progress events queued for the feed's thread at most (the oldest are dropped beyond).
 MAX_QUEUED = 256
+#: Every this many polls a run's records are listed (else the next batch ids are read).
+LIST_EVERY = 30
 
 
 class RunSource:
@@ -52,6 +54,7 @@ class RunSource:
         self.run = run
         self.last: int | None = None
         self.request: str | None = None  # id of the stored request shown already
+        self.polls = 0
 
     @classmethod
     def of(cls, item: Any, name: str | None = None) -> RunSource:
@@ -238,16 +241,40 @@ class Feed:
             self.seen_decisions[i] = len(decisions)
 
     def _poll_run(self, source: RunSource) -> None:
-        for record in read_history(source.store, since=source.last,
-                                   last=None if source.last is not None
-                                   else getattr(self.model, "history", None),
-                                   skip_corrupt=True):
-            self.model.add_record({**record, "run": source.name})
-            source.last = record["batch"]
+        source.polls += 1
+        if source.last is not None and source.polls % LIST_EVERY:
+            # the next batches' records, one read each: no listing while batches follow on
+            batch = source.last + 1
+            while self._read_record(source, batch):
+                batch += 1
+        else:  # the first read (only what the model holds), and now and then a listing:
+            # batch ids that skipped (a record not written) are found again
+            batches = [b for b in history_batches(source.store)
+                       if source.last is None or b > source.last]
+            if source.last is None:
+                batches = batches[-getattr(self.model, "history", len(batches) or 1):]
+            for batch in batches:
+                self._read_record(source, batch)
         event = pending_request(source, time.time())
         if event is not None and event["request_id"] != source.request:
             source.request = event["request_id"]
             self.model.add_event(event)
+
+
+    def _read_record(self, source: RunSource, batch: int) -> bool:
+        """Hand batch ``batch``'s record to the model; False when there is none yet. A
+        damaged record is logged once and passed over (never read again)."""
+        try:
+            record = read_history_record(source.store, batch)
+        except StateCorruptError as err:
+            logger.warning("dashboard: %s; left out", err)
+            record = {}
+        if record is None:
+            return False
+        if record:
+            self.model.add_record({**record, "run": source.name})
+        source.last = batch
+        return True
 
 
 def pending_request(source: RunSource, at: float) -> dict[str, Any] | None:
