@@ -242,7 +242,7 @@ def test_one_run_or_path_alone_is_one_run_and_the_repr_hides_the_token(tmp_path:
     with tl.dashboard(runs=store.path, token=TOKEN) as url:  # a str, not its characters
         assert url.model.runs == ["state"] and url.model.batches() == [0, 1, 2]
         assert TOKEN in url and TOKEN not in repr(url) and "token=***" in repr(url)
-    with tl.dashboard(runs=store) as url:
+    with tl.dashboard(runs=store) as url:  # type: ignore[arg-type]  # one store alone
         assert url.model.runs == ["state"]
     assert not (Path.cwd() / "t").exists()
 
@@ -335,7 +335,12 @@ def test_markup_in_every_text_is_shown_as_text(browser: Any, tmp_path: Path) -> 
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             dialogs: list[str] = []
             errors: list[str] = []
-            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+
+            def seen(dialog: Any, dialogs: list[str] = dialogs) -> None:
+                dialogs.append(dialog.message)
+                dialog.dismiss()
+
+            page.on("dialog", seen)
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(url)
             deadline = time.monotonic() + 20
