@@ -57,7 +57,7 @@ from ..state import KeyedStateStore
 
 __all__ = [
     "HISTORY_VERSION", "HISTORY_CONF", "DEFAULT_KEEP", "HOT_KEYS", "SAMPLE_KEYS",
-    "MAX_KEY_CHARS", "MAX_SAMPLE", "bounded_sample", "display_key", "key_profile", "history_keep", "run_history_keep", "record_batch",
+    "MAX_KEY_CHARS", "MAX_SAMPLE", "MAX_HISTORY_PARTITIONS", "bounded_sample", "display_key", "key_profile", "history_keep", "run_history_keep", "record_batch",
     "record_run_batch", "check_record",
     "history_batches", "read_history", "read_history_record",
 ]
@@ -76,6 +76,9 @@ HOT_KEYS = 10
 SAMPLE_KEYS = 64
 #: A string key is shown up to this many characters (and "…").
 MAX_KEY_CHARS = 80
+#: Partitions a history record describes at most (a record of more would not fit the
+#: store's 1 MiB record): a run on more partitions keeps no history.
+MAX_HISTORY_PARTITIONS = 16_384
 #: Keys a batch's record samples at most, whatever the partition count (the heaviest half
 #: exactly, a uniform sample of the rest scaled up).
 MAX_SAMPLE = 4096
@@ -296,6 +299,12 @@ def record_run_batch(run: Any, spark: Any, batch_id: int, partitions: int, strat
     from dataclasses import asdict
 
     keep = run_history_keep(run, spark)
+    if partitions > MAX_HISTORY_PARTITIONS:  # its record would not fit a store record
+        if not run.__dict__.get("_history_skipped"):
+            run.__dict__["_history_skipped"] = True
+            logger.warning("batch %d: %d partitions: no history record is kept beyond %d "
+                           "partitions", batch_id, partitions, MAX_HISTORY_PARTITIONS)
+        return None
     name = "keyed_by_source" if strategy is None else (
         getattr(strategy, "strategy_name", "") or type(strategy).__name__)
     swap = next((asdict(r) for r in reversed(run.swaps) if r.batch_id == batch_id), None)

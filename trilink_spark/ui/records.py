@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from .._internal.validation import choice, count, number, short_repr
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from ..keyed.history import HISTORY_VERSION
+from ..keyed.history import HISTORY_VERSION, MAX_HISTORY_PARTITIONS
 
 __all__ = [
     "RECORD_VERSION",
@@ -61,9 +61,8 @@ __all__ = [
 
 #: The record format this module reads (a record's ``"v"``): the history's.
 RECORD_VERSION = HISTORY_VERSION
-#: The most partitions one record may describe (each per-partition list holds this many; a
-#: record of more would not fit the state store's 1 MiB record).
-MAX_RECORD_PARTITIONS = 32_768
+#: The most partitions one record may describe: the history's own bound.
+MAX_RECORD_PARTITIONS = MAX_HISTORY_PARTITIONS
 #: The most hot keys one record may carry (the page shows the top 10).
 MAX_HOT_KEYS = 100
 #: The most keys a record's sample may hold (the candidates are fitted on it).
