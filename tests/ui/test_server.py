@@ -76,8 +76,7 @@ def test_the_page_loads_bokeh_from_the_server_only(server):
     assert "http://" not in page and "https://" not in page
     scripts = re.findall(r'<script[^>]* src="([^"]+)"', page)
     assert scripts and all(src.startswith("/static/js/bokeh") for src in scripts)
-    assert '"data_url":"/data/headline.json"' in page
-    assert '"polling_interval":200' in page and '"method":"GET"' in page
+    assert '"/data.json?"' in page and '"refresh",200' in page.replace(" ", "")
     for src in scripts:  # every script the page names is served
         status, headers, js = fetch(f"http://127.0.0.1:{server.port}{src}")
         assert status == 200 and "javascript" in headers["Content-Type"]
@@ -91,6 +90,22 @@ def test_a_static_asset_is_bokeh_js(server):
     assert int(headers["Content-Length"]) == len(body) > 100_000
     status, headers, body = fetch(server.url + "static/js/bokeh.min.js", method="HEAD")
     assert status == 200 and body == b"" and int(headers["Content-Length"]) > 100_000
+
+
+def test_the_page_poll_sends_everything_once_then_only_the_version(server, model):
+    status, headers, body = fetch(server.url + "data.json")
+    doc = json.loads(body)
+    assert status == 200 and headers["Cache-Control"] == "no-store"
+    assert set(doc["sources"]) == set(SOURCE_COLUMNS) and doc["version"] == model.version
+    assert doc["sources"]["headline"]["batch"] == [2]
+    status, _, body = fetch(server.url + f"data.json?since={doc['version']}")
+    assert status == 200 and json.loads(body) == {"version": doc["version"]}  # no change
+    model.add_record(record(9))
+    status, _, body = fetch(server.url + f"data.json?since={doc['version']}")
+    changed = json.loads(body)
+    assert changed["version"] > doc["version"] and changed["sources"]["headline"]["batch"] == [9]
+    for junk in ("-1", "x", "9" * 40, ""):  # any other since: everything
+        assert "sources" in json.loads(fetch(server.url + f"data.json?since={junk}")[2])
 
 
 def test_the_data_follows_the_model(server, model):
@@ -120,7 +135,9 @@ def test_a_run_is_chosen_by_the_query(server, model):
     assert other["batch"] == [7] and other["balance_degree"] == [1.0]
     assert first["batch"] == [0, 1, 2]
     page = fetch(server.url + "?run=other")[2].decode()
-    assert '"data_url":"/data/balance.json?run=other"' in page
+    assert '"/data.json?run=other"' in page
+    doc = json.loads(fetch(server.url + "data.json?run=other")[2])
+    assert doc["sources"]["balance"]["batch"] == [7]
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS"])

@@ -26,18 +26,13 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["PAGE_READY_JS", "default_executable", "screenshot"]
 
-#: A JavaScript predicate that is true once Bokeh has drawn the page's document and every
-#: polling source (``AjaxDataSource``) has loaded its data at least once.
+#: A JavaScript predicate that is true once Bokeh has drawn the page's document and, on the
+#: live page, its poller has loaded the data at least once.
 PAGE_READY_JS = """() => {
   const bokeh = window.Bokeh;
   if (bokeh === undefined || bokeh.documents.length === 0) return false;
-  const doc = bokeh.documents[0];
-  if (!doc.is_idle) return false;
-  for (const model of doc.all_models) {
-    if ("data_url" in model && "polling_interval" in model && model.last_fetch_time == null)
-      return false;
-  }
-  return true;
+  if (!bokeh.documents[0].is_idle) return false;
+  return window.trilinkLive !== true || window.trilinkDataVersion !== undefined;
 }"""
 _TWO_FRAMES_JS = ("() => new Promise(done => requestAnimationFrame(() => "
                   "requestAnimationFrame(() => done(true))))")

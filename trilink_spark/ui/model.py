@@ -393,16 +393,39 @@ class DashboardModel:
         """
         return self._cached(run)[1]
 
+    def document_json(self, run: str | None = None, since: int | None = None) -> bytes:
+        """What the live page asks for: ``{"version": v}`` when ``since`` is the model's
+        version (nothing changed), else ``{"version": v, "sources": {name: columns}}``.
+        O(1) when nothing changed; else the cached sources joined (O(their size)).
+
+        Examples
+        --------
+        >>> model = DashboardModel()
+        >>> model.document_json(since=model.version)
+        b'{"version":0}'
+        """
+        with self._lock:
+            version = self._version
+        if since == version:
+            return b'{"version":%d}' % version
+        _, encoded, version = self._cached_versioned(run)
+        parts = b",".join(b'"%s":%s' % (name.encode(), body) for name, body in encoded.items())
+        return b'{"version":%d,"sources":{%s}}' % (version, parts)
+
     def _cached(self, run: str | None) -> tuple[Snapshot, dict[str, bytes]]:
+        snap, encoded, _ = self._cached_versioned(run)
+        return snap, encoded
+
+    def _cached_versioned(self, run: str | None) -> tuple[Snapshot, dict[str, bytes], int]:
         with self._lock:
             cached = self._cache.get(run)
             if cached is not None and cached[0] == self._version:
-                return cached[1], cached[2]
+                return cached[1], cached[2], self._version
             snap = self._build(run)
             encoded = {name: _json(columns) for name, columns in snap.items()}
             if run is None or run in self._runs:  # a run not held is not cached: bounded
                 self._cache[run] = (self._version, snap, encoded)
-            return snap, encoded
+            return snap, encoded, self._version
 
     def _build(self, run: str | None) -> Snapshot:
         snap: Snapshot = {name: {c: [] for c in cols} for name, cols in SOURCE_COLUMNS.items()}

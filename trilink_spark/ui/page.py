@@ -8,9 +8,10 @@ extra compute time over batches, the candidate strategies on the latest sample, 
 keys, the timeline of swap requests, swaps and rebalances, late rows by key and by partition
 watermark, the latest advice, and the query progress.
 
-- :func:`live_page_html`: the page's sources are ``AjaxDataSource`` s that poll the server's
-  ``/data/<source>.json`` every ``refresh_ms`` (GET, replace), so the page follows the runs
-  without reloading; BokehJS itself is loaded from the server's ``/static/`` route (the
+- :func:`live_page_html`: one poller (:data:`_POLL_JS`, run at Bokeh's ``document_ready``)
+  asks the server's ``/data.json`` every ``refresh_ms`` (GET) and replaces the data of the
+  sources that changed, so the page follows the runs without reloading and an idle page
+  costs one tiny request per refresh, no redraw; BokehJS itself is loaded from the server's ``/static/`` route (the
   installed bokeh package's files, never a CDN).
 - :func:`report_html` / :func:`write_report`: one HTML file with BokehJS inlined and the data
   frozen in ``ColumnDataSource`` s: it opens with no network and no server; each run gets a
@@ -47,8 +48,9 @@ except ImportError:  # pragma: no cover - depends on the environment
         "the dashboard page needs Bokeh 3.4 or later: pip install 'trilink-spark[ui]'"
     ) from None
 
+from bokeh.document import Document
 from bokeh.embed import file_html
-from bokeh.models import (AjaxDataSource, ColumnDataSource, CustomJS, DataRange1d, FixedTicker, GridBox,
+from bokeh.models import (ColumnDataSource, CustomJS, DataRange1d, FixedTicker, GridBox,
                           HoverTool, LinearAxis, LinearColorMapper, Range1d, TabPanel, Tabs)
 from bokeh.models.annotations import ColorBar, Title
 from bokeh.models.widgets import (DataTable, DateFormatter, Div, NumberFormatter,
@@ -72,7 +74,83 @@ MODEL_NAMES = ("title", "headline", "partition_rows", "partition_task_ms", "late
                "balance", "latest", "candidates", "hot_keys", "timeline", "timeline_table",
                "late", "advice", "progress")
 _HEIGHT = 210
+#: The live page's one poller (Bokeh's ``document_ready``): every ``refresh`` ms it asks
+#: ``/data.json?since=<version>``; the server answers the version alone while nothing
+#: changed, else every source, and a source is replaced only when its data differ (so an
+#: idle page neither transfers nor redraws anything). ``window.trilinkDataVersion`` is the
+#: version shown (what :data:`~trilink_spark.ui.browser.PAGE_READY_JS` waits for).
+_POLL_JS = """
+window.trilinkLive = true;
+const shown = new Map();
+let version = -1;
+async function tick() {
+  try {
+    const sep = url.includes("?") && !url.endsWith("?") ? "&" : "";
+    const sent = headers instanceof Map ? Object.fromEntries(headers) : headers;
+    const reply = await fetch(url + sep + "since=" + version,
+                              {headers: sent, cache: "no-store"});
+    if (reply.ok) {
+      const doc = await reply.json();
+      if (doc.sources !== undefined) {
+        names.forEach((name, i) => {
+          const data = doc.sources[name];
+          if (data === undefined) return;
+          const text = JSON.stringify(data);
+          if (shown.get(name) !== text) {
+            shown.set(name, text);
+            sources[i].data = data;
+          }
+        });
+      }
+      version = doc.version;
+      window.trilinkDataVersion = version;
+    }
+  } catch (err) {
+    console.warn("trilink dashboard: " + err);
+  }
+  setTimeout(tick, refresh);
+}
+tick();
+"""
 _TABLE_HEIGHT = 210
+#: The live page's one poller (Bokeh's ``document_ready``): every ``refresh`` ms it asks
+#: ``/data.json?since=<version>``; the server answers the version alone while nothing
+#: changed, else every source, and a source is replaced only when its data differ (so an
+#: idle page neither transfers nor redraws anything). ``window.trilinkDataVersion`` is the
+#: version shown (what :data:`~trilink_spark.ui.browser.PAGE_READY_JS` waits for).
+_POLL_JS = """
+window.trilinkLive = true;
+const shown = new Map();
+let version = -1;
+async function tick() {
+  try {
+    const sep = url.includes("?") && !url.endsWith("?") ? "&" : "";
+    const sent = headers instanceof Map ? Object.fromEntries(headers) : headers;
+    const reply = await fetch(url + sep + "since=" + version,
+                              {headers: sent, cache: "no-store"});
+    if (reply.ok) {
+      const doc = await reply.json();
+      if (doc.sources !== undefined) {
+        names.forEach((name, i) => {
+          const data = doc.sources[name];
+          if (data === undefined) return;
+          const text = JSON.stringify(data);
+          if (shown.get(name) !== text) {
+            shown.set(name, text);
+            sources[i].data = data;
+          }
+        });
+      }
+      version = doc.version;
+      window.trilinkDataVersion = version;
+    }
+  } catch (err) {
+    console.warn("trilink dashboard: " + err);
+  }
+  setTimeout(tick, refresh);
+}
+tick();
+"""
 _GRID: dict[str, Any] = {"cols": "1fr", "spacing": (8, 12)}  # 12 equal columns
 _TOOLS = "pan,wheel_zoom,box_zoom,reset,save"
 _KINDS = ["request", "swap", "refused", "rebalance"]
@@ -147,7 +225,7 @@ def build_layout(sources: Mapping[str, ColumnDataSource], *, title_html: str,
     Parameters
     ----------
     sources : mapping of str to ColumnDataSource
-        The data sources by name (``AjaxDataSource`` s for the live page).
+        The data sources by name (empty ones the live page's poller fills).
     title_html : str
         The (already escaped) HTML of the title line.
     suffix : str
@@ -293,8 +371,8 @@ def _title_html(title: str, subtitle: str) -> str:
 
 def live_page_html(*, title: str = "trilink-spark dashboard", run: str | None = None,
                    token: str | None = None, refresh_ms: int = 1000) -> str:
-    """The live page's HTML: its sources poll ``/data/<source>.json`` on the server that
-    sends it, and BokehJS comes from that server's ``/static/`` route.
+    """The live page's HTML: one poller asks ``/data.json`` on the server that sends it for
+    what changed (:data:`_POLL_JS`), and BokehJS comes from that server's ``/static/`` route.
 
     Parameters
     ----------
@@ -306,7 +384,7 @@ def live_page_html(*, title: str = "trilink-spark dashboard", run: str | None = 
         Sent as ``Authorization: Bearer <token>`` on every data request, and as ``?token=``
         on the script URLs.
     refresh_ms : int
-        How often each source polls, in milliseconds (>= 100).
+        How often the page asks for new data, in milliseconds (>= 100).
 
     Returns
     -------
@@ -330,20 +408,22 @@ def live_page_html(*, title: str = "trilink-spark dashboard", run: str | None = 
     if run is not None and not isinstance(run, str):
         raise InvalidArgumentTypeError(f"run must be a str or None, got {type(run).__name__}")
     query: dict[str, str] = {} if run is None else {"run": run}
-    suffix = f"?{urlencode(query)}" if query else ""
     headers = {} if token is None else {"Authorization": f"Bearer {token}"}
-    sources = {
-        name: AjaxDataSource(data_url=f"/data/{name}.json{suffix}", method="GET",
-                             polling_interval=refresh, mode="replace", http_headers=headers,
-                             data={c: [] for c in cols}, name=f"source_{name}")
-        for name, cols in SOURCE_COLUMNS.items()}
+    sources = {name: ColumnDataSource(data={c: [] for c in cols}, name=f"source_{name}")
+               for name, cols in SOURCE_COLUMNS.items()}
+    poll = CustomJS(args={"sources": list(sources.values()), "names": list(sources),
+                          "url": "/data.json?" + urlencode(query), "headers": headers,
+                          "refresh": refresh}, code=_POLL_JS)
     shown = "first run" if run is None else f"run {run}"
     layout = build_layout(sources, title_html=_title_html(
         title, f"live, {shown}, refreshed every {refresh / 1000:g} s"))
+    document = Document()
+    document.add_root(layout)
+    document.js_on_event("document_ready", poll)
     token_query = "" if token is None else f"?token={quote(token, safe='')}"
     resources = Resources(mode="server", root_url="/",
                           path_versioner=lambda path: path + token_query)
-    return str(file_html(layout, resources=resources, title=title))
+    return str(file_html(document, resources=resources, title=title))
 
 
 def _frozen_sources(snapshot: Mapping[str, Mapping[str, list[Any]]],

@@ -4,6 +4,9 @@ Routes (GET and HEAD only; any other method is answered 405):
 
 - ``/`` (``?run=<name>`` picks a run): the live page (:func:`~trilink_spark.ui.page.
   live_page_html`), rendered once per run and cached;
+- ``/data.json`` (``?run=<name>&since=<version>``): what the page polls: the model's version
+  alone while it is still ``since``, else every source's column data (cached, encoded once
+  per version: :meth:`~trilink_spark.ui.model.DashboardModel.document_json`);
 - ``/data/<source>.json`` (``?run=<name>``): one source's column data, the model's cached
   JSON (:meth:`~trilink_spark.ui.model.DashboardModel.snapshot_json`, encoded once per model
   version), sent with ``Cache-Control: no-store``;
@@ -149,6 +152,11 @@ class _Handler(BaseHTTPRequestHandler):
         path = parts.path
         if path in ("/", "/index.html"):
             self._send(200, board.page(run), "text/html; charset=utf-8",
+                       {"Cache-Control": "no-store"}, head=head)
+        elif path == "/data.json":  # the page's one poll: everything, or "no change"
+            raw = query.get("since", [""])[0]
+            since = int(raw) if raw.isdigit() and len(raw) < 19 else None
+            self._send(200, board.model.document_json(run, since), "application/json",
                        {"Cache-Control": "no-store"}, head=head)
         elif path.startswith("/data/") and path.endswith(".json"):
             name = path[len("/data/"):-len(".json")]
