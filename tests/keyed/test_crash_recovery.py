@@ -41,9 +41,11 @@ def drive(work: Path, step: str, at: int, swap_at: int, partitions: int = 3) -> 
     return done.returncode
 
 
+# The kills at a plain batch's sink and commit (output written / state committed, Spark's
+# commit not) are the same two points as at a swap batch below, which the SIGKILL runs cover
+# (each case starts two Spark drivers); an in-process replay of a plain batch is tested in
+# test_keyed_stream.py.
 @pytest.mark.parametrize("step,at,swap_at,restart", [
-    ("sink", 2, -1, 3),     # output written, state not committed
-    ("commit", 3, -1, 3),   # state committed, Spark's commit not: the batch replays
     ("sink", 2, 1, 3),      # killed in the middle of a swap batch (3 -> 5 partitions)
     ("commit", 2, 1, 3),    # killed after the swap committed
     ("sink", 2, -1, 5),     # the killed batch replayed as a swap: a restart with 5 partitions

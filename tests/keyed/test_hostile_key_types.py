@@ -142,7 +142,10 @@ class ForcedRebalancer(LoadAwareRebalancer):
 
 
 # ---------------------------------------------------------------------- swaps
-@pytest.mark.parametrize("spark_type", TYPES)
+# Spark hashes every integral type up to int as a 32-bit int: tinyint (the narrowest
+# stored type) and bigint (the 64-bit hash) cover both paths of these long runs; the hash
+# swap below runs every type.
+@pytest.mark.parametrize("spark_type", ["tinyint", "bigint"])
 def test_rebalancer_rescale_and_fluid_swaps_keep_every_key_with_its_rows(
         spark: Any, tmp_path: Path, spark_type: str) -> None:
     """BlockPartitioner (default blocks, key type "auto"): a rebalancer's move, a sync

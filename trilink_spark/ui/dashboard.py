@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .._internal.spark.listener import progress_listener
 from .._internal.validation import count, seconds
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from .feed import Feed, RunSource
@@ -98,27 +99,6 @@ def _several(items: Any) -> list[Any]:
     if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
         return [items]
     return list(items)
-
-
-def _listener(feed: Feed) -> Any:
-    from pyspark.sql.streaming.listener import StreamingQueryListener
-
-    class _Progress(StreamingQueryListener):  # type: ignore[misc]
-        """Queues each progress for the feed; nothing else on Spark's listener thread."""
-
-        def onQueryStarted(self, event: Any) -> None:
-            return None
-
-        def onQueryIdle(self, event: Any) -> None:
-            return None
-
-        def onQueryTerminated(self, event: Any) -> None:
-            feed.on_progress(None)  # a last read of the runs
-
-        def onQueryProgress(self, event: Any) -> None:
-            feed.on_progress(event)
-
-    return _Progress()
 
 
 def dashboard(spark: Any = None, *, runs: Iterable[Any] | Mapping[str, Any] = (),
@@ -219,7 +199,7 @@ def dashboard(spark: Any = None, *, runs: Iterable[Any] | Mapping[str, Any] = ()
             if not hasattr(spark, "streams"):
                 raise InvalidArgumentTypeError(
                     f"spark must be a SparkSession, got {type(spark).__name__}")
-            registered = _listener(feed)
+            registered = progress_listener(feed.on_progress)
             spark.streams.addListener(registered)
             listener = (spark, registered)
     except BaseException:

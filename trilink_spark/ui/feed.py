@@ -25,6 +25,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from types import SimpleNamespace
 from typing import Any
 
 from ..advice import BottleneckAdvisor, BottleneckListener
@@ -136,8 +137,9 @@ class Feed:
 
     # ------------------------------------------------------------------ the listener side
     def on_progress(self, event: Any) -> None:
-        """Queue a listener event (``QueryProgressEvent``) for the feed's thread. O(1); when
-        the queue is full the oldest event is dropped (the view skips a batch's progress)."""
+        """Queue a batch's progress (its JSON text, a ``StreamingQueryProgress`` or a
+        ``QueryProgressEvent``; None: a query ended) for the feed's thread. O(1); when the
+        queue is full the oldest is dropped (the view skips a batch's progress)."""
         while True:
             try:
                 self.events.put_nowait(event)
@@ -177,8 +179,14 @@ class Feed:
                 logger.warning("dashboard feed: %s: %s", type(err).__name__, err)
 
     def progress(self, event: Any) -> None:
-        """One batch's ``StreamingQueryListener`` progress: to the model and the advisors."""
+        """One batch's progress (its JSON text, a ``StreamingQueryProgress`` or a listener
+        event): to the model and the advisors."""
         progress = getattr(event, "progress", event)
+        if isinstance(progress, str):  # as the listener hands it on: what the advisors read
+            data = json.loads(progress)
+            progress = SimpleNamespace(json=progress, runId=data.get("runId"),
+                                       batchId=data.get("batchId"))
+        event = SimpleNamespace(progress=progress)
         found = _progress_event(progress)
         if found is not None:
             self.model.add_event(found)

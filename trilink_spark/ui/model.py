@@ -170,11 +170,12 @@ def figures_of(record: BatchRecord, *, with_candidates: bool = True) -> BatchFig
     0.5
     """
     rows = _known(record.rows)
-    degree = balance_degree(rows) if rows.size else None
-    extra = extra_compute_time(rows) if rows.size else None
-    bound = (keyed_bound(list(record.sample.values()), record.partitions)
-             if record.sample else None)
-    candidates = _candidates(record) if with_candidates else ()
+    with np.errstate(over="ignore", invalid="ignore"):  # huge figures: sent as null
+        degree = balance_degree(rows) if rows.size else None
+        extra = extra_compute_time(rows) if rows.size else None
+        bound = (keyed_bound(list(record.sample.values()), record.partitions)
+                 if record.sample else None)
+        candidates = _candidates(record) if with_candidates else ()
     return BatchFigures(degree, extra, bound, candidates)
 
 
@@ -421,7 +422,8 @@ class DashboardModel:
             cached = self._cache.get(run)
             if cached is not None and cached[0] == self._version:
                 return cached[1], cached[2], self._version
-            snap = self._build(run)
+            with np.errstate(over="ignore", invalid="ignore"):  # overflows: sent as null
+                snap = self._build(run)
             encoded = {name: _json(columns) for name, columns in snap.items()}
             if run is None or run in self._runs:  # a run not held is not cached: bounded
                 self._cache[run] = (self._version, snap, encoded)
