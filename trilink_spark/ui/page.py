@@ -113,44 +113,6 @@ async function tick() {
 tick();
 """
 _TABLE_HEIGHT = 210
-#: The live page's one poller (Bokeh's ``document_ready``): every ``refresh`` ms it asks
-#: ``/data.json?since=<version>``; the server answers the version alone while nothing
-#: changed, else every source, and a source is replaced only when its data differ (so an
-#: idle page neither transfers nor redraws anything). ``window.trilinkDataVersion`` is the
-#: version shown (what :data:`~trilink_spark.ui.browser.PAGE_READY_JS` waits for).
-_POLL_JS = """
-window.trilinkLive = true;
-const shown = new Map();
-let version = -1;
-async function tick() {
-  try {
-    const sep = url.includes("?") && !url.endsWith("?") ? "&" : "";
-    const sent = headers instanceof Map ? Object.fromEntries(headers) : headers;
-    const reply = await fetch(url + sep + "since=" + version,
-                              {headers: sent, cache: "no-store"});
-    if (reply.ok) {
-      const doc = await reply.json();
-      if (doc.sources !== undefined) {
-        names.forEach((name, i) => {
-          const data = doc.sources[name];
-          if (data === undefined) return;
-          const text = JSON.stringify(data);
-          if (shown.get(name) !== text) {
-            shown.set(name, text);
-            sources[i].data = data;
-          }
-        });
-      }
-      version = doc.version;
-      window.trilinkDataVersion = version;
-    }
-  } catch (err) {
-    console.warn("trilink dashboard: " + err);
-  }
-  setTimeout(tick, refresh);
-}
-tick();
-"""
 _GRID: dict[str, Any] = {"cols": "1fr", "spacing": (8, 12)}  # 12 equal columns
 _TOOLS = "pan,wheel_zoom,box_zoom,reset,save"
 _KINDS = ["request", "swap", "refused", "rebalance"]
