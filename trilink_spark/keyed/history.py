@@ -50,16 +50,16 @@ from typing import Any
 
 import numpy as np
 
-from .._internal.spark.session import conf_get
+from .._internal.spark.session import conf_count
 from .._internal.validation import count
-from ..errors import InvalidArgumentError, StateCorruptError, TrilinkError
+from ..errors import StateCorruptError, TrilinkError
 from ..state import KeyedStateStore
 
 __all__ = [
     "HISTORY_VERSION", "HISTORY_CONF", "DEFAULT_KEEP", "HOT_KEYS", "SAMPLE_KEYS",
-    "MAX_KEY_CHARS", "MAX_SAMPLE", "MAX_HISTORY_PARTITIONS", "bounded_sample", "display_key", "key_profile", "history_keep", "run_history_keep", "record_batch",
-    "record_run_batch", "check_record",
-    "history_batches", "read_history", "read_history_record",
+    "MAX_KEY_CHARS", "MAX_SAMPLE", "MAX_HISTORY_PARTITIONS", "bounded_sample", "display_key",
+    "key_profile", "history_keep", "run_history_keep", "record_batch", "record_run_batch",
+    "check_record", "history_batches", "read_history", "read_history_record",
 ]
 
 logger = logging.getLogger(__name__)
@@ -169,16 +169,7 @@ def history_keep(spark: Any) -> int:
     InvalidArgumentError
         The conf is not a whole number of at least 1.
     """
-    raw = conf_get(spark, HISTORY_CONF.removeprefix("spark.trilink."), "").strip()
-    if raw == "":
-        return DEFAULT_KEEP
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidArgumentError(
-            f"{HISTORY_CONF} must be a whole number of batches (at least 1), got {raw!r}"
-        ) from None
-    return count(value, HISTORY_CONF)
+    return conf_count(spark, HISTORY_CONF.removeprefix("spark.trilink."), DEFAULT_KEEP)
 
 
 def _name(batch: int) -> str:

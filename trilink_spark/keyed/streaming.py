@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .._internal.optiming import operator_timer
-from .._internal.spark.session import conf_get
+from .._internal.spark.session import conf_count, conf_get
 from .._internal.spark.compat import streaming_query_id
 from .._internal.spark.executors import ensure_executors
 from .._internal.validation import choice, seconds
@@ -430,11 +430,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
                 self._warned_files = True
             return None
         root = conf_get(spark, "state.localDir", "")  # "": the executor's own (the task's)
-        raw = conf_get(spark, "state.snapshotInterval", "10").strip()
-        if not raw.isdigit() or int(raw) < 1:
-            raise InvalidArgumentError(
-                f"spark.trilink.state.snapshotInterval must be an int >= 1, got {raw!r}")
-        interval = int(raw)
+        interval = conf_count(spark, "state.snapshotInterval", 10)
         if isinstance(placement, BlockPartitioner):
             blocks: BlockPartitioner | None = placement
         else:

@@ -31,6 +31,7 @@ from typing import Any
 from ..advice import BottleneckAdvisor, BottleneckListener
 from ..elastic import ElasticityAdvisor
 from ..errors import InvalidArgumentTypeError, StateCorruptError, TrilinkError
+from ..measurement import parse_progress
 from ..keyed.history import history_batches, read_history_record
 from ..keyed.streaming import SWAP_RECORD
 from ..state import KeyedStateStore
@@ -49,10 +50,9 @@ LIST_EVERY = 30
 class RunSource:
     """One run the view follows: its store, a name, and the last batch read."""
 
-    def __init__(self, name: str, store: KeyedStateStore, run: Any = None) -> None:
+    def __init__(self, name: str, store: KeyedStateStore) -> None:
         self.name = name
         self.store = store
-        self.run = run
         self.last: int | None = None
         self.request: str | None = None  # id of the stored request shown already
         self.polls = 0
@@ -75,21 +75,20 @@ class RunSource:
                 "runs must be keyed_foreach_batch runs, KeyedStateStores or state paths, got "
                 f"{type(item).__name__}")
         label = name or store.path.rstrip("/").rsplit("/", 1)[-1] or store.path
-        return cls(label, store, None if item is store else item)
+        return cls(label, store)
 
 
-def _progress_event(progress: Any) -> dict[str, Any] | None:
-    """A progress event of the view from a ``StreamingQueryProgress`` (or its JSON)."""
-    data = progress if isinstance(progress, Mapping) else json.loads(
-        progress if isinstance(progress, str) else progress.json)
-    batch = data.get("batchId")
-    if not isinstance(batch, int):
+def _progress_event(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A progress event of the view from a progress's parsed JSON, read by
+    :func:`~trilink_spark.measurement.parse_progress`; None (logged) for one it refuses."""
+    try:
+        parsed = parse_progress(data)
+    except TrilinkError as err:
+        logger.warning("dashboard: progress left out: %s", err)
         return None
-    duration = (data.get("durationMs") or {}).get("triggerExecution", 0)
-    return {"kind": "progress", "time": time.time(), "batch": batch,
+    return {"kind": "progress", "time": time.time(), "batch": parsed.batch_id,
             "query": str(data.get("name") or data.get("id") or "query"),
-            "input_rows": int(data.get("numInputRows") or 0),
-            "duration_ms": float(duration or 0)}
+            "input_rows": parsed.input_rows, "duration_ms": parsed.duration_ms}
 
 
 class Feed:
@@ -118,11 +117,11 @@ class Feed:
                 raise InvalidArgumentTypeError(
                     f"partitioners must be AdaptivePartitioners, got {type(p).__name__}")
         self.seen_decisions = [len(p.decisions) for p in self.partitioners]
-        self.bottleneck: list[tuple[BottleneckAdvisor, Any]] = []
+        self.bottleneck: list[Any] = []  # a BottleneckListener per bottleneck advisor
         self.elastic: list[ElasticityAdvisor] = []
         for a in advisors:
             if isinstance(a, BottleneckAdvisor):
-                self.bottleneck.append((a, BottleneckListener(a, spark)))
+                self.bottleneck.append(BottleneckListener(a, spark))
             elif isinstance(a, ElasticityAdvisor):
                 self.elastic.append(a)
             else:
@@ -182,16 +181,16 @@ class Feed:
         """One batch's progress (its JSON text, a ``StreamingQueryProgress`` or a listener
         event): to the model and the advisors."""
         progress = getattr(event, "progress", event)
+        data = json.loads(progress if isinstance(progress, str) else progress.json)
         if isinstance(progress, str):  # as the listener hands it on: what the advisors read
-            data = json.loads(progress)
             progress = SimpleNamespace(json=progress, runId=data.get("runId"),
                                        batchId=data.get("batchId"))
         event = SimpleNamespace(progress=progress)
-        found = _progress_event(progress)
+        found = _progress_event(data)
         if found is not None:
             self.model.add_event(found)
         batch = None if found is None else found["batch"]
-        for advisor, listener in self.bottleneck:
+        for listener in self.bottleneck:
             listener.onQueryProgress(event)  # logs its own errors
             if listener.reports:
                 self._bottleneck_advice(listener.reports[-1], batch)

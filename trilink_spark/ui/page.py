@@ -371,8 +371,8 @@ def live_page_html(*, title: str = "trilink-spark dashboard", run: str | None = 
         raise InvalidArgumentTypeError(f"run must be a str or None, got {type(run).__name__}")
     query: dict[str, str] = {} if run is None else {"run": run}
     headers = {} if token is None else {"Authorization": f"Bearer {token}"}
-    sources = {name: ColumnDataSource(data={c: [] for c in cols}, name=f"source_{name}")
-               for name, cols in SOURCE_COLUMNS.items()}
+    sources = _frozen_sources({name: {c: [] for c in cols}  # empty: the poller fills them
+                               for name, cols in SOURCE_COLUMNS.items()}, "")
     poll = CustomJS(args={"sources": list(sources.values()), "names": list(sources),
                           "url": "/data.json?" + urlencode(query), "headers": headers,
                           "refresh": refresh}, code=_POLL_JS)

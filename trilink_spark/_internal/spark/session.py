@@ -45,10 +45,12 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from ...errors import InvalidArgumentError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["get_session", "conf_get", "CONF_PREFIX"]
+__all__ = ["get_session", "conf_get", "conf_count", "CONF_PREFIX"]
 
 CONF_PREFIX = "spark.trilink."
 
@@ -131,3 +133,20 @@ def conf_get(spark: SparkSession, name: str, default: str) -> str:
     """``spark.trilink.<name>`` from the session conf, else ``default``."""
     value = spark.conf.get(CONF_PREFIX + name, None)
     return default if value is None else str(value)
+
+
+def conf_count(spark: SparkSession, name: str, default: int) -> int:
+    """``spark.trilink.<name>`` as a whole number >= 1 (unset or blank: ``default``).
+
+    Raises
+    ------
+    InvalidArgumentError
+        Anything else is set (the message names the conf and the value).
+    """
+    raw = conf_get(spark, name, "").strip()
+    if raw == "":
+        return default
+    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
+        raise InvalidArgumentError(
+            f"{CONF_PREFIX}{name} must be a whole number >= 1, got {raw!r}")
+    return int(raw)
