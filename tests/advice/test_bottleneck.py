@@ -77,6 +77,22 @@ def test_the_slowest_operator_is_the_cut_and_ds2_sizes_it() -> None:
     json.dumps(r.to_dict())
 
 
+def test_an_operator_with_no_measured_time_keeps_an_infinite_rate() -> None:
+    # a stage whose tasks took 0 ms (tiny batches) has no finite rate: the report says inf,
+    # a float as the field is typed, and only its JSON form writes null
+    adv = BottleneckAdvisor(warmup_batches=0)
+    for b in range(3):
+        adv.observe_operator("parse", 1000, 0.0, 2)
+        adv.observe_operator("count", 1000, 2500.0, 2)
+        adv.observe_progress(progress(b, 1000, 300.0))
+    r = adv.report()
+    parse = next(n for n in r.nodes if n.name == "parse")
+    assert parse.true_rate == float("inf") and parse.capacity == float("inf")
+    assert all(isinstance(n.true_rate, float) for n in r.nodes)
+    assert parse.to_dict()["true_rate"] is None
+    assert next(n for n in r.nodes if n.name == "count").true_rate == pytest.approx(400.0)
+
+
 def test_headroom_below_lambda_names_no_bottleneck() -> None:
     adv = BottleneckAdvisor(lambda_=0.85, warmup_batches=0)
     feed(adv, [("parse", 5000.0, 2), ("count", 400.0, 2)], 1000, 500.0)  # 500 / 800 = 0.63

@@ -36,7 +36,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -670,8 +670,8 @@ class BottleneckAdvisor:
         graph += list(zip(names, names[1:]))
         wanted = ds2_parallelism(graph, rates, {SOURCE: offered_rate * selectivity[names[0]]},
                                  max_parallelism=MAX_ADVISED_TASKS)
-        nodes = [NodeReport(**{**n.to_dict(), "ds2_parallelism": int(wanted.get(n.name, 1))})
-                 for n in nodes]
+        # replace, not a to_dict round trip: to_dict writes an unmeasured (infinite) rate as None
+        nodes = [replace(n, ds2_parallelism=int(wanted.get(n.name, 1))) for n in nodes]
         net, unbounded = self._network(names, capacity_src, offered_rate)
         full = max_flow(net, SOURCE, SINK, start="zero")
         flow_value = float(full.value)
