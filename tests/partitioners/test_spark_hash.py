@@ -86,5 +86,52 @@ def test_sliced_arrow_array_uses_its_offset():
     assert sh.hash_binary_array(arr).tolist() == [sh.hash_string("abc"), sh.hash_string("héllo")]
 
 
+def reference_hash_bytes(data: bytes, seed: int = 42) -> int:
+    """Spark's ``hashUnsafeBytes`` written out one block at a time (the oracle)."""
+    def mix(h1: int, k1: int) -> int:
+        k1 = (k1 * 0xCC9E2D51) & 0xFFFFFFFF
+        k1 = ((k1 << 15) | (k1 >> 17)) & 0xFFFFFFFF
+        h1 ^= (k1 * 0x1B873593) & 0xFFFFFFFF
+        h1 = ((h1 << 13) | (h1 >> 19)) & 0xFFFFFFFF
+        return (h1 * 5 + 0xE6546B64) & 0xFFFFFFFF
+
+    aligned = len(data) - len(data) % 4
+    h1 = seed
+    for (word,) in struct.iter_unpack("<I", data[:aligned]):
+        h1 = mix(h1, word)
+    for byte in data[aligned:]:
+        h1 = mix(h1, (byte - 256 if byte > 127 else byte) & 0xFFFFFFFF)
+    h1 ^= len(data)
+    for shift, factor in ((16, 0x85EBCA6B), (13, 0xC2B2AE35)):
+        h1 = ((h1 ^ (h1 >> shift)) * factor) & 0xFFFFFFFF
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.binary(min_size=4 * sh.LONG_BLOCKS - 8, max_size=4 * sh.LONG_BLOCKS + 70),
+                max_size=12), st.lists(st.binary(max_size=12), max_size=12),
+       st.randoms(use_true_random=False))
+def test_keys_on_both_sides_of_the_long_key_bound_equal_the_oracle(longish, short, rnd):
+    # keys of up to LONG_BLOCKS blocks are mixed in numpy passes, longer ones in C
+    blobs = longish + short
+    rnd.shuffle(blobs)
+    want = [reference_hash_bytes(b) for b in blobs]
+    assert [sh.hash_bytes(b) for b in blobs] == want
+    assert sh.hash_binary_array(pa.array(blobs, pa.binary())).tolist() == want
+    assert sh.hash_binary_array(pa.array(blobs, pa.large_binary())).tolist() == want
+
+
+def test_a_megabyte_key_among_short_ones_matches_spark(spark):
+    texts = ["a", "x" * (1 << 20) + "yz", "", "é" * 300, "k" * 257, "k" * 256]
+    df = spark.createDataFrame([(t,) for t in texts], "s string")
+    want = [r["h"] for r in df.selectExpr("hash(s) AS h").collect()]
+    assert sh.hash_binary_array(pa.array(texts)).tolist() == want
+    assert [sh.hash_string(t) for t in texts] == want
+    assert reference_hash_bytes(texts[1].encode()) == want[1]
+    # the same keys after a slice: offsets into a shared data buffer
+    assert sh.hash_binary_array(pa.array(["zz", *texts]).slice(1)).tolist() == want
+
+
 def test_pmod_is_non_negative():
     assert sh.pmod(np.array([-7, 7, 0], dtype=np.int32), 4).tolist() == [1, 3, 0]

@@ -9,10 +9,15 @@ module ports Spark's exact rule, so :class:`~trilink_spark.HashPartitioner` agre
 
 Two entry points per type: scalar (pure Python, for ``partition(key)``) and vectorised (numpy,
 for ``assign(keys)``). Strings are hashed from Arrow's offset and data buffers with numpy, one
-pass per 4-byte block position, never a Python loop per key.
+pass per 4-byte block position, never a Python loop per key. The full 4-byte blocks of a key
+longer than :data:`LONG_BLOCKS` blocks (and of every scalar key) are mixed by the ``mmh3``
+library's C code instead, one call per such key: reference Murmur3 mixes the blocks exactly as
+Spark does, and its finish is undone (:func:`_unfmix`) before Spark's own tail and finish are
+applied. So the numpy passes are at most :data:`LONG_BLOCKS`, whatever the longest key.
 
-Runtime complexity: O(total key bytes) for the vectorised functions, O(len(key)) for the scalar
-ones.
+Runtime complexity: O(total key bytes) for the vectorised functions (at most
+:data:`LONG_BLOCKS` numpy passes, plus one C call per longer key), O(len(key)) in C for the
+scalar ones.
 
 Examples
 --------
@@ -25,8 +30,7 @@ Examples
 
 from __future__ import annotations
 
-import struct
-
+import mmh3
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
@@ -41,12 +45,19 @@ __all__ = [
     "hash_long_array",
     "hash_binary_array",
     "pmod",
+    "LONG_BLOCKS",
 ]
 
 SPARK_SEED = 42
 _M32 = 0xFFFFFFFF
 _C1 = 0xCC9E2D51
 _C2 = 0x1B873593
+#: Murmur3's finishing multipliers and their inverses modulo 2**32 (to undo a finish).
+_F1, _F2 = 0x85EBCA6B, 0xC2B2AE35
+_F1_INV, _F2_INV = pow(_F1, -1, 1 << 32), pow(_F2, -1, 1 << 32)
+#: Keys of more than this many full 4-byte blocks are hashed by one C call each (their blocks)
+#: rather than in the numpy passes, which are one per block position of the longest key.
+LONG_BLOCKS = 64
 
 
 def _to_signed(h: int) -> int:
@@ -68,11 +79,28 @@ def _mix_h1(h1: int, k1: int) -> int:
 def _fmix(h1: int, length: int) -> int:
     h1 ^= length
     h1 ^= h1 >> 16
-    h1 = (h1 * 0x85EBCA6B) & _M32
+    h1 = (h1 * _F1) & _M32
     h1 ^= h1 >> 13
-    h1 = (h1 * 0xC2B2AE35) & _M32
+    h1 = (h1 * _F2) & _M32
     h1 ^= h1 >> 16
     return _to_signed(h1)
+
+
+def _unfmix(h: int) -> int:
+    """The inverse of Murmur3's finishing avalanche (``_fmix`` before the length is mixed
+    in): each xor-shift and odd multiplication is a bijection of 32-bit words."""
+    h ^= h >> 16
+    h = (h * _F2_INV) & _M32
+    h ^= (h >> 13) ^ (h >> 26)
+    h = (h * _F1_INV) & _M32
+    return h ^ (h >> 16)
+
+
+def _body_state(blocks: object, nbytes: int, seed: int) -> int:
+    """Murmur3's running state after mixing ``blocks`` (a bytes-like of ``nbytes`` bytes, a
+    multiple of 4): reference Murmur3 of them, finish undone. Spark mixes full blocks as the
+    reference does (it parts ways only on the trailing bytes). O(nbytes) in C."""
+    return _unfmix(mmh3.hash_from_buffer(blocks, seed & _M32, signed=False)) ^ nbytes
 
 
 def hash_int(value: int, seed: int = SPARK_SEED) -> int:
@@ -105,9 +133,7 @@ def hash_bytes(data: bytes, seed: int = SPARK_SEED) -> int:
     """
     n = len(data)
     aligned = n - n % 4
-    h1 = seed & _M32
-    for (word,) in struct.iter_unpack("<I", data[:aligned]):
-        h1 = _mix_h1(h1, _mix_k1(word))
+    h1 = _body_state(memoryview(data)[:aligned], aligned, seed)
     for byte in data[aligned:]:
         # Spark reads each trailing byte as a signed Java byte, widened to int.
         h1 = _mix_h1(h1, _mix_k1((byte - 256 if byte > 127 else byte) & _M32))
@@ -202,18 +228,23 @@ def hash_binary_array(array: pa.Array, seed: int = SPARK_SEED) -> npt.NDArray[np
     s_lengths = lengths[order]
     s_blocks = nblocks[order]
     h1 = np.full(n, seed & _M32, dtype=np.uint32)
-    max_blocks = int(s_blocks[0]) if n else 0
     neg_blocks = -s_blocks
-    for j in range(max_blocks):
+    # the long rows (a prefix): their blocks in C, one call each
+    long_rows = int(np.searchsorted(neg_blocks, -LONG_BLOCKS, side="left"))
+    for i in range(long_rows):
+        start, size = int(s_starts[i]), 4 * int(s_blocks[i])
+        h1[i] = _body_state(data[start:start + size], size, seed)
+    max_blocks = int(s_blocks[long_rows]) if n > long_rows else 0
+    for j in range(max_blocks):  # at most LONG_BLOCKS passes
         active = int(np.searchsorted(neg_blocks, -j, side="left"))  # rows with nblocks > j
-        pos = s_starts[:active] + 4 * j
+        pos = s_starts[long_rows:active] + 4 * j
         word = (
             data[pos].astype(np.uint32)
             | (data[pos + 1].astype(np.uint32) << _U32(8))
             | (data[pos + 2].astype(np.uint32) << _U32(16))
             | (data[pos + 3].astype(np.uint32) << _U32(24))
         )
-        h1[:active] = _v_mix_h1(h1[:active], _v_mix_k1(word))
+        h1[long_rows:active] = _v_mix_h1(h1[long_rows:active], _v_mix_k1(word))
     tails = s_lengths % 4
     aligned = s_starts + s_lengths - tails
     for t in range(3):
