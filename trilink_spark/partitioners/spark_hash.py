@@ -96,7 +96,7 @@ def _unfmix(h: int) -> int:
     return h ^ (h >> 16)
 
 
-def _body_state(blocks: object, nbytes: int, seed: int) -> int:
+def _body_state(blocks: memoryview, nbytes: int, seed: int) -> int:
     """Murmur3's running state after mixing ``blocks`` (a bytes-like of ``nbytes`` bytes, a
     multiple of 4): reference Murmur3 of them, finish undone. Spark mixes full blocks as the
     reference does (it parts ways only on the trailing bytes). O(nbytes) in C."""
@@ -233,7 +233,7 @@ def hash_binary_array(array: pa.Array, seed: int = SPARK_SEED) -> npt.NDArray[np
     long_rows = int(np.searchsorted(neg_blocks, -LONG_BLOCKS, side="left"))
     for i in range(long_rows):
         start, size = int(s_starts[i]), 4 * int(s_blocks[i])
-        h1[i] = _body_state(data[start:start + size], size, seed)
+        h1[i] = _body_state(data[start:start + size].data, size, seed)
     max_blocks = int(s_blocks[long_rows]) if n > long_rows else 0
     for j in range(max_blocks):  # at most LONG_BLOCKS passes
         active = int(np.searchsorted(neg_blocks, -j, side="left"))  # rows with nblocks > j
