@@ -7,6 +7,11 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # the demo needs only the package and PySpark; the suite also needs the test and bench extras
 DEMO   := $(VENV)/.installed-demo
+# pytest-xdist workers of the classic suite, whole test files each (0: one process). Each
+# worker is a test session with its own local[2] SparkSession; a Spark test waits on the JVM
+# and on Python workers for a third of its time, which the other worker fills.
+TEST_WORKERS ?= 2
+XDIST  := $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile)
 
 .PHONY: demo test typecheck wheel-check bench clean
 
@@ -29,7 +34,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 test: $(STAMP) typecheck
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(XDIST)
 	TRILINK_TEST_SESSION=connect $(BIN)/python -m pytest -q -m connect
 	$(BIN)/python tools/check_wheel.py
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: one local SparkSession for the whole test session."""
+"""Shared fixtures: one local SparkSession for the whole test session (``make test`` runs two
+pytest-xdist workers, each a test session of its own, so two sessions run at once)."""
 
 from __future__ import annotations
 
