@@ -324,6 +324,23 @@ def test_kafka_murmur2_matches_kafka_python() -> None:
         kafka_murmur2(["text"])  # type: ignore[list-item]
 
 
+def test_kafka_murmur2_of_long_keys_and_many_lengths_matches_kafka_python() -> None:
+    # keys of up to LONG_BLOCKS blocks are chained in numpy passes, longer ones a step each;
+    # every length from 0 to 600 bytes, shuffled, and a 1 MB key among short ones
+    from kafka.partitioner import murmur2
+
+    from trilink_spark.partitioners.kafka_hash import LONG_BLOCKS
+
+    rng = random.Random(11)
+    keys = [rng.randbytes(n) for n in range(0, 601)] + [b"\xff" * (4 * LONG_BLOCKS + t)
+                                                          for t in range(-1, 5)]
+    rng.shuffle(keys)
+    keys += [b"k1", b"x" * (1 << 20) + b"yz", bytearray(b"ab\x80"), b""]
+    want = [h - (1 << 32) if h >= 1 << 31 else h for h in (murmur2(bytes(k)) for k in keys)]
+    assert kafka_murmur2(keys).tolist() == want
+    assert kafka_murmur2([]).tolist() == []
+
+
 def test_default_partitioner_placement_is_kafka_default_partition(spark: Any,
                                                                   kafka_broker: Any) -> None:
     topic = new_topic(kafka_broker, 5)

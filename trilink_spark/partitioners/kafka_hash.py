@@ -22,36 +22,73 @@ _M = np.uint32(0x5BD1E995)
 _SEED = 0x9747B28C
 
 
-def _murmur2_same_length(data: npt.NDArray[np.uint8]) -> Any:
-    """murmur2 of every row of an ``(m, length)`` byte matrix (Kafka's 32-bit variant)."""
-    m, length = data.shape
-    h: Any = np.full(m, (_SEED ^ length) & 0xFFFFFFFF, dtype=np.uint32)
-    words = data[:, : length - length % 4].astype(np.uint32)
-    for i in range(0, length - length % 4, 4):
-        k = words[:, i] | (words[:, i + 1] << 8) | (words[:, i + 2] << 16) | (words[:, i + 3] << 24)
-        k = k * _M
-        k ^= k >> np.uint32(24)
-        k = k * _M
-        h = (h * _M) ^ k
-    tail = length % 4
-    base = length - tail
-    if tail >= 3:
-        h ^= data[:, base + 2].astype(np.uint32) << np.uint32(16)
-    if tail >= 2:
-        h ^= data[:, base + 1].astype(np.uint32) << np.uint32(8)
-    if tail >= 1:
-        h ^= data[:, base].astype(np.uint32)
-        h = h * _M
+#: Keys of more than this many 4-byte blocks have their blocks chained one Python step each
+#: (their mixed blocks computed in numpy first); the others are chained in numpy, one pass per
+#: block position. So the numpy passes are at most this many, whatever the keys' lengths.
+LONG_BLOCKS = 64
+_M32 = 0xFFFFFFFF
+
+
+def _mixed_blocks(data: npt.NDArray[np.uint8], starts: Any, block: int) -> Any:
+    """murmur2's mixed block ``block`` (0-based) of the keys starting at ``starts``."""
+    pos = starts + 4 * block
+    k = (data[pos].astype(np.uint32) | (data[pos + 1].astype(np.uint32) << np.uint32(8))
+         | (data[pos + 2].astype(np.uint32) << np.uint32(16))
+         | (data[pos + 3].astype(np.uint32) << np.uint32(24)))
+    k = k * _M
+    k ^= k >> np.uint32(24)
+    return k * _M
+
+
+def _chain_long(data: npt.NDArray[np.uint8], start: int, blocks: int, h: int) -> int:
+    """murmur2's running state after the ``blocks`` full blocks of one long key: the mixed
+    blocks in numpy, then ``h = h * m ^ k`` one step each (a chain numpy cannot split)."""
+    body = data[start:start + 4 * blocks].view("<u4").astype(np.uint32)
+    body = body * _M
+    body ^= body >> np.uint32(24)
+    m = int(_M)
+    for k in (body * _M).tolist():
+        h = ((h * m) & _M32) ^ k
+    return h
+
+
+def _murmur2_rows(data: npt.NDArray[np.uint8], starts: Any, lengths: Any
+                  ) -> npt.NDArray[np.uint32]:
+    """murmur2 of every key of a joined byte buffer (``starts``/``lengths`` per key)."""
+    n = len(lengths)
+    nblocks = lengths // 4
+    # keys with the most blocks first, so the keys still chaining at block j are a prefix
+    order = np.argsort(-nblocks, kind="stable")
+    s_starts, s_lengths, s_blocks = starts[order], lengths[order], nblocks[order]
+    h: Any = ((_SEED ^ s_lengths) & _M32).astype(np.uint32)
+    neg_blocks = -s_blocks
+    long_rows = int(np.searchsorted(neg_blocks, -LONG_BLOCKS, side="left"))
+    for i in range(long_rows):
+        h[i] = _chain_long(data, int(s_starts[i]), int(s_blocks[i]), int(h[i]))
+    for j in range(int(s_blocks[long_rows]) if n > long_rows else 0):  # <= LONG_BLOCKS passes
+        active = int(np.searchsorted(neg_blocks, -j, side="left"))  # keys with > j blocks
+        chain = slice(long_rows, active)
+        h[chain] = (h[chain] * _M) ^ _mixed_blocks(data, s_starts[chain], j)
+    tail = s_lengths % 4
+    base = s_starts + 4 * s_blocks
+    for size, shift in ((3, 16), (2, 8)):
+        rows = np.flatnonzero(tail >= size)
+        h[rows] ^= data[base[rows] + size - 1].astype(np.uint32) << np.uint32(shift)
+    rows = np.flatnonzero(tail >= 1)
+    h[rows] = (h[rows] ^ data[base[rows]].astype(np.uint32)) * _M
     h ^= h >> np.uint32(13)
     h = h * _M
     h ^= h >> np.uint32(15)
-    return h
+    out = np.empty(n, dtype=np.uint32)
+    out[order] = h
+    return out
 
 
 def kafka_murmur2(keys: Iterable[bytes]) -> npt.NDArray[np.int32]:
     """Kafka's ``Utils.murmur2`` of each key, as signed 32-bit ints.
 
-    Runtime complexity: O(total key bytes) in numpy, keys grouped by length.
+    Runtime complexity: O(total key bytes): at most :data:`LONG_BLOCKS` numpy passes over the
+    keys, plus a chain of one Python step per 4-byte block of each longer key.
 
     Examples
     --------
@@ -61,14 +98,11 @@ def kafka_murmur2(keys: Iterable[bytes]) -> npt.NDArray[np.int32]:
     items = list(keys)
     if any(not isinstance(k, (bytes, bytearray)) for k in items):
         raise InvalidArgumentTypeError("kafka_murmur2 takes bytes keys; encode them first")
-    out = np.zeros(len(items), dtype=np.uint32)
     lengths = np.fromiter((len(k) for k in items), dtype=np.int64, count=len(items))
-    for length in np.unique(lengths):
-        idx = np.flatnonzero(lengths == length)
-        joined = b"".join(bytes(items[i]) for i in idx)
-        matrix = np.frombuffer(joined, dtype=np.uint8).reshape(len(idx), int(length))
-        out[idx] = _murmur2_same_length(matrix)
-    return out.view(np.int32)
+    starts = np.zeros(len(items), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    data = np.frombuffer(b"".join(items), dtype=np.uint8)
+    return _murmur2_rows(data, starts, lengths).view(np.int32)
 
 
 def _default_encode(key: Any) -> bytes:
