@@ -93,6 +93,33 @@ def test_an_operator_with_no_measured_time_keeps_an_infinite_rate() -> None:
     assert next(n for n in r.nodes if n.name == "count").true_rate == pytest.approx(400.0)
 
 
+@pytest.mark.parametrize("ops", [
+    [("a", 0, 0.0, 1), ("b", 0, 0.0, 1)],  # all-zero figures
+    [("a", 100, 0.0, 2), ("b", 100, 0.0, 2)],  # no stage spent measurable time
+    [("a", 0, 50.0, 2), ("b", 0, 10.0, 2)],  # time but no rows: a zero rate
+    [("a", 1000, 10.0, 2), ("b", 0, 0.0, 2)],  # nothing reaches the second node
+])
+@pytest.mark.parametrize("rate", [0.0, float("nan"), 300.0])
+def test_degenerate_figures_give_typed_figures_and_strict_json(
+        ops: list[tuple[str, int, float, int]], rate: float) -> None:
+    # every figure stays a float (inf where unmeasured), DS2 asks for at least one task, and
+    # only to_dict turns inf / NaN into null
+    adv = BottleneckAdvisor(warmup_batches=0)
+    for b in range(3):
+        for op in ops:
+            adv.observe_operator(*op)
+        adv.observe_progress(progress(b, 0 if rate != 300.0 else 1000, rate))
+    r = adv.report()
+    assert [n.name for n in r.nodes] == ["a", "b"]
+    for n in r.nodes:
+        assert all(isinstance(getattr(n, f), float) for f in
+                   ("rows_per_batch", "selectivity", "true_rate", "capacity", "offered",
+                    "utilisation"))
+        assert isinstance(n.ds2_parallelism, int) and n.ds2_parallelism >= 1
+    json.loads(json.dumps(r.to_dict(), allow_nan=False))
+    assert str(r)
+
+
 def test_headroom_below_lambda_names_no_bottleneck() -> None:
     adv = BottleneckAdvisor(lambda_=0.85, warmup_batches=0)
     feed(adv, [("parse", 5000.0, 2), ("count", 400.0, 2)], 1000, 500.0)  # 500 / 800 = 0.63

@@ -38,3 +38,18 @@ def test_a_stage_with_no_measured_time_still_gives_ds2_advice(
     assert "parse" not in by_source["ds2"].split("rates:")[1].split(";")[0]
     assert "count 400/s" in by_source["ds2"]
     assert model.snapshot()["progress"]["batch"] == [0, 1, 2]
+
+
+def test_no_stage_measured_still_gives_ds2_advice_saying_so() -> None:
+    # every stage took 0 ms: no rate is finite, the advice says "not measured", nothing raises
+    advisor = BottleneckAdvisor(warmup_batches=0)
+    model = DashboardModel()
+    feed = Feed(model, runs=[], partitioners=[], advisors=[advisor])
+    for batch in range(3):
+        advisor.observe_operator("parse", 1000, 0.0, 2)
+        advisor.observe_operator("count", 1000, 0.0, 2)
+        feed.progress(progress_json(batch, 1000))
+    advice = model.snapshot()["advice"]
+    by_source = dict(zip(advice["source"], advice["reason"]))
+    assert by_source["ds2"].startswith("true processing rates: not measured;")
+    assert "no bottleneck" in dict(zip(advice["source"], advice["advice"]))["bottleneck"]
