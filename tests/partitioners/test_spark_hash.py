@@ -135,3 +135,72 @@ def test_a_megabyte_key_among_short_ones_matches_spark(spark):
 
 def test_pmod_is_non_negative():
     assert sh.pmod(np.array([-7, 7, 0], dtype=np.int32), 4).tolist() == [1, 3, 0]
+
+
+def _edge_texts() -> list[str]:
+    """Strings of 4*64-1 .. 4*65+1 UTF-8 bytes (the long-key bound) in 1-, 2- and 4-byte
+    characters, so the bound falls mid-character too, with a multibyte tail."""
+    out = []
+    for size in (*range(4 * sh.LONG_BLOCKS - 1, 4 * sh.LONG_BLOCKS + 4), 4 * sh.LONG_BLOCKS + 4,
+                 4 * sh.LONG_BLOCKS + 5):
+        out.append("k" * size)
+        out.append("é" * (size // 2) + "a" * (size % 2))
+        out.append("🙂" * (size // 4) + "ß" * ((size % 4) // 2) + "z" * (size % 2))
+    return out
+
+
+def _edge_blobs() -> list[bytes]:
+    """Binary keys at the long-key bound whose tails (and blocks) hold bytes >= 0x80."""
+    return [bytes((0xFF - i) % 256 for i in range(size))
+            for size in range(4 * sh.LONG_BLOCKS - 1, 4 * sh.LONG_BLOCKS + 6)] + [
+        b"\x80" * (1 << 20) + b"\xff\xfe\x81", b"", b"\x7f\x80\xff"]
+
+
+def test_keys_at_the_long_key_bound_match_spark_hash_and_repartition(spark):
+    # hash() and the partition repartition(n, col) picks, for strings and binary on both sides
+    # of LONG_BLOCKS, a 1 MB binary key with a high-byte tail, nulls and empty values mixed in
+    from pyspark.sql import functions as F
+
+    import trilink_spark as tl
+
+    n = 7
+    for values, ddl, typ in ((_edge_texts() + ["", None, "x" * (1 << 20) + "🙂"], "k string",
+                              pa.string()),
+                             (_edge_blobs() + [None], "k binary", pa.binary())):
+        df = spark.createDataFrame([(i, v) for i, v in enumerate(values)], f"i int, {ddl}")
+        rows = sorted(df.repartition(n, "k").select(
+            "i", F.hash("k").alias("h"), F.spark_partition_id().alias("p")).collect())
+        want_h = [r["h"] for r in rows]
+        want_p = [r["p"] for r in rows]
+        arr = pa.array(values, typ)
+        got = sh.hash_binary_array(arr)
+        valid = [v is not None for v in values]
+        assert [g for g, ok in zip(got.tolist(), valid) if ok] == [
+            h for h, ok in zip(want_h, valid) if ok]
+        scalar = [sh.hash_string(v) if isinstance(v, str) else sh.hash_bytes(v)
+                  for v in values if v is not None]
+        assert scalar == [h for h, ok in zip(want_h, valid) if ok]
+        part = tl.HashPartitioner(n, null_policy="group")
+        assert part.assign(arr).tolist() == want_p
+        assert [part.partition(v) for v in values] == want_p
+        # a slice (non-zero offset into shared buffers), large types
+        assert part.assign(arr.slice(3)).tolist() == want_p[3:]
+        large = pa.large_string() if typ == pa.string() else pa.large_binary()
+        assert part.assign(arr.cast(large)).tolist() == want_p
+
+
+def test_nulls_hash_as_the_empty_value_even_when_their_slot_spans_bytes():
+    # a fixed-size binary's null slot is as wide as the others, and an Arrow producer may leave
+    # bytes under a null of a variable-size array: neither is hashed
+    empty = sh.hash_bytes(b"")
+    fixed = pa.array([b"\xff" * 300, None, b"\x80\x81\x82" * 100], pa.binary(300))
+    assert sh.hash_binary_array(fixed).tolist() == [
+        sh.hash_bytes(b"\xff" * 300), empty, sh.hash_bytes(b"\x80\x81\x82" * 100)]
+    assert sh.hash_binary_array(fixed.slice(1)).tolist()[0] == empty
+    validity = pa.py_buffer(bytes([0b101]))
+    offsets = pa.py_buffer(np.array([0, 3, 303, 305], np.int32).tobytes())
+    spanning = pa.Array.from_buffers(pa.binary(), 3, [validity, offsets,
+                                                      pa.py_buffer(b"abc" + b"z" * 302)])
+    assert spanning.to_pylist() == [b"abc", None, b"zz"]
+    assert sh.hash_binary_array(spanning).tolist() == [sh.hash_bytes(b"abc"), empty,
+                                                       sh.hash_bytes(b"zz")]

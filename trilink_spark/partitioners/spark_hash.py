@@ -210,6 +210,9 @@ def _binary_buffers(
     )
     starts = offsets[:-1]
     lengths = offsets[1:] - starts
+    if array.null_count:
+        # a null slot may span bytes (a fixed-size binary's always does, once cast)
+        lengths = np.where(array.is_null().to_numpy(zero_copy_only=False), 0, lengths)
     return data, starts, lengths
 
 
