@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import median_time, write_json  # noqa: E402
 
 import trilink_spark as tl  # noqa: E402
+from trilink_spark.partitioners import kafka_murmur2  # noqa: E402
 from trilink_spark.partitioners.scenarios import make_scenario, records  # noqa: E402
 
 N = 60
@@ -55,6 +56,24 @@ def main() -> dict:
         seconds = median_time(lambda: cls(N).fit(sc.as_mapping()), repeat=3, warmup=0)
         fit[name] = {"new_keys_per_s": len(sc.as_mapping()) / seconds}
         print(f"fit {name}: {fit[name]['new_keys_per_s'] / 1e6:.2f} M new keys/s")
+    # long keys among short ones: Spark's hash and Kafka's murmur2 stay linear in the bytes
+    # (a key of 1 MB once cost a numpy pass per 4-byte block of it)
+    long_keys = strs.to_pylist()
+    for i, size in enumerate((1 << 20, 1 << 16, 4096, 1024, 300)):
+        long_keys[i * 1000] = "L" * size
+    long_arr = pa.array(long_keys)
+    hash_long = tl.HashPartitioner(N)
+    seconds = median_time(lambda: hash_long.assign(long_arr), repeat=5)
+    plain_s = median_time(lambda: hash_long.assign(strs), repeat=5)
+    encoded = [k.encode() for k in long_keys[:100_000]]
+    murmur_s = median_time(lambda: kafka_murmur2(encoded), repeat=3)
+    results["hash/string_with_long_keys"] = {
+        "keys_per_s": SIZE / seconds, "vs_short_keys_only": plain_s / seconds,
+        "kafka_murmur2_keys_per_s": 100_000 / murmur_s,
+        "long_key_bytes": [1 << 20, 1 << 16, 4096, 1024, 300]}
+    print(f"hash, 5 long keys (300 B-1 MB) among 1M: {SIZE / seconds / 1e6:.2f} M keys/s "
+          f"({plain_s / seconds:.2f}x the short keys alone); kafka_murmur2 "
+          f"{100_000 / murmur_s / 1e6:.2f} M keys/s")
     stream_s = median_time(lambda: tl.LeastCountPartitioner(N).fit(ints), repeat=3, warmup=0)
     fit["least_count_stream"] = {"records_per_s": SIZE / stream_s}
     print(f"fit least_count over the record stream: {SIZE / stream_s / 1e6:.2f} M records/s")

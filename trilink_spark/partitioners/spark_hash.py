@@ -9,7 +9,7 @@ module ports Spark's exact rule, so :class:`~trilink_spark.HashPartitioner` agre
 
 Two entry points per type: scalar (pure Python, for ``partition(key)``) and vectorised (numpy,
 for ``assign(keys)``). Strings are hashed from Arrow's offset and data buffers with numpy, one
-pass per 4-byte block position, never a Python loop per key. The full 4-byte blocks of a key
+pass per 4-byte block position over all keys together. The full 4-byte blocks of a key
 longer than :data:`LONG_BLOCKS` blocks (and of every scalar key) are mixed by the ``mmh3``
 library's C code instead, one call per such key: reference Murmur3 mixes the blocks exactly as
 Spark does, and its finish is undone (:func:`_unfmix`) before Spark's own tail and finish are
