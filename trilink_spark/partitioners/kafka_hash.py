@@ -22,10 +22,14 @@ _M = np.uint32(0x5BD1E995)
 _SEED = 0x9747B28C
 
 
-#: Keys of more than this many 4-byte blocks have their blocks chained one Python step each
-#: (their mixed blocks computed in numpy first); the others are chained in numpy, one pass per
-#: block position. So the numpy passes are at most this many, whatever the keys' lengths.
+#: Every key's first this many 4-byte blocks are chained in numpy, one pass per block position
+#: over all the keys that reach it. Beyond it a pass runs only while at least
+#: :data:`MIN_PASS_KEYS` keys reach its block; the fewer keys left have their remaining blocks
+#: chained one Python step each (their mixed blocks computed in numpy first).
 LONG_BLOCKS = 64
+#: The fewest keys a numpy pass beyond :data:`LONG_BLOCKS` blocks chains (below it a pass's
+#: fixed cost outweighs a Python step per key).
+MIN_PASS_KEYS = 256
 _M32 = 0xFFFFFFFF
 
 
@@ -40,10 +44,10 @@ def _mixed_blocks(data: npt.NDArray[np.uint8], starts: Any, block: int) -> Any:
     return k * _M
 
 
-def _chain_long(data: npt.NDArray[np.uint8], start: int, blocks: int, h: int) -> int:
-    """murmur2's running state after the ``blocks`` full blocks of one long key: the mixed
-    blocks in numpy, then ``h = h * m ^ k`` one step each (a chain numpy cannot split)."""
-    body = data[start:start + 4 * blocks].view("<u4").astype(np.uint32)
+def _chain_long(data: npt.NDArray[np.uint8], start: int, first: int, blocks: int, h: int) -> int:
+    """murmur2's running state ``h`` after blocks ``first`` .. ``blocks - 1`` of one key: the
+    mixed blocks in numpy, then ``h = h * m ^ k`` one step each (a chain numpy cannot split)."""
+    body = data[start + 4 * first:start + 4 * blocks].view("<u4").astype(np.uint32)
     body = body * _M
     body ^= body >> np.uint32(24)
     m = int(_M)
@@ -62,13 +66,16 @@ def _murmur2_rows(data: npt.NDArray[np.uint8], starts: Any, lengths: Any
     s_starts, s_lengths, s_blocks = starts[order], lengths[order], nblocks[order]
     h: Any = ((_SEED ^ s_lengths) & _M32).astype(np.uint32)
     neg_blocks = -s_blocks
-    long_rows = int(np.searchsorted(neg_blocks, -LONG_BLOCKS, side="left"))
-    for i in range(long_rows):
-        h[i] = _chain_long(data, int(s_starts[i]), int(s_blocks[i]), int(h[i]))
-    for j in range(int(s_blocks[long_rows]) if n > long_rows else 0):  # <= LONG_BLOCKS passes
+    most = int(s_blocks[0]) if n else 0
+    # numpy passes: every block below LONG_BLOCKS, then while >= MIN_PASS_KEYS keys reach it
+    # (fewer than MIN_PASS_KEYS keys have more than s_blocks[MIN_PASS_KEYS - 1] blocks)
+    wide = int(s_blocks[MIN_PASS_KEYS - 1]) if n >= MIN_PASS_KEYS else 0
+    passes = min(most, max(LONG_BLOCKS, wide))
+    for j in range(passes):
         active = int(np.searchsorted(neg_blocks, -j, side="left"))  # keys with > j blocks
-        chain = slice(long_rows, active)
-        h[chain] = (h[chain] * _M) ^ _mixed_blocks(data, s_starts[chain], j)
+        h[:active] = (h[:active] * _M) ^ _mixed_blocks(data, s_starts[:active], j)
+    for i in range(int(np.searchsorted(neg_blocks, -passes, side="left"))):
+        h[i] = _chain_long(data, int(s_starts[i]), passes, int(s_blocks[i]), int(h[i]))
     tail = s_lengths % 4
     base = s_starts + 4 * s_blocks
     for size, shift in ((3, 16), (2, 8)):
@@ -87,8 +94,10 @@ def _murmur2_rows(data: npt.NDArray[np.uint8], starts: Any, lengths: Any
 def kafka_murmur2(keys: Iterable[bytes]) -> npt.NDArray[np.int32]:
     """Kafka's ``Utils.murmur2`` of each key, as signed 32-bit ints.
 
-    Runtime complexity: O(total key bytes): at most :data:`LONG_BLOCKS` numpy passes over the
-    keys, plus a chain of one Python step per 4-byte block of each longer key.
+    Runtime complexity: O(total key bytes): one numpy pass per 4-byte block position, the
+    first :data:`LONG_BLOCKS` over every key that reaches it and later ones only while at
+    least :data:`MIN_PASS_KEYS` keys do, plus one Python step per remaining block of the
+    fewer than :data:`MIN_PASS_KEYS` keys longer than that.
 
     Examples
     --------
@@ -106,7 +115,8 @@ def kafka_murmur2(keys: Iterable[bytes]) -> npt.NDArray[np.int32]:
 
 
 def _default_encode(key: Any) -> bytes:
-    return bytes(key) if isinstance(key, (bytes, bytearray)) else str(key).encode()
+    # a memoryview's str() is its address: its bytes are the key, as for bytes and bytearray
+    return bytes(key) if isinstance(key, (bytes, bytearray, memoryview)) else str(key).encode()
 
 
 def kafka_default_partition(keys: Iterable[Any], num_partitions: int,
@@ -116,7 +126,7 @@ def kafka_default_partition(keys: Iterable[Any], num_partitions: int,
     Parameters
     ----------
     keys : iterable
-        Keys as the job sees them (bytes are used as they are).
+        Keys as the job sees them (bytes, bytearray and memoryview are used as they are).
     num_partitions : int
         The topic's partition count.
     encode : callable, optional
