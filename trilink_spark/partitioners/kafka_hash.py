@@ -33,25 +33,27 @@ MIN_PASS_KEYS = 256
 _M32 = 0xFFFFFFFF
 
 
-def _mixed_blocks(data: npt.NDArray[np.uint8], starts: Any, block: int) -> Any:
-    """murmur2's mixed block ``block`` (0-based) of the keys starting at ``starts``."""
-    pos = starts + 4 * block
-    k = (data[pos].astype(np.uint32) | (data[pos + 1].astype(np.uint32) << np.uint32(8))
-         | (data[pos + 2].astype(np.uint32) << np.uint32(16))
-         | (data[pos + 3].astype(np.uint32) << np.uint32(24)))
+def _mix(k: Any) -> Any:
+    """murmur2's mix of 4-byte blocks (a uint32 array)."""
     k = k * _M
     k ^= k >> np.uint32(24)
     return k * _M
+
+
+def _mixed_blocks(data: npt.NDArray[np.uint8], starts: Any, block: int) -> Any:
+    """murmur2's mixed block ``block`` (0-based) of the keys starting at ``starts``."""
+    pos = starts + 4 * block
+    return _mix(data[pos].astype(np.uint32) | (data[pos + 1].astype(np.uint32) << np.uint32(8))
+                | (data[pos + 2].astype(np.uint32) << np.uint32(16))
+                | (data[pos + 3].astype(np.uint32) << np.uint32(24)))
 
 
 def _chain_long(data: npt.NDArray[np.uint8], start: int, first: int, blocks: int, h: int) -> int:
     """murmur2's running state ``h`` after blocks ``first`` .. ``blocks - 1`` of one key: the
     mixed blocks in numpy, then ``h = h * m ^ k`` one step each (a chain numpy cannot split)."""
     body = data[start + 4 * first:start + 4 * blocks].view("<u4").astype(np.uint32)
-    body = body * _M
-    body ^= body >> np.uint32(24)
     m = int(_M)
-    for k in (body * _M).tolist():
+    for k in _mix(body).tolist():
         h = ((h * m) & _M32) ^ k
     return h
 
