@@ -182,10 +182,9 @@ class Feed:
         event): to the model and the advisors."""
         progress = getattr(event, "progress", event)
         data = json.loads(progress if isinstance(progress, str) else progress.json)
-        if isinstance(progress, str):  # as the listener hands it on: what the advisors read
-            progress = SimpleNamespace(json=progress, runId=data.get("runId"),
-                                       batchId=data.get("batchId"))
-        event = SimpleNamespace(progress=progress)
+        # the advisors read the parsed JSON (they take a dict), not the text again
+        event = SimpleNamespace(progress=SimpleNamespace(
+            json=data, runId=data.get("runId"), batchId=data.get("batchId")))
         found = _progress_event(data)
         if found is not None:
             self.model.add_event(found)
@@ -196,7 +195,7 @@ class Feed:
                 self._bottleneck_advice(listener.reports[-1], batch)
         for elastic in self.elastic:
             try:
-                advice = elastic.observe_progress(getattr(progress, "json", progress))
+                advice = elastic.observe_progress(data)
             except TrilinkError as err:
                 logger.warning("dashboard: elasticity advisor: %s", err)
                 continue

@@ -30,8 +30,12 @@ class _JvmSide:
         return None
 
     def onQueryProgress(self, jevent: Any) -> None:
+        self.hand_on(lambda: jevent.progress().json())
+
+    def hand_on(self, progress: Callable[[], Any]) -> None:
+        """``on_progress(progress())``; an error is logged, never raised."""
         try:
-            self.on_progress(jevent.progress().json())
+            self.on_progress(progress())
         except Exception as err:  # noqa: BLE001 - never into Spark's listener bus
             logger.warning("progress not handed on (%s: %s)", type(err).__name__, err)
 
@@ -75,7 +79,7 @@ def progress_listener(on_progress: Callable[[Any], None]) -> Any:
             return None
 
         def onQueryProgress(self, event: Any) -> None:  # Spark Connect's events
-            jvm_side.on_progress(event.progress)
+            jvm_side.hand_on(lambda: event.progress)
 
         def onQueryTerminated(self, event: Any) -> None:
             jvm_side.onQueryTerminated(None)

@@ -46,6 +46,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ...errors import InvalidArgumentError
+from ..validation import count
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -146,7 +147,7 @@ def conf_count(spark: SparkSession, name: str, default: int) -> int:
     raw = conf_get(spark, name, "").strip()
     if raw == "":
         return default
-    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
+    if not (raw.isascii() and raw.isdigit()):
         raise InvalidArgumentError(
             f"{CONF_PREFIX}{name} must be a whole number >= 1, got {raw!r}")
-    return int(raw)
+    return count(int(raw), CONF_PREFIX + name, plain=True)
