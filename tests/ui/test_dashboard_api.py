@@ -157,3 +157,26 @@ def test_a_dashboard_follows_a_streaming_query(spark: Any, tmp_path: Path) -> No
         assert [r["batch"] for r in read_history(str(tmp_path / "state"))] == [0, 1, 2]
     finally:
         url.stop()
+
+
+@pytest.mark.connect
+def test_stopping_dashboards_while_a_query_posts_events_never_hangs(spark: Any,
+                                                                    tmp_path: Path) -> None:
+    """Classic and Connect: dashboards stopped while a query's progress events arrive (on
+    Connect, removing a client's last listener with an event pending deadlocks PySpark,
+    SPARK-59623; the dashboard keeps a do-nothing listener first). Each stop returns."""
+    import threading
+
+    query = (spark.readStream.format("rate").option("rowsPerSecond", 50).load()
+             .writeStream.format("noop").trigger(processingTime="100 milliseconds")
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    try:
+        for _ in range(4):
+            url = tl.dashboard(spark, refresh=0.2)
+            time.sleep(0.3)  # a few progress events reach the listener
+            stopper = threading.Thread(target=url.stop, daemon=True)
+            stopper.start()
+            stopper.join(30)
+            assert not stopper.is_alive(), "dashboard.stop() hung removing its listener"
+    finally:
+        query.stop()

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._internal.spark.listener import progress_listener
+from .._internal.spark.listener import add_listener, progress_listener, remove_listener
 from .._internal.validation import count, seconds
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from .feed import Feed, RunSource
@@ -68,7 +68,7 @@ class Dashboard(str):
             if listener is not None:
                 spark, registered = listener
                 try:
-                    spark.streams.removeListener(registered)
+                    remove_listener(spark, registered)
                 except Exception as err:  # noqa: BLE001 - a closed session has none to remove
                     logger.debug("dashboard listener not removed: %s", err)
                 self._parts = (server, feed, None, lock)
@@ -200,7 +200,7 @@ def dashboard(spark: Any = None, *, runs: Iterable[Any] | Mapping[str, Any] = ()
                 raise InvalidArgumentTypeError(
                     f"spark must be a SparkSession, got {type(spark).__name__}")
             registered = progress_listener(feed.on_progress)
-            spark.streams.addListener(registered)
+            add_listener(spark, registered)
             listener = (spark, registered)
     except BaseException:
         feed.stop()

@@ -11,12 +11,56 @@ the listener passes their progress on as it is.
 from __future__ import annotations
 
 import logging
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["progress_listener"]
+from .compat import is_connect
+
+__all__ = ["progress_listener", "add_listener", "remove_listener"]
 
 logger = logging.getLogger(__name__)
+
+#: Per Spark Connect session, a listener that does nothing and stays registered: PySpark's
+#: Connect client removes its *last* listener by joining its event thread while holding the
+#: lock that thread needs to deliver a pending event, a deadlock (SPARK-59623). With this
+#: one first in the bus, removing ours is never removing the last.
+_KEEPERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_KEEPERS_LOCK = threading.Lock()
+
+
+def add_listener(spark: Any, listener: Any) -> None:
+    """``spark.streams.addListener(listener)``; on Spark Connect a do-nothing listener is
+    registered before the session's first one of ours and kept (see :data:`_KEEPERS`), so
+    that :func:`remove_listener` never hangs. O(1)."""
+    if is_connect(spark):
+        with _KEEPERS_LOCK:
+            if spark not in _KEEPERS:
+                from pyspark.sql.streaming.listener import StreamingQueryListener
+
+                class _Keeper(StreamingQueryListener):  # type: ignore[misc]
+                    def onQueryStarted(self, event: Any) -> None:
+                        return None
+
+                    def onQueryProgress(self, event: Any) -> None:
+                        return None
+
+                    def onQueryIdle(self, event: Any) -> None:
+                        return None
+
+                    def onQueryTerminated(self, event: Any) -> None:
+                        return None
+
+                keeper = _Keeper()
+                spark.streams.addListener(keeper)
+                _KEEPERS[spark] = keeper
+    spark.streams.addListener(listener)
+
+
+def remove_listener(spark: Any, listener: Any) -> None:
+    """``spark.streams.removeListener(listener)`` for one added by :func:`add_listener`."""
+    spark.streams.removeListener(listener)
 
 
 class _JvmSide:
