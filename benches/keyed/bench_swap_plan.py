@@ -145,8 +145,8 @@ def main() -> None:
              .config("spark.sql.execution.arrow.pyspark.enabled", "true").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     plans = Plans()
-    logging.getLogger("trilink_spark.keyed.streaming").addHandler(plans)
-    logging.getLogger("trilink_spark.keyed.streaming").setLevel(logging.INFO)
+    logging.getLogger("trilink_spark.keyed.run.streaming").addHandler(plans)
+    logging.getLogger("trilink_spark.keyed.run.streaming").setLevel(logging.INFO)
     results: dict[str, Any] = {"sizes": {}}
     try:
         for keys in sizes:

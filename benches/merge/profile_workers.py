@@ -37,8 +37,8 @@ from common import best_time, write_json  # noqa: E402
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import trilink_spark as tl  # noqa: E402
-import trilink_spark.keyed.batch as keyed_batch  # noqa: E402
-import trilink_spark.keyed.prepare as keyed_prepare  # noqa: E402
+import trilink_spark.keyed.run.bounded as keyed_batch  # noqa: E402
+import trilink_spark.keyed.run.prepare as keyed_prepare  # noqa: E402
 import trilink_spark.merge.local as local  # noqa: E402
 
 WINDOW = 100

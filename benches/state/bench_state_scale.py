@@ -43,7 +43,7 @@ Measured, per query:
   the files that grew in place. Each interval ends where the next begins, so what a background
   writer writes between batches is counted in the next batch.
 - snapshots: after the load batches the bench waits until no snapshot writer process
-  (``python -m trilink_spark.keyed.snapshots``, any on the machine) runs, so the snapshot the
+  (``python -m trilink_spark.keyed.durable.snapshot_writer``, any on the machine) runs, so the snapshot the
   load asks for (part of building the state) is not in the steady window; the wait is in the
   JSON (``load_snapshot_drain_seconds``), as are the snapshot files the steady batches started
   (``steady_snapshot_files``), the wait for them before the restarts, the bytes of each
@@ -136,7 +136,7 @@ PROVIDERS = {
     "hdfs": None,  # unset: Spark's default, HDFSBackedStateStoreProvider
 }
 WORKER_MARKS = ("pyspark.daemon", "pyspark.worker")
-SNAPSHOT_MARK = "trilink_spark.keyed.snapshots"  # the snapshot writer's command line
+SNAPSHOT_MARK = "trilink_spark.keyed.durable.snapshot_writer"  # the snapshot writer's command line
 SNAPSHOT_INTERVAL = 10  # spark.trilink.state.snapshotInterval's default (the bench keeps it)
 DRAIN_TIMEOUT_S = 1800.0
 JVM_MARKS = ("org.apache.spark.deploy.SparkSubmit",)

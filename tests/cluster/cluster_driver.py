@@ -36,7 +36,7 @@ from pyspark.sql import functions as F
 import trilink_spark as tl
 from trilink_spark._internal.spark.executors import ensure_executors
 from trilink_spark.errors import ExecutorEnvironmentError, TrilinkWarning
-from trilink_spark.keyed.streaming import read_state_values
+from trilink_spark.keyed.run.streaming import read_state_values
 from trilink_spark.state import KeyedStateStore
 
 BATCHES = 5

@@ -24,7 +24,7 @@ from trilink_spark.placement import physical_plan, shuffle_exchanges
 from trilink_spark.switching import ConfigCenter, adaptive_foreach_batch
 from conftest import ON_CONNECT, assert_same_aggregates, raw_truth
 from trilink_spark._internal.spark import compat
-from trilink_spark.keyed import replan as keyed_replan
+from trilink_spark.keyed.swaps import replanner as keyed_replan
 
 pytestmark = pytest.mark.connect
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trilink_spark.keyed.streaming import read_state_values
+from trilink_spark.keyed.run.streaming import read_state_values
 from trilink_spark.state import KeyedStateStore
 
 DRIVER = Path(__file__).with_name("crash_driver.py")

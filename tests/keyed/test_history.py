@@ -18,8 +18,8 @@ from pyspark import cloudpickle
 import trilink_spark as tl
 from conftest import RunningCount
 from trilink_spark.errors import InvalidArgumentError, StateCorruptError
-from trilink_spark.keyed.history import (HOT_KEYS, SAMPLE_KEYS, display_key, history_batches,
-                                         key_profile, read_history)
+from trilink_spark.keyed.records.history import (HOT_KEYS, SAMPLE_KEYS, display_key,
+                                                 history_batches, key_profile, read_history)
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -303,7 +303,7 @@ def test_a_failed_scan_fails_the_batch_and_the_swap_waits(spark: Any, tmp_path: 
 
 def test_auto_plans_a_given_table_by_blocks_and_a_refit_by_keys(
         spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from trilink_spark.keyed import swap_blocks
+    from trilink_spark.keyed.swaps import block_plan as swap_blocks
 
     spark.conf.set("spark.trilink.state.blockPlans", " AUTO ")
     run = _run(tmp_path)

@@ -20,8 +20,8 @@ import trilink_spark as tl
 from conftest import RunningCount
 from trilink_spark._internal.io.sealed import seal
 from trilink_spark.errors import InvalidArgumentError
-from trilink_spark.keyed.history import (HOT_KEYS, MAX_SAMPLE, history_batches, key_profile,
-                                         read_history, record_batch)
+from trilink_spark.keyed.records.history import (HOT_KEYS, MAX_SAMPLE, history_batches,
+                                                 key_profile, read_history, record_batch)
 from trilink_spark.state import KeyedStateStore
 from trilink_spark.state.formats import MAX_PROFILE_KEY_CHARS, MAX_RECORD_BYTES
 

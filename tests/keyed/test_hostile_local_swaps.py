@@ -23,10 +23,11 @@ import pytest
 from pyspark import cloudpickle
 
 import trilink_spark as tl
-import trilink_spark.keyed.incremental as incremental
+import trilink_spark.keyed.durable.local_sync as incremental
 from trilink_spark.columns import EVENT_TIME_COL
-from trilink_spark.keyed.incremental import LocalConfig, SwapIn, load_touched, save_touched, sync
-from trilink_spark.keyed.process import KeyedRuntime
+from trilink_spark.keyed.durable.local_sync import (LocalConfig, SwapIn, load_touched,
+                                                    save_touched, sync)
+from trilink_spark.keyed.semantics.process import KeyedRuntime
 from trilink_spark.state.local import LocalState
 from trilink_spark.state.store import KeyedStateStore
 from trilink_spark.state.held import ask_release

@@ -23,10 +23,11 @@ from pyspark import cloudpickle
 import trilink_spark as tl
 from trilink_spark.errors import InvalidArgumentError
 from trilink_spark.keyed import read_state
-from trilink_spark.keyed.process import EVENT_TIME_COL, KeyedRuntime
-from trilink_spark.keyed.snapshot import NAN_KEY, NULL_KEY, decode_state, encode_state
-from trilink_spark.keyed.task import runtime_frame
-from trilink_spark.keyed.timers import TimerService
+from trilink_spark.keyed.semantics.process import EVENT_TIME_COL, KeyedRuntime
+from trilink_spark.keyed.semantics.keys import NAN_KEY, NULL_KEY
+from trilink_spark.keyed.durable.codec import decode_state, encode_state
+from trilink_spark.keyed.run.task import runtime_frame
+from trilink_spark.keyed.semantics.timers import TimerService
 from conftest import RunningCount
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

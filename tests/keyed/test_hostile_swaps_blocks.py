@@ -24,7 +24,7 @@ from trilink_spark.errors import InvalidArgumentError
 from trilink_spark.keyed import KeyedBatchFunction, KeyedContext
 from conftest import RunningCount
 from testkit.swaps import check_invariants, die_after_writing
-from trilink_spark.keyed.task import outputs_to_batches
+from trilink_spark.keyed.run.task import outputs_to_batches
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -177,7 +177,8 @@ def test_fluid_block_grow_3_to_8_blocks_over_the_cap_across_a_restart(
 
 # ---------------------------------------------------------------------- planner at scale
 def _write_version(store: Any, version: int, where: dict[Any, int], partitions: int) -> None:
-    from trilink_spark.keyed.snapshot import NULL_KEY, PartitionState, encode_state
+    from trilink_spark.keyed.semantics.keys import NULL_KEY, PartitionState
+    from trilink_spark.keyed.durable.codec import encode_state
 
     states = [PartitionState() for _ in range(partitions)]
     for i, (k, p) in enumerate(where.items()):
@@ -196,7 +197,7 @@ def test_fluid_block_planner_on_20000_keys(tmp_path: Path, before: int, after: i
     matches where every key is stored, and the swap ends on the target."""
     import time
 
-    from trilink_spark.keyed.swap import SwapRequest, plan_swap
+    from trilink_spark.keyed.swaps.plan import SwapRequest, plan_swap
     from trilink_spark.state.store import KeyedStateStore
 
     keys: list[Any] = [f"key-{i}" for i in range(20_000)] + [None]
@@ -390,7 +391,7 @@ def test_fluid_swap_resumed_from_a_key_overlay_over_blocks(tmp_path: Path) -> No
     restart on this release resumes it. Block steps from the overlay's base would drop the
     overrides: the keys they placed would get new rows in one partition, their state in
     another."""
-    from trilink_spark.keyed.swap import SwapRequest, plan_swap
+    from trilink_spark.keyed.swaps.plan import SwapRequest, plan_swap
     from trilink_spark.partitioners.overlay import OverlayPartitioner
     from trilink_spark.state.store import KeyedStateStore
 

@@ -15,7 +15,7 @@ import pytest
 from pyspark.sql import types as T
 
 import trilink_spark as tl
-from trilink_spark.keyed.process import EVENT_TIME_COL, NULL_KEY, KeyedRuntime
+from trilink_spark.keyed.semantics.process import EVENT_TIME_COL, NULL_KEY, KeyedRuntime
 
 NAN, INF = float("nan"), float("inf")
 AGGS = ("count", "sum", "min", "max", "mean")

@@ -17,8 +17,9 @@ from trilink_spark.keyed import KeyedContext
 from trilink_spark import columns as tl_columns
 from testkit.windows import window_oracle
 from trilink_spark._internal.io.arrowio import write_table
-from trilink_spark.keyed.process import EVENT_TIME_COL, KeyedRuntime
-from trilink_spark.keyed.snapshot import PartitionState, decode_state, encode_state
+from trilink_spark.keyed.semantics.process import EVENT_TIME_COL, KeyedRuntime
+from trilink_spark.keyed.semantics.keys import PartitionState
+from trilink_spark.keyed.durable.codec import decode_state, encode_state
 from trilink_spark.state.store import STATE_KIND
 
 from pyspark import cloudpickle  # noqa: E402

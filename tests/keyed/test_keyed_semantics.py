@@ -25,14 +25,9 @@ from pyspark import cloudpickle
 from pyspark.sql import types as T
 
 import trilink_spark as tl
-import trilink_spark.keyed.windows as windows_module
-from trilink_spark.keyed.process import (
-    EVENT_TIME_COL,
-    KeyedBatch,
-    KeyedContext,
-    KeyedRuntime,
-    KeyedWatermarkProcessFunction,
-)
+import trilink_spark.keyed.semantics.windows as windows_module
+from trilink_spark.keyed.semantics.process import (EVENT_TIME_COL, KeyedBatch, KeyedContext,
+                                                   KeyedRuntime, KeyedWatermarkProcessFunction)
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -123,7 +118,7 @@ def random_batches(seed: int, n_batches: int = 6) -> list[pd.DataFrame]:
 
 @dataclasses.dataclass
 class Model:
-    """The semantics row by row (module docs of trilink_spark.keyed.process)."""
+    """The semantics row by row (module docs of trilink_spark.keyed.semantics.process)."""
 
     key_high: dict[Hashable, float] = dataclasses.field(default_factory=dict)
     last_seen: dict[Hashable, float] = dataclasses.field(default_factory=dict)

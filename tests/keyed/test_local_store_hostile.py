@@ -18,11 +18,13 @@ import pytest
 
 from trilink_spark.columns import EVENT_TIME_COL
 from trilink_spark.errors import StateCorruptError, StateStoreError, StateTypeError
-from trilink_spark.keyed.incremental import LocalConfig, expire, load_touched, save_touched
-from trilink_spark.keyed.incremental import MAX_CHAIN_INTERVALS, snapshot_due, sync, wake_times
-from trilink_spark.keyed.process import KeyedRuntime, KeyedWatermarkProcessFunction
-from trilink_spark.keyed.snapshot import PartitionState, decode_state, encode_state
-from trilink_spark.keyed.task import StateIO
+from trilink_spark.keyed.durable.local_sync import LocalConfig, expire, load_touched, save_touched
+from trilink_spark.keyed.durable.local_sync import (MAX_CHAIN_INTERVALS, snapshot_due, sync,
+                                                    wake_times)
+from trilink_spark.keyed.semantics.process import KeyedRuntime, KeyedWatermarkProcessFunction
+from trilink_spark.keyed.semantics.keys import PartitionState
+from trilink_spark.keyed.durable.codec import decode_state, encode_state
+from trilink_spark.keyed.run.task import StateIO
 from trilink_spark.state.changelog import changelog_table
 from trilink_spark.state.local import LocalState, head, split_head
 from trilink_spark.state.store import KeyedStateStore
@@ -275,7 +277,7 @@ def test_the_snapshot_writer_process_refuses_a_bad_request_and_writes_a_good_one
     import subprocess
     import sys
 
-    run = [sys.executable, "-m", "trilink_spark.keyed.snapshots"]
+    run = [sys.executable, "-m", "trilink_spark.keyed.durable.snapshot_writer"]
     bad = subprocess.run(run, input=b'{"checkpoint": 1}', capture_output=True, timeout=120)
     assert bad.returncode == 2 and b"bad snapshot request" in bad.stderr
     store, config = setup(tmp_path)
@@ -380,7 +382,7 @@ def test_keys_arriving_in_a_swap_raise_the_partition_time_before_due_keys_are_re
     """The arriving keys raise the partition's event time (merge_in); keys of the copy that
     are due by that raised time are read (here: expired by the TTL) in the swap batch itself,
     as when the whole partition was read."""
-    from trilink_spark.keyed.incremental import SwapIn
+    from trilink_spark.keyed.durable.local_sync import SwapIn
 
     store, config = setup(tmp_path, ttl=50.0)
     task(store, config, 0, None, ["a"], [0.0])

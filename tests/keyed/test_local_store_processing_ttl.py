@@ -21,12 +21,13 @@ from trilink_spark.columns import EVENT_TIME_COL
 from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
 from trilink_spark.errors import StateCorruptError
 from trilink_spark.keyed import KeyedContext
-from trilink_spark.keyed.incremental import LocalConfig, expire_processed, load_touched
-from trilink_spark.keyed.incremental import save_touched, sync
-from trilink_spark.keyed.manifest import PROCESSING_RECORD, batch_time, claim
-from trilink_spark.keyed.process import KeyedRuntime, KeyedWatermarkProcessFunction
-from trilink_spark.keyed.snapshot import BATCH_TIME, PartitionState, decode_state
-from trilink_spark.keyed.snapshot import encode_state
+from trilink_spark.keyed.durable.local_sync import LocalConfig, expire_processed, load_touched
+from trilink_spark.keyed.durable.local_sync import save_touched, sync
+from trilink_spark.keyed.durable.manifest import PROCESSING_RECORD, batch_time, claim
+from trilink_spark.keyed.semantics.process import KeyedRuntime, KeyedWatermarkProcessFunction
+from trilink_spark.keyed.durable.codec import BATCH_TIME, decode_state
+from trilink_spark.keyed.semantics.keys import PartitionState
+from trilink_spark.keyed.durable.codec import encode_state
 from trilink_spark.state.local import LocalState, head
 from trilink_spark.state.store import KeyedStateStore
 

@@ -92,7 +92,7 @@ def test_json_state_round_trips_and_refuses_what_json_cannot_hold(spark: Any,
 
 
 def test_declared_state_type_refuses_a_value_that_does_not_fit() -> None:
-    from trilink_spark.keyed.process import KeyedContext, KeyedRuntime
+    from trilink_spark.keyed.semantics.process import KeyedContext, KeyedRuntime
     import pyarrow as pa
 
     rt = KeyedRuntime(Count(), "k", 1.0, float("inf"), value_fields={"n": pa.int64()})

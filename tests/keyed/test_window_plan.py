@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 import trilink_spark as tl
 from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
-from trilink_spark.keyed.window_plan import explain_keyed_process
+from trilink_spark.keyed.run.window_plan import explain_keyed_process
 from trilink_spark.placement import keyed_by_source, physical_plan, shuffle_exchanges
 
 AGGS = ("count", "sum", "min", "max", "mean")

@@ -31,7 +31,7 @@ import trilink_spark as tl
 from trilink_spark.errors import InvalidArgumentError
 from trilink_spark.merge import Combine
 from trilink_spark.columns import POS_COL
-from trilink_spark.keyed.prepare import in_arrival_order
+from trilink_spark.keyed.run.prepare import in_arrival_order
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # classes defined here ship to tasks
 

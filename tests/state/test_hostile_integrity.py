@@ -31,7 +31,8 @@ import trilink_spark as tl
 from trilink_spark._internal.io.arrowio import FORMAT_KEY, VERSION_KEY, read_table, write_table
 from trilink_spark.errors import StateCorruptError, StateOwnershipError
 from trilink_spark.keyed import KeyedBatchFunction, KeyedContext
-from trilink_spark.keyed.snapshot import PartitionState, encode_state
+from trilink_spark.keyed.semantics.keys import PartitionState
+from trilink_spark.keyed.durable.codec import encode_state
 from trilink_spark.state.store import STATE_KIND, KeyedStateStore
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

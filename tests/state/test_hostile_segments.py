@@ -21,10 +21,11 @@ import pytest
 import trilink_spark as tl
 from trilink_spark.errors import InvalidArgumentTypeError, StateCorruptError
 from trilink_spark._internal.io.arrowio import open_table, write_table
-from trilink_spark.keyed.task import StateIO
-from trilink_spark.keyed.snapshot import NULL_KEY, PartitionState, cut_segments, decode_state
-from trilink_spark.keyed.snapshot import encode_state
-from trilink_spark.keyed.swap import SwapRequest, _segment_function, plan_swap
+from trilink_spark.keyed.run.task import StateIO
+from trilink_spark.keyed.semantics.keys import NULL_KEY, PartitionState
+from trilink_spark.keyed.durable.codec import cut_segments, decode_state
+from trilink_spark.keyed.durable.codec import encode_state
+from trilink_spark.keyed.swaps.plan import SwapRequest, _segment_function, plan_swap
 from trilink_spark._internal.io.sealed import seal, unseal
 from trilink_spark.state.store import STATE_KIND, KeyedStateStore
 

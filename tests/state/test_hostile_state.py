@@ -27,9 +27,10 @@ from trilink_spark.errors import InvalidArgumentError, StateCorruptError, StateS
 from trilink_spark.errors import StateTypeError
 from trilink_spark.keyed import KeyedBatchFunction, KeyedContext
 from trilink_spark._internal.io.arrowio import write_table
-from trilink_spark.keyed.snapshot import PartitionState, decode_state, encode_state
-from trilink_spark.keyed.snapshot import merge_in, split_out
-from trilink_spark.keyed.swap import SwapRequest, plan_swap
+from trilink_spark.keyed.semantics.keys import PartitionState
+from trilink_spark.keyed.durable.codec import decode_state, encode_state
+from trilink_spark.keyed.durable.codec import merge_in, split_out
+from trilink_spark.keyed.swaps.plan import SwapRequest, plan_swap
 from trilink_spark.partitioners.overlay import OverlayPartitioner
 from trilink_spark.state.store import KeyedStateStore
 

@@ -24,7 +24,7 @@ pytest.importorskip("bokeh", reason="the [ui] extra (Bokeh) is not installed")
 import trilink_spark as tl  # noqa: E402
 from trilink_spark.cli import main  # noqa: E402
 from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError  # noqa: E402
-from trilink_spark.keyed.history import read_history  # noqa: E402
+from trilink_spark.keyed.records.history import read_history  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

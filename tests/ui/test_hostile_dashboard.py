@@ -21,7 +21,7 @@ pytest.importorskip("bokeh", reason="the [ui] extra (Bokeh) is not installed")
 
 import trilink_spark as tl  # noqa: E402
 from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError  # noqa: E402
-from trilink_spark.keyed.history import history_batches, record_batch  # noqa: E402
+from trilink_spark.keyed.records.history import history_batches, record_batch  # noqa: E402
 from trilink_spark.state import KeyedStateStore  # noqa: E402
 from trilink_spark.ui.model import DashboardModel  # noqa: E402
 from trilink_spark.ui.page import write_report  # noqa: E402

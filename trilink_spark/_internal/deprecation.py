@@ -1,5 +1,8 @@
 """Deprecated names: the warning a name that moved gives when it is read at its old place.
 
+A module path that moved keeps resolving through :class:`ModuleShims` (a finder on
+:data:`sys.meta_path`): its names are read from their new homes, each with the same warning.
+
 A package keeps a moved name resolving through a module ``__getattr__`` that calls
 :func:`warn_moved`: one :class:`DeprecationWarning` per read, pointing at the user's line, and
 none for the import system's own probe (``from package import name`` first asks
@@ -21,10 +24,14 @@ Examples
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import sys
+import types
 import warnings
+from typing import Any
 
-__all__ = ["warn_moved"]
+__all__ = ["warn_moved", "MovedModule", "ModuleShims"]
 
 
 def _import_probe(depth: int) -> bool:
@@ -47,3 +54,66 @@ def warn_moved(old: str, new: str, *, note: str = "", what: str = "the old name"
         return
     warnings.warn(f"{old} has moved to {new}{note}; {what} is deprecated and goes in the next "
                   "minor release", DeprecationWarning, stacklevel=3)
+
+
+class MovedModule(types.ModuleType):
+    """What a module path that moved resolves to: each name it had is read from its new home,
+    with :func:`warn_moved` naming that home. O(homes) per read."""
+
+    def __init__(self, name: str, homes: tuple[types.ModuleType, ...]) -> None:
+        super().__init__(name, f"Deprecated: {name} has moved to "
+                         f"{', '.join(h.__name__ for h in homes)}.")
+        self.__dict__["_homes"] = homes
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(f"module {self.__name__!r} has no attribute {attr!r}")
+        for home in self.__dict__["_homes"]:
+            if attr in home.__dict__:
+                warn_moved(f"{self.__name__}.{attr}", f"{home.__name__}.{attr}")
+                return home.__dict__[attr]
+        raise AttributeError(f"module {self.__name__!r} has no attribute {attr!r}; it has "
+                             f"moved to {', '.join(h.__name__ for h in self.__dict__['_homes'])}")
+
+    def __dir__(self) -> list[str]:
+        return sorted({n for h in self.__dict__["_homes"] for n in getattr(h, "__all__", ())})
+
+
+class ModuleShims(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Keeps module paths that moved importable for one minor version.
+
+    ``moved`` maps each old dotted path to the modules that now hold its names, searched in
+    order. Installed once per package (:meth:`install`); ``import old.path`` and
+    ``from old.path import name`` then resolve through :class:`MovedModule`, each name read
+    with one :class:`DeprecationWarning`. Nothing is imported by name: the homes are module
+    objects the package already holds.
+    """
+
+    def __init__(self, moved: dict[str, tuple[types.ModuleType, ...]]) -> None:
+        self.moved = dict(moved)
+
+    def install(self) -> ModuleShims:
+        """Put this finder on :data:`sys.meta_path` (once); returns ``self``."""
+        if self not in sys.meta_path:
+            sys.meta_path.append(self)
+        return self
+
+    def find_spec(self, fullname: str, path: Any = None,
+                  target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self.moved:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        return MovedModule(spec.name, self.moved[spec.name])
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        """Nothing to run: a :class:`MovedModule` reads its names from their homes."""
+
+    def module(self, fullname: str) -> types.ModuleType:
+        """The shim of ``fullname`` as an attribute of its package gives it (the one in
+        :data:`sys.modules` once imported)."""
+        found = sys.modules.get(fullname)
+        if found is None:
+            found = sys.modules.setdefault(fullname, MovedModule(fullname, self.moved[fullname]))
+        return found

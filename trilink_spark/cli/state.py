@@ -18,7 +18,7 @@ import argparse
 import json
 from typing import Any, TextIO
 
-from ..keyed.state_reader import state_summary
+from ..keyed.records.state_reader import state_summary
 
 __all__ = ["add_state_parser", "run_state", "format_summary"]
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from ..columns import ARG_COL, column_of, python_input, require_columns
+from ..columns import ARG_COL, PARTITION_COL, column_of, python_input, require_columns
 from .._internal.spark.compat import is_connect
 from .._internal.spark.executors import ensure_executors
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, KeysNotGroupedError
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 __all__ = [
+    "in_place",
     "keyed_by_source",
     "is_keyed_by_source",
     "check_source_layout",
@@ -194,6 +195,18 @@ class _Call:
     stars: tuple[bool, ...]
     trues: tuple[bool, ...]
     columns: tuple[Callable[[], Column], ...]
+
+
+def in_place(declared: DataFrame, key: str, tagged: DataFrame) -> DataFrame:
+    """``tagged`` where Ahead KeyBy placed ``declared``: each row stays in the partition it was
+    read in, and that partition's id is its :data:`~trilink_spark.PARTITION_COL`. No shuffle;
+    :func:`check_source_layout` refuses a frame the source did not place.
+    """
+    from pyspark.sql import functions as F
+
+    check_source_layout(declared, key)
+    placed: DataFrame = tagged.withColumn(PARTITION_COL, F.spark_partition_id())
+    return placed
 
 
 def _not_plain(column: Column) -> InvalidArgumentError:

@@ -1,7 +1,7 @@
 """Changelogs of keyed state: what one micro-batch changed in one partition, as Arrow.
 
 A state version of a partition is either a **snapshot** (``<batch>.state``: the whole
-partition, one row per key, :mod:`trilink_spark.keyed.snapshot`'s columns) or a **changelog**
+partition, one row per key, :mod:`trilink_spark.keyed.durable.codec`'s columns) or a **changelog**
 (``<batch>.log``): the rows of the keys the batch changed (upserts, every column of the state
 table) and the keys it deleted (a row with ``deleted`` true and nulls elsewhere), over the
 version the batch started from. A changelog's schema metadata names that version
@@ -41,7 +41,7 @@ __all__ = ["CHANGELOG_KIND", "SNAPSHOT_KIND", "DELETED_FIELD", "changelog_table"
 
 #: Format tag of a changelog (see :mod:`trilink_spark._internal.io.arrowio`).
 CHANGELOG_KIND = "keyed-changelog"
-#: Format tag of a snapshot: the state table of :mod:`trilink_spark.keyed.snapshot`.
+#: Format tag of a snapshot: the state table of :mod:`trilink_spark.keyed.durable.codec`.
 SNAPSHOT_KIND = "keyed-state"
 #: Column of a changelog that marks a deleted key.
 DELETED_FIELD = "deleted"

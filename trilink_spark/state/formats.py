@@ -360,7 +360,7 @@ MAX_PROFILE_KEY_CHARS = 100
 
 
 def _is_profile_key(key: object) -> bool:
-    """A key as :func:`~trilink_spark.keyed.history.display_key` writes it: null, a bool, an
+    """A key as :func:`~trilink_spark.keyed.records.history.display_key` writes it: null, a bool, an
     int64, a finite float or a text of at most :data:`MAX_PROFILE_KEY_CHARS`."""
     if key is None or isinstance(key, bool):
         return True
@@ -372,7 +372,7 @@ def _is_profile_key(key: object) -> bool:
 
 
 def _is_key_profile(value: object) -> bool:
-    """A task's key profile (:func:`~trilink_spark.keyed.history.key_profile`): ``hot`` and
+    """A task's key profile (:func:`~trilink_spark.keyed.records.history.key_profile`): ``hot`` and
     ``sample`` lists of ``[key, weight]`` (:func:`_is_profile_key`; a weight is a finite
     number >= 0 below 2**63), and a ``keys`` count."""
     if not isinstance(value, dict) or not _is_timed_count(value.get("keys"), 0):

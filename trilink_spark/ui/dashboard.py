@@ -117,7 +117,7 @@ def dashboard(spark: Any = None, *, runs: Iterable[Any] | Mapping[str, Any] = ()
     runs : iterable or mapping
         ``keyed_foreach_batch`` runs (or their state paths, or ``{name: run}``): their
         per-partition rows and task time, hot keys, late rows, swaps and rebalances, from
-        the history each run keeps on its state path (:mod:`trilink_spark.keyed.history`).
+        the history each run keeps on its state path (:mod:`trilink_spark.keyed.records.history`).
         One run or state path alone is a list of one (so are one partitioner, one advisor).
     partitioners : iterable of AdaptivePartitioner
         Their switching decisions, with the reason.

@@ -32,8 +32,8 @@ from ..advice import BottleneckAdvisor, BottleneckListener
 from ..elastic import ElasticityAdvisor
 from ..errors import InvalidArgumentTypeError, StateCorruptError, TrilinkError
 from ..measurement import parse_progress
-from ..keyed.history import history_batches, read_history_record
-from ..keyed.streaming import SWAP_RECORD
+from ..keyed.records.history import history_batches, read_history_record
+from ..keyed.run.streaming import SWAP_RECORD
 from ..state import KeyedStateStore
 from ..switching import AdaptivePartitioner
 

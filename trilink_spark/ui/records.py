@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from .._internal.validation import choice, count, number, short_repr
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from ..keyed.history import HISTORY_VERSION, MAX_HISTORY_PARTITIONS
+from ..keyed.records.history import HISTORY_VERSION, MAX_HISTORY_PARTITIONS
 
 __all__ = [
     "RECORD_VERSION",

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from ..errors import InvalidArgumentError
-from ..keyed.history import read_history
+from ..keyed.records.history import read_history
 from ..state import KeyedStateStore
 from .feed import RunSource, pending_request
 

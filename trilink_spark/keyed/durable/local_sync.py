@@ -21,7 +21,7 @@ a changelog of their rows (and of the keys the TTL expired) to the state path, a
 local copy in one atomic write, and, when a snapshot is due (:func:`snapshot_due`: at least
 ``snapshot_interval`` batches since the last one, and changelogs since that hold as many rows
 as the state has keys), has the version it started from written as a snapshot off its path
-(:mod:`~trilink_spark.keyed.snapshots`).
+(:mod:`~trilink_spark.keyed.durable.snapshot_writer`).
 
 :func:`sync` brings the local copy to the batch's start: nothing to do when it holds that
 version (and the changelog on the state path is the one it applied: the attempt tokens match);
@@ -45,21 +45,22 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from ..columns import EVENT_TIME_COL
-from ..errors import StateCorruptError, StateTypeError, TrilinkError
-from ..state.changelog import DELETED_FIELD, changelog_info, changelog_table, combine
-from ..state.local import NULL_KEY_BYTES, LocalState, head, key_bytes, split_head
-from ..state.rows import decode_rows, encode_rows
-from ..state.store import KEY_FIELD, STATE_KIND, KeyedStateStore
-from .snapshot import BATCH_TIME, PartitionState, add_counters, decode_state, encode_state
-from .snapshot import arriving_high, key_array, merge_in, read_counters
-from .snapshots import start_snapshot, with_meta
+from ...columns import EVENT_TIME_COL
+from ...errors import StateCorruptError, StateTypeError, TrilinkError
+from ...state.changelog import DELETED_FIELD, changelog_info, changelog_table, combine
+from ...state.local import NULL_KEY_BYTES, LocalState, head, key_bytes, split_head
+from ...state.rows import decode_rows, encode_rows
+from ...state.store import KEY_FIELD, STATE_KIND, KeyedStateStore
+from .codec import BATCH_TIME, add_counters, decode_state, encode_state
+from ..semantics.keys import PartitionState
+from .codec import arriving_high, key_array, merge_in, read_counters
+from .snapshot_writer import start_snapshot, with_meta
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..partitioners import BlockPartitioner
-    from .process import KeyedWatermarkProcessFunction
+    from ...partitioners import BlockPartitioner
+    from ..semantics.process import KeyedWatermarkProcessFunction
 
 __all__ = ["LocalConfig", "LocalSync", "SwapIn", "read_moved", "local_root", "sync", "load_touched", "save_touched", "wake_times",
            "snapshot_due", "SYNC_KINDS", "MAX_CHAIN_INTERVALS", "BlockScan", "scan_blocks"]
@@ -131,7 +132,7 @@ class LocalConfig:
 
 @dataclass(frozen=True)
 class SwapIn:
-    """What a swap batch moves for one partition (:mod:`~trilink_spark.keyed.swap`): the keys
+    """What a swap batch moves for one partition (:mod:`~trilink_spark.keyed.swaps.plan`): the keys
     that leave it (an Arrow key array), the segments of state that arrive (state tables),
     and, for partition 0, the counters of the partitions the swap removes. Runtime only."""
 
@@ -437,7 +438,7 @@ def load_touched(local: LocalState, config: LocalConfig, frame: pd.DataFrame | N
 
     In a swap batch (``swap``), the keys that leave are neither read nor run (their stored
     rows join the undo record, for :func:`save_touched` deletes them) and the arriving
-    segments join the state (:func:`~trilink_spark.keyed.snapshot.merge_in`): O(the batch's,
+    segments join the state (:func:`~trilink_spark.keyed.durable.codec.merge_in`): O(the batch's,
     due and moved keys), not the partition.
 
     Raises

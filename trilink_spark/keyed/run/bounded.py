@@ -3,26 +3,27 @@
 :func:`keyed_process` places the rows with :func:`~trilink_spark.key_by` (one shuffle), sorts
 each partition in arrival order and runs the processor over every partition (``mapInArrow``);
 the built-in :class:`~trilink_spark.KeyedWindowAggregate` runs as a Spark plan instead
-(:mod:`~trilink_spark.keyed.window_plan`). The streaming runner is
-:mod:`trilink_spark.keyed.streaming`.
+(:mod:`~trilink_spark.keyed.run.window_plan`). The streaming runner is
+:mod:`trilink_spark.keyed.run.streaming`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._internal.optiming import operator_timer
-from .._internal.spark.executors import ensure_executors
-from ..partitioners import Partitioner
-from ..placement.key_by import null_policy_of, place_rows, refuse_null_keys
-from ..placement.source import is_keyed_by_source
-from .._internal.validation import refuse_streaming
-from ..columns import python_input
-from .prepare import KEYED_STREAM_ROUTE, arrival_order, in_place, prepare
-from .process import KeyedWatermarkProcessFunction
+from ..._internal.optiming import operator_timer
+from ..._internal.spark.executors import ensure_executors
+from ...partitioners import Partitioner
+from ...placement.key_by import null_policy_of, place_rows, refuse_null_keys
+from ...placement.source import is_keyed_by_source
+from ..._internal.validation import refuse_streaming
+from ...columns import python_input
+from .prepare import KEYED_STREAM_ROUTE, arrival_order, prepare
+from ...placement.source import in_place
+from ..semantics.process import KeyedWatermarkProcessFunction
 from .task import partition_function
 from .window_plan import choose_keyed_engine, log_choice, spark_window_aggregate
-from .windows import KeyedWindowAggregate
+from ..semantics.windows import KeyedWindowAggregate
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -61,14 +62,14 @@ def keyed_process(
     strategy, num_partitions
         Placement, as in :func:`~trilink_spark.key_by`.
     idle_timeout : str, float or timedelta, optional
-        When a key counts as idle (an interval string such as ``"2 minutes"`` too) (module docs of :mod:`~trilink_spark.keyed.process`);
+        When a key counts as idle (an interval string such as ``"2 minutes"`` too) (module docs of :mod:`~trilink_spark.keyed.semantics.process`);
         default 4 x ``delay``; ``math.inf`` never.
     null_policy : {"group", "error", "partition0"}, optional
         As in :func:`~trilink_spark.key_by`: by default the null key is a key of its own.
     engine : {"auto", "spark", "python"}
         ``"auto"``: the built-in :class:`~trilink_spark.KeyedWindowAggregate` runs as a Spark
         plan with no Python worker, giving the Python runtime's rows exactly
-        (:mod:`~trilink_spark.keyed.window_plan`); any other processor, a subclass, a
+        (:mod:`~trilink_spark.keyed.run.window_plan`); any other processor, a subclass, a
         non-numeric ``value`` or a ``keyed_by_source`` frame runs in the Python runtime.
         :func:`~trilink_spark.keyed.explain_keyed_process` says which and why, and the choice
         is logged. ``spark.trilink.keyedEngine=python`` forces the runtime for ``"auto"``

@@ -25,18 +25,18 @@ from typing import Any
 
 import numpy as np
 
-from .._internal.validation import check_num_partitions
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
-from ..errors import StateCorruptError, TrilinkError, UnknownStrategyError
-from ..partitioners import BlockPartitioner, Partitioner, TablePartitioner
-from ..partitioners import WeightPartitioner
-from ..partitioners.base import KEY_KINDS
-from ..partitioners.keys import null_partition
-from ..partitioners.overlay import OverlayPartitioner
-from ..partitioners.refit import rebalance_minimal
-from ..state.store import KEY_FIELD, KeyedStateStore
-from .incremental import LocalSync, read_moved
-from .snapshot import decode_keys, read_counters
+from ..._internal.validation import check_num_partitions
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
+from ...errors import StateCorruptError, TrilinkError, UnknownStrategyError
+from ...partitioners import BlockPartitioner, Partitioner, TablePartitioner
+from ...partitioners import WeightPartitioner
+from ...partitioners.base import KEY_KINDS
+from ...partitioners.keys import null_partition
+from ...partitioners.overlay import OverlayPartitioner
+from ...partitioners.refit import rebalance_minimal
+from ...state.store import KEY_FIELD, KeyedStateStore
+from ..durable.local_sync import LocalSync, read_moved
+from ..durable.codec import decode_keys, read_counters
 
 __all__ = ["SwapReport", "SwapRequest", "SWAP_MODES", "REFITS", "check_request", "plan_swap",
            "block_steps", "next_blocks", "resized", "request_start",
@@ -166,7 +166,7 @@ class SwapRequest:
                 "request_swap needs a strategy, a num_partitions or refit='minimal'")
         name = None
         if isinstance(strategy, str):
-            from ..partitioners.catalogue import build
+            from ...partitioners.catalogue import build
 
             try:
                 build(strategy, num_partitions or 1)  # refuse an unknown name now
@@ -198,7 +198,7 @@ def request_start(current: Partitioner, request: SwapRequest, key_type: str | No
                                    if request.strategy is not None else current.num_partitions)
     base = request.strategy
     if request.strategy_name is not None:
-        from ..partitioners.catalogue import build
+        from ...partitioners.catalogue import build
 
         # by name: built with the null policy in force (the null key stays where it is
         # unless the partition count moves it, under "group")
@@ -354,7 +354,7 @@ def plan_swap(store: KeyedStateStore, batch_id: int, prev: int, current: Partiti
     Returns the plan (JSON), the moves table (key, from, to) and the placement of the batch.
     ``target``: the aim of a fluid swap already under way. ``key_type``: the kind of the
     key column the state is placed by (``"int"``, ``"long"``, ``"string"``, ``"binary"``;
-    :func:`~trilink_spark.keyed.replan.state_key_type`): every placement the plan uses is
+    :func:`~trilink_spark.keyed.swaps.replanner.state_key_type`): every placement the plan uses is
     bound to it (:meth:`~trilink_spark.Partitioner.for_column`), so the stored keys (plain
     Python ints here) are placed in Python exactly as the JVM places their rows.
 
@@ -449,7 +449,7 @@ def write_segments(spark: Any, store: KeyedStateStore, batch_id: int, prev: int,
     runner's token, which each task checks in the manifest before it writes
     (:meth:`KeyedStateStore.check_owner`; None: no check). ``local``: the state's
     executor-local copies, from which each task reads only the moved keys
-    (:func:`~trilink_spark.keyed.incremental.read_moved`); None: it reads its source's whole
+    (:func:`~trilink_spark.keyed.durable.local_sync.read_moved`); None: it reads its source's whole
     version from the state path.
     """
     if moves.num_rows == 0:
@@ -471,7 +471,7 @@ def _segment_function(store: KeyedStateStore, batch_id: int, prev: int,
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from .snapshot import cut_segments
+        from ..durable.codec import cut_segments
 
         moves = store.load_moves(batch_id)
         schema = pa.schema([("source", pa.int32()), ("bytes", pa.int64())])

@@ -7,7 +7,7 @@ committed version a batch starts from, refusing a manifest older than the state;
 :func:`commit_batch` records a batch as committed once every partition wrote its version.
 :func:`batch_time` fixes a batch's processing time before its tasks run, for a
 processing-time TTL (:data:`PROCESSING_RECORD`). The runner
-(:mod:`~trilink_spark.keyed.streaming`) calls them at each batch; the manifest itself is
+(:mod:`~trilink_spark.keyed.run.streaming`) calls them at each batch; the manifest itself is
 read and written by :class:`~trilink_spark.state.KeyedStateStore`.
 """
 
@@ -19,8 +19,8 @@ import math
 import uuid
 from typing import Any
 
-from ..errors import InvalidArgumentError, StateCorruptError, StateOwnershipError
-from ..state.store import KeyedStateStore
+from ...errors import InvalidArgumentError, StateCorruptError, StateOwnershipError
+from ...state.store import KeyedStateStore
 
 __all__ = ["runner_config", "claim", "start_version", "commit_batch", "batch_time",
            "PROCESSING_RECORD"]

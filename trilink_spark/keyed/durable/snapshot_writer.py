@@ -1,6 +1,6 @@
 """Snapshots of a partition's local copy, written off the task's path.
 
-When a snapshot is due (:func:`~trilink_spark.keyed.incremental.snapshot_due`) the task of a
+When a snapshot is due (:func:`~trilink_spark.keyed.durable.local_sync.snapshot_due`) the task of a
 partition takes a RocksDB checkpoint of its
 local copy (hard links: milliseconds) at the version the batch started from, which is
 committed, and hands it to a writer that turns it into the snapshot ``<version>.state`` on the
@@ -12,7 +12,7 @@ overwrites a snapshot already there, and removes the checkpoint. A snapshot only
 rebuild: a failure is logged, never raised, and a checkpoint whose writer died is removed by
 the next open of the copy (:mod:`trilink_spark.state.local`).
 
-Run as ``python -m trilink_spark.keyed.snapshots`` it reads one JSON request from stdin:
+Run as ``python -m trilink_spark.keyed.durable.snapshot_writer`` it reads one JSON request from stdin:
 ``{"checkpoint": dir, "state_path": local path, "partition": int, "version": int, "meta":
 {str: str}}`` (nothing is unpickled).
 """
@@ -29,10 +29,11 @@ import tempfile
 import threading
 from typing import Any
 
-from ..state.local import LocalState, iter_rows, open_checkpoint, split_head
-from ..state.rows import decode_rows
-from ..state.store import KeyedStateStore
-from .snapshot import PartitionState, encode_state
+from ...state.local import LocalState, iter_rows, open_checkpoint, split_head
+from ...state.rows import decode_rows
+from ...state.store import KeyedStateStore
+from ..semantics.keys import PartitionState
+from .codec import encode_state
 
 __all__ = ["start_snapshot", "write_snapshot", "with_meta", "main"]
 
@@ -77,7 +78,7 @@ def start_snapshot(local: LocalState, store: KeyedStateStore, pid: int, version:
                    "version": version, "meta": meta}
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "trilink_spark.keyed.snapshots"], stdin=subprocess.PIPE,
+                [sys.executable, "-m", "trilink_spark.keyed.durable.snapshot_writer"], stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
                 preexec_fn=lambda: os.nice(19))  # noqa: PLW1509 - a plain nice
         except OSError as err:

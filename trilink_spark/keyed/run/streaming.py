@@ -6,11 +6,11 @@ each partition's state (watermarks, timers, window accumulators, user state) bet
 micro-batches in a :class:`~trilink_spark.state.KeyedStateStore`, versioned by batch id.
 
 What committed state says (:func:`read_task_timings`, :func:`sum_counters`,
-:func:`read_state_values`) is read by :mod:`~trilink_spark.keyed.state_reader`. What this
-module calls: :mod:`~trilink_spark.keyed.manifest` (the manifest protocol: one writer, the
-version a batch starts from, the commit), :mod:`~trilink_spark.keyed.prepare` (arguments,
-arrival order), :mod:`~trilink_spark.keyed.replan` (the batch's placement and the swaps
-decided for it) and :mod:`~trilink_spark.keyed.task` (each partition's task and its state
+:func:`read_state_values`) is read by :mod:`~trilink_spark.keyed.records.state_reader`. What this
+module calls: :mod:`~trilink_spark.keyed.durable.manifest` (the manifest protocol: one writer, the
+version a batch starts from, the commit), :mod:`~trilink_spark.keyed.run.prepare` (arguments,
+arrival order), :mod:`~trilink_spark.keyed.swaps.replanner` (the batch's placement and the swaps
+decided for it) and :mod:`~trilink_spark.keyed.run.task` (each partition's task and its state
 I/O).
 """
 
@@ -26,38 +26,39 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from .._internal.optiming import operator_timer
-from .._internal.spark.session import conf_count, conf_get
-from .._internal.spark.compat import streaming_query_id
-from .._internal.spark.executors import ensure_executors
-from .._internal.validation import choice, seconds
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
-from ..errors import StateStoreError
-from ..columns import python_input
-from ..partitioners import BlockPartitioner, Partitioner
-from ..partitioners.keys import check_null_policy
-from ..placement.key_by import place_rows
-from ..placement.source import is_keyed_by_source
-from ..eventtime import delay_in_units, event_time_micros
-from ..state.local import LOCAL_KEY_TYPES, supports_key_type
-from ..state.batch import StatefulBatchFunction
-from ..state.store import KeyedStateStore
-from .history import record_run_batch, run_history_keep
-from .incremental import LocalConfig, LocalSync
-from .manifest import PROCESSING_RECORD, batch_time, claim, commit_batch, runner_config
-from .manifest import start_version
+from ..._internal.optiming import operator_timer
+from ..._internal.spark.session import conf_count, conf_get
+from ..._internal.spark.compat import streaming_query_id
+from ..._internal.spark.executors import ensure_executors
+from ..._internal.validation import choice, seconds
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
+from ...errors import StateStoreError
+from ...columns import python_input
+from ...partitioners import BlockPartitioner, Partitioner
+from ...partitioners.keys import check_null_policy
+from ...placement.key_by import place_rows
+from ...placement.source import is_keyed_by_source
+from ...eventtime import delay_in_units, event_time_micros
+from ...state.local import LOCAL_KEY_TYPES, supports_key_type
+from ...state.batch import StatefulBatchFunction
+from ...state.store import KeyedStateStore
+from ..records.history import record_run_batch, run_history_keep
+from ..durable.local_sync import LocalConfig, LocalSync
+from ..durable.manifest import PROCESSING_RECORD, batch_time, claim, commit_batch, runner_config
+from ..durable.manifest import start_version
 from .prepare import arrival_order, check_processor, prepare
-from .process import KeyedWatermarkProcessFunction
-from .replan import KeyColumn, Placed, adaptive_choice, adaptive_request, bound_placement
-from .replan import check_rebalancer, first_placement, rebalance_target, rebalancer_decision
-from .replan import refusal_report, replayed_placement, restart_request, resume_request
-from .replan import check_restart_null_policy, source_placement, started_arguments
-from .replan import state_key_type, stored_placement, swap_report
-from .state_reader import read_state_values, read_task_timings, sum_counters
-from .swap import SwapReport, SwapRequest, check_request, plan_swap, write_segments
-from .swap_blocks import block_aim, plan_block_swap, plans_by_blocks
+from ..semantics.process import KeyedWatermarkProcessFunction
+from ..swaps.replanner import KeyColumn, Placed, adaptive_choice, adaptive_request, bound_placement
+from ..swaps.replanner import (check_rebalancer, first_placement, rebalance_target,
+                               rebalancer_decision)
+from ..swaps.replanner import refusal_report, replayed_placement, restart_request, resume_request
+from ..swaps.replanner import check_restart_null_policy, source_placement, started_arguments
+from ..swaps.replanner import state_key_type, stored_placement, swap_report
+from ..records.state_reader import read_state_values, read_task_timings, sum_counters
+from ..swaps.plan import SwapReport, SwapRequest, check_request, plan_swap, write_segments
+from ..swaps.block_plan import block_aim, plan_block_swap, plans_by_blocks
 from .task import StateIO, partition_function, run_without_rows, state_types
-from .._internal.validation import refuse_streaming_batch_function
+from ..._internal.validation import refuse_streaming_batch_function
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -94,13 +95,13 @@ class KeyedBatchFunction(StatefulBatchFunction):
         self._types: tuple[Any, Any] | None = None
         self._column: KeyColumn | None = None
         #: The key type of a state whose placement record holds none (an older release's),
-        #: derived once from its stored keys (:func:`~trilink_spark.keyed.replan.state_key_type`).
+        #: derived once from its stored keys (:func:`~trilink_spark.keyed.swaps.replanner.state_key_type`).
         self._derived_kind: tuple[str | None] | None = None
         self._warned_files = False  # logged once that the key type keeps the file store
         self._ttl_units = math.inf  # state_ttl in the event-time column's units
         self._processing_ttl_ms = math.inf  # state_ttl of processing time, in milliseconds
         #: The driver's clock (seconds since the epoch), read once per batch that has no
-        #: recorded processing time yet (:func:`~trilink_spark.keyed.manifest.batch_time`);
+        #: recorded processing time yet (:func:`~trilink_spark.keyed.durable.manifest.batch_time`);
         #: replaceable by any picklable callable, a fixed clock in tests.
         self._clock: Callable[[], float] = time.time
         self._init_placement_state()
@@ -455,7 +456,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
         placement (the first batch's, or a swap's) is stored before any task runs, with the
         state's key type; a swap that cannot be planned is refused (:meth:`_plan`).
         ``planning(placement)``: the local copies a swap between block tables plans from
-        (:mod:`~trilink_spark.keyed.swap_blocks`); None, or returning None: by keys."""
+        (:mod:`~trilink_spark.keyed.swaps.block_plan`); None, or returning None: by keys."""
         o = self.options
         column = self._column if self._column is not None else KeyColumn.of(batch_df, o["key"])
         if prev is None:
@@ -545,7 +546,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
 
     def _state_kind(self, prev: int, partitions: int, recorded: str | None,
                     column: KeyColumn) -> str | None:
-        """The state's key type (:func:`~trilink_spark.keyed.replan.state_key_type`), checked
+        """The state's key type (:func:`~trilink_spark.keyed.swaps.replanner.state_key_type`), checked
         against the key column; derived from the stored keys once per runner when the
         placement record holds none (an older release wrote it)."""
         if recorded is None and self._derived_kind is not None:
@@ -567,7 +568,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
                  current: Partitioner) -> SwapRequest | None:
         """The swap to run now: a request (an adaptive strategy's switch included), else, at
         the first batch of a restarted runner with no other swap to run, the one its
-        arguments ask for (:func:`~trilink_spark.keyed.replan.restart_request`)."""
+        arguments ask for (:func:`~trilink_spark.keyed.swaps.replanner.restart_request`)."""
         self._adapt(batch_df, batch_id, current)
         with self._lock:
             request = self._request
@@ -815,7 +816,7 @@ def keyed_foreach_batch(
 
     Swaps: :meth:`KeyedBatchFunction.request_swap` changes the strategy or partition count at
     the next batch boundary, moving only the keys whose partition changes, with their state,
-    exactly once (module :mod:`trilink_spark.keyed.swap`).
+    exactly once (module :mod:`trilink_spark.keyed.swaps.plan`).
 
     Ahead KeyBy: when the stream's key column is declared with
     :func:`~trilink_spark.placement.keyed_by_source` (a ``trilink-kafka`` read of a topic written

@@ -50,10 +50,10 @@ from typing import Any
 
 import numpy as np
 
-from .._internal.spark.session import conf_count
-from .._internal.validation import count
-from ..errors import StateCorruptError, TrilinkError
-from ..state import KeyedStateStore
+from ..._internal.spark.session import conf_count
+from ..._internal.validation import count
+from ...errors import StateCorruptError, TrilinkError
+from ...state import KeyedStateStore
 
 __all__ = [
     "HISTORY_VERSION", "HISTORY_CONF", "DEFAULT_KEEP", "HOT_KEYS", "SAMPLE_KEYS",

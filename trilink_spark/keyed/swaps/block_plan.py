@@ -4,7 +4,7 @@ A swap from one :class:`~trilink_spark.partitioners.block.BlockPartitioner` tabl
 over the same blocks (a rebalancer's moves, a rescale, a fluid swap's next step) moves whole
 blocks, and the local store files each key under its block first
 (:func:`~trilink_spark.state.local.key_bytes`). So the plan needs no key listing on the
-driver (:func:`~trilink_spark.keyed.swap.plan_swap` reads every partition's version from the
+driver (:func:`~trilink_spark.keyed.swaps.plan.plan_swap` reads every partition's version from the
 state path):
 
 1. When the target is a refit (``refit="minimal"``), one small Spark job reads each
@@ -14,11 +14,11 @@ state path):
    the same target as from the keys' own loads. A target given whole (a rebalancer's table,
    an explicit one, a fluid swap's aim) needs no such job.
 2. One small Spark job range-scans the moving blocks of each source's copy
-   (:func:`~trilink_spark.keyed.incremental.scan_blocks`) and returns their keys: O(the
+   (:func:`~trilink_spark.keyed.durable.local_sync.scan_blocks`) and returns their keys: O(the
    moving keys). The driver picks a fluid step's blocks among them, as the key plan does.
 
 The plan, its moves table and everything after it (segments, the swap batch, replays) are
-those of :mod:`~trilink_spark.keyed.swap`. The jobs also bring every copy to the swap's
+those of :mod:`~trilink_spark.keyed.swaps.plan`. The jobs also bring every copy to the swap's
 starting version, so the segment job and the swap batch find them current.
 """
 
@@ -32,15 +32,15 @@ from typing import Any
 
 import numpy as np
 
-from .._internal.validation import choice
-from ..errors import StateCorruptError, StateStoreError
-from ..partitioners import BlockPartitioner, Partitioner
-from ..partitioners.keys import null_partition
-from ..partitioners.overlay import OverlayPartitioner
-from ..partitioners.refit import rebalance_minimal
-from ..state.store import KEY_FIELD, KeyedStateStore
-from .incremental import BlockScan, LocalSync, scan_blocks
-from .swap import SwapRequest, block_steps, next_blocks, resized, request_start
+from ..._internal.validation import choice
+from ...errors import StateCorruptError, StateStoreError
+from ...partitioners import BlockPartitioner, Partitioner
+from ...partitioners.keys import null_partition
+from ...partitioners.overlay import OverlayPartitioner
+from ...partitioners.refit import rebalance_minimal
+from ...state.store import KEY_FIELD, KeyedStateStore
+from ..durable.local_sync import BlockScan, LocalSync, scan_blocks
+from .plan import SwapRequest, block_steps, next_blocks, resized, request_start
 
 __all__ = ["BlockAim", "block_aim", "plan_block_swap", "plans_by_blocks", "BLOCK_PLANS",
            "GIVEN_BY_BLOCKS_BYTES"]
@@ -119,7 +119,7 @@ def plan_block_swap(spark: Any, store: KeyedStateStore, batch_id: int, prev: int
                     current: BlockPartitioner, request: SwapRequest, aim: BlockAim,
                     local: LocalSync) -> tuple[dict[str, Any], Any, Partitioner]:
     """Decide a block swap for ``batch_id`` from the local copies at version ``prev``
-    (module docs); returns what :func:`~trilink_spark.keyed.swap.plan_swap` returns, the
+    (module docs); returns what :func:`~trilink_spark.keyed.swaps.plan.plan_swap` returns, the
     same plan for the same state.
 
     Raises

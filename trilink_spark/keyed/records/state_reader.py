@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._internal.spark.compat import frame_of_arrow
-from .._internal.validation import count
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
-from ..partitioners import BlockPartitioner
-from ..state.store import KEY_FIELD, KeyedStateStore
-from .replan import bound_placement, stored_key_type
-from .snapshot import decode_keys, decode_state, read_counters
+from ..._internal.spark.compat import frame_of_arrow
+from ..._internal.validation import count
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
+from ...partitioners import BlockPartitioner
+from ...state.store import KEY_FIELD, KeyedStateStore
+from ..swaps.replanner import bound_placement, stored_key_type
+from ..durable.codec import decode_keys, decode_state, read_counters
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

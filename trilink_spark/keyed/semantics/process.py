@@ -36,8 +36,8 @@ for an integer column (beside a null too, where pandas would make them floats),
 ``float("nan")`` for the NaN key of a floating column (a key apart from the null key, as in
 Spark's ``groupBy``) and ``0.0`` for ``-0.0``. A vectorised processor sees the runtime's own
 identities in :class:`KeyedBatch` (``keys``, ``row_keys``, ``key_array``): the null key is
-:data:`~trilink_spark.keyed.snapshot.NULL_KEY`, a float NaN object, and the NaN key
-:data:`~trilink_spark.keyed.snapshot.NAN_KEY`; ``batch.user_keys`` converts them. In ``rows``
+:data:`~trilink_spark.keyed.semantics.keys.NULL_KEY`, a float NaN object, and the NaN key
+:data:`~trilink_spark.keyed.semantics.keys.NAN_KEY`; ``batch.user_keys`` converts them. In ``rows``
 the key column of a task's batch is exact too: pandas' nullable ``Int64`` (and so on) for an
 integer column holding a null, nullable ``Float64`` for a floating column. What a hook
 returns goes to the sink through pandas and Arrow, as ``applyInPandas`` output does: ``None``
@@ -62,10 +62,10 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
-from ..columns import EVENT_TIME_COL
-from ..errors import InvalidArgumentError
-from .snapshot import NAN_KEY, NULL_KEY, PartitionState, check_value, object_array
-from .snapshot import user_key
+from ...columns import EVENT_TIME_COL
+from ...errors import InvalidArgumentError
+from .keys import NAN_KEY, NULL_KEY, PartitionState, check_value, object_array
+from .keys import user_key
 from .timers import TimerService
 
 __all__ = [
@@ -93,8 +93,8 @@ def _scalar(value: Any) -> Hashable:
 def _factorize(keys: KeysLike) -> tuple[NDArray[np.intp], list[Hashable], NDArray[np.object_]]:
     """Each entry's index into the distinct keys (in order of first appearance), and those keys
     as a list and as an object array, as the runtime identifies them: the null key
-    :data:`~trilink_spark.keyed.snapshot.NULL_KEY`; in a masked floating column (the task's
-    key column), NaN :data:`~trilink_spark.keyed.snapshot.NAN_KEY`, a key of its own, and
+    :data:`~trilink_spark.keyed.semantics.keys.NULL_KEY`; in a masked floating column (the task's
+    key column), NaN :data:`~trilink_spark.keyed.semantics.keys.NAN_KEY`, a key of its own, and
     ``-0.0`` the key ``0.0`` (as Spark's ``groupBy`` has them); a plain float NaN is missing,
     as pandas has it. One Python step per distinct key at most."""
     if isinstance(keys, (np.ndarray, pd.Index, pd.Series)):
@@ -144,9 +144,9 @@ class KeyedBatch:
     keys : list of Hashable
         The batch's distinct keys in order of first arrival, as the runtime identifies them
         (Python scalars; integers exact): the null key is
-        :data:`~trilink_spark.keyed.snapshot.NULL_KEY` (a float NaN object, so
+        :data:`~trilink_spark.keyed.semantics.keys.NULL_KEY` (a float NaN object, so
         ``pd.isna`` finds it) and a floating column's NaN key
-        :data:`~trilink_spark.keyed.snapshot.NAN_KEY` (not a float: pandas would take it
+        :data:`~trilink_spark.keyed.semantics.keys.NAN_KEY` (not a float: pandas would take it
         for missing). Pass them as they are to :meth:`KeyedRuntime.watermarks`, and use them
         as the first index level of a keyed table in ``runtime.shared``; :attr:`user_keys`
         gives them as the per-key hooks get them (``None``, ``nan``).
@@ -488,7 +488,7 @@ class KeyedWatermarkProcessFunction(ABC):
         """Per stored key, the earliest event time at which this processor needs the key's
         state although the key sent no rows (its timers aside, which the runtime knows).
 
-        The executor-local store (:mod:`~trilink_spark.keyed.incremental`) reads a key that
+        The executor-local store (:mod:`~trilink_spark.keyed.durable.local_sync`) reads a key that
         sent no rows only when its watermark can reach this time (once the key is idle) or
         one of its timers. Default None: a key with rows in a ``runtime.shared`` table is
         read at every batch once it is idle (correct for any processor, at the cost of
@@ -497,7 +497,7 @@ class KeyedWatermarkProcessFunction(ABC):
         Parameters
         ----------
         table : pyarrow.Table
-            Stored state rows (:mod:`~trilink_spark.keyed.snapshot`'s columns).
+            Stored state rows (:mod:`~trilink_spark.keyed.durable.codec`'s columns).
 
         Returns
         -------
@@ -558,7 +558,7 @@ class KeyedRuntime:
         counts as idle (module docs).
     state : PartitionState, optional
         A :meth:`snapshot` to resume from (decoded from a stored table by
-        :func:`~trilink_spark.keyed.snapshot.decode_state`).
+        :func:`~trilink_spark.keyed.durable.codec.decode_state`).
     value_fields : dict of str to pyarrow.DataType, optional
         The processor's declared ``state_schema``, field by field: ``ctx.set_state`` checks
         values against it.
@@ -616,7 +616,7 @@ class KeyedRuntime:
 
     def snapshot(self) -> PartitionState:
         """The partition's state (watermarks, user state, timers, counters), to store with
-        :func:`~trilink_spark.keyed.snapshot.encode_state`. Its dicts are the runtime's own,
+        :func:`~trilink_spark.keyed.durable.codec.encode_state`. Its dicts are the runtime's own,
         not copies: encode them before the runtime processes more rows."""
         c = self.counters
         return PartitionState(

@@ -6,7 +6,7 @@
 waiting for a global watermark. It is vectorised over every key of a partition (pandas
 group-bys; no Python call per key or row) through the vectorised hooks ``process_rows`` and
 ``on_watermark``: the runtime judges lateness and applies the idle rule, exactly as for per-key
-processors (:mod:`trilink_spark.keyed.process`); the aggregate only keeps its open windows, in
+processors (:mod:`trilink_spark.keyed.semantics.process`); the aggregate only keeps its open windows, in
 one table per partition keyed by ``(key, window start)``.
 """
 
@@ -21,12 +21,12 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from ..columns import quoted, require_columns
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from ..eventtime import MAX_EXACT, SPARK_TIME_TYPES, delay_in_units, from_units
+from ...columns import quoted, require_columns
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError
+from ...eventtime import MAX_EXACT, SPARK_TIME_TYPES, delay_in_units, from_units
 from .process import KeyedBatch, KeyedContext, KeyedRuntime
 from .process import KeyedWatermarkProcessFunction, Output
-from .snapshot import NAN_KEY, NULL_KEY, object_array
+from .keys import NAN_KEY, NULL_KEY, object_array
 
 __all__ = ["KeyedWindowAggregate", "WINDOW_AGGS", "WindowAgg"]
 
@@ -199,7 +199,7 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
 
     def on_watermark(self, runtime: KeyedRuntime) -> Output:
         """Emit every open window whose end its key's watermark reached (all of them once
-        input ended). Cost: one :meth:`~trilink_spark.keyed.process.KeyedRuntime.watermarks`
+        input ended). Cost: one :meth:`~trilink_spark.keyed.semantics.process.KeyedRuntime.watermarks`
         call over the open windows."""
         table = runtime.shared.get("windows")
         if table is None or not len(table):

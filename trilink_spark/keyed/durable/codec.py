@@ -28,91 +28,25 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ..errors import StateCorruptError, StateTypeError
+from ...errors import StateCorruptError, StateTypeError
+from ...state.store import KEY_FIELD
+from ..semantics.keys import NAN_KEY, NULL_KEY, PartitionState, object_array
 
-__all__ = ["PartitionState", "encode_state", "decode_state", "decode_keys", "split_out", "cut_segments", "merge_in",
-           "check_value", "object_array", "key_array", "read_counters", "add_counters", "KEY_FIELD", "NULL_KEY"]
-__all__ += ["BATCH_TIME", "NAN_KEY", "user_key"]
+__all__ = ["encode_state", "decode_state", "decode_keys", "split_out", "cut_segments",
+           "merge_in", "key_array", "read_counters", "add_counters", "BATCH_TIME"]
 
-KEY_FIELD = "key"
 #: The state column of each key's last batch time (module docs).
 BATCH_TIME = "batch_time"
-#: The one object the runtime uses for the null key, so that its state is found again from
-#: batch to batch (NaN is not equal to itself; this object is identical). The hooks get
-#: ``None`` instead (:func:`user_key`).
-NULL_KEY: float = float("nan")
-
-
-class _NaNKey:
-    """The type of :data:`NAN_KEY` (one instance, equal only to itself)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "NAN_KEY"
-
-    def __reduce__(self) -> str:
-        return "NAN_KEY"  # unpickles as the module's one object
-
-
-#: The one object the runtime uses for the NaN key of a floating key column, a key of its
-#: own beside the null key, as in Spark's ``groupBy``. Not a float: pandas takes every NaN
-#: for a missing value, and would merge it with the null key in an index or a group-by. The
-#: hooks get ``float("nan")`` instead (:func:`user_key`).
-NAN_KEY: Any = _NaNKey()
-
-
-def user_key(key: Any) -> Any:
-    """A runtime key as the hooks and the results give it: ``None`` for the null key
-    (:data:`NULL_KEY`, or any other float NaN standing for it), ``float("nan")`` for
-    :data:`NAN_KEY`, every other key itself. O(1).
-
-    Examples
-    --------
-    >>> user_key(NULL_KEY) is None, user_key(NAN_KEY), user_key(7)
-    (True, nan, 7)
-    """
-    if key is NAN_KEY:
-        return math.nan
-    if isinstance(key, float) and key != key:
-        return None
-    return key
 _SHARED = "shared:"
 _META_HIGH = b"trilink.partition_high"
 _META_COUNTERS = b"trilink.counters"
 _META_SHARED = b"trilink.shared"
 _META_TABLES = b"trilink.shared_tables"
-
-
-@dataclass
-class PartitionState:
-    """The plain fields of one partition's keyed runtime."""
-
-    key_high: dict[Hashable, float] = field(default_factory=dict)
-    last_seen: dict[Hashable, float] = field(default_factory=dict)
-    key_rows: dict[Hashable, int] = field(default_factory=dict)
-    values: dict[Hashable, dict[str, Any]] = field(default_factory=dict)
-    timers: list[tuple[Hashable, int]] = field(default_factory=list)
-    partition_high: float = -math.inf
-    counters: dict[str, int] = field(default_factory=dict)
-    shared: dict[str, Any] = field(default_factory=dict)
-    #: The processing time (ms since the epoch) of the last batch that brought each key a row
-    #: (the ``batch_time`` column; a key without an entry has none recorded).
-    batch_time: dict[Hashable, float] = field(default_factory=dict)
-
-
-def object_array(items: Sequence[Any]) -> np.ndarray[Any, Any]:
-    """A 1-d object array of ``items`` (one step per item, so tuple keys stay whole)."""
-    out = np.empty(len(items), dtype=object)
-    for i, item in enumerate(items):
-        out[i] = item
-    return out
 
 
 def _plain(value: Any) -> Any:
@@ -150,30 +84,6 @@ def _json(value: Any, what: str) -> str:
             "JSON-representable (None, bool, int, float, str, lists and str-keyed dicts); "
             "declare state_schema = '<Spark DDL>' on the processor for typed columns"
         ) from None
-
-
-def check_value(name: str, value: Any, fields: dict[str, Any] | None, key: Hashable) -> None:
-    """Refuse a value that the declared ``state_schema`` cannot hold (O(size of value)).
-
-    Raises
-    ------
-    StateTypeError
-        ``name`` is not a declared field, or ``value`` does not convert to its type.
-    """
-    if fields is None:
-        return
-    import pyarrow as pa
-
-    if name not in fields:
-        raise StateTypeError(
-            f"state value {name!r} of key {key!r} is not declared in the processor's "
-            f"state_schema (declared: {', '.join(fields)})")
-    try:
-        pa.scalar(value, type=fields[name], from_pandas=True)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as err:
-        raise StateTypeError(
-            f"state value {name!r} of key {key!r} is {value!r} ({type(value).__name__}), which "
-            f"does not fit its declared type {fields[name]} ({err})") from None
 
 
 def key_array(keys: list[Hashable], key_type: Any) -> Any:

@@ -40,11 +40,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ..columns import POS_COL, WATERMARK_COL, check_user_columns, column_of, require_columns
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from .._internal.validation import refuse_streaming
+from ...columns import POS_COL, WATERMARK_COL, check_user_columns, column_of, require_columns
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..._internal.validation import refuse_streaming
 from .prepare import KEYED_STREAM_ROUTE
-from ..eventtime import delay_in_units, event_time_micros
+from ...eventtime import delay_in_units, event_time_micros
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -200,7 +200,7 @@ def key_watermark_of(event_time: Column, window: WindowSpec, delay: float) -> Co
     ``window`` frames (a key group's earlier rows in arrival order: ``rowsBetween(
     unboundedPreceding, -1)``) minus ``delay``; null for a group's first row. Null and NaN
     event times move no watermark. With :func:`late_against`, the one keyed-watermark rule in
-    Spark (the Python runtime's is :meth:`~trilink_spark.keyed.process.KeyedRuntime.judge`).
+    Spark (the Python runtime's is :meth:`~trilink_spark.keyed.semantics.process.KeyedRuntime.judge`).
 
     Notes
     -----

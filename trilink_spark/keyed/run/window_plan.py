@@ -4,10 +4,10 @@ Python worker.
 On a bounded DataFrame, :func:`~trilink_spark.keyed_process` with the built-in
 :class:`~trilink_spark.KeyedWindowAggregate` gives the same rows from a Spark plan as from the
 Python runtime, because on bounded input every step of the runtime's semantics
-(:mod:`trilink_spark.keyed.process`) is a column expression:
+(:mod:`trilink_spark.keyed.semantics.process`) is a column expression:
 
 - a row's key watermark is the running maximum of its key's earlier rows in arrival order minus
-  ``delay``: a window function (:func:`~trilink_spark.keyed.watermark.key_watermark_of`, the rule
+  ``delay``: a window function (:func:`~trilink_spark.keyed.run.watermark.key_watermark_of`, the rule
   :func:`~trilink_spark.keyed_watermark` applies with ``n_keys=1``, one watermark per key, which
   is what the runtime keeps);
 - on-time rows with a known event time then aggregate by ``(key, window start)`` with Spark's
@@ -30,16 +30,16 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._internal.spark.session import conf_get
-from ..columns import EVENT_TIME_COL, PARTITION_COL, POS_COL, WATERMARK_COL, column_of
-from ..columns import require_columns
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from ..placement.source import is_keyed_by_source
-from .._internal.validation import choice, refuse_streaming
+from ..._internal.spark.session import conf_get
+from ...columns import EVENT_TIME_COL, PARTITION_COL, POS_COL, WATERMARK_COL, column_of
+from ...columns import require_columns
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError
+from ...placement.source import is_keyed_by_source
+from ..._internal.validation import choice, refuse_streaming
 from .prepare import KEYED_STREAM_ROUTE, check_processor
-from .process import KeyedWatermarkProcessFunction
+from ..semantics.process import KeyedWatermarkProcessFunction
 from .watermark import key_watermark_of, late_against
-from .windows import KeyedWindowAggregate
+from ..semantics.windows import KeyedWindowAggregate
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -137,7 +137,7 @@ def spark_window_aggregate(placed: DataFrame, key: str, processor: KeyedWindowAg
     Parameters
     ----------
     placed : pyspark.sql.DataFrame
-        Rows tagged by :func:`~trilink_spark.keyed.prepare.prepare` and placed by
+        Rows tagged by :func:`~trilink_spark.keyed.run.prepare.prepare` and placed by
         :func:`~trilink_spark.placement.key_by.place_rows`: the key, the value, ``order_by``,
         :data:`~trilink_spark.columns.POS_COL`, :data:`~trilink_spark.columns.EVENT_TIME_COL`
         and :data:`~trilink_spark.columns.PARTITION_COL`.

@@ -21,21 +21,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._internal.memory import release_unused_memory
-from .._internal.optiming import OperatorTimer, Stopwatch
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
-from ..errors import TrilinkError
-from ..partitioners import BlockPartitioner
-from ..state.store import KEY_FIELD, KeyedStateStore
-from ..state.changelog import changelog_table
-from ..state.local import LocalState
-from .history import key_profile
-from .incremental import (MAX_CHAIN_INTERVALS, LocalConfig, SwapIn, load_touched, local_root,
-                          save_touched, sync)
+from ..._internal.memory import release_unused_memory
+from ..._internal.optiming import OperatorTimer, Stopwatch
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
+from ...errors import TrilinkError
+from ...partitioners import BlockPartitioner
+from ...state.store import KEY_FIELD, KeyedStateStore
+from ...state.changelog import changelog_table
+from ...state.local import LocalState
+from ..records.history import key_profile
+from ..durable.local_sync import (MAX_CHAIN_INTERVALS, LocalConfig, SwapIn, load_touched,
+                                  local_root, save_touched, sync)
 from .prepare import in_arrival_order
-from .process import KeyedRuntime, KeyedWatermarkProcessFunction
-from .snapshot import PartitionState, add_counters, decode_state, encode_state, merge_in
-from .snapshot import split_out
+from ..semantics.process import KeyedRuntime, KeyedWatermarkProcessFunction
+from ..semantics.keys import PartitionState
+from ..durable.codec import add_counters, decode_state, encode_state, merge_in
+from ..durable.codec import split_out
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -183,7 +184,7 @@ def partition_function(
     processor, key
         The process function and the key column.
     delay, idle_timeout : float
-        In the event-time column's units (:func:`~trilink_spark.keyed.prepare.prepare`).
+        In the event-time column's units (:func:`~trilink_spark.keyed.run.prepare.prepare`).
     arrow_schema : pyarrow.Schema
         The processor's ``output_schema``.
     io : StateIO or None
@@ -200,8 +201,8 @@ def partition_function(
     -------
     callable
         ``run(batches) -> batches``. Each task puts its rows in arrival order
-        (:func:`~trilink_spark.keyed.prepare.in_arrival_order`), runs the hooks through a
-        :class:`~trilink_spark.keyed.process.KeyedRuntime` and converts what they returned
+        (:func:`~trilink_spark.keyed.run.prepare.in_arrival_order`), runs the hooks through a
+        :class:`~trilink_spark.keyed.semantics.process.KeyedRuntime` and converts what they returned
         (:func:`outputs_to_batches`). Cost: the partition's rows and outputs in memory.
     """
     value_type = None if io is None else io.value_type
@@ -324,7 +325,7 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
                processor: KeyedWatermarkProcessFunction, key: str, delay: float, idle_timeout: float, fields: dict[str, Any] | None,
                arrow_schema: Any) -> tuple[list[Any], dict[str, Any], float]:
     """One task on the executor-local store: only the batch's and the due keys' state is
-    read, decoded and written (:mod:`~trilink_spark.keyed.incremental`). Returns the output
+    read, decoded and written (:mod:`~trilink_spark.keyed.durable.local_sync`). Returns the output
     batches, what the timing record adds (``sync``, ``keys_read``, ``snapshot``) and the
     milliseconds of the copy's upkeep (:func:`_timing`)."""
     config = io.local
@@ -408,7 +409,7 @@ class StateIO:
         still names it (:meth:`KeyedStateStore.check_owner`; one small read), so a runner
         whose path was taken over writes nothing. None: no check.
     local : LocalConfig or None
-        The executor-local store (:mod:`~trilink_spark.keyed.incremental`): a task of a batch
+        The executor-local store (:mod:`~trilink_spark.keyed.durable.local_sync`): a task of a batch
         without a swap reads and writes only the keys it touches, and writes a changelog.
         None: each task reads and writes its partition's whole state (a snapshot).
     """
@@ -475,7 +476,7 @@ class StateIO:
         """Write ``pid``'s version as it stands (no task ran for it: an empty micro-batch):
         with the local store, an empty changelog that keeps the partition-wide values (O(1)
         and one listing), but a snapshot once its last one is
-        :data:`~trilink_spark.keyed.incremental.MAX_CHAIN_INTERVALS` snapshot intervals old,
+        :data:`~trilink_spark.keyed.durable.local_sync.MAX_CHAIN_INTERVALS` snapshot intervals old,
         so that a partition without rows keeps its chain of changelogs bounded; else the
         whole state again."""
         if self.local is not None and not self.swap and not self._chain_too_long(pid):

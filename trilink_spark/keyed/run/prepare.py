@@ -14,17 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..columns import EVENT_TIME_COL, PARTITION_COL, POS_COL, check_user_columns
-from ..columns import check_atomic_key, column_of, require_columns
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from ..eventtime import delay_in_units, event_time_micros
-from ..placement.source import check_source_layout
-from .process import KeyedWatermarkProcessFunction
+from ...columns import EVENT_TIME_COL, PARTITION_COL, POS_COL, check_user_columns
+from ...columns import check_atomic_key, column_of, require_columns
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError
+from ...eventtime import delay_in_units, event_time_micros
+from ...placement.source import check_source_layout
+from ..semantics.process import KeyedWatermarkProcessFunction
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["check_processor", "prepare", "arrival_order", "in_arrival_order", "in_place",
+__all__ = ["check_processor", "prepare", "arrival_order", "in_arrival_order",
            "KEYED_STREAM_ROUTE"]
 
 #: What a refused streaming frame is told to use instead (``keyed_watermark``,
@@ -162,12 +162,3 @@ def in_arrival_order(table: Any) -> Any:
     if len(positions) < 2 or bool(np.all(positions[1:] > positions[:-1])):
         return rest
     return rest.take(np.argsort(positions, kind="stable"))
-
-
-def in_place(declared: DataFrame, key: str, tagged: DataFrame) -> DataFrame:
-    """Ahead KeyBy: ``tagged`` stays where it was read; its partition id is the input one."""
-    from pyspark.sql import functions as F
-
-    check_source_layout(declared, key)
-    placed: DataFrame = tagged.withColumn(PARTITION_COL, F.spark_partition_id())
-    return placed

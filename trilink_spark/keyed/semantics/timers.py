@@ -13,8 +13,8 @@ from typing import Any
 
 from sortedcontainers import SortedKeyList
 
-from ..errors import InvalidArgumentTypeError
-from .snapshot import NAN_KEY
+from ...errors import InvalidArgumentTypeError
+from .keys import NAN_KEY
 
 __all__ = ["TimerService"]
 

@@ -2,7 +2,7 @@
 
 A micro-batch of :func:`~trilink_spark.keyed_foreach_batch` runs with the placement stored
 with its state: the first batch's (:func:`first_placement`), the input's own under Ahead KeyBy
-(:func:`source_placement`), or the one a swap (:mod:`trilink_spark.keyed.swap`) moves the
+(:func:`source_placement`), or the one a swap (:mod:`trilink_spark.keyed.swaps.plan`) moves the
 state to. A swap comes from :meth:`~trilink_spark.keyed.KeyedBatchFunction.request_swap`, from an
 adaptive strategy's switch (:func:`adaptive_request`), from a restart with other arguments than
 the job was last started with (:func:`restart_request`, :func:`started_arguments`), from a
@@ -31,17 +31,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._internal.spark.compat import num_partitions
-from .._internal.validation import MAX_PARTITIONS
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
-from ..errors import TrilinkError
-from ..partitioners import BlockPartitioner, HashPartitioner, Partitioner, WeightPartitioner
-from ..partitioners.base import KEY_KINDS
-from ..partitioners.overlay import OverlayPartitioner
-from ..placement.key_by import key_kind, null_policy_of, resolve_strategy
-from ..state.store import KEY_FIELD, KeyedStateStore
-from .prepare import in_place
-from .swap import SwapReport, SwapRequest
+from ..._internal.spark.compat import num_partitions
+from ..._internal.validation import MAX_PARTITIONS
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
+from ...errors import TrilinkError
+from ...partitioners import BlockPartitioner, HashPartitioner, Partitioner, WeightPartitioner
+from ...partitioners.base import KEY_KINDS
+from ...partitioners.overlay import OverlayPartitioner
+from ...placement.key_by import key_kind, null_policy_of, resolve_strategy
+from ...state.store import KEY_FIELD, KeyedStateStore
+from ...placement.source import in_place
+from .plan import SwapReport, SwapRequest
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
