@@ -221,6 +221,7 @@ def test_import_graph_has_no_circle_and_keeps_the_layers():
     edges, private = graph.imports(mods)
     assert graph.cycles(edges, mods) == []
     assert graph.layer_violations(edges) == []
+    assert graph.room_violations(edges, mods) == []
     assert private == []
     # the data plane never imports the control plane or the command
     plan = graph.package_map(edges)
@@ -244,6 +245,48 @@ def test_graph_checker_finds_a_circle_and_a_layer_breach(tmp_path):
     assert graph.layer_violations(edges) == [
         "trilink_spark.merge.a (merge) imports trilink_spark.switching.c (switching)"]
     assert private == ["trilink_spark.merge.a imports _y from trilink_spark.switching.c"]
+
+
+def test_keyed_rooms_run_bottom_to_top():
+    """keyed/ is cut by job: semantics < durable < swaps < records < run, each room a
+    package with a docstring saying what it holds, and no module of keyed/ outside a room."""
+    assert list(graph.ROOMS["keyed"]) == ["semantics", "durable", "swaps", "records", "run"]
+    keyed = ROOT / "trilink_spark" / "keyed"
+    assert sorted(p.name for p in keyed.glob("*.py")) == ["__init__.py"]
+    for name in graph.ROOMS["keyed"]:
+        doc = ast.get_docstring(ast.parse((keyed / name / "__init__.py").read_text()))
+        assert doc and len(doc) > 80, name
+    # the semantics need no I/O and no Spark: they import nothing of the package but the
+    # bottom layer and themselves, and no module-level pyspark
+    mods = graph.modules()
+    edges, _ = graph.imports(mods)
+    for mod in (m for m in mods if m.startswith("trilink_spark.keyed.semantics.")):
+        assert {graph.subpackage(t) for t in edges[mod]} <= {
+            "keyed", "_internal", "errors", "columns", "eventtime"}, mod
+        assert {t for t in edges[mod] if graph.subpackage(t) == "keyed"} <= {
+            t for t in mods if t.startswith("trilink_spark.keyed.semantics")}, mod
+        tree = ast.parse(mods[mod].read_text(encoding="utf-8"))
+        top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        assert not any("pyspark" in ast.unparse(n) for n in top), mod
+
+
+def test_graph_checker_finds_a_room_breach(tmp_path):
+    pkg = tmp_path / "trilink_spark"
+    for room in ("semantics", "run"):
+        (pkg / "keyed" / room).mkdir(parents=True)
+        (pkg / "keyed" / room / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "keyed" / "__init__.py").write_text("")
+    (pkg / "keyed" / "semantics" / "a.py").write_text("from ..run import b\n")
+    (pkg / "keyed" / "run" / "b.py").write_text("from ..semantics import a\n")
+    (pkg / "keyed" / "loose.py").write_text("")
+    mods = graph.modules(pkg)
+    edges, _ = graph.imports(mods)
+    assert graph.room_violations(edges, mods) == [
+        "trilink_spark.keyed.semantics.a (keyed/semantics) imports trilink_spark.keyed.run.b "
+        "(keyed/run)",
+        "trilink_spark.keyed.loose sits in no room of keyed (semantics, durable, swaps, "
+        "records, run)"]
 
 
 def test_graph_checker_sees_what_hides_a_dependency(tmp_path):

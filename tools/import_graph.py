@@ -11,6 +11,8 @@ Rules checked (exit status 1 when one is broken):
   imports ``cli``, and inside each plane imports point one way (the README's map);
   the bottom layer (top-level modules) imports only the bottom layer; every subpackage has a
   rank (or is ``_internal``, the bottom layer);
+- rooms: inside a subpackage cut into rooms (``ROOMS``), a room imports only itself and the
+  rooms below it, and every module but the ``__init__`` sits in a room;
 - no module imports the facade (``trilink_spark/__init__``), by ``from`` or ``import``;
 - no module imports a private (``_name``) name from another module of the package, or reads
   one as an attribute of an imported module;
@@ -50,6 +52,12 @@ RANKS = {
     "elastic": 8,
     "ui": 9,  # the live view, on top of what the control plane reports
     "cli": 10,
+    "testing": 10,  # launchers and the keyed tester, for users' own tests: nothing imports it
+}
+#: Rooms inside a subpackage, bottom to top: a module of a room imports only its own room
+#: and the rooms below it (the subpackage's ``__init__`` re-exports from every room).
+ROOMS = {
+    "keyed": {"semantics": 1, "durable": 2, "swaps": 3, "records": 4, "run": 5},
 }
 
 
@@ -235,6 +243,35 @@ def layer_violations(edges: dict[str, set[str]]) -> list[str]:
     return out
 
 
+def room(mod: str) -> tuple[str, str] | None:
+    """``(subpackage, room)`` of a module inside a room of :data:`ROOMS`, else None."""
+    parts = mod.split(".")
+    if len(parts) > 3 and parts[2] in ROOMS.get(parts[1], {}):
+        return parts[1], parts[2]
+    return None
+
+
+def room_violations(edges: dict[str, set[str]], mods: dict[str, Path] | None = None) -> list[str]:
+    """Imports from a room up to a higher room of the same subpackage, and modules of a
+    roomed subpackage that sit in no room (only its ``__init__`` may)."""
+    out = []
+    for mod, targets in edges.items():
+        src = room(mod)
+        if src is None:
+            continue
+        ranks = ROOMS[src[0]]
+        for target in targets:
+            dst = room(target)
+            if dst is not None and dst[0] == src[0] and ranks[dst[1]] > ranks[src[1]]:
+                out.append(f"{mod} ({src[0]}/{src[1]}) imports {target} ({dst[0]}/{dst[1]})")
+    for mod, path in (mods or {}).items():
+        parts = mod.split(".")
+        if len(parts) == 3 and parts[1] in ROOMS and path.name != "__init__.py" \
+                and parts[2] not in ROOMS[parts[1]]:
+            out.append(f"{mod} sits in no room of {parts[1]} ({', '.join(ROOMS[parts[1]])})")
+    return out
+
+
 def package_map(edges: dict[str, set[str]]) -> dict[str, set[str]]:
     """Subpackage -> the subpackages (and bottom modules) it imports."""
     out: dict[str, set[str]] = defaultdict(set)
@@ -255,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     edges, private = imports(mods)
     problems = [f"import circle: {' -> '.join(c)}" for c in cycles(edges, mods)]
     problems += [f"layer rule: {v}" for v in layer_violations(edges)]
+    problems += [f"room rule: {v}" for v in room_violations(edges, mods)]
     problems += [f"private name: {p}" for p in private]
     problems += [f"facade import: {p}" for p in FACADE_IMPORTS]
     problems += [f"dynamic import: {p}" for p in DYNAMIC_IMPORTS]
