@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["partition_function", "outputs_to_batches", "StateIO", "state_types",
-           "run_without_rows", "runtime_frame"]
+           "run_without_rows", "runtime_frame", "run_batch"]
 
 logger = logging.getLogger(__name__)
 
@@ -236,14 +236,8 @@ def partition_function(
             runtime = KeyedRuntime(processor, key, delay, idle_timeout, previous, fields,
                                    None if io is None or io.local is None
                                    else io.local.batch_time)
-            processor.open(pid)
-            late_before = late_counts(runtime)
-            outs = [] if frame is None else runtime.process(frame)
-            late = late_since(runtime, late_before)
-            if io is None:
-                outs += runtime.finish()
-            processor.close()
-            batches_out = list(outputs_to_batches(outs, arrow_schema))
+            batches_out, late = run_batch(runtime, pid, frame, arrow_schema,
+                                          bounded=io is None)
             if io is not None:
                 io.save(pid, runtime.snapshot(), _timing(io, keys, started, late))
         yield from watch.emit(batches_out)
@@ -257,6 +251,51 @@ def partition_function(
         release_unused_memory()  # so a reused worker does not keep this task's peak
 
     return run_and_release
+
+
+def run_batch(runtime: KeyedRuntime, pid: int, frame: Any, arrow_schema: Any,
+              bounded: bool = False) -> tuple[list[Any], dict[str, int]]:
+    """One partition's batch through its runtime, as every keyed task runs it.
+
+    The processor's ``open(pid)``, the batch's rows (:meth:`KeyedRuntime.process`; none when
+    ``frame`` is None), for bounded input the end of input (:meth:`KeyedRuntime.finish`: every
+    watermark at infinity), ``close()``, then what the hooks returned as Arrow batches of
+    ``arrow_schema`` (:func:`outputs_to_batches`). The caller loads the runtime's state before
+    and stores its :meth:`~KeyedRuntime.snapshot` after.
+
+    Parameters
+    ----------
+    runtime : KeyedRuntime
+        The partition's runtime, with the state the batch starts from.
+    pid : int
+        The partition id ``open`` gets.
+    frame : pandas.DataFrame or None
+        The batch's rows in arrival order, with the key exact (:func:`runtime_frame`) and
+        :data:`~trilink_spark.columns.EVENT_TIME_COL`; None: the partition got no rows.
+    arrow_schema : pyarrow.Schema
+        The processor's ``output_schema``.
+    bounded : bool
+        Whether the input ends with this batch (:func:`~trilink_spark.keyed_process`).
+
+    Returns
+    -------
+    batches : list of pyarrow.RecordBatch
+    late : dict
+        The rows this batch found late (:func:`late_since`).
+
+    Notes
+    -----
+    Cost: the hooks', plus O(output rows) to convert what they returned.
+    """
+    processor = runtime.processor
+    processor.open(pid)
+    late_before = late_counts(runtime)
+    outs = [] if frame is None else runtime.process(frame)
+    late = late_since(runtime, late_before)
+    if bounded:
+        outs += runtime.finish()
+    processor.close()
+    return list(outputs_to_batches(outs, arrow_schema)), late
 
 
 def run_without_rows(spark: Any, io: StateIO, partitions: list[int],
@@ -352,12 +391,7 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
                 local.reset()
         runtime = KeyedRuntime(processor, key, delay, idle_timeout, previous, fields,
                                config.batch_time)
-        processor.open(pid)
-        late_before = late_counts(runtime)
-        outs = [] if frame is None else runtime.process(frame)
-        late = late_since(runtime, late_before)
-        processor.close()
-        batches_out = list(outputs_to_batches(outs, arrow_schema))
+        batches_out, late = run_batch(runtime, pid, frame, arrow_schema)
         written, snapshot_ms = save_touched(
             local, io.store, config, pid, io.batch_id, target, runtime.snapshot(), before,
             io.key_type, io.value_type, processor, delay, idle_timeout, lambda: io.fence(pid),
