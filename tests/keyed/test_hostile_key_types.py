@@ -27,7 +27,7 @@ import trilink_spark as tl
 from trilink_spark._internal.io.sealed import CHECKSUM_KEY, SEALED_KEY
 from trilink_spark.errors import InvalidArgumentError, InvalidKeyTypeError
 from trilink_spark.keyed import KeyedBatchFunction
-from trilink_spark.keyed.swaps.replanner import bound_placement, stored_key_type
+from trilink_spark.keyed.swaps.placement import bound_placement, stored_key_type
 from trilink_spark.switching import LoadAwareRebalancer, RebalanceDecision
 from testkit.swaps import check_invariants
 

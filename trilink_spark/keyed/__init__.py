@@ -70,7 +70,7 @@ MOVED_MODULES = {f"{__name__}.{old}": homes for old, homes in {
     "incremental": (durable.local_sync,),
     "swap": (swaps.plan,),
     "swap_blocks": (swaps.block_plan,),
-    "replan": (swaps.replanner,),
+    "replan": (swaps.placement, swaps.replanner),
     "history": (records.history,),
     "state_reader": (records.state_reader,),
     "batch": (run.bounded,),

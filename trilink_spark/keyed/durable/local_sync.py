@@ -40,12 +40,13 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from ...columns import EVENT_TIME_COL
+from ...partitioners import BlockPartitioner
 from ...errors import StateCorruptError, StateTypeError, TrilinkError
 from ...state.changelog import DELETED_FIELD, changelog_info, changelog_table, combine
 from ...state.local import NULL_KEY_BYTES, LocalState, head, key_bytes, split_head
@@ -59,7 +60,6 @@ from .snapshot_writer import start_snapshot, with_meta
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ...partitioners import BlockPartitioner
     from ..semantics.process import KeyedWatermarkProcessFunction
 
 __all__ = ["LocalConfig", "LocalSync", "SwapIn", "read_moved", "local_root", "sync", "load_touched", "save_touched", "wake_times",
@@ -128,6 +128,13 @@ class LocalConfig:
         another layout is rebuilt, not read (its keys would be looked up under other bytes)."""
         b = self.blocks
         return "none" if b is None else f"{b.num_blocks}:{b.key_type}:{b.null_policy}"
+
+    def placed_by(self, placement: Any) -> LocalConfig:
+        """These settings for a batch placed by ``placement``: a block table gives each key
+        its block; any other placement keeps the default blocks. O(1)."""
+        if isinstance(placement, BlockPartitioner):
+            return replace(self, blocks=placement)
+        return self
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from ..._internal.validation import count
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ...partitioners import BlockPartitioner
 from ...state.store import KEY_FIELD, KeyedStateStore
-from ..swaps.replanner import bound_placement, stored_key_type
+from ..swaps.placement import bound_placement, stored_key_type
 from ..durable.codec import decode_keys, decode_state, read_counters
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ What committed state says (:func:`read_task_timings`, :func:`sum_counters`,
 :func:`read_state_values`) is read by :mod:`~trilink_spark.keyed.records.state_reader`. What this
 module calls: :mod:`~trilink_spark.keyed.durable.manifest` (the manifest protocol: one writer, the
 version a batch starts from, the commit), :mod:`~trilink_spark.keyed.run.prepare` (arguments,
-arrival order), :mod:`~trilink_spark.keyed.swaps.replanner` (the batch's placement and the swaps
+arrival order), :mod:`~trilink_spark.keyed.swaps.placement` (the batch's placement and the swaps
 decided for it) and :mod:`~trilink_spark.keyed.run.task` (each partition's task and its state
 I/O).
 """
@@ -19,67 +19,91 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..._internal.optiming import operator_timer
 from ..._internal.spark.session import conf_count, conf_get
 from ..._internal.spark.compat import streaming_query_id
 from ..._internal.spark.executors import ensure_executors
-from ..._internal.validation import choice, seconds
-from ...errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
-from ...errors import StateStoreError
+from ..._internal.validation import choice, refuse_streaming_batch_function, seconds
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError
 from ...columns import python_input
 from ...partitioners import BlockPartitioner, Partitioner
 from ...partitioners.keys import check_null_policy
-from ...placement.key_by import place_rows
-from ...placement.source import is_keyed_by_source
 from ...eventtime import delay_in_units, event_time_micros
 from ...state.local import LOCAL_KEY_TYPES, supports_key_type
 from ...state.batch import StatefulBatchFunction
 from ...state.store import KeyedStateStore
-from ..records.history import record_run_batch, run_history_keep
+from ..semantics.process import KeyedWatermarkProcessFunction
 from ..durable.local_sync import LocalConfig, LocalSync
 from ..durable.manifest import PROCESSING_RECORD, batch_time, claim, commit_batch, runner_config
 from ..durable.manifest import start_version
-from .prepare import arrival_order, check_processor, prepare
-from ..semantics.process import KeyedWatermarkProcessFunction
-from ..swaps.replanner import KeyColumn, Placed, adaptive_choice, adaptive_request, bound_placement
-from ..swaps.replanner import (check_rebalancer, first_placement, rebalance_target,
-                               rebalancer_decision)
-from ..swaps.replanner import refusal_report, replayed_placement, restart_request, resume_request
-from ..swaps.replanner import check_restart_null_policy, source_placement, started_arguments
-from ..swaps.replanner import state_key_type, stored_placement, swap_report
+from ..swaps.placement import KeyColumn, Placed, check_rebalancer, swap_report
+from ..swaps.plan import SwapReport, SwapRequest, write_segments
+from ..swaps.replanner import SWAP_RECORD, Replanner
+from ..records.history import record_run_batch, run_history_keep
 from ..records.state_reader import read_state_values, read_task_timings, sum_counters
-from ..swaps.plan import SwapReport, SwapRequest, check_request, plan_swap, write_segments
-from ..swaps.block_plan import block_aim, plan_block_swap, plans_by_blocks
+from .prepare import arrival_order, check_processor, prepare
 from .task import StateIO, partition_function, run_without_rows, state_types
-from ..._internal.validation import refuse_streaming_batch_function
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["KeyedBatchFunction", "keyed_foreach_batch"]
+__all__ = ["KeyedBatchFunction", "keyed_foreach_batch", "PreparedBatch", "SWAP_RECORD"]
 
 logger = logging.getLogger(__name__)
 
-#: Name of the state path's record of a swap requested and not yet planned
-#: (:meth:`KeyedStateStore.save_record`).
-SWAP_RECORD = "swap-request"
+@dataclass(frozen=True)
+class PreparedBatch:
+    """One micro-batch as :meth:`KeyedBatchFunction.__call__` prepared it for its tasks.
+
+    Attributes
+    ----------
+    tagged : DataFrame
+        The batch's rows with their arrival positions, not yet placed.
+    delay, idle : float
+        ``delay`` and ``idle_timeout`` in the event-time column's units.
+    out_schema, arrow_schema
+        The processor's output schema (Spark, Arrow).
+    key_type, value_type
+        The state's key and value Arrow types.
+    config : dict
+        The run's configuration as the manifest records it (a restart must match it).
+    query : str or None
+        The streaming query's id (the same writer across a restart).
+    """
+
+    tagged: Any
+    delay: float
+    idle: float
+    out_schema: Any
+    arrow_schema: Any
+    key_type: Any
+    value_type: Any
+    config: dict[str, Any]
+    query: str | None
 
 
 class KeyedBatchFunction(StatefulBatchFunction):
     """The ``foreachBatch`` callable of :func:`keyed_foreach_batch`.
+
+    Each call runs one micro-batch in five steps: prepare (arguments, types, arrival order),
+    claim (the manifest: one writer, the version the batch starts from), place (its
+    :class:`~trilink_spark.keyed.swaps.replanner.Replanner` decides the placement and any
+    swap), tasks (one per partition, each on its own state), commit (the manifest records the
+    batch; the rebalancer and the history see it).
 
     Attributes
     ----------
     swaps : list of SwapReport
         One report per batch that moved state (:meth:`request_swap`), and one per swap
         refused at a batch (``refused`` says why).
+    replanner : Replanner
+        The owner of the run's placement decision.
     """
 
     def __init__(self, func: Callable[[DataFrame, int], Any], store: KeyedStateStore,
@@ -87,16 +111,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
         super().__init__(func, store, options)
         self.token = uuid.uuid4().hex
         self.swaps: list[SwapReport] = []
-        #: ``(batch_id, decision)`` of every batch the rebalancer judged, each batch once.
-        self.rebalances: list[tuple[int, Any]] = []
-        self._rebalanced_through: int | None = None  # the last batch the rebalancer saw
-        self._request: SwapRequest | None = None
-        self._lock = threading.Lock()
+        self.replanner = Replanner(store, options)
         self._types: tuple[Any, Any] | None = None
-        self._column: KeyColumn | None = None
-        #: The key type of a state whose placement record holds none (an older release's),
-        #: derived once from its stored keys (:func:`~trilink_spark.keyed.swaps.replanner.state_key_type`).
-        self._derived_kind: tuple[str | None] | None = None
         self._warned_files = False  # logged once that the key type keeps the file store
         self._ttl_units = math.inf  # state_ttl in the event-time column's units
         self._processing_ttl_ms = math.inf  # state_ttl of processing time, in milliseconds
@@ -104,30 +120,11 @@ class KeyedBatchFunction(StatefulBatchFunction):
         #: recorded processing time yet (:func:`~trilink_spark.keyed.durable.manifest.batch_time`);
         #: replaceable by any picklable callable, a fixed clock in tests.
         self._clock: Callable[[], float] = time.time
-        self._init_placement_state()
-
-    def _init_placement_state(self) -> None:
-        #: the placement arguments of this start, recorded in the manifest (restart rule)
-        self._arguments = {**started_arguments(self.options["strategy"],
-                                               self.options["num_partitions"]),
-                           "null_policy": self.options.get("null_policy")}
-        self._restart_checked = False  # compared with the previous start's arguments yet?
-        self._adaptive: tuple[str, int] | None = None  # the adaptive strategy's last choice
-        self._picked_up = False  # read the stored swap request of an earlier runner yet?
-        self._persisted: str | None = None  # id of the request stored on the state path
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.pop("_lock", None)
-        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
-        if "_restart_checked" not in state:  # pickled by an earlier release
-            self._init_placement_state()
-        self.__dict__.setdefault("_column", None)
-        self.__dict__.setdefault("_derived_kind", None)
+        if "replanner" not in state:  # pickled by an earlier release: its placement fields
+            self.replanner = Replanner.from_fields(self.store, self.options, state)
         self.__dict__.setdefault("_warned_files", False)
         self.__dict__.setdefault("_ttl_units", math.inf)
         self.__dict__.setdefault("_processing_ttl_ms", math.inf)
@@ -194,103 +191,50 @@ class KeyedBatchFunction(StatefulBatchFunction):
         >>> run.request_swap("least_count", mode="fluid", max_keys_per_batch=1000)  # doctest: +SKIP
         """
         request = SwapRequest.checked(strategy, num_partitions, refit, mode, max_keys_per_batch)
-        self._ask(request, persist=True)
-
-    def _ask(self, request: SwapRequest, persist: bool) -> None:
-        """Check ``request`` against the committed state and make it the pending one;
-        ``persist``: also store it on the state path (a ``request_swap`` call)."""
-        manifest = self.store.read_manifest()
-        committed = [] if manifest is None else manifest.get("committed", [])
-        if committed:
-            last = int(committed[-1])
-            plan = self.store.load_plan(last)
-            if plan is not None and not plan["complete"]:
-                raise InvalidArgumentError(
-                    "a fluid swap is under way; request another once run.swaps[-1].complete "
-                    "is True (or call run.cancel_swap() to drop a pending request)")
-            current, _, recorded = self.store.placement_record_at(last, manifest)
-            if current is None:
-                raise InvalidArgumentError(
-                    f"state at {self.store.path} is placed by keyed_by_source (each input "
-                    "partition keeps its own state): it cannot swap")
-            kind, column_type = self._key_type(recorded)
-            check_request(bound_placement(current, kind, recorded is not None), request, kind,
-                          column_type)
-        if persist:
-            request = replace(request, request_id=uuid.uuid4().hex)
-        with self._lock:
-            if persist:
-                self.store.save_record(SWAP_RECORD, request.to_record())
-                self._persisted = request.request_id
-            self._request = request
-
-    def _key_type(self, recorded: str | None) -> tuple[str | None, str | None]:
-        """The key type a request is checked with, and the key column's Spark type when no
-        strategy hashes it in Python (a ``double`` column, say; else None).
-
-        The state's key type is the one its placement record holds (``recorded``), the one
-        every plan places keys by; a record an older release wrote holds none, and then the
-        key type is the one this runner found for the state, else its key column's. Before
-        this runner's first batch on such a state it is not known: ``(None, None)``, and the
-        request is checked when it is planned. O(1).
-        """
-        if recorded is not None:
-            return recorded, None
-        if self._derived_kind is not None and self._derived_kind[0] is not None:
-            return self._derived_kind[0], None
-        if self._column is None:
-            return None, None
-        return self._column.kind, None if self._column.kind else self._column.spark_type
+        self.replanner.ask(request, persist=True)
 
     def cancel_swap(self) -> SwapRequest | None:
         """Drop the swap requested for the next batch (one under way goes on), and its record
         on the state path; returns it (None when this runner holds none)."""
-        with self._lock:
-            request, self._request = self._request, None
-            self.store.delete_record(SWAP_RECORD)
-            self._persisted = None
-        return request
-
-    def _pick_up(self, manifest: dict[str, Any] | None) -> None:
-        """Once per runner: take over the request an earlier runner stored and no batch
-        planned (a request the manifest records as done is deleted, never carried out)."""
-        body = self.store.load_record(SWAP_RECORD)
-        request = None if body is None else SwapRequest.from_record(
-            body, self.store.record_path(SWAP_RECORD))
-        self._picked_up = True
-        if request is None:
-            return
-        with self._lock:
-            if request.request_id == (manifest or {}).get("swap_request_done"):
-                if self._persisted in (None, request.request_id):
-                    self.store.delete_record(SWAP_RECORD)
-                    self._persisted = None
-            elif self._request is None:
-                logger.info("state at %s: a swap requested before the restart and never "
-                            "planned is carried out now", self.store.path)
-                self._request, self._persisted = request, request.request_id
-
-    def _forget(self, done: str | None) -> None:
-        """After the commit that recorded request ``done`` as done: delete its record."""
-        if done is None:
-            return
-        with self._lock:
-            if self._persisted == done:
-                self.store.delete_record(SWAP_RECORD)
-                self._persisted = None
+        return self.replanner.cancel()
 
     @property
     def pending_swap(self) -> SwapRequest | None:
         """The swap requested for the next batch, if any."""
-        return self._request
+        return self.replanner.pending
+
+    @property
+    def rebalances(self) -> list[tuple[int, Any]]:
+        """``(batch_id, decision)`` of every batch the rebalancer judged, each batch once."""
+        return self.replanner.rebalances
 
     # ------------------------------------------------------------------ the batch
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         refuse_streaming_batch_function(batch_df, "KeyedBatchFunction", "keyed_foreach_batch")
         started = time.perf_counter()
-        run_history_keep(self, batch_df.sparkSession)  # a malformed conf fails before any work
-        ensure_executors(batch_df.sparkSession, self.store.path, self.store.fs,
-                         needs=("rocksdict",))
+        batch = self._prepare(batch_df)
+        manifest, prev, clock = self._claim(batch_df, batch_id, batch)
+        local = self._local_config(batch_df, batch.key_type, manifest.get("path_id"), clock)
+
+        def planning(current: Partitioner) -> LocalSync | None:
+            return None if local is None else self._sync(batch, local.placed_by(current))
+
+        chosen = self.replanner.place(batch_df, batch.tagged, batch_id, prev, manifest,
+                                      planning)
+        if local is not None and chosen.strategy is not None:
+            local = local.placed_by(chosen.strategy)
+        io, moved_bytes = self._state_io(batch_df, batch_id, prev, batch, chosen, local,
+                                         started)
+        listed = self._tasks(batch_df, batch_id, batch, chosen, io, clock)
+        self._commit(batch_df, batch_id, prev, batch, manifest, chosen, clock, listed,
+                     moved_bytes, started)
+
+    def _prepare(self, batch_df: DataFrame) -> PreparedBatch:
+        """Step 1: the batch's arguments, state types and the run's configuration. A
+        malformed conf fails here, before any work. O(columns) and a few Py4J calls."""
+        spark = batch_df.sparkSession
+        run_history_keep(self, spark)  # read once per runner: a malformed conf fails here
+        ensure_executors(spark, self.store.path, self.store.fs, needs=("rocksdict",))
         o = self.options
         tagged, delay_units, idle_units, out_schema, arrow_schema = prepare(
             batch_df, o["key"], o["event_time"], o["processor"], o["delay"], o["order_by"],
@@ -298,7 +242,6 @@ class KeyedBatchFunction(StatefulBatchFunction):
         )
         if self._types is None:  # a stream's schema is fixed: parse the state types once
             self._types = state_types(batch_df, o["key"], o["processor"])
-            self._column = KeyColumn.of(batch_df, o["key"])
             if o.get("state_ttl_time") == "processing":
                 self._processing_ttl_ms = seconds(o["state_ttl"], "state_ttl") * 1000.0
             elif o.get("state_ttl") is not None:
@@ -308,112 +251,122 @@ class KeyedBatchFunction(StatefulBatchFunction):
                     raise InvalidArgumentError(
                         f"state_ttl must be a positive duration, got {o['state_ttl']!r}")
         key_type, value_type = self._types
-        config = runner_config(o, delay_units, idle_units, value_type)
-        query = streaming_query_id(batch_df)
-        manifest = claim(self.store, self.store.read_manifest(), self.token, query, config,
-                         o["takeover"])
-        if not self._picked_up:
-            self._pick_up(manifest)
+        return PreparedBatch(tagged, delay_units, idle_units, out_schema, arrow_schema,
+                             key_type, value_type,
+                             runner_config(o, delay_units, idle_units, value_type),
+                             streaming_query_id(batch_df))
+
+    def _claim(self, batch_df: DataFrame, batch_id: int, batch: PreparedBatch
+               ) -> tuple[dict[str, Any], int | None, tuple[float, float] | None]:
+        """Step 2: claim the state path for this writer; the manifest, the committed
+        version the batch starts from, and (with a processing-time TTL) the batch's recorded
+        processing time and the TTL's ``since``. One manifest read, one or two writes."""
+        o = self.options
+        manifest = claim(self.store, self.store.read_manifest(), self.token, batch.query,
+                         batch.config, o["takeover"])
         prev = start_version(self.store, manifest, batch_id)
         clock: tuple[float, float] | None = None
         if math.isfinite(self._processing_ttl_ms):  # fixed before any task runs
             manifest, at, since = batch_time(self.store, manifest, batch_id,
-                                             self._clock() * 1000.0, self.token, query,
-                                             config, o["takeover"])
+                                             self._clock() * 1000.0, self.token, batch.query,
+                                             batch.config, o["takeover"])
             clock = (at, since)
-        source = is_keyed_by_source(batch_df, o["key"])
-        swap_plan: dict[str, Any] | None = None
-        moved_bytes = 0
-        done: str | None = None
-        refused: tuple[SwapReport, ...] = ()
-        if source:
-            placed, partitions = source_placement(self.store, batch_df, o["key"], tagged, prev)
-            prev_partitions = partitions
-            new_placement = prev is None
-            self._restart_checked = True
-            if new_placement:
-                self.store.save_placement(batch_id, None, partitions)
-        else:
-            def planning(strategy: Partitioner) -> LocalSync | None:
-                found = self._local_config(batch_df, key_type, strategy,
-                                           manifest.get("path_id"), clock)
-                return None if found is None else LocalSync(
-                    found, o["processor"], delay_units, idle_units, key_type)
+        return manifest, prev, clock
 
-            chosen = self._placement(batch_df, batch_id, prev, manifest, planning)
-            done, refused = chosen.request_id, chosen.refused
-            prev_partitions, swap_plan, new_placement = (chosen.prev_partitions, chosen.plan,
-                                                         chosen.new)
-            placed = place_rows(tagged, o["key"], chosen.strategy, fit="none")
-            partitions = chosen.strategy.num_partitions
-        blocks = None if source else chosen.strategy
-        local = self._local_config(batch_df, key_type, blocks, manifest.get("path_id"), clock)
-        if swap_plan is not None:
-            local_sync = None if local is None else LocalSync(
-                local, o["processor"], delay_units, idle_units, key_type)
+    def _sync(self, batch: PreparedBatch, local: LocalConfig) -> LocalSync:
+        """What a task other than the batch's own needs to bring a local copy up to date."""
+        return LocalSync(local, self.options["processor"], batch.delay, batch.idle,
+                         batch.key_type)
+
+    def _state_io(self, batch_df: DataFrame, batch_id: int, prev: int | None,
+                  batch: PreparedBatch, chosen: Placed, local: LocalConfig | None,
+                  started: float) -> tuple[StateIO, int]:
+        """Step 3 (after the replanner placed the batch): a swap's moved state written as
+        segments (one small Spark job), and the tasks' view of the state; with the bytes the
+        swap moved."""
+        plan = chosen.plan
+        moved_bytes = 0
+        if plan is not None:
             planned = time.perf_counter()
-            for p in range(max(partitions, prev_partitions)):  # an attempt under another plan
-                self.store.delete_changelog(p, batch_id, snapshot=True)
-            moved_bytes = write_segments(batch_df.sparkSession, self.store, batch_id,
-                                         int(swap_plan["prev"]), chosen.moves, self.token,
-                                         local_sync)
+            for p in range(max(chosen.partitions, chosen.prev_partitions)):
+                self.store.delete_changelog(p, batch_id, snapshot=True)  # another plan's try
+            moved_bytes = write_segments(
+                batch_df.sparkSession, self.store, batch_id, int(plan["prev"]), chosen.moves,
+                self.token, None if local is None else self._sync(batch, local))
             logger.info("batch %d: swap planned in %.3f s, segments written in %.3f s",
                         batch_id, planned - started, time.perf_counter() - planned)
-        io = StateIO(self.store, batch_id, prev, prev_partitions, swap_plan is not None,
-                     key_type, value_type,
-                     blocks if isinstance(blocks, BlockPartitioner) else None,
-                     carried=None if swap_plan is None else swap_plan.get("carried_counters"),
-                     owner=self.token, local=local)
-        placed, aliases = python_input(arrival_order(placed, o["order_by"]))
-        fn = partition_function(o["processor"], o["key"], delay_units, idle_units, arrow_schema,
-                                io, operator_timer(batch_df.sparkSession, "keyed"), aliases)
-        out = placed.mapInArrow(fn, out_schema)
+        blocks = chosen.strategy
+        return StateIO(self.store, batch_id, prev, chosen.prev_partitions, plan is not None,
+                       batch.key_type, batch.value_type,
+                       blocks if isinstance(blocks, BlockPartitioner) else None,
+                       carried=None if plan is None else plan.get("carried_counters"),
+                       owner=self.token, local=local), moved_bytes
+
+    def _tasks(self, batch_df: DataFrame, batch_id: int, batch: PreparedBatch,
+               chosen: Placed, io: StateIO, clock: tuple[float, float] | None
+               ) -> list[list[int]]:
+        """Step 4: one task per partition (``func`` runs the output), then the partitions no
+        task ran for (their keys may still expire, or move in a swap). Returns each
+        partition's versions."""
+        o = self.options
+        placed, aliases = python_input(arrival_order(chosen.rows, o["order_by"]))
+        fn = partition_function(o["processor"], o["key"], batch.delay, batch.idle,
+                                batch.arrow_schema, io,
+                                operator_timer(batch_df.sparkSession, "keyed"), aliases)
+        out = placed.mapInArrow(fn, batch.out_schema)
         self.func(out, batch_id)
-        # partitions no task ran for: their keys may still expire, or move in a swap
         untouched: list[int] = []
         own_task = io.local is not None and (clock is not None or io.swap)
-        listed = self._ensure_written(out, batch_id, partitions,
+        listed = self._ensure_written(out, batch_id, chosen.partitions,
                                       fill=untouched.append if own_task else io.carry_forward,
                                       snapshots=io.local is None)
         if untouched:
             run_without_rows(batch_df.sparkSession, io, untouched, o["processor"], o["key"],
-                             delay_units, idle_units, arrow_schema)
+                             batch.delay, batch.idle, batch.arrow_schema)
+        return listed
+
+    def _commit(self, batch_df: DataFrame, batch_id: int, prev: int | None,
+                batch: PreparedBatch, manifest: dict[str, Any], chosen: Placed,
+                clock: tuple[float, float] | None, listed: list[list[int]],
+                moved_bytes: int, started: float) -> None:
+        """Step 5: record the batch in the manifest (with this start's arguments, the swap
+        request it carried out, the end of a processing-time TTL), prune old versions, then
+        show the rebalancer the batch and write its history record."""
+        o = self.options
+        done = chosen.request_id
         extra: dict[str, Any] = {}
-        if self._restart_checked:  # this start's arguments: what the next restart compares
-            extra["started_with"] = self._arguments
+        if self.replanner.started_with is not None:  # what the next restart compares
+            extra["started_with"] = self.replanner.started_with
         if done is not None:  # a stored request is never carried out twice
             extra["swap_request_done"] = done
         if clock is None and manifest.get(PROCESSING_RECORD) is not None:
             extra[PROCESSING_RECORD] = None  # a later processing-time TTL starts afresh
-        commit_batch(self.store, batch_id, prev, self.token, query, config, o["takeover"],
-                     new_placement, extra)
-        self._forget(done)
-        self.store.prune(partitions, batch_id, keep_from=prev, listed=listed)
-        if o.get("rebalancer") is not None and not source:
-            self._rebalance(batch_id, chosen.strategy, partitions)
-        self.swaps.extend(refused)
-        if swap_plan is not None:
-            self.swaps.append(swap_report(swap_plan, batch_id, moved_bytes,
+        commit_batch(self.store, batch_id, prev, self.token, batch.query, batch.config,
+                     o["takeover"], chosen.new, extra)
+        self.replanner.done(done)
+        self.store.prune(chosen.partitions, batch_id, keep_from=prev, listed=listed)
+        if chosen.strategy is not None:
+            self.replanner.judge(batch_id, chosen.strategy, chosen.partitions)
+        self.swaps.extend(chosen.refused)
+        if chosen.plan is not None:
+            self.swaps.append(swap_report(chosen.plan, batch_id, moved_bytes,
                                           time.perf_counter() - started))
-        record_run_batch(self, batch_df.sparkSession, batch_id, partitions,
-                         None if source else chosen.strategy, started, done)
+        record_run_batch(self, batch_df.sparkSession, batch_id, chosen.partitions,
+                         chosen.strategy, started, done)
 
-    def _local_config(self, batch_df: DataFrame, key_type: Any, placement: Partitioner | None,
-                      path_id: Any = None, clock: tuple[float, float] | None = None
-                      ) -> LocalConfig | None:
-        """The executor-local store's settings for this batch (None: the file store, chosen
-        with ``state_store="files"`` or needed for a key type the local store cannot encode).
-        ``clock``: the batch's processing time and the processing-time TTL's ``since``.
-        The copies are named by the state path and its manifest's ``path_id``: a path wiped
-        and begun again gets copies of its own (a manifest written before ``path_id`` existed
-        keeps the name it had)."""
+    def _local_config(self, batch_df: DataFrame, key_type: Any, path_id: Any = None,
+                      clock: tuple[float, float] | None = None) -> LocalConfig | None:
+        """The executor-local store's settings for this batch, read once per batch (None:
+        the file store, chosen with ``state_store="files"`` or needed for a key type the
+        local store cannot encode); :meth:`LocalConfig.placed_by` gives them for a
+        placement. ``clock``: the batch's processing time and the processing-time TTL's
+        ``since``. The copies are named by the state path and its manifest's ``path_id``: a
+        path wiped and begun again gets copies of its own (a manifest written before
+        ``path_id`` existed keeps the name it had). A few conf reads."""
         o = self.options
         spark = batch_df.sparkSession
-        mode = o.get("state_store") or conf_get(spark, "state.store", "rocksdb")
-        if mode not in STATE_STORES:
-            raise InvalidArgumentError(
-                f"state store must be one of {STATE_STORES}, got {mode!r} (state_store= or "
-                "spark.trilink.state.store)")
+        mode = choice(o.get("state_store") or conf_get(spark, "state.store", "rocksdb"),
+                      "state store (state_store= or spark.trilink.state.store)", STATE_STORES)
         encodable = supports_key_type(key_type)
         if (mode == "files" or not encodable) and (
                 math.isfinite(self._ttl_units) or math.isfinite(self._processing_ttl_ms)):
@@ -432,12 +385,10 @@ class KeyedBatchFunction(StatefulBatchFunction):
             return None
         root = conf_get(spark, "state.localDir", "")  # "": the executor's own (the task's)
         interval = conf_count(spark, "state.snapshotInterval", 10)
-        if isinstance(placement, BlockPartitioner):
-            blocks: BlockPartitioner | None = placement
-        else:
-            kind = self._column.kind if self._column is not None else None
-            blocks = BlockPartitioner(1, key_type=kind or "auto", null_policy="partition0") \
-                if kind in ("int", "long", "string", "binary") else None
+        column = self.replanner.column or KeyColumn.of(batch_df, o["key"])
+        kind = column.kind
+        blocks = BlockPartitioner(1, key_type=kind or "auto", null_policy="partition0") \
+            if kind in ("int", "long", "string", "binary") else None
         named = f"{type(self.store.fs).__name__}:{self.store.path}"
         if isinstance(path_id, str) and path_id:
             named += f":{path_id}"
@@ -447,181 +398,6 @@ class KeyedBatchFunction(StatefulBatchFunction):
         at, since = clock or (None, None)
         return LocalConfig(root, store_id, interval, self._ttl_units, blocks,
                            self._processing_ttl_ms, at, since, keep_open=keep == "true")
-
-    def _placement(self, batch_df: DataFrame, batch_id: int, prev: int | None,
-                   manifest: dict[str, Any] | None,
-                   planning: Callable[[Partitioner], LocalSync | None] | None = None
-                   ) -> Placed:
-        """The placement of ``batch_id``, and the swap plan when it moves state. A new
-        placement (the first batch's, or a swap's) is stored before any task runs, with the
-        state's key type; a swap that cannot be planned is refused (:meth:`_plan`).
-        ``planning(placement)``: the local copies a swap between block tables plans from
-        (:mod:`~trilink_spark.keyed.swaps.block_plan`); None, or returning None: by keys."""
-        o = self.options
-        column = self._column if self._column is not None else KeyColumn.of(batch_df, o["key"])
-        if prev is None:
-            replayed = replayed_placement(self.store, batch_id, column.kind)
-            if replayed is not None:
-                return self._replayed(replayed)
-            first = first_placement(self.store, batch_df, column, batch_id, o["strategy"],
-                                    o["num_partitions"], o.get("null_policy"))
-            self._restart_checked = True  # the state starts with this start's arguments
-            self._adaptive = adaptive_choice(o["strategy"])
-            return Placed(first, 0, None, None, True)
-        current, prev_partitions, recorded, unfinished = stored_placement(self.store, prev)
-        kind = self._state_kind(prev, prev_partitions, recorded, column)
-        replayed = replayed_placement(self.store, batch_id, kind)
-        if replayed is not None:  # decided by an earlier attempt of this batch: never re-decide
-            return self._replayed(replayed)
-        current = bound_placement(current, kind, recorded is not None)
-        if not self._restart_checked:  # a restart keeps the state's null policy, or is refused
-            check_restart_null_policy(self.store, manifest or {}, batch_df, o, current)
-        refused: tuple[SwapReport, ...] = ()
-        done = None
-        request: SwapRequest | None
-        target: Partitioner | None = None
-        if unfinished is not None:
-            with self._lock:  # made while the batch that started the fluid swap ran
-                waiting, self._request = self._request, None
-            if waiting is not None:
-                done = waiting.request_id
-                refused = (refusal_report(
-                    batch_id, waiting, current, "a fluid swap is under way; request another "
-                    "once run.swaps[-1].complete is True", 0.0),)
-            request, target = resume_request(unfinished, kind)
-        else:
-            request = self._pending(batch_df, batch_id, manifest or {}, current)
-        if request is None:
-            return Placed(current, prev_partitions, None, None, False, refused, done)
-        return self._plan(batch_df, batch_id, prev, current, prev_partitions, request,
-                          target, kind, refused, done, planning)
-
-    def _replayed(self, replayed: Placed) -> Placed:
-        """An earlier attempt's placement of this batch; the request it planned is done."""
-        if replayed.request_id is not None:
-            self._drop(replayed.request_id)
-        return replayed
-
-    def _plan(self, batch_df: DataFrame, batch_id: int, prev: int, current: Partitioner,
-              prev_partitions: int, request: SwapRequest, target: Partitioner | None,
-              kind: str | None, refused: tuple[SwapReport, ...], done: str | None,
-              planning: Callable[[Partitioner], LocalSync | None] | None) -> Placed:
-        """Plan ``request`` for ``batch_id`` on the state's key type ``kind`` and store the
-        plan before any task runs. A request that cannot be planned (the planner refuses its
-        target, its key type, or the stored keys) is refused: logged, reported, and the batch
-        runs with the placement ``current``. Reading the state (a corrupt or missing file)
-        still fails the batch."""
-        started = time.perf_counter()
-        try:
-            aim = block_aim(current, request, target, kind)
-            local = None
-            if aim is not None and planning is not None and plans_by_blocks(
-                    conf_get(batch_df.sparkSession, "state.blockPlans", "auto"), aim,
-                    lambda: sum(self.store.version_bytes(p, prev)
-                                for p in range(prev_partitions))):
-                local = planning(current)
-            if aim is not None and local is not None:
-                plan, moves, placement = plan_block_swap(
-                    batch_df.sparkSession, self.store, batch_id, prev,
-                    current, request, aim, local)  # type: ignore[arg-type]
-            else:
-                plan, moves, placement = plan_swap(self.store, batch_id, prev, current,
-                                                   request, target, kind)
-        except (StateCorruptError, StateStoreError, MemoryError):
-            raise  # the state cannot be read: the batch fails, the request waits for its retry
-        except Exception as err:  # noqa: BLE001 - a plan that cannot be made is refused
-            self._drop(request.request_id, request)  # once: it never blocks later batches
-            report = refusal_report(batch_id, request, current, f"{type(err).__name__}: {err}",
-                                    time.perf_counter() - started)
-            return Placed(current, prev_partitions, None, None, False, (*refused, report),
-                          request.request_id or done)
-        self.store.save_placement(batch_id, placement, placement.num_partitions, kind)
-        self.store.save_plan(batch_id, plan, moves)  # from now on a replay reuses it
-        self._drop(request.request_id, request)
-        logger.info("batch %d: swap %s, %d of %d keys move, %d -> %d partitions", batch_id,
-                    plan["mode"], plan["moved_keys"], plan["keys_total"],
-                    plan["partitions_before"], plan["partitions_after"])
-        return Placed(placement, prev_partitions, plan, moves, True, refused,
-                      request.request_id or done)
-
-    def _state_kind(self, prev: int, partitions: int, recorded: str | None,
-                    column: KeyColumn) -> str | None:
-        """The state's key type (:func:`~trilink_spark.keyed.swaps.replanner.state_key_type`), checked
-        against the key column; derived from the stored keys once per runner when the
-        placement record holds none (an older release wrote it)."""
-        if recorded is None and self._derived_kind is not None:
-            return self._derived_kind[0]
-        kind = state_key_type(self.store, prev, partitions, recorded, column)
-        if recorded is None:
-            self._derived_kind = (kind,)
-        return kind
-
-    def _drop(self, request_id: str | None, request: SwapRequest | None = None) -> None:
-        """Clear the pending request when it is ``request`` (or has the id ``request_id``)."""
-        with self._lock:
-            pending = self._request
-            if pending is not None and (pending is request or (
-                    request_id is not None and pending.request_id == request_id)):
-                self._request = None
-
-    def _pending(self, batch_df: DataFrame, batch_id: int, manifest: dict[str, Any],
-                 current: Partitioner) -> SwapRequest | None:
-        """The swap to run now: a request (an adaptive strategy's switch included), else, at
-        the first batch of a restarted runner with no other swap to run, the one its
-        arguments ask for (:func:`~trilink_spark.keyed.swaps.replanner.restart_request`)."""
-        self._adapt(batch_df, batch_id, current)
-        with self._lock:
-            request = self._request
-        if request is None and not self._restart_checked:
-            request = restart_request(self.store, manifest, self.options["strategy"],
-                                      self.options["num_partitions"], current)
-            self._restart_checked = True
-        return request
-
-    def _adapt(self, batch_df: DataFrame, batch_id: int, current: Partitioner) -> None:
-        """An adaptive strategy decides before each new batch; a switch (a change of its
-        choice since the previous batch) becomes a request."""
-        if self._request is not None:
-            return
-        request, self._adaptive = adaptive_request(
-            self.options["strategy"], batch_df, self.options["key"], batch_id, current,
-            self._adaptive)
-        if request is not None:
-            with self._lock:
-                if self._request is None:
-                    self._request = request
-
-    def _rebalance(self, batch_id: int, current: Partitioner, partitions: int) -> None:
-        """Show the rebalancer this batch's figures; a decision with moves becomes a swap
-        at the next batch (only the moved blocks' state travels).
-
-        Each batch is shown once: a replayed batch (the same ``batch_id`` again) is not
-        measured twice. A measurement never fails the batch, which is committed already:
-        missing or malformed figures, and any error of the rebalancer, are logged and
-        nothing is decided."""
-        if self._rebalanced_through is not None and batch_id <= self._rebalanced_through:
-            logger.info("batch %d: replayed; the rebalancer saw it already", batch_id)
-            return
-        self._rebalanced_through = batch_id
-        try:
-            self._rebalance_batch(batch_id, current, partitions)
-        except Exception as err:  # noqa: BLE001 - a measurement never fails the query
-            logger.warning("batch %d: rebalancer skipped (%s: %s)", batch_id,
-                           type(err).__name__, err)
-
-    def _rebalance_batch(self, batch_id: int, current: Partitioner, partitions: int) -> None:
-        """One judgement of the rebalancer (:meth:`_rebalance`), kept in :attr:`rebalances`;
-        a decision with moves becomes a swap request unless one is pending or under way."""
-        rebalancer = self.options["rebalancer"]
-        decision = rebalancer_decision(rebalancer, self.store, batch_id, current, partitions)
-        if decision is None:
-            return
-        self.rebalances.append((batch_id, decision))
-        logger.info("batch %d: rebalancer: %s", batch_id, decision.reason)
-        target = rebalance_target(rebalancer, self.store, batch_id, current, decision,
-                                  self._request is not None)
-        if target is not None:  # this runner's measurement: not stored for a restart
-            self._ask(SwapRequest.checked(target, None, "none", "sync", None), persist=False)
 
     # ------------------------------------------------------------------ inspection
     def task_timings(self, version: int | None = None) -> Any:

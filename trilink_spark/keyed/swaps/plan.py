@@ -354,7 +354,7 @@ def plan_swap(store: KeyedStateStore, batch_id: int, prev: int, current: Partiti
     Returns the plan (JSON), the moves table (key, from, to) and the placement of the batch.
     ``target``: the aim of a fluid swap already under way. ``key_type``: the kind of the
     key column the state is placed by (``"int"``, ``"long"``, ``"string"``, ``"binary"``;
-    :func:`~trilink_spark.keyed.swaps.replanner.state_key_type`): every placement the plan uses is
+    :func:`~trilink_spark.keyed.swaps.placement.state_key_type`): every placement the plan uses is
     bound to it (:meth:`~trilink_spark.Partitioner.for_column`), so the stored keys (plain
     Python ints here) are placed in Python exactly as the JVM places their rows.
 
