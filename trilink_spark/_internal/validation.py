@@ -1,5 +1,6 @@
-"""Argument validation shared by every layer: counts, numbers, fractions, durations and
-Spark interval strings. Every check raises a typed error (:class:`~trilink_spark.errors.
+"""Argument validation shared by every layer: counts, numbers, fractions, durations, Spark
+interval strings, choices among names, the int64 range and how a key is shown. Every check
+raises a typed error (:class:`~trilink_spark.errors.
 InvalidArgumentError` or :class:`~trilink_spark.errors.InvalidArgumentTypeError`, so also
 ``ValueError`` / ``TypeError``) that says what was wrong and what is allowed. All are O(1),
 except the interval parser, O(len(text)).
@@ -22,25 +23,33 @@ trilink_spark.errors.InvalidArgumentError: unit_rate must be a finite number > 0
 
 from __future__ import annotations
 
+import decimal
 import math
 import numbers
 import re
-from datetime import timedelta
+from datetime import date, datetime, timedelta
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StreamingNotSupportedError
 
 __all__ = ["check_num_partitions", "MAX_PARTITIONS", "check_real", "number", "positive",
-           "fraction", "count", "seconds", "parse_interval", "INTERVAL_UNITS", "short_repr",
-           "choice", "refuse_streaming", "refuse_streaming_batch_function"]
+           "fraction", "count", "is_count", "INT64_MIN", "INT64_MAX", "fits_int64", "seconds",
+           "parse_interval", "INTERVAL_UNITS", "short_repr", "choice", "JsonKey",
+           "KEY_DISPLAY_CHARS", "MAX_KEY_TEXT_CHARS", "display_key", "key_text", "check_key",
+           "refuse_streaming", "refuse_streaming_batch_function"]
 
 #: The most partitions a strategy places keys on (Spark's own limit is far above what a shuffle
 #: of this many partitions could run; the bound keeps a hostile stored strategy from asking for
 #: terabytes).
 MAX_PARTITIONS = 1_000_000
+
+#: The int64 range (Spark's ``bigint``, Arrow's and NumPy's ``int64``): the one pair every
+#: check of "fits a 64-bit signed integer" uses (:func:`fits_int64`, ``count(high=INT64_MAX)``).
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
 
 
 def check_num_partitions(n: Any, name: str = "num_partitions") -> int:
@@ -100,7 +109,6 @@ _TRIMMED = "".join(map(chr, range(0x21))) + "\x7f"
 _INTERVAL_PART = re.compile(
     rf"([+-]?)[{_SPACE}]*([0-9]*)(?:(\.)([0-9]*))?[{_SPACE}]+"
     rf"({'|'.join([*INTERVAL_UNITS, *_VARIABLE_UNITS])})s?(?:[{_SPACE}]+|\Z)")
-_INT64_MAX = 2**63 - 1
 
 
 def parse_interval(text: str, name: str = "interval") -> timedelta:
@@ -198,7 +206,7 @@ def parse_interval(text: str, name: str = "interval") -> timedelta:
                 f"{shown} has more than 9 fractional digits of a second (Spark's intervals "
                 "hold nanoseconds at most, truncated to microseconds)")
         value = int(whole or "0")  # Spark reads the digits into a long, then the sign
-        if value > _INT64_MAX:
+        if value > INT64_MAX:
             raise _too_long(shown)
         if sign == "-":
             value = -value
@@ -324,18 +332,62 @@ def fraction(value: Any, name: str, *, open_low: bool = True) -> float:
     return out
 
 
-def count(value: Any, name: str, low: int = 1, *, plain: bool = False) -> int:
-    """An ``int`` >= ``low`` (bools refused). O(1).
+def count(value: Any, name: str, low: int = 1, *, high: int | None = None,
+          plain: bool = False) -> int:
+    """An ``int`` >= ``low`` (and <= ``high`` when given; bools refused): the one check of a
+    whole-number count. O(1).
 
     A refused value is quoted by its ``repr`` (``np.int64(0)``), or with ``plain`` as the
-    integer it is (``0``), as the control plane's checks have always quoted it.
+    integer it is (``0``), as the control plane's checks have always quoted it; one beyond
+    ``high`` by :func:`short_repr` (a forged 400-digit count has no short ``repr``).
+
+    Examples
+    --------
+    >>> count(3, "batches")
+    3
+    >>> count(2**63, "rows", 0, high=INT64_MAX)
+    Traceback (most recent call last):
+    ...
+    trilink_spark.errors.InvalidArgumentError: rows must be at most 9,223,372,036,854,775,807, ...
     """
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise InvalidArgumentTypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < low:
         shown = int(value) if plain else repr(value)
         raise InvalidArgumentError(f"{name} must be >= {low}, got {shown}")
+    if high is not None and value > high:
+        raise InvalidArgumentError(
+            f"{name} must be at most {high:,}, got {short_repr(int(value))}")
     return int(value)
+
+
+def is_count(value: object, low: int = 0, high: int | None = None) -> bool:
+    """Whether :func:`count` takes ``value`` (an int, not a bool, in ``[low, high]``): the
+    same check as a predicate, for a stored file read field by field. O(1).
+
+    Examples
+    --------
+    >>> is_count(0), is_count(True), is_count(2**63, high=INT64_MAX)
+    (True, False, False)
+    """
+    try:
+        count(value, "value", low, high=high)
+    except (InvalidArgumentError, InvalidArgumentTypeError):
+        return False
+    return True
+
+
+def fits_int64(value: object) -> bool:
+    """Whether ``value`` is an integer (NumPy's too, not a bool) in ``[INT64_MIN, INT64_MAX]``:
+    the one check of the int64 range. O(1).
+
+    Examples
+    --------
+    >>> fits_int64(INT64_MAX), fits_int64(INT64_MAX + 1), fits_int64(INT64_MIN), fits_int64(1.0)
+    (True, False, True, False)
+    """
+    return (isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+            and INT64_MIN <= value <= INT64_MAX)
 
 
 def seconds(value: Any, name: str) -> float:
@@ -348,10 +400,28 @@ def seconds(value: Any, name: str) -> float:
     return positive(value, name)
 
 
-def choice(value: Any, name: str, allowed: Sequence[str]) -> str:
-    """One of the strings ``allowed``: a value that is not a ``str`` is an
-    :class:`~trilink_spark.errors.InvalidArgumentTypeError`, another string an
-    :class:`~trilink_spark.errors.InvalidArgumentError`; both name what is allowed. O(1).
+def choice(value: Any, name: str, allowed: Sequence[str], *, also: str = "",
+           error: type[Exception] = InvalidArgumentError,
+           type_error: type[Exception] = InvalidArgumentTypeError) -> str:
+    """One of the strings ``allowed``: the one "must be one of" check. A value that is not a
+    ``str`` is a ``type_error`` (default :class:`~trilink_spark.errors.InvalidArgumentTypeError`),
+    another string an ``error`` (default :class:`~trilink_spark.errors.InvalidArgumentError`);
+    both name what is allowed. O(len(allowed)).
+
+    Parameters
+    ----------
+    value
+        What was given.
+    name : str
+        The argument (or conf, or field) named in the message.
+    allowed : sequence of str
+        The strings taken, in the order the message lists them.
+    also : str
+        What else the caller takes, appended to the list (``" or None"``, ``" or a
+        RedisStore"``): the caller accepts it before calling.
+    error, type_error : type of Exception
+        The classes raised (a configuration field raises ``ConfigError`` and
+        ``ConfigTypeError``).
 
     Examples
     --------
@@ -361,14 +431,117 @@ def choice(value: Any, name: str, allowed: Sequence[str]) -> str:
     Traceback (most recent call last):
     ...
     trilink_spark.errors.InvalidArgumentError: clock must be one of 'event', 'processing', ...
+    >>> choice(4, "kind", ("int", "long"), also=" or None")
+    Traceback (most recent call last):
+    ...
+    trilink_spark.errors.InvalidArgumentTypeError: kind must be a str, one of 'int', 'long' or None, got int
     """
-    names = ", ".join(map(repr, allowed))
+    names = ", ".join(map(repr, allowed)) + also
     if not isinstance(value, str):
-        raise InvalidArgumentTypeError(
+        raise type_error(
             f"{name} must be a str, one of {names}, got {type(value).__name__}")
     if value not in allowed:
-        raise InvalidArgumentError(f"{name} must be one of {names}, got {short_repr(value)}")
+        raise error(f"{name} must be one of {names}, got {short_repr(value)}")
     return value
+
+
+#: A key as a record and the page hold it: a JSON scalar.
+JsonKey: TypeAlias = str | int | float | bool | None
+
+#: The display limit: a key shown in a history record, on the dashboard's page or in a message
+#: is cut to this many characters, then "…" (bytes: ``0x`` and the hex digits of the first
+#: ``KEY_DISPLAY_CHARS // 2`` bytes, then "…"). Applied by :func:`display_key`.
+KEY_DISPLAY_CHARS = 80
+#: The stored-record bound: the longest key text a history record or a task's key profile may
+#: hold (:func:`check_key`). :func:`display_key` writes at most ``KEY_DISPLAY_CHARS + 3``
+#: characters (``0x``, 80 hex digits, "…"); a longer key text was not written by it, and a
+#: record of 10,000 partitions whose keys are all this long still fits a store record.
+MAX_KEY_TEXT_CHARS = 100
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= KEY_DISPLAY_CHARS else text[:KEY_DISPLAY_CHARS] + "\u2026"
+
+
+def display_key(value: Any) -> JsonKey:
+    """A key as records and the page show it: a JSON scalar (None, bool, int, a finite float
+    or a str), texts cut at :data:`KEY_DISPLAY_CHARS`. The one rule of how a key is shown.
+    O(:data:`KEY_DISPLAY_CHARS`) beyond ``str(value)``.
+
+    Examples
+    --------
+    >>> display_key(b"\\x00\\xff"), display_key(float("nan")), display_key("x" * 100)[-3:]
+    ('0x00ff', 'NaN', 'xx…')
+    >>> len(display_key(bytes(100)))
+    83
+    """
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value).replace("nan", "NaN")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        half = KEY_DISPLAY_CHARS // 2
+        text = "0x" + bytes(value[:half]).hex()
+        return text + ("\u2026" if len(value) > half else "")
+    if isinstance(value, (date, datetime)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        value = str(value)
+    return _cut(value if isinstance(value, str) else str(value))
+
+
+def key_text(key: JsonKey) -> str:
+    """A key as text: a str as it is, another key as JSON (``null``, ``true``, ``17``), cut as
+    :func:`display_key` cuts it. O(:data:`KEY_DISPLAY_CHARS`).
+
+    Examples
+    --------
+    >>> key_text("u1"), key_text(17), key_text(None), key_text(True), len(key_text("k" * 500))
+    ('u1', '17', 'null', 'true', 81)
+    """
+    if isinstance(key, str):
+        return _cut(key)
+    if key is None:
+        return "null"
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    return _cut(repr(key))
+
+
+def check_key(value: Any, name: str) -> JsonKey:
+    """A key as a record holds it (:func:`display_key`'s output): null, a bool, an int64, a
+    finite float, or a str of at most :data:`MAX_KEY_TEXT_CHARS`; else a typed error naming
+    ``name``. O(1).
+
+    Examples
+    --------
+    >>> check_key("k", "hot_keys[0] key")
+    'k'
+    >>> check_key(2**70, "hot_keys[0] key")
+    Traceback (most recent call last):
+    ...
+    trilink_spark.errors.InvalidArgumentError: hot_keys[0] key must be a 64-bit integer, got...
+    """
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        if len(value) > MAX_KEY_TEXT_CHARS:
+            raise InvalidArgumentError(
+                f"{name} is {len(value):,} characters long; a key is held cut to at most "
+                f"{MAX_KEY_TEXT_CHARS}")
+        return value
+    if isinstance(value, int):
+        if not fits_int64(value):
+            raise InvalidArgumentError(f"{name} must be a 64-bit integer, got "
+                                       f"{short_repr(value)}")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidArgumentError(f"{name} must be finite, got {value!r}")
+        return value
+    raise InvalidArgumentTypeError(
+        f"{name} must be a JSON scalar (str, int, float, bool or null), got "
+        f"{type(value).__name__}")
 
 
 def refuse_streaming(df: Any, api: str, why: str, route: str | None = None) -> None:
