@@ -431,10 +431,10 @@ def choice(value: Any, name: str, allowed: Sequence[str], *, also: str = "",
     Traceback (most recent call last):
     ...
     trilink_spark.errors.InvalidArgumentError: clock must be one of 'event', 'processing', ...
-    >>> choice(4, "kind", ("int", "long"), also=" or None")
+    >>> choice("x", "kind", ("int", "long"), also=" or None")
     Traceback (most recent call last):
     ...
-    trilink_spark.errors.InvalidArgumentTypeError: kind must be a str, one of 'int', 'long' or None, got int
+    trilink_spark.errors.InvalidArgumentError: kind must be one of 'int', 'long' or None, got 'x'
     """
     names = ", ".join(map(repr, allowed)) + also
     if not isinstance(value, str):
