@@ -267,3 +267,61 @@ def test_no_arrow_table_reaches_spark_but_through_frame_of_arrow() -> None:
                     path.name != "compat.py":
                 offenders.append(f"{path.name}:{n}")
     assert offenders == []
+
+
+# ------------------------------------------------------------------ keyed/ in rooms
+@pytest.mark.parametrize("old", sorted(importlib.import_module("trilink_spark.keyed")
+                                       .MOVED_MODULES))
+def test_a_module_path_of_keyed_before_its_rooms_still_resolves_with_a_warning(old: str) -> None:
+    """Every module path keyed/ had before its rooms imports, and each name it had reads from
+    its new home with one warning naming that home."""
+    from trilink_spark.keyed import MOVED_MODULES
+
+    homes = MOVED_MODULES[old]
+    name = next(n for n in homes[0].__all__)
+    for code in (f"from {old} import {name} as got",
+                 f"import {old} as mod\ngot = mod.{name}",
+                 f"import trilink_spark.keyed as k\ngot = getattr(k.{old.rsplit('.', 1)[1]}, "
+                 f"{name!r})"):
+        namespace, caught = _caught(code)
+        assert namespace["got"] is getattr(homes[0], name), code
+        assert len(caught) == 1, (code, [str(w.message) for w in caught])
+        assert str(caught[0].message).startswith(
+            f"{old}.{name} has moved to {homes[0].__name__}.{name}"), code
+        assert caught[0].filename == "user_code.py", code
+    with pytest.raises(ImportError, match="no_such_name"):
+        exec(f"from {old} import no_such_name", {})
+
+
+def test_the_codec_module_path_reads_each_name_from_the_room_that_now_holds_it() -> None:
+    """``keyed.snapshot`` was the codec and the key identities at once: they live apart now."""
+    from trilink_spark.keyed.durable import codec
+    from trilink_spark.keyed.semantics import keys
+
+    namespace, caught = _caught("from trilink_spark.keyed.snapshot import NULL_KEY, "
+                                "encode_state, PartitionState")
+    assert namespace["NULL_KEY"] is keys.NULL_KEY
+    assert namespace["PartitionState"] is keys.PartitionState
+    assert namespace["encode_state"] is codec.encode_state
+    assert [str(w.message).split(" has moved to ")[1].split(";")[0] for w in caught] == [
+        "trilink_spark.keyed.semantics.keys.NULL_KEY",
+        "trilink_spark.keyed.durable.codec.encode_state",
+        "trilink_spark.keyed.semantics.keys.PartitionState"]
+
+
+def test_renamed_batch_names_resolve_with_a_warning() -> None:
+    """Four things were called "batch": ``KeyedBatch`` is ``KeyedRows`` now, and
+    ``trilink_spark.state.batch`` is ``trilink_spark.state.foreach``."""
+    from trilink_spark.keyed import KeyedRows
+    from trilink_spark.state import StatefulBatchFunction
+
+    namespace, caught = _caught("from trilink_spark.keyed import KeyedBatch as got")
+    assert namespace["got"] is KeyedRows and len(caught) == 1
+    assert "trilink_spark.keyed.KeyedBatch has moved to trilink_spark.keyed.KeyedRows" in str(
+        caught[0].message)
+    namespace, caught = _caught("from trilink_spark.state.batch import StatefulBatchFunction "
+                                "as got")
+    assert namespace["got"] is StatefulBatchFunction and len(caught) == 1
+    assert "has moved to trilink_spark.state.foreach.StatefulBatchFunction" in str(
+        caught[0].message)
+    assert "KeyedBatch" not in importlib.import_module("trilink_spark.keyed").__all__

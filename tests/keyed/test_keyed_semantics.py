@@ -26,7 +26,7 @@ from pyspark.sql import types as T
 
 import trilink_spark as tl
 import trilink_spark.keyed.semantics.windows as windows_module
-from trilink_spark.keyed.semantics.process import (EVENT_TIME_COL, KeyedBatch, KeyedContext,
+from trilink_spark.keyed.semantics.process import (EVENT_TIME_COL, KeyedRows, KeyedContext,
                                                    KeyedRuntime, KeyedWatermarkProcessFunction)
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -74,7 +74,7 @@ class Judged(KeyedWatermarkProcessFunction):
     def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: KeyedContext) -> Any:
         raise NotImplementedError
 
-    def process_rows(self, batch: KeyedBatch, runtime: KeyedRuntime) -> Any:
+    def process_rows(self, batch: KeyedRows, runtime: KeyedRuntime) -> Any:
         return pd.DataFrame({"id": batch.rows["id"].to_numpy(), "late": batch.late,
                              "before": batch.watermark_before[batch.codes]})
 
@@ -82,7 +82,7 @@ class Judged(KeyedWatermarkProcessFunction):
 class RecordingWindows(tl.KeyedWindowAggregate):
     """KeyedWindowAggregate that also keeps the ids of the rows the runtime judged late."""
 
-    def process_rows(self, batch: KeyedBatch, runtime: KeyedRuntime) -> Any:
+    def process_rows(self, batch: KeyedRows, runtime: KeyedRuntime) -> Any:
         runtime.shared.setdefault("late", []).extend(batch.rows["id"][batch.late].tolist())
         return super().process_rows(batch, runtime)
 
@@ -232,7 +232,7 @@ def test_the_random_input_exercises_late_rows_null_times_and_an_idle_key() -> No
 def test_vectorised_verdict_equals_the_per_key_hooks(batches: list[list[tuple[str, Any]]],
                                                      delay: int) -> None:
     """The rows process_late gets, and the watermark ctx gives in the hooks, are the rows and
-    watermarks of ``KeyedBatch``."""
+    watermarks of ``KeyedRows``."""
 
     class Record(KeyedWatermarkProcessFunction):
         def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: KeyedContext) -> Any:
@@ -288,7 +288,7 @@ def test_a_change_to_the_lateness_rule_changes_both_paths(monkeypatch: pytest.Mo
     before = run_both(batches)
     judge = KeyedRuntime.judge
 
-    def nothing_late(self: KeyedRuntime, frame: pd.DataFrame) -> KeyedBatch:
+    def nothing_late(self: KeyedRuntime, frame: pd.DataFrame) -> KeyedRows:
         batch = judge(self, frame)
         return dataclasses.replace(batch, late=np.zeros(len(frame), dtype=bool))
 
@@ -303,7 +303,7 @@ def test_both_paths_call_the_runtime_rules(monkeypatch: pytest.MonkeyPatch) -> N
     calls: list[tuple[str, str]] = []
     judge, watermarks = KeyedRuntime.judge, KeyedRuntime.watermarks
 
-    def spy_judge(self: KeyedRuntime, frame: pd.DataFrame) -> KeyedBatch:
+    def spy_judge(self: KeyedRuntime, frame: pd.DataFrame) -> KeyedRows:
         calls.append(("judge", type(self.processor).__name__))
         return judge(self, frame)
 

@@ -21,7 +21,7 @@ from .. import columns
 from .._internal.deprecation import ModuleShims, warn_moved
 from .semantics.timers import TimerService
 from .run.watermark import keyed_watermark
-from .semantics.process import (KeyedBatch, KeyedContext, KeyedRuntime,
+from .semantics.process import (KeyedContext, KeyedRows, KeyedRuntime,
                                 KeyedWatermarkProcessFunction)
 from .semantics.process import KeyWatermarks
 from .semantics.windows import WINDOW_AGGS, KeyedWindowAggregate
@@ -35,7 +35,7 @@ from .records.history import read_history
 __all__ = [
     "TimerService",
     "keyed_watermark",
-    "KeyedBatch",
+    "KeyedRows",
     "KeyWatermarks",
     "KeyedContext",
     "KeyedRuntime",
@@ -86,10 +86,14 @@ SHIMS = ModuleShims(MOVED_MODULES).install()
 def __getattr__(name: str) -> Any:
     """Names that left this package. ``EVENT_TIME_COL`` left for
     :mod:`trilink_spark.columns` (it was in this package's ``__all__`` in 0.1), and the module
-    paths of :data:`MOVED_MODULES` for the rooms: each still resolves here, with a
+    paths of :data:`MOVED_MODULES` for the rooms, and ``KeyedBatch`` became
+    :class:`KeyedRows` (four things were called "batch"): each still resolves here, with a
     :class:`DeprecationWarning` naming its home, until the next minor release removes it."""
     if f"{__name__}.{name}" in MOVED_MODULES:
         return SHIMS.module(f"{__name__}.{name}")
+    if name == "KeyedBatch":  # one partition's judged rows, not a batch function
+        warn_moved(f"{__name__}.{name}", f"{__name__}.KeyedRows", what="the old name")
+        return KeyedRows
     if name != "EVENT_TIME_COL":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     warn_moved(f"{__name__}.{name}", f"{columns.__name__}.{name}")

@@ -28,7 +28,7 @@ from .._internal.spark.compat import num_partitions
 from .._internal.spark.executors import ensure_executors
 from ..errors import InvalidArgumentTypeError, StateCorruptError
 from .._internal.optiming import OperatorTimer, Stopwatch, operator_timer
-from ..state.batch import StatefulBatchFunction
+from ..state.foreach import StatefulBatchFunction
 from ..state.store import KeyedStateStore
 from .local import plan_merge
 from .pandas_engine import partition_partials, read_partition, source_rows, to_arrow

@@ -36,7 +36,7 @@ from ...partitioners import BlockPartitioner, Partitioner
 from ...partitioners.keys import check_null_policy
 from ...eventtime import delay_in_units, event_time_micros
 from ...state.local import LOCAL_KEY_TYPES, supports_key_type
-from ...state.batch import StatefulBatchFunction
+from ...state.foreach import StatefulBatchFunction
 from ...state.store import KeyedStateStore
 from ..semantics.process import KeyedWatermarkProcessFunction
 from ..durable.local_sync import LocalConfig, LocalSync

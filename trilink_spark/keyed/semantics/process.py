@@ -23,7 +23,7 @@ end of each batch.
 
 **Per-key or vectorised.** By default the runtime calls the per-key hooks. A processor that
 overrides :meth:`~KeyedWatermarkProcessFunction.process_rows` runs *vectorised* instead: it gets
-each batch whole, as a :class:`KeyedBatch` (every row's key and late verdict), and emits from
+each batch whole, as a :class:`KeyedRows` (every row's key and late verdict), and emits from
 :meth:`~KeyedWatermarkProcessFunction.on_watermark`, asking :meth:`KeyedRuntime.watermarks`
 which keys' watermarks passed a time (:class:`~trilink_spark.KeyedWindowAggregate` does so).
 Both ways are driven by the same two functions of :class:`KeyedRuntime`, so they share one
@@ -35,7 +35,7 @@ for the null key (a key of its own under the null policy ``"group"``), exact ``i
 for an integer column (beside a null too, where pandas would make them floats),
 ``float("nan")`` for the NaN key of a floating column (a key apart from the null key, as in
 Spark's ``groupBy``) and ``0.0`` for ``-0.0``. A vectorised processor sees the runtime's own
-identities in :class:`KeyedBatch` (``keys``, ``row_keys``, ``key_array``): the null key is
+identities in :class:`KeyedRows` (``keys``, ``row_keys``, ``key_array``): the null key is
 :data:`~trilink_spark.keyed.semantics.keys.NULL_KEY`, a float NaN object, and the NaN key
 :data:`~trilink_spark.keyed.semantics.keys.NAN_KEY`; ``batch.user_keys`` converts them. In ``rows``
 the key column of a task's batch is exact too: pandas' nullable ``Int64`` (and so on) for an
@@ -70,7 +70,7 @@ from .timers import TimerService
 
 __all__ = [
     "EVENT_TIME_COL",
-    "KeyedBatch",
+    "KeyedRows",
     "KeyedContext",
     "KeyedWatermarkProcessFunction",
     "KeyedRuntime",
@@ -133,7 +133,7 @@ def _grouping(codes: NDArray[np.intp], n_keys: int) -> tuple[NDArray[np.intp], N
 
 
 @dataclass(frozen=True, eq=False)
-class KeyedBatch:
+class KeyedRows:
     """One partition's batch of rows as the runtime judged it (argument of
     :meth:`KeyedWatermarkProcessFunction.process_rows`).
 
@@ -371,7 +371,7 @@ class KeyedWatermarkProcessFunction(ABC):
         after its timers fired with an infinite watermark."""
         return None
 
-    def process_rows(self, batch: KeyedBatch, runtime: KeyedRuntime) -> Output:
+    def process_rows(self, batch: KeyedRows, runtime: KeyedRuntime) -> Output:
         """The vectorised hook: all of a partition's rows of one batch, already judged.
 
         Override it to run vectorised: the runtime then calls it once per batch instead of
@@ -387,7 +387,7 @@ class KeyedWatermarkProcessFunction(ABC):
 
         Parameters
         ----------
-        batch : KeyedBatch
+        batch : KeyedRows
             The rows, each row's key (``batch.codes`` into ``batch.keys``, or
             ``batch.row_keys``), event time and late verdict.
         runtime : KeyedRuntime
@@ -627,7 +627,7 @@ class KeyedRuntime:
             shared=self.shared, batch_time=self.batch_time)
 
     # ------------------------------------------------------------------ the semantics
-    def judge(self, frame: pd.DataFrame) -> KeyedBatch:
+    def judge(self, frame: pd.DataFrame) -> KeyedRows:
         """Judge a batch by its keys' watermarks and advance them: the one lateness rule.
 
         A row is late when its event time is below its key's watermark: the largest event time
@@ -644,7 +644,7 @@ class KeyedRuntime:
 
         Returns
         -------
-        KeyedBatch
+        KeyedRows
 
         Notes
         -----
@@ -686,7 +686,7 @@ class KeyedRuntime:
         sent = np.bincount(codes, minlength=len(keys)).tolist()
         rows = self.key_rows
         rows.update([(k, rows.get(k, 0) + n) for k, n in zip(keys, sent)])
-        return KeyedBatch(frame, keys, codes, et, late, prior - self.delay, key_array)
+        return KeyedRows(frame, keys, codes, et, late, prior - self.delay, key_array)
 
     def watermarks(self, keys: KeysLike, times: ArrayLike | None = None) -> KeyWatermarks:
         """The current watermark of each of ``keys``: the one idle rule.

@@ -24,7 +24,7 @@ import pandas as pd
 from ...columns import quoted, require_columns
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError
 from ...eventtime import MAX_EXACT, SPARK_TIME_TYPES, delay_in_units, from_units
-from .process import KeyedBatch, KeyedContext, KeyedRuntime
+from .process import KeyedRows, KeyedContext, KeyedRuntime
 from .process import KeyedWatermarkProcessFunction, Output
 from .keys import NAN_KEY, NULL_KEY, object_array
 
@@ -184,7 +184,7 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         raise NotImplementedError("KeyedWindowAggregate runs vectorised (process_rows)")
 
     # ------------------------------------------------------------------ vectorised hooks
-    def process_rows(self, batch: KeyedBatch, runtime: KeyedRuntime) -> Output:
+    def process_rows(self, batch: KeyedRows, runtime: KeyedRuntime) -> Output:
         """Add the batch's on-time rows to their windows (the runtime judged lateness).
 
         Rows with a null event time belong to no window. Cost: one pandas group-by over the
