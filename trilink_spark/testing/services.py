@@ -1,5 +1,5 @@
-"""Real servers for testing a pipeline on one machine: ``redis-server``, a Kafka broker and a
-Spark standalone cluster.
+"""The server launchers of :mod:`trilink_spark.testing`: real servers for testing a pipeline
+on one machine, ``redis-server``, a Kafka broker and a Spark standalone cluster.
 
 A pipeline that writes to Redis (:class:`~trilink_spark.merge.RedisStore`, a
 :class:`~trilink_spark.switching.RedisConfigCenter`) or reads and writes Kafka (``trilink-kafka``)
@@ -50,9 +50,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from ._internal.validation import count, positive
-from .errors import BrokerUnavailableError, InvalidArgumentError, MissingDependencyError
-from .errors import ServerStartError
+from .._internal.validation import count, positive
+from ..errors import BrokerUnavailableError, InvalidArgumentError, MissingDependencyError
+from ..errors import ServerStartError
 
 __all__ = ["redis_server", "kafka_broker", "spark_standalone", "RedisServer", "KafkaBroker",
            "SparkStandalone", "create_topic", "free_port", "wait_for_port"]

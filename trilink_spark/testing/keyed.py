@@ -1,0 +1,689 @@
+"""A keyed process function run over pandas frames in one process, without Spark.
+
+:class:`KeyedTester` is to :func:`~trilink_spark.keyed_foreach_batch` what PySpark's
+``TwsTester`` is to ``transformWithStateInPandas``: it runs a
+:class:`~trilink_spark.KeyedWatermarkProcessFunction` batch after batch, as one partition of a
+stream, and returns each batch's output as a pandas DataFrame. It is not a second
+implementation: each batch goes through what a runner's task runs
+(:func:`~trilink_spark.keyed.run.task.run_batch` over a
+:class:`~trilink_spark.keyed.semantics.process.KeyedRuntime`), the arguments are checked by
+the runners' own checks, a key's state expires by the local store's rule
+(:func:`~trilink_spark.keyed.durable.local_sync.expire`), and between batches the partition's
+state is encoded into the stored Arrow table and decoded from it
+(:mod:`~trilink_spark.keyed.durable.codec`), so a value the store cannot hold fails here
+with the :class:`~trilink_spark.errors.StateTypeError` a stream would raise, and a value
+that comes back changed (a tuple as a list) comes back changed here too.
+
+What the driver of a stream does with Spark is done here in Python:
+
+- each frame becomes Arrow (``pyarrow.Table.from_pandas``, as ``spark.createDataFrame``
+  converts pandas: NaN in a float64 column is null; timestamps are UTC microseconds, naive
+  ones taken as UTC; categoricals their values), and its Spark schema is derived from Arrow,
+  for the checks and the processor's ``bind``;
+- the ``output_schema`` and ``state_schema`` DDL strings are read by
+  :func:`~trilink_spark.testing.ddl.struct_of` (PySpark's own parser needs a JVM);
+- the processor is pickled and unpickled for every batch, as Spark ships it to the batch's
+  task: what a hook keeps on ``self`` is lost between batches here as in a stream (keep it in
+  ``ctx`` state or ``runtime.shared``), and a processor that does not pickle is refused.
+
+The first batch fixes the frame's schema, as a stream's is fixed: a later batch's columns are
+cast to the types the first one had (a column of ints that holds a null arrives from pandas as
+float64 and is cast back), and one that does not cast is refused.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .._internal.validation import number, seconds
+from ..columns import EVENT_TIME_COL, check_atomic_key, check_user_columns, require_columns
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, TrilinkError
+from ..eventtime import MAX_EXACT, delay_in_units, time_kind
+from ..keyed.durable.codec import decode_state, encode_state, read_counters
+from ..keyed.durable.local_sync import LocalConfig, expire, expire_processed
+from ..keyed.run.prepare import check_processor
+from ..keyed.run.streaming import check_ttl, check_ttl_time
+from ..keyed.run.task import run_batch, runtime_frame
+from ..keyed.semantics.process import KeyedRuntime, KeyedWatermarkProcessFunction
+from ..partitioners.keys import check_null_policy, null_key_error
+from ..keyed.semantics.keys import PartitionState
+from ..state.local import LOCAL_KEY_TYPES, supports_key_type
+from .ddl import struct_of
+
+__all__ = ["KeyedTester", "STATE_FRAME_COLUMNS"]
+
+#: The columns :meth:`KeyedTester.state` returns before the declared state values, as
+#: :func:`~trilink_spark.read_state` names them.
+STATE_FRAME_COLUMNS: tuple[str, ...] = ("key", "partition", "block", "watermark", "last_seen",
+                                        "rows")
+#: The time zone output timestamps are given in (Arrow keeps instants; this labels them).
+OUTPUT_TIMEZONE = "UTC"
+
+
+@dataclass(frozen=True)
+class _Described:
+    """A batch's Spark schema in the shape the runners' column checks read a DataFrame:
+    ``columns`` and ``schema``."""
+
+    schema: Any
+
+    @property
+    def columns(self) -> list[str]:
+        names: list[str] = self.schema.names
+        return names
+
+
+def _ship(processor: KeyedWatermarkProcessFunction) -> KeyedWatermarkProcessFunction:
+    """The copy of ``processor`` a batch's task gets: pickled and unpickled by PySpark's
+    cloudpickle, as Spark ships it. O(size of the processor)."""
+    from pyspark import cloudpickle
+
+    try:
+        shipped: bytes = cloudpickle.dumps(processor)  # type: ignore[no-untyped-call]
+        copy = pickle.loads(shipped)
+    except (pickle.PicklingError, TypeError, AttributeError, ValueError, RecursionError,
+            ImportError) as err:
+        raise InvalidArgumentTypeError(
+            f"processor {type(processor).__name__} does not pickle ({type(err).__name__}: "
+            f"{err}); Spark ships it to every task of every batch, so its attributes must "
+            "pickle (keep per-key data in ctx state, per-partition data in runtime.shared)"
+        ) from None
+    if not isinstance(copy, KeyedWatermarkProcessFunction):  # pragma: no cover - a __reduce__
+        raise InvalidArgumentTypeError(
+            f"processor {type(processor).__name__} unpickles as {type(copy).__name__}")
+    return copy
+
+
+def _processing_ms(value: Any) -> float:
+    """``processing_time`` (seconds since the epoch, or a datetime; naive: UTC) in ms."""
+    if isinstance(value, datetime):
+        moment = value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+        return moment.timestamp() * 1000.0
+    return number(value, "processing_time") * 1000.0
+
+
+class KeyedTester:
+    """Run a keyed process function over pandas frames, batch after batch, without Spark.
+
+    One tester is one partition of a :func:`~trilink_spark.keyed_foreach_batch` stream (all
+    keys in one process): :meth:`run` processes one micro-batch and returns what the hooks
+    emitted; :meth:`state` shows the stored state, one row per key;
+    :meth:`finish` ends bounded input, as :func:`~trilink_spark.keyed_process` does at the
+    end of its frame (module docs: what runs as in the runners, and what stands in for Spark).
+
+    Parameters
+    ----------
+    processor : KeyedWatermarkProcessFunction
+        E.g. :class:`~trilink_spark.KeyedWindowAggregate`, or a subclass of your own.
+    key, event_time : str
+        The key column and the event-time column (a timestamp or a number) of the frames.
+    delay : str, float or datetime.timedelta
+        Allowed lateness: an interval string (``"10 seconds"``), seconds or a timedelta for a
+        timestamp event time; the column's unit for a numeric one.
+    order_by : str, optional
+        The column giving each batch's arrival order (ascending, nulls first, ties in frame
+        order); default the frame's row order.
+    idle_timeout : str, float or timedelta, optional
+        When a key counts as idle; default 4 x ``delay`` (``math.inf``: never).
+    state_ttl : str, float or timedelta, optional
+        Delete the state of a key that got no row for this long (after its due timers fired),
+        by event time or, with ``state_ttl_time="processing"``, by processing time (seconds;
+        each batch's time is the ``processing_time`` given to :meth:`run`, else the clock).
+    state_ttl_time : {"event", "processing"}
+        The clock of ``state_ttl``.
+    null_policy : {"group", "error", "partition0"}, optional
+        ``"error"`` refuses a batch with a null key (:class:`~trilink_spark.errors.NullKeyError`);
+        otherwise the null key is a key of its own (the default, ``"group"``).
+
+    Raises
+    ------
+    InvalidArgumentTypeError, InvalidArgumentError
+        A processor that is not a ``KeyedWatermarkProcessFunction``, column names that are not
+        strings, a delay, idle timeout, TTL or null policy that the runners refuse.
+
+    Notes
+    -----
+    Cost per batch: what a task of the stream costs for the same rows, O(rows log rows) (the
+    runtime's sort of the rows by key) plus the hooks, and the state encoded and decoded whole
+    (O(keys + timers + open windows)), as the file store reads and writes it. The state is held
+    in memory, as one Arrow table. No Spark session, no JVM: ``pyspark`` is imported for its
+    types and its cloudpickle only.
+
+    Examples
+    --------
+    Count each key's rows, and its late ones:
+
+    >>> import pandas as pd
+    >>> import trilink_spark as tl
+    >>> class Count(tl.KeyedWatermarkProcessFunction):
+    ...     output_schema = "k string, n long, late long"
+    ...     state_schema = "n long, late long"
+    ...     def process_on_time(self, key, rows, ctx):
+    ...         ctx.set_state("n", ctx.get_state("n", 0) + len(rows))
+    ...         return [(key, ctx.get_state("n"), ctx.get_state("late", 0))]
+    ...     def process_late(self, key, rows, ctx):
+    ...         ctx.set_state("late", ctx.get_state("late", 0) + len(rows))
+    >>> tester = KeyedTester(Count(), key="k", event_time="t", delay=2)
+    >>> tester.run(pd.DataFrame({"k": ["a", "b", "a"], "t": [10, 4, 12]}))
+       k  n  late
+    0  a  2     0
+    1  b  1     0
+    >>> tester.run(pd.DataFrame({"k": ["a", "a"], "t": [5, 11]}))  # 5 < a's watermark 10
+       k  n  late
+    0  a  3     1
+    >>> tester.state()[["key", "watermark", "rows", "n", "late"]]
+      key  watermark  rows  n  late
+    0   a       10.0     4  3   1.0
+    1   b        2.0     1  1   NaN
+    """
+
+    def __init__(
+        self,
+        processor: KeyedWatermarkProcessFunction,
+        key: str,
+        event_time: str,
+        delay: Any,
+        *,
+        order_by: str | None = None,
+        idle_timeout: Any = None,
+        state_ttl: Any = None,
+        state_ttl_time: str = "event",
+        null_policy: str | None = None,
+    ) -> None:
+        check_processor(processor)
+        for name, value in (("key", key), ("event_time", event_time)):
+            if not isinstance(value, str):
+                raise InvalidArgumentTypeError(
+                    f"{name} must be a column name (str), got {type(value).__name__}")
+        if order_by is not None and not isinstance(order_by, str):
+            raise InvalidArgumentTypeError(
+                f"order_by must be a column name (str) or None, got {type(order_by).__name__}")
+        # what does not depend on the event time's kind is checked now; the units at the
+        # first batch, as a runner converts them once it knows the column's type
+        delay_in_units(delay, "timestamp" if _is_duration(delay) else "integral")
+        if idle_timeout is not None and idle_timeout != math.inf:
+            delay_in_units(idle_timeout,
+                           "timestamp" if _is_duration(idle_timeout) else "integral",
+                           "idle_timeout")
+        self.processor = processor
+        self.key = key
+        self.event_time = event_time
+        self.delay = delay
+        self.order_by = order_by
+        self.idle_timeout = idle_timeout
+        self.state_ttl = check_ttl(state_ttl)
+        self.state_ttl_time = check_ttl_time(state_ttl_time, state_ttl)
+        self.null_policy = "group" if null_policy is None else check_null_policy(null_policy)
+        #: Batches run so far (the next batch's id).
+        self.batches = 0
+        self._table: Any = None  # the partition's stored state, as encode_state wrote it
+        self._schema: Any = None  # the first batch's Arrow schema (fixed, as a stream's)
+        self._kind = ""
+        self._units = (0.0, math.inf)  # delay and idle timeout in the event time's units
+        self._ttl_units = math.inf
+        self._processing_ttl_ms = math.inf
+        self._key_type: Any = None
+        self._value_type: Any = None
+        self._arrow_out: Any = None
+        self._clock: tuple[float, float] | None = None  # the last batch's time, the first's
+        self._ended = False
+
+    # ------------------------------------------------------------------ batches
+    def run(self, frame: pd.DataFrame, *, processing_time: Any = None) -> pd.DataFrame:
+        """Process one micro-batch and return what the hooks emitted for it.
+
+        Parameters
+        ----------
+        frame : pandas.DataFrame
+            The batch's rows, in arrival order (or ``order_by``'s), with the key, event-time
+            and any other columns; no internal column. An empty frame is a batch without
+            rows: ``open`` and ``close`` run, no hook does (as a task without rows).
+        processing_time : float or datetime, optional
+            With ``state_ttl_time="processing"``: the batch's processing time, seconds since
+            the epoch (a naive datetime is UTC); default the clock now. A batch's time never
+            goes below the last batch's, as in a stream.
+
+        Returns
+        -------
+        pandas.DataFrame
+            The processor's ``output_schema`` columns (an empty frame with those columns when
+            nothing was emitted), as Arrow gives them to pandas: timestamps as UTC.
+
+        Raises
+        ------
+        InvalidArgumentTypeError, InvalidArgumentError
+            Not a DataFrame, a column name that is not a str, a column whose type differs
+            from the first batch's and does not cast to it, an event time that is not a
+            timestamp or a number or is beyond 2**53 units, a key that is not atomic, a
+            processor without an ``output_schema``, an output that does not fit it, or
+            ``finish()`` called before.
+        MissingColumnError, ReservedColumnError
+            A key, event-time, ``order_by`` or input column missing; a ``_tl_`` column.
+        NullKeyError
+            A null key under ``null_policy="error"``.
+        StateTypeError
+            A state value that the store cannot hold (as ``ctx.set_state`` or the codec
+            refuses it in a stream).
+
+        Notes
+        -----
+        Cost: O(rows log rows) plus the hooks, and O(state) to decode and encode the state.
+        """
+        if self._ended:
+            raise InvalidArgumentError(
+                "the input ended (finish() was called): make a new KeyedTester for more batches")
+        if processing_time is not None and not math.isfinite(self._processing_ttl_ms):
+            raise InvalidArgumentError(
+                "processing_time is the clock of state_ttl_time='processing'; this tester "
+                f"expires by {'event time' if self.state_ttl is not None else 'no TTL'}, so "
+                "pass none")
+        table = self._batch_table(frame)
+        rows, at = self._prepare(table, processing_time)
+        runtime = self._runtime(at)
+        batches, _ = run_batch(runtime, 0, rows, self._arrow_out)
+        state = runtime.snapshot()
+        expire(state, self._ttl_units)  # as the local store does before it writes the batch
+        if at is not None and self._clock is not None:
+            expire_processed(state, self._expiry_config(at, self._clock[1]))
+        self._store(state)
+        self.batches += 1
+        return self._output(batches)
+
+    def finish(self) -> pd.DataFrame:
+        """End of bounded input: every key's watermark goes to infinity, so every timer fires
+        and every window is emitted, then ``on_end`` runs for every key with state and
+        ``on_watermark`` once more (as :func:`~trilink_spark.keyed_process` ends its frame).
+
+        Returns
+        -------
+        pandas.DataFrame
+            What the hooks emitted, as :meth:`run` returns it. Before any batch: an empty
+            frame of the ``output_schema`` (which must then be declared, not derived).
+
+        Raises
+        ------
+        InvalidArgumentError
+            Called twice, or before any batch on a processor whose ``output_schema`` comes
+            from ``bind`` (it is derived from the frame's columns).
+
+        Notes
+        -----
+        Cost: the remaining timers and ``on_end`` hooks, plus O(state) to decode and encode.
+        """
+        if self._ended:
+            raise InvalidArgumentError("finish() was called already: the input ended")
+        if self._arrow_out is None:
+            self._arrow_out = self._output_schema()
+        self._ended = True
+        runtime = self._runtime(None)
+        batches, _ = run_batch(runtime, 0, None, self._arrow_out, bounded=True)
+        self._store(runtime.snapshot())
+        return self._output(batches)
+
+    end = finish
+
+    # ------------------------------------------------------------------ state
+    def state(self) -> pd.DataFrame:
+        """One row per key of the stored state, as :func:`~trilink_spark.read_state` reads a
+        stream's.
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``key`` (exact: an integer key column with a null as pandas' ``Int64``, a
+            floating one as ``Float64``, where the null key and the NaN key are two rows),
+            ``partition`` (0), ``block`` (null: no block placement), ``watermark`` (the
+            key's highest event time less the delay, in internal units: microseconds for
+            timestamps; null before its first on-time row), ``last_seen``, ``rows``, then one
+            column per field of the ``state_schema`` (a field named like a column before it
+            as ``state_<name>``), or ``values`` (each key's values as JSON text) without one.
+
+        Notes
+        -----
+        Cost: O(keys), vectorised over the stored Arrow table.
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        table = self._table if self._table is not None else encode_state(
+            PartitionState(), self._key_type, self._value_type)
+        n = table.num_rows
+        delay = self._units[0]
+        high = pc.cast(table.column("high"), pa.float64())
+        missing = pa.scalar(None, pa.float64())
+        seen = pc.cast(table.column("seen"), pa.float64())
+        columns: dict[str, Any] = {
+            "key": table.column("key"),
+            "partition": pa.array(np.zeros(n, dtype=np.int32)),
+            "block": pa.nulls(n, pa.int32()),
+            "watermark": pc.if_else(pc.is_finite(high), pc.subtract(high, delay), missing),
+            "last_seen": pc.if_else(pc.is_finite(seen), seen, missing),
+            "rows": pc.cast(table.column("rows"), pa.int64()),
+        }
+        values = table.column("values")
+        if pa.types.is_struct(values.type):
+            for i, field in enumerate(values.type):
+                name = field.name
+                while name in columns:
+                    name = f"state_{name}"
+                columns[name] = pc.struct_field(values, [i])
+        elif not pa.types.is_null(values.type):
+            columns["values"] = values
+        out = pa.table(columns)
+        if pa.types.is_null(out.schema.field("key").type):  # no key type known: strings
+            out = out.set_column(0, "key", out.column("key").cast(pa.string()))
+        frame: pd.DataFrame = runtime_frame(out, "key")
+        return frame
+
+    def counters(self) -> dict[str, int]:
+        """Rows, late rows (key watermark) and the rows a partition watermark would have
+        called late, over every batch so far (``run.counters()`` of a stream). O(1)."""
+        total = {"rows": 0, "late": 0, "late_partition": 0}
+        if self._table is not None:
+            found = read_counters(self._table, "the tester's state")
+            total.update({k: found.get(k, 0) for k in total})
+        return total
+
+    # ------------------------------------------------------------------ the driver's part
+    def _batch_table(self, frame: Any) -> Any:
+        """The batch as Arrow, as Spark would hold it (module docs), schema checked."""
+        import pyarrow as pa
+
+        if not isinstance(frame, pd.DataFrame):
+            raise InvalidArgumentTypeError(
+                f"frame must be a pandas DataFrame, got {type(frame).__name__}")
+        bad = [c for c in frame.columns if not isinstance(c, str)]
+        if bad:
+            raise InvalidArgumentTypeError(
+                f"column names must be str, got {bad[0]!r} ({type(bad[0]).__name__})")
+        if frame.columns.has_duplicates:
+            twice = sorted(set(frame.columns[frame.columns.duplicated()]))
+            raise InvalidArgumentError(f"columns {twice} appear more than once in the frame")
+        require_columns(frame, [self.key], "key column")
+        require_columns(frame, [self.event_time], "event time column")
+        require_columns(frame, [self.order_by], "order_by column")
+        check_user_columns(frame)
+        try:
+            table = pa.Table.from_pandas(frame, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError,
+                ValueError, OverflowError) as err:
+            raise InvalidArgumentTypeError(
+                f"the frame does not convert to Arrow, as Spark would need it "
+                f"({type(err).__name__}: {err})") from None
+        table = table.replace_schema_metadata(None)
+        table = pa.table([_as_spark_holds(table.column(i)) for i in range(table.num_columns)],
+                         names=table.column_names)
+        if self._schema is None:
+            self._schema = table.schema
+            return table
+        return self._fixed(table)
+
+    def _fixed(self, table: Any) -> Any:
+        """``table`` with the first batch's column types (module docs)."""
+        import pyarrow as pa
+
+        fixed = self._schema
+        columns, names = [], []
+        for name in table.column_names:
+            column = table.column(name)
+            want = fixed.field(name).type if name in fixed.names else None
+            if want is not None and pa.types.is_null(want) and not pa.types.is_null(
+                    column.type):  # the first batch knew no type: this one's stands
+                self._schema = fixed.set(fixed.get_field_index(name), pa.field(name, column.type))
+                fixed = self._schema
+            elif want is not None and column.type != want:
+                try:
+                    column = column.cast(want)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as err:
+                    raise InvalidArgumentTypeError(
+                        f"column {name!r} is {column.type} in batch {self.batches}, but the "
+                        f"first batch fixed it as {want} (a stream's schema is fixed) and it "
+                        f"does not cast ({err})") from None
+            columns.append(column)
+            names.append(name)
+        return pa.table(columns, names=names)
+
+    def _prepare(self, table: Any, processing_time: Any) -> tuple[Any, float | None]:
+        """What a runner's driver and task do before the hooks: the schema checks, the
+        processor's ``bind``, the state's types, the units; then the rows in arrival order,
+        with their event times, as the task's frame (None: no rows), and the batch's
+        processing time (ms; None without a processing-time TTL)."""
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        try:
+            schema = from_arrow_schema(table.schema)
+        except (TypeError, ValueError, NotImplementedError) as err:
+            raise InvalidArgumentTypeError(
+                f"the frame's columns have no Spark type ({type(err).__name__}: {err})") from None
+        described: Any = _Described(schema)  # what the runners' checks read of a DataFrame
+        kind = time_kind(described, self.event_time)
+        check_atomic_key(described, self.key)
+        if self._kind and kind != self._kind:  # pragma: no cover - the first batch fixed it
+            raise InvalidArgumentTypeError(
+                f"event time column {self.event_time!r} is {kind} in batch {self.batches}, "
+                f"{self._kind} before")
+        units = self._units if self._kind else _units(self.delay, self.idle_timeout, kind)
+        self.processor.bind(schema, self.key, self.event_time, kind)
+        self._arrow_out = self._output_schema()
+        key_type = table.schema.field(self.key).type
+        if self._key_type is None and not pa.types.is_null(key_type):
+            self._key_type = key_type
+        if not self._kind:
+            self._first(kind, units)
+        table = table.append_column(EVENT_TIME_COL, _event_units(
+            table.column(self.event_time), kind, self.event_time))
+        table = table.select([*self._carried(table.schema), EVENT_TIME_COL])
+        if self.order_by is not None and table.num_rows > 1:
+            table = table.take(_arrival(table.column(self.order_by)))
+        if self.null_policy == "error" and table.column(self.key).null_count:
+            raise null_key_error(f"column {self.key!r} has null keys")
+        at = self._batch_time(processing_time)
+        return (runtime_frame(table, self.key) if table.num_rows else None), at
+
+    def _first(self, kind: str, units: tuple[float, float]) -> None:
+        """After the first batch's ``bind``: the state's types and the TTL, as a runner's
+        first micro-batch fixes them, and the units."""
+        self._value_type = self._state_type()
+        if self.state_ttl_time == "processing":
+            self._processing_ttl_ms = seconds(self.state_ttl, "state_ttl") * 1000.0
+        elif self.state_ttl is not None:
+            self._ttl_units = delay_in_units(self.state_ttl, kind, "state_ttl")
+            if not self._ttl_units > 0:
+                raise InvalidArgumentError(
+                    f"state_ttl must be a positive duration, got {self.state_ttl!r}")
+        if self.state_ttl is not None and self._key_type is not None \
+                and not supports_key_type(self._key_type):
+            raise InvalidArgumentError(
+                "state_ttl needs the local state store (a key column of an integer, float, "
+                f"boolean, string, binary, date or timestamp type: {', '.join(LOCAL_KEY_TYPES)}"
+                f"); this key column is {self._key_type}")
+        self._kind = kind
+        self._units = units
+
+    def _output_schema(self) -> Any:
+        """The processor's ``output_schema`` as Arrow (UTC timestamps)."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+        from pyspark.sql.types import StructType
+
+        declared = self.processor.output_schema
+        if declared is None:
+            raise InvalidArgumentError(f"{type(self.processor).__name__} has no output_schema")
+        parsed = struct_of(declared, "output_schema")
+        if not isinstance(parsed, StructType):  # pragma: no cover - struct_of gives structs
+            raise InvalidArgumentTypeError(f"output_schema must describe a struct, got "
+                                           f"{declared!r}")
+        try:
+            return to_arrow_schema(parsed, timezone=OUTPUT_TIMEZONE)
+        except (TypeError, ValueError, NotImplementedError) as err:
+            raise InvalidArgumentTypeError(
+                f"output_schema {declared!r} has no Arrow type ({err})") from None
+
+    def _state_type(self) -> Any:
+        """The declared ``state_schema`` as an Arrow struct, None without one (the checks of
+        :func:`~trilink_spark.keyed.run.task.state_types`)."""
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_type
+
+        ddl = getattr(self.processor, "state_schema", None)
+        if ddl is None:
+            return None
+        parsed = struct_of(ddl, "state_schema")
+        try:
+            value_type = to_arrow_type(parsed)
+        except (TypeError, ValueError, NotImplementedError) as err:
+            raise InvalidArgumentTypeError(
+                f"state_schema {ddl!r} has no Arrow type ({err})") from None
+        if not pa.types.is_struct(value_type):  # pragma: no cover - struct_of gives structs
+            raise InvalidArgumentError(f"state_schema {ddl!r} must describe a struct")
+        return value_type
+
+    def _carried(self, schema: Any) -> list[str]:
+        """The columns that reach the hooks besides the event time: all of them, or the key,
+        the processor's ``input_columns()`` and ``order_by`` (as a runner selects them)."""
+        if EVENT_TIME_COL in schema.names:
+            schema = schema.remove(schema.get_field_index(EVENT_TIME_COL))
+        names: list[str] = schema.names
+        wanted = self.processor.input_columns()
+        if wanted is None:
+            return names
+        listed = (None if isinstance(wanted, (str, bytes)) or not isinstance(wanted, Iterable)
+                  else list(wanted))
+        if listed is None or not all(isinstance(c, str) for c in listed):
+            raise InvalidArgumentTypeError(
+                f"{type(self.processor).__name__}.input_columns() must return a list of column "
+                f"names or None, got {wanted!r:.80}")
+        require_columns(schema, listed, "input column")
+        order = [self.order_by] if self.order_by else []
+        return list(dict.fromkeys([self.key, *listed, *order]))
+
+    def _batch_time(self, processing_time: Any) -> float | None:
+        """The batch's processing time in whole ms (None without a processing-time TTL):
+        never below the last batch's; the first batch's is the TTL's ``since``."""
+        if not math.isfinite(self._processing_ttl_ms):
+            return None
+        now = _processing_ms(time.time() if processing_time is None else processing_time)
+        last, since = self._clock if self._clock is not None else (-math.inf, None)
+        at = float(max(math.floor(now), last))
+        self._clock = (at, at if since is None else since)
+        return at
+
+    def _expiry_config(self, at: float, since: float) -> LocalConfig:
+        """The local store's settings :func:`expire_processed` reads: the TTL and the
+        batch's clock (the rest names no store: nothing is written)."""
+        return LocalConfig("", "", 1, self._ttl_units, None, self._processing_ttl_ms, at,
+                           since)
+
+    def _runtime(self, at: float | None) -> KeyedRuntime:
+        """The partition's runtime for the next batch: the shipped processor and the state
+        decoded from the stored table."""
+        previous = None if self._table is None else decode_state(
+            self._table, f"the tester's state before batch {self.batches}")
+        fields = None if self._value_type is None else {
+            f.name: f.type for f in self._value_type}
+        delay, idle = self._units
+        return KeyedRuntime(_ship(self.processor), self.key, delay, idle, previous, fields, at)
+
+    def _store(self, state: Any) -> None:
+        """Encode the batch's state into the table the next batch decodes."""
+        self._table = encode_state(state, self._key_type, self._value_type)
+
+    def _output(self, batches: list[Any]) -> pd.DataFrame:
+        """The batch's output batches as one pandas frame of the output schema."""
+        import pyarrow as pa
+
+        schema = self._arrow_out
+        try:
+            table = pa.Table.from_batches(
+                [pa.RecordBatch.from_arrays(b.columns, schema=schema) for b in batches],
+                schema=schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as err:  # pragma: no cover - converted
+            raise TrilinkError(f"output batches do not match the output schema ({err})") \
+                from None
+        frame: pd.DataFrame = table.to_pandas()
+        return frame
+
+
+def _units(delay: Any, idle_timeout: Any, kind: str) -> tuple[float, float]:
+    """``delay`` and the idle timeout in the event time's units (the idle timeout 4 x
+    ``delay`` by default, never for a zero delay), as :func:`~trilink_spark.keyed.run.prepare.prepare`
+    converts them."""
+    delay_units = delay_in_units(delay, kind)
+    if idle_timeout is None:
+        return delay_units, 4 * delay_units if delay_units > 0 else math.inf
+    if idle_timeout == math.inf:
+        return delay_units, math.inf
+    return delay_units, delay_in_units(idle_timeout, kind, "idle_timeout")
+
+
+def _is_duration(value: Any) -> bool:
+    """Whether ``value`` is a duration only a timestamp event time takes (a string or a
+    timedelta)."""
+    from datetime import timedelta
+
+    return isinstance(value, (str, timedelta))
+
+
+def _as_spark_holds(column: Any) -> Any:
+    """A column as Spark would hand it to a task: timestamps as UTC microseconds (naive
+    ones taken as UTC, nanoseconds truncated), dictionaries (pandas categoricals) as their
+    values. O(rows) for those columns; others as they are."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(column.type):
+        column = column.cast(column.type.value_type)
+    if pa.types.is_timestamp(column.type) and (column.type.unit != "us"
+                                               or column.type.tz != "UTC"):
+        column = column.cast(pa.timestamp("us", tz="UTC"), safe=False)
+    return column
+
+
+def _arrival(column: Any) -> Any:
+    """Row positions sorted by ``column`` as Spark's ``sortWithinPartitions`` orders them
+    ascending: nulls first, NaN after every number; ties keep their order (a stable sort).
+    O(rows log rows)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    nulls = pc.invert(pc.is_null(values)).cast(pa.int8())  # 0 for a null: first
+    keys = {"present": nulls}
+    if pa.types.is_floating(values.type):
+        nan = pc.fill_null(pc.is_nan(values), False)
+        keys["nan"] = nan.cast(pa.int8())  # NaN after every number
+        values = pc.if_else(nan, pa.scalar(None, values.type), values)
+    keys["value"] = values
+    order = pc.sort_indices(pa.table(keys), sort_keys=[(n, "ascending") for n in keys])
+    return order
+
+
+def _event_units(column: Any, kind: str, name: str) -> Any:
+    """The event time in internal units (float64, NaN for null): microseconds for a timestamp
+    column, the column's own unit otherwise; a value beyond 2**53 of a timestamp or integral
+    column is refused, as the runners refuse it (:func:`~trilink_spark.eventtime.event_time_whole`).
+    O(rows), vectorised."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if kind == "timestamp":
+        values = values.cast(pa.int64())
+    if kind != "fractional":
+        beyond = pc.or_(pc.greater(values, MAX_EXACT), pc.less(values, -MAX_EXACT))
+        if pc.any(beyond).as_py():
+            unit = "microseconds" if kind == "timestamp" else "units"
+            raise InvalidArgumentError(
+                f"event time column {name!r} has a value beyond +-2**53 {unit}, which cannot "
+                "be represented exactly; convert it first (for nanosecond epochs: a timestamp "
+                "column, or the value divided by 1000 as microseconds)")
+    units = pc.fill_null(values.cast(pa.float64(), safe=False), math.nan)
+    return pa.array(np.asarray(units.to_numpy(zero_copy_only=False), dtype=np.float64))
