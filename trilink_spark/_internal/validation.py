@@ -28,7 +28,7 @@ import math
 import numbers
 import re
 from datetime import date, datetime, timedelta
-from collections.abc import Sequence
+from collections.abc import Collection
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -37,7 +37,7 @@ from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StreamingNo
 
 __all__ = ["check_num_partitions", "MAX_PARTITIONS", "check_real", "number", "positive",
            "fraction", "count", "is_count", "INT64_MIN", "INT64_MAX", "fits_int64", "seconds",
-           "parse_interval", "INTERVAL_UNITS", "short_repr", "choice", "JsonKey",
+           "parse_interval", "INTERVAL_UNITS", "short_repr", "text", "choice", "JsonKey",
            "KEY_DISPLAY_CHARS", "MAX_KEY_TEXT_CHARS", "display_key", "key_text", "check_key",
            "refuse_streaming", "refuse_streaming_batch_function"]
 
@@ -386,8 +386,8 @@ def fits_int64(value: object) -> bool:
     >>> fits_int64(INT64_MAX), fits_int64(INT64_MAX + 1), fits_int64(INT64_MIN), fits_int64(1.0)
     (True, False, True, False)
     """
-    return (isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-            and INT64_MIN <= value <= INT64_MAX)
+    return bool(isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+                and INT64_MIN <= value <= INT64_MAX)
 
 
 def seconds(value: Any, name: str) -> float:
@@ -400,7 +400,30 @@ def seconds(value: Any, name: str) -> float:
     return positive(value, name)
 
 
-def choice(value: Any, name: str, allowed: Sequence[str], *, also: str = "",
+def text(value: Any, name: str, limit: int, *, empty: bool = True) -> str:
+    """A ``str`` of at most ``limit`` characters (non-empty unless ``empty``); a longer one is
+    refused, not cut (a caller that shows a shorter one cuts it itself). O(1).
+
+    Examples
+    --------
+    >>> text("least_count", "strategy", 200)
+    'least_count'
+    >>> text("s" * 300, "strategy", 200)
+    Traceback (most recent call last):
+    ...
+    trilink_spark.errors.InvalidArgumentError: strategy is 300 characters long; at most 200 ...
+    """
+    if not isinstance(value, str):
+        raise InvalidArgumentTypeError(f"{name} must be a str, got {type(value).__name__}")
+    if len(value) > limit:
+        raise InvalidArgumentError(
+            f"{name} is {len(value):,} characters long; at most {limit:,} are allowed")
+    if not empty and not value:
+        raise InvalidArgumentError(f"{name} must be a non-empty str")
+    return value
+
+
+def choice(value: Any, name: str, allowed: Collection[str], *, also: str = "",
            error: type[Exception] = InvalidArgumentError,
            type_error: type[Exception] = InvalidArgumentTypeError) -> str:
     """One of the strings ``allowed``: the one "must be one of" check. A value that is not a
@@ -414,8 +437,8 @@ def choice(value: Any, name: str, allowed: Sequence[str], *, also: str = "",
         What was given.
     name : str
         The argument (or conf, or field) named in the message.
-    allowed : sequence of str
-        The strings taken, in the order the message lists them.
+    allowed : collection of str
+        The strings taken (a mapping: its keys), in the order the message lists them.
     also : str
         What else the caller takes, appended to the list (``" or None"``, ``" or a
         RedisStore"``): the caller accepts it before calling.

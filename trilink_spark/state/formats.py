@@ -27,24 +27,31 @@ from __future__ import annotations
 import json
 import logging
 import math
+import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._internal.deprecation import warn_moved
 from .._internal.io.sealed import SEALED_KEY, seal, unseal
-from ..errors import InvalidArgumentError, StateCorruptError
+from .._internal.validation import (INT64_MAX, MAX_KEY_TEXT_CHARS, JsonKey, check_key, choice,
+                                    count, is_count, number, short_repr, text)
+from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..partitioners import Partitioner
 from ..partitioners.base import KEY_KINDS
 
 __all__ = ["MANIFEST_FORMAT", "MANIFEST_VERSION", "MAX_RECORD_BYTES", "RECORD_FORMAT",
            "PLAN_FIELDS", "dump", "manifest_bytes", "parse_manifest", "placement_bytes",
-           "parse_placement", "plan_bytes", "parse_plan", "record_bytes", "parse_record",
-           "is_count", "parse_timing", "TIMING_SUFFIX", "MAX_TIMING_BYTES", "segment_index", "SEGMENT_INDEX"]
+           "parse_placement", "plan_bytes", "parse_plan", "record_bytes", "parse_small_record",
+           "is_count", "parse_timing", "TIMING_SUFFIX", "MAX_TIMING_BYTES", "segment_index",
+           "SEGMENT_INDEX", "MAX_PROFILE_KEYS", "MAX_PROFILE_KEY_CHARS", "HISTORY_VERSION",
+           "MAX_HISTORY_PARTITIONS", "MAX_HOT_KEYS", "MAX_SAMPLE_KEYS", "MAX_NAME_CHARS",
+           "MAX_TEXT_CHARS", "HISTORY_FIELDS", "check_history_record", "check_swap_request"]
 
 MANIFEST_FORMAT = "trilink-keyed-state-manifest"
 MANIFEST_VERSION = 1
 #: Format tag of a small record (:func:`record_bytes`).
 RECORD_FORMAT = "trilink-state-record"
-#: Largest small record :func:`parse_record` reads (the store reads at most one byte more).
+#: Largest small record :func:`parse_small_record` reads (the store reads at most one byte more).
 MAX_RECORD_BYTES = 1024 * 1024
 #: Suffix of the file beside a state version holding what the task that wrote it measured of
 #: its own work: JSON ``{"rows": int, "process_ms": float, "block_rows": {"blocks": [...],
@@ -56,11 +63,6 @@ MAX_TIMING_BYTES = 32 * 1024 * 1024
 SEGMENT_INDEX = b"trilink.segment_index"
 
 logger = logging.getLogger(__name__)
-
-
-def is_count(value: object, least: int) -> bool:
-    """Whether ``value`` is an int (not a bool) of at least ``least``. O(1)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def dump(body: Mapping[str, Any]) -> bytes:
@@ -124,14 +126,13 @@ def placement_bytes(strategy: Partitioner | None, partitions: int,
     ------
     InvalidArgumentError
         ``key_type`` is not one of those (nor None).
+    InvalidArgumentTypeError
+        ``key_type`` is not a str (nor None).
     """
     body: dict[str, Any] = {"partitions": int(partitions),
                             "strategy": None if strategy is None else strategy.to_dict()}
     if key_type is not None:
-        if key_type not in KEY_KINDS:
-            raise InvalidArgumentError(
-                f"key_type must be one of {', '.join(KEY_KINDS)} or None, got {key_type!r}")
-        body["key_type"] = key_type
+        body["key_type"] = choice(key_type, "key_type", KEY_KINDS, also=" or None")
     return dump(body)
 
 
@@ -164,10 +165,9 @@ def parse_placement(data: bytes, path: str) -> tuple[Partitioner | None, int, st
         raise StateCorruptError(
             f"{path} records {partitions} partitions but its strategy places on "
             f"{strategy.num_partitions}; the record is inconsistent")
-    if key_type is not None and (not isinstance(key_type, str) or key_type not in KEY_KINDS):
-        raise StateCorruptError(
-            f"{path} records key_type={key_type!r}; a placement record holds one of "
-            f"{', '.join(KEY_KINDS)} (or none)")
+    if key_type is not None:
+        choice(key_type, f"{path}: its key_type", KEY_KINDS, also=" (or none)",
+               error=StateCorruptError, type_error=StateCorruptError)
     return strategy, int(partitions), key_type
 
 
@@ -253,8 +253,10 @@ def record_bytes(name: str, body: Mapping[str, Any]) -> bytes:
     return data
 
 
-def parse_record(data: bytes, name: str, path: str) -> dict[str, Any]:
-    """The body of the small record ``name`` stored as ``data``. O(its size).
+def parse_small_record(data: bytes, name: str, path: str) -> dict[str, Any]:
+    """The body of the small record ``name`` stored as ``data``: its envelope (format, name,
+    seal) checked, not what the body holds (a history record's fields are
+    :func:`check_history_record`'s). O(its size).
 
     Raises
     ------
@@ -353,28 +355,26 @@ def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
 
 #: At most this many keys in each list of a timing record's key profile.
 MAX_PROFILE_KEYS = 1024
-#: The longest key text a profile holds (a key is shown cut to 80 characters, bytes as
-#: ``0x`` and 80 hex digits, and "…"): the batch's history record stays within
-#: :data:`MAX_RECORD_BYTES` however long the keys are.
-MAX_PROFILE_KEY_CHARS = 100
+#: The longest key text a profile (and a history record) holds: the stored-record bound of
+#: :mod:`trilink_spark._internal.validation` (a key is shown cut by its display rule), so the
+#: batch's history record stays within :data:`MAX_RECORD_BYTES` however long the keys are.
+MAX_PROFILE_KEY_CHARS = MAX_KEY_TEXT_CHARS
 
 
 def _is_profile_key(key: object) -> bool:
-    """A key as :func:`~trilink_spark.keyed.records.history.display_key` writes it: null, a bool, an
-    int64, a finite float or a text of at most :data:`MAX_PROFILE_KEY_CHARS`."""
-    if key is None or isinstance(key, bool):
-        return True
-    if isinstance(key, int):
-        return -_COUNT_LIMIT <= key < _COUNT_LIMIT
-    if isinstance(key, float):
-        return math.isfinite(key)
-    return isinstance(key, str) and len(key) <= MAX_PROFILE_KEY_CHARS
+    """A key as :func:`~trilink_spark.keyed.records.history.display_key` writes it
+    (:func:`~trilink_spark._internal.validation.check_key` takes it)."""
+    try:
+        check_key(key, "key")
+    except (InvalidArgumentError, InvalidArgumentTypeError):
+        return False
+    return True
 
 
 def _is_key_profile(value: object) -> bool:
     """A task's key profile (:func:`~trilink_spark.keyed.records.history.key_profile`): ``hot`` and
     ``sample`` lists of ``[key, weight]`` (:func:`_is_profile_key`; a weight is a finite
-    number >= 0 below 2**63), and a ``keys`` count."""
+    number >= 0 within the int64 range), and a ``keys`` count."""
     if not isinstance(value, dict) or not _is_timed_count(value.get("keys"), 0):
         return False
     for name in ("hot", "sample"):
@@ -389,23 +389,19 @@ def _is_key_profile(value: object) -> bool:
 
 
 def _is_timed_count(value: object, least: int) -> bool:
-    """:func:`~trilink_spark.state.formats.is_count`, and below 2**63 (a timing record's figures fit an int64)."""
-    return (isinstance(value, int) and not isinstance(value, bool)
-            and least <= value < _COUNT_LIMIT)
-
-
-#: Counts and milliseconds a timing record may hold: below 2**63 (an int64), so a forged
-#: 400-digit number is refused, never overflows a conversion.
-_COUNT_LIMIT = 2**63
+    """:func:`~trilink_spark._internal.validation.is_count` within the int64 range (a timing
+    record's figures fit an int64, so a forged 400-digit number is refused, never overflows a
+    conversion)."""
+    return is_count(value, least, INT64_MAX)
 
 
 def _is_milliseconds(value: object) -> bool:
-    """Whether ``value`` is a finite, non-negative number of milliseconds below 2**63."""
+    """Whether ``value`` is a finite number of milliseconds >= 0 within the int64 range."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
-    if isinstance(value, int):
-        return 0 <= value < _COUNT_LIMIT
-    return math.isfinite(value) and 0 <= value < _COUNT_LIMIT
+    if isinstance(value, int):  # compared exactly: a 400-digit int has no float
+        return 0 <= value <= INT64_MAX
+    return math.isfinite(value) and 0 <= value <= INT64_MAX
 
 
 def segment_index(raw: bytes | None, path: str, batches: int) -> list[tuple[int, int]]:
@@ -426,3 +422,287 @@ def segment_index(raw: bytes | None, path: str, batches: int) -> list[tuple[int,
             f"[destination, rows] pair per record batch, {batches} batches); it is not a "
             "segment file this release wrote")
     return [(int(d), int(r)) for d, r in index]
+
+
+# ---------------------------------------------------------------------- history records
+#: Version of the history record's layout (``"v"``): the one
+#: :mod:`trilink_spark.keyed.records.history` writes and the dashboard reads.
+HISTORY_VERSION = 1
+#: Partitions a history record describes at most (a record of more would not fit the store's
+#: 1 MiB record): a run on more partitions keeps no history.
+MAX_HISTORY_PARTITIONS = 16_384
+#: Hot keys a history record holds at most (a run's record keeps 10; the page shows 10).
+MAX_HOT_KEYS = 100
+#: Keys a history record's sample holds at most (a run's record keeps at most 4,096).
+MAX_SAMPLE_KEYS = 20_000
+#: The longest name a history record holds (a strategy, a run, a request id, a mode); a
+#: longer one is refused.
+MAX_NAME_CHARS = 200
+#: The longest free text a history record holds (a swap's refusal, a rebalancer's reason); a
+#: longer one is refused (the page shows the first few hundred characters).
+MAX_TEXT_CHARS = 10_000
+#: The fields of the layout, as a run writes every one of them (``complete=True`` requires
+#: each; a record given to the dashboard may leave out those after ``rows``).
+HISTORY_FIELDS = ("v", "batch", "time", "seconds", "strategy", "partitions", "rows",
+                  "task_ms", "late", "late_partition", "hot_keys", "sample", "swap",
+                  "request", "rebalance")
+_FIGURES = ("rows", "task_ms", "late", "late_partition")
+
+
+def _mapping(value: Any, name: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidArgumentTypeError(
+            f"{name} must be a mapping (a JSON object), got {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, name: str, limit: int) -> list[Any] | tuple[Any, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise InvalidArgumentTypeError(
+            f"{name} must be a list (a JSON array), got {type(value).__name__}")
+    if len(value) > limit:
+        raise InvalidArgumentError(f"{name} holds {len(value):,} entries; at most {limit:,} "
+                                   "are allowed")
+    return value
+
+
+def _int(value: Any, name: str, low: int = 0, high: int = INT64_MAX) -> int:
+    return count(value, name, low, high=high, plain=True)
+
+
+def _opt_int(value: Any, name: str, low: int = 0) -> int | None:
+    return None if value is None else _int(value, name, low)
+
+
+def _opt_real(value: Any, name: str) -> float | None:
+    return None if value is None else number(value, name, low=0.0)
+
+
+def _opt_name(value: Any, name: str) -> str | None:
+    return None if value is None else text(value, name, MAX_NAME_CHARS)
+
+
+def _figures(value: Any, name: str, partitions: int) -> list[float]:
+    """One figure per partition: finite numbers >= 0, or -1 for no figure."""
+    items = _list(value, name, MAX_HISTORY_PARTITIONS)
+    if len(items) != partitions:
+        raise InvalidArgumentError(
+            f"{name} holds {len(items)} figures for {partitions} partitions; give one per "
+            "partition (-1 where there is none)")
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, bool) or not isinstance(item, numbers.Real):
+            raise InvalidArgumentTypeError(
+                f"{name}[{i}] must be a number, got {type(item).__name__}")
+        try:
+            figure = float(item)
+        except OverflowError:
+            figure = math.inf
+        if not math.isfinite(figure) or (figure < 0 and figure != -1):
+            raise InvalidArgumentError(
+                f"{name}[{i}] must be a finite number >= 0, or -1 for no figure, got "
+                f"{short_repr(item)}")
+        out.append(figure)
+    return out
+
+
+def _hot_keys(value: Any, partitions: int) -> list[tuple[JsonKey, float, int]]:
+    out = []
+    for i, item in enumerate(_list(value, "record.hot_keys", MAX_HOT_KEYS)):
+        name = f"record.hot_keys[{i}]"
+        entry = _list(item, name, 3)
+        if len(entry) != 3:
+            raise InvalidArgumentError(f"{name} must be [key, rows, partition], got "
+                                       f"{len(entry)} entries")
+        out.append((check_key(entry[0], f"{name} key"),
+                    number(entry[1], f"{name} rows", low=0.0),
+                    _int(entry[2], f"{name} partition", 0, partitions - 1)))
+    return out
+
+
+def _sample(value: Any) -> dict[str, list[Any]]:
+    sample = _mapping(value, "record.sample")
+    keys = _list(sample.get("keys"), "record.sample.keys", MAX_SAMPLE_KEYS)
+    weights = _list(sample.get("weights"), "record.sample.weights", MAX_SAMPLE_KEYS)
+    if len(keys) != len(weights):
+        raise InvalidArgumentError(
+            f"record.sample holds {len(keys)} keys and {len(weights)} weights; give one "
+            "weight per key")
+    return {"keys": [check_key(k, f"record.sample.keys[{i}]") for i, k in enumerate(keys)],
+            "weights": [number(w, f"record.sample.weights[{i}]", low=0.0)
+                        for i, w in enumerate(weights)]}
+
+
+def _swap(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    swap = _mapping(value, "record.swap")
+    complete = swap.get("complete")
+    if complete is not None and not isinstance(complete, bool):
+        raise InvalidArgumentTypeError(
+            f"record.swap.complete must be a bool, got {type(complete).__name__}")
+    refused = swap.get("refused")
+    return {
+        "mode": _opt_name(swap.get("mode"), "record.swap.mode"),
+        "partitions_before": _opt_int(swap.get("partitions_before"),
+                                      "record.swap.partitions_before", 1),
+        "partitions_after": _opt_int(swap.get("partitions_after"),
+                                     "record.swap.partitions_after", 1),
+        "keys_total": _opt_int(swap.get("keys_total"), "record.swap.keys_total"),
+        "moved_keys": _opt_int(swap.get("moved_keys"), "record.swap.moved_keys"),
+        "moved_bytes": _opt_int(swap.get("moved_bytes"), "record.swap.moved_bytes"),
+        "seconds": _opt_real(swap.get("seconds"), "record.swap.seconds"),
+        "complete": complete,
+        "refused": None if refused is None else text(refused, "record.swap.refused",
+                                                     MAX_TEXT_CHARS)}
+
+
+def check_swap_request(value: Any, name: str) -> dict[str, Any]:
+    """A swap request as a history record (``record.request``) or a dashboard event holds it:
+    ``request_id`` (a non-empty name), and ``strategy``, ``num_partitions`` (>= 1) and
+    ``mode``, each optional. Returns those four fields, checked. O(1).
+
+    Raises
+    ------
+    InvalidArgumentError, InvalidArgumentTypeError
+        A field of the wrong type or out of range; the message names it (``name.field``).
+
+    Examples
+    --------
+    >>> check_swap_request({"request_id": "r1", "strategy": "hash"}, "event")
+    {'request_id': 'r1', 'strategy': 'hash', 'num_partitions': None, 'mode': None}
+    """
+    request = _mapping(value, name)
+    return {
+        "request_id": text(request.get("request_id"), f"{name}.request_id", MAX_NAME_CHARS,
+                           empty=False),
+        "strategy": _opt_name(request.get("strategy"), f"{name}.strategy"),
+        "num_partitions": _opt_int(request.get("num_partitions"), f"{name}.num_partitions", 1),
+        "mode": _opt_name(request.get("mode"), f"{name}.mode")}
+
+
+def _rebalance(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    rebalance = _mapping(value, "record.rebalance")
+    return {"reason": text(rebalance.get("reason", ""), "record.rebalance.reason",
+                           MAX_TEXT_CHARS),
+            "moves": _opt_int(rebalance.get("moves"), "record.rebalance.moves")}
+
+
+def _checked_history(record: Any, complete: bool) -> dict[str, Any]:
+    rec = _mapping(record, "record")
+    if complete:
+        missing = [name for name in HISTORY_FIELDS if name not in rec]
+        if missing:
+            raise InvalidArgumentError(
+                f"record lacks {', '.join(missing)} (a run's record holds every field of "
+                f"version {HISTORY_VERSION})")
+    version = rec.get("v")
+    if version != HISTORY_VERSION or isinstance(version, bool):
+        raise InvalidArgumentError(
+            f"record.v must be {HISTORY_VERSION} (the layout this release reads), got "
+            f"{short_repr(version)}")
+    batch = _int(rec.get("batch"), "record.batch")
+    time = number(rec.get("time"), "record.time")
+    seconds = number(rec.get("seconds"), "record.seconds", low=0.0)
+    strategy = text(rec.get("strategy"), "record.strategy", MAX_NAME_CHARS)
+    partitions = _int(rec.get("partitions"), "record.partitions", 1, MAX_HISTORY_PARTITIONS)
+    run = rec.get("run")
+    sample = rec.get("sample")
+    request = rec.get("request")
+    return {
+        "v": HISTORY_VERSION, "batch": batch, "time": time, "seconds": seconds,
+        "strategy": strategy, "partitions": partitions,
+        "run": None if run is None else text(run, "record.run", MAX_NAME_CHARS, empty=False),
+        "rows": _figures(rec.get("rows"), "record.rows", partitions),
+        **{name: None if rec.get(name) is None else
+           _figures(rec.get(name), f"record.{name}", partitions) for name in _FIGURES[1:]},
+        "hot_keys": _hot_keys(rec.get("hot_keys") or [], partitions),
+        "sample": None if sample is None else _sample(sample),
+        "swap": _swap(rec.get("swap")),
+        "request": None if request is None else check_swap_request(request, "record.request"),
+        "rebalance": _rebalance(rec.get("rebalance")),
+    }
+
+
+def check_history_record(record: Any, where: str | None = None, *,
+                         complete: bool = False) -> dict[str, Any]:
+    """The one check of a history record: its fields, their types and the bounds of the
+    view (:data:`MAX_HISTORY_PARTITIONS`, :data:`MAX_HOT_KEYS`, :data:`MAX_SAMPLE_KEYS`,
+    keys as :func:`~trilink_spark._internal.validation.check_key` takes them, names up to
+    :data:`MAX_NAME_CHARS`, texts up to :data:`MAX_TEXT_CHARS`).
+
+    The run that writes a record checks it before it writes it, the reader of a state path
+    when it reads it, and the dashboard when it is given one: a record one of them takes,
+    the others take.
+
+    Parameters
+    ----------
+    record : mapping
+        The record (layout ``"v": 1``, fields :data:`HISTORY_FIELDS`): ``batch``, ``time``,
+        ``seconds``, ``strategy``, ``partitions`` and ``rows`` are required; the others may be
+        missing or null unless ``complete``. ``run`` (a name the dashboard adds) is checked
+        when present.
+    where : str, optional
+        The file the record was read from. Given, a record that fails is a
+        :class:`~trilink_spark.errors.StateCorruptError` naming it; None (a record passed as
+        an argument): an :class:`~trilink_spark.errors.InvalidArgumentError` or
+        :class:`~trilink_spark.errors.InvalidArgumentTypeError`.
+    complete : bool
+        Require every field of :data:`HISTORY_FIELDS` (what a run writes; a null is allowed
+        where the layout allows one).
+
+    Returns
+    -------
+    dict
+        Every field of the layout and ``run`` (None where left out), checked: figures as
+        lists of floats (``-1``: no figure), ``hot_keys`` as ``(key, rows, partition)``
+        tuples, ``sample`` as ``{"keys", "weights"}`` lists, and ``swap``, ``request``
+        (:func:`check_swap_request`) and ``rebalance`` holding the fields the layout gives
+        them (others are left out).
+
+    Raises
+    ------
+    InvalidArgumentError, InvalidArgumentTypeError
+        Without ``where``: a field missing (``complete``), of the wrong type or out of range,
+        a per-partition list whose length is not ``partitions``, a list beyond its bound;
+        the message names the field.
+    StateCorruptError
+        With ``where``: the same, the message naming the file and the field.
+
+    Notes
+    -----
+    Cost: O(partitions + hot keys + sample keys).
+
+    Examples
+    --------
+    >>> checked = check_history_record({"v": 1, "batch": 3, "time": 1.0, "seconds": 0.5,
+    ...                                 "strategy": "hash", "partitions": 2, "rows": [10, -1]})
+    >>> checked["rows"], checked["task_ms"]
+    ([10.0, -1.0], None)
+    >>> check_history_record({"v": 1, "batch": -2, "partitions": 1})
+    Traceback (most recent call last):
+    ...
+    trilink_spark.errors.InvalidArgumentError: record.batch must be >= 0, got -2
+    >>> check_history_record({"v": 2}, "h.json")
+    Traceback (most recent call last):
+    ...
+    trilink_spark.errors.StateCorruptError: h.json: not a history record of version 1 (record.v ...
+    """
+    try:
+        return _checked_history(record, complete)
+    except (InvalidArgumentError, InvalidArgumentTypeError) as err:
+        if where is None:
+            raise
+        raise StateCorruptError(
+            f"{where}: not a history record of version {HISTORY_VERSION} ({err})") from None
+
+
+def __getattr__(name: str) -> Any:
+    """``parse_record``, the name :func:`parse_small_record` had until 0.x: it still
+    resolves, with a :class:`DeprecationWarning`, until the next minor release."""
+    if name != "parse_record":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warn_moved(f"{__name__}.parse_record", f"{__name__}.parse_small_record")
+    return parse_small_record

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import StateCorruptError, StateStoreError
-from .formats import is_count
+from .._internal.validation import is_count
 from .held import ASK_TIMEOUT_S, ask_release, hold, identity, take
 
 __all__ = ["LocalState", "key_bytes", "LOCAL_KEY_TYPES", "wake_bytes", "supports_key_type",

@@ -51,7 +51,7 @@ from .._internal.io.files import write_atomic_stream
 from ..partitioners import Partitioner
 from ..partitioners.persistence import read_strategy, write_strategy
 from .formats import MAX_RECORD_BYTES, manifest_bytes, parse_manifest, parse_placement
-from .formats import parse_plan, parse_record, placement_bytes, plan_bytes, record_bytes
+from .formats import parse_plan, parse_small_record, placement_bytes, plan_bytes, record_bytes
 from .formats import MAX_TIMING_BYTES, TIMING_SUFFIX, parse_timing, segment_index, SEGMENT_INDEX
 from .changelog import CHANGELOG_KIND, changelog_info, combine
 
@@ -824,11 +824,11 @@ class KeyedStateStore:
         StateCorruptError
             The file is too large, not JSON, not sealed, fails its checksum (a torn or
             edited file), is not a record of this store, or is another record: the message
-            names it (:func:`~trilink_spark.state.formats.parse_record`).
+            names it (:func:`~trilink_spark.state.formats.parse_small_record`).
         """
         path = self.record_path(name)
         data = self._read(path, MAX_RECORD_BYTES)
-        return None if data is None else parse_record(data, name, path)
+        return None if data is None else parse_small_record(data, name, path)
 
     def delete_record(self, name: str) -> None:
         """Delete the small record ``name`` (nothing when there is none)."""

@@ -32,10 +32,11 @@ from ..advice import BottleneckAdvisor, BottleneckListener
 from ..elastic import ElasticityAdvisor
 from ..errors import InvalidArgumentTypeError, StateCorruptError, TrilinkError
 from ..measurement import parse_progress
-from ..keyed.records.history import history_batches, read_history_record
+from ..keyed.records.history import history_batches
 from ..keyed.run.streaming import SWAP_RECORD
 from ..state import KeyedStateStore
 from ..switching import AdaptivePartitioner
+from .records import read_batch_record
 
 __all__ = ["Feed", "RunSource", "pending_request"]
 
@@ -268,17 +269,17 @@ class Feed:
 
 
     def _read_record(self, source: RunSource, batch: int) -> bool:
-        """Hand batch ``batch``'s record to the model; False when there is none yet. A
+        """Hand batch ``batch``'s record to the model, checked once as it is read
+        (:func:`~trilink_spark.ui.records.read_batch_record`); False when there is none yet. A
         damaged record is logged once and passed over (never read again)."""
         try:
-            record = read_history_record(source.store, batch)
+            record = read_batch_record(source.store, batch, source.name)
         except StateCorruptError as err:
             logger.warning("dashboard: %s; left out", err)
-            record = {}
-        if record is None:
-            return False
-        if record:
-            self.model.add_record({**record, "run": source.name})
+        else:
+            if record is None:
+                return False
+            self.model.add_record(record)
         source.last = batch
         return True
 

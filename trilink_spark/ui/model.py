@@ -45,7 +45,7 @@ from ..errors import TrilinkError
 from ..partitioners import (balance_degree, evaluate_strategies, extra_compute_time,
                             keyed_bound, resolve_strategy_name)
 from .records import (AdviceEvent, BatchRecord, ProgressEvent, RequestEvent, key_text,
-                      parse_event, parse_record)
+                      parse_batch_record, parse_event)
 
 logger = logging.getLogger(__name__)
 
@@ -163,9 +163,9 @@ def figures_of(record: BatchRecord, *, with_candidates: bool = True) -> BatchFig
 
     Examples
     --------
-    >>> from trilink_spark.ui.records import parse_record
-    >>> r = parse_record({"v": 1, "batch": 0, "time": 0, "seconds": 0, "strategy": "hash",
-    ...                   "partitions": 3, "rows": [50, -1, 100]})
+    >>> from trilink_spark.ui.records import parse_batch_record
+    >>> r = parse_batch_record({"v": 1, "batch": 0, "time": 0, "seconds": 0,
+    ...                         "strategy": "hash", "partitions": 3, "rows": [50, -1, 100]})
     >>> figures_of(r).balance_degree
     0.5
     """
@@ -275,14 +275,16 @@ class DashboardModel:
             return next(iter(self._runs.values()), None)
         return self._runs.get(run)
 
-    def add_record(self, record: Mapping[str, Any]) -> bool:
+    def add_record(self, record: Mapping[str, Any] | BatchRecord) -> bool:
         """Hold one history record; one for a batch already held replaces it.
 
         Parameters
         ----------
-        record : mapping
-            A history record (:func:`~trilink_spark.ui.records.parse_record`), ``run``
-            naming its run (default ``"run"``).
+        record : mapping or BatchRecord
+            A history record, checked here
+            (:func:`~trilink_spark.ui.records.parse_batch_record`), ``run`` naming its run
+            (default ``"run"``); or a record checked already
+            (:func:`~trilink_spark.ui.records.read_batch_record`), held as it is.
 
         Returns
         -------
@@ -303,7 +305,7 @@ class DashboardModel:
         False
         """
         try:
-            checked = parse_record(record)
+            checked = record if isinstance(record, BatchRecord) else parse_batch_record(record)
         except TrilinkError as err:
             logger.warning("dashboard: history record refused: %s", err)
             return False
@@ -326,7 +328,7 @@ class DashboardModel:
             self._bump(held)
         return True
 
-    def add_records(self, records: Iterable[Mapping[str, Any]]) -> int:
+    def add_records(self, records: Iterable[Mapping[str, Any] | BatchRecord]) -> int:
         """:meth:`add_record` for each record; returns how many were held. O(records)."""
         return sum(self.add_record(r) for r in records)
 

@@ -1,22 +1,26 @@
 """The history record a keyed run writes after each micro-batch, and the events beside it,
-checked field by field before the dashboard holds them.
+as the dashboard holds them, checked field by field first.
 
 A record or event comes from a file or a listener the dashboard does not control: every field
 is checked for its type and range, every list for its length, every text for its size, and
-nothing is evaluated. :func:`parse_record` turns one record (a JSON-compatible mapping) into a
-:class:`BatchRecord`; :func:`parse_event` an event into a :class:`RequestEvent`,
-:class:`AdviceEvent` or :class:`ProgressEvent`. Both raise
+nothing is evaluated. A record is checked by
+:func:`~trilink_spark.state.formats.check_history_record`, the one check of the layout (the run
+that writes it runs the same one): :func:`parse_batch_record` turns a record given as a
+mapping into a :class:`BatchRecord`, :func:`read_batch_record` one read from a state path.
+:func:`parse_event` turns an event into a :class:`RequestEvent`, :class:`AdviceEvent` or
+:class:`ProgressEvent`. A record or event given as an argument is refused with
 :class:`~trilink_spark.errors.InvalidArgumentError` (or
 :class:`~trilink_spark.errors.InvalidArgumentTypeError`) naming the field, what it held and
-what is allowed.
+what is allowed; a record read from a state path with
+:class:`~trilink_spark.errors.StateCorruptError` naming its file.
 
 Examples
 --------
->>> record = parse_record({"v": 1, "batch": 3, "time": 1795000000.0, "seconds": 0.5,
-...                        "strategy": "hash", "partitions": 2, "rows": [10, -1]})
+>>> record = parse_batch_record({"v": 1, "batch": 3, "time": 1795000000.0, "seconds": 0.5,
+...                              "strategy": "hash", "partitions": 2, "rows": [10, -1]})
 >>> record.batch, record.run, record.rows.tolist()
 (3, 'run', [10.0, -1.0])
->>> parse_record({"v": 1, "batch": -2})
+>>> parse_batch_record({"v": 1, "batch": -2})
 Traceback (most recent call last):
 ...
 trilink_spark.errors.InvalidArgumentError: record.batch must be >= 0, got -2
@@ -24,8 +28,6 @@ trilink_spark.errors.InvalidArgumentError: record.batch must be >= 0, got -2
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -33,9 +35,14 @@ from typing import Any, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from .._internal.validation import choice, count, number, short_repr
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from ..keyed.records.history import HISTORY_VERSION, MAX_HISTORY_PARTITIONS
+from .._internal.deprecation import warn_moved
+from .._internal.validation import JsonKey, choice, count, key_text, number, text
+from ..errors import InvalidArgumentTypeError
+from ..keyed.records.history import record_name
+from ..state import KeyedStateStore
+from ..state.formats import (HISTORY_VERSION, MAX_HISTORY_PARTITIONS, MAX_HOT_KEYS,
+                             MAX_NAME_CHARS, MAX_SAMPLE_KEYS, MAX_TEXT_CHARS,
+                             check_history_record, check_swap_request)
 
 __all__ = [
     "RECORD_VERSION",
@@ -47,14 +54,15 @@ __all__ = [
     "DEFAULT_RUN",
     "Key",
     "Swap",
-    "SwapRequest",
+    "SwapRequestView",
     "Rebalance",
     "BatchRecord",
     "RequestEvent",
     "AdviceEvent",
     "ProgressEvent",
     "Event",
-    "parse_record",
+    "parse_batch_record",
+    "read_batch_record",
     "parse_event",
     "key_text",
 ]
@@ -63,22 +71,17 @@ __all__ = [
 RECORD_VERSION = HISTORY_VERSION
 #: The most partitions one record may describe: the history's own bound.
 MAX_RECORD_PARTITIONS = MAX_HISTORY_PARTITIONS
-#: The most hot keys one record may carry (the page shows the top 10).
-MAX_HOT_KEYS = 100
-#: The most keys a record's sample may hold (the candidates are fitted on it).
-MAX_SAMPLE_KEYS = 20_000
-#: The longest text a field may hold; longer texts are refused, not cut.
-MAX_TEXT_CHARS = 10_000
 #: Where advice comes from.
 ADVICE_SOURCES = ("bottleneck", "ds2", "elasticity", "switching")
 #: The run name of a record that names none.
 DEFAULT_RUN = "run"
-_NAME_CHARS = 200  # names (runs, strategies, ids, modes, queries) are refused beyond this
 _SHOWN_CHARS = 500  # free texts (reasons, advice) are cut to this for display
-_INT64_MAX = 2**63 - 1
+#: Names this module had, and the names they have now (each still resolves, with a
+#: DeprecationWarning, until the next minor release).
+_RENAMED = {"parse_record": "parse_batch_record", "SwapRequest": "SwapRequestView"}
 
 #: A key: the JSON scalars (``str``, ``int``, ``float``, ``bool``, ``None``).
-Key: TypeAlias = str | int | float | bool | None
+Key: TypeAlias = JsonKey
 
 
 @dataclass(frozen=True)
@@ -97,8 +100,10 @@ class Swap:
 
 
 @dataclass(frozen=True)
-class SwapRequest:
-    """A swap request: pending (an event) or carried out by a batch (in its record)."""
+class SwapRequestView:
+    """The dashboard's view of a swap request: pending (an event) or carried out by a batch
+    (in its record). The request a run carries out is
+    :class:`trilink_spark.keyed.swaps.plan.SwapRequest`."""
 
     request_id: str
     strategy: str | None
@@ -136,7 +141,7 @@ class BatchRecord:
     hot_keys: tuple[tuple[Key, float, int], ...]
     sample: dict[Key, float] | None
     swap: Swap | None
-    request: SwapRequest | None
+    request: SwapRequestView | None
     rebalance: Rebalance | None
 
 
@@ -145,7 +150,7 @@ class RequestEvent:
     """A swap request seen before the batch that carries it out."""
 
     time: float
-    request: SwapRequest
+    request: SwapRequestView
     run: str | None
 
 
@@ -175,213 +180,52 @@ class ProgressEvent:
 Event: TypeAlias = RequestEvent | AdviceEvent | ProgressEvent
 
 
-def _mapping(value: Any, name: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise InvalidArgumentTypeError(
-            f"{name} must be a mapping (a JSON object), got {type(value).__name__}")
-    return value
-
-
-def _int(value: Any, name: str, low: int = 0, high: int = _INT64_MAX) -> int:
-    out = count(value, name, low, plain=True)
-    if out > high:
-        raise InvalidArgumentError(f"{name} must be at most {high:,}, got {short_repr(out)}")
-    return out
-
-
-def _opt_int(value: Any, name: str, low: int = 0) -> int | None:
-    return None if value is None else _int(value, name, low)
-
-
-def _real(value: Any, name: str, low: float | None = 0.0) -> float:
-    return number(value, name, low=low)
-
-
-def _opt_real(value: Any, name: str) -> float | None:
-    return None if value is None else _real(value, name)
-
-
-def _text(value: Any, name: str, *, limit: int = _NAME_CHARS, cut: bool = False) -> str:
-    """A str of at most ``limit`` characters; with ``cut``, a longer one (up to
-    :data:`MAX_TEXT_CHARS`) is shortened for display instead of refused."""
-    if not isinstance(value, str):
-        raise InvalidArgumentTypeError(f"{name} must be a str, got {type(value).__name__}")
-    if len(value) > (MAX_TEXT_CHARS if cut else limit):
-        raise InvalidArgumentError(
-            f"{name} is {len(value):,} characters long; at most "
-            f"{MAX_TEXT_CHARS if cut else limit:,} are allowed")
-    return value if len(value) <= limit else value[: limit - 1] + "\u2026"
-
-
-def _opt_text(value: Any, name: str, *, limit: int = _NAME_CHARS, cut: bool = False) -> str | None:
-    return None if value is None else _text(value, name, limit=limit, cut=cut)
-
-
-def _run(value: Any, name: str) -> str:
-    run = _text(value, name)
-    if not run:
-        raise InvalidArgumentError(f"{name} must be a non-empty str")
-    return run
-
-
-def _list(value: Any, name: str, limit: int) -> list[Any] | tuple[Any, ...]:
-    if not isinstance(value, (list, tuple)):
-        raise InvalidArgumentTypeError(
-            f"{name} must be a list (a JSON array), got {type(value).__name__}")
-    if len(value) > limit:
-        raise InvalidArgumentError(f"{name} holds {len(value):,} entries; at most {limit:,} "
-                                   "are allowed")
-    return value
-
-
-def _figures(value: Any, name: str, partitions: int) -> npt.NDArray[np.float64]:
-    """One figure per partition: finite numbers >= 0, or -1 for no figure."""
-    items = _list(value, name, MAX_RECORD_PARTITIONS)
-    if len(items) != partitions:
-        raise InvalidArgumentError(
-            f"{name} holds {len(items)} figures for {partitions} partitions; give one per "
-            "partition (-1 where there is none)")
-    out = np.empty(partitions, dtype=np.float64)
-    for i, item in enumerate(items):
-        if isinstance(item, bool) or not isinstance(item, numbers.Real):
-            raise InvalidArgumentTypeError(
-                f"{name}[{i}] must be a number, got {type(item).__name__}")
-        try:
-            figure = float(item)
-        except OverflowError:
-            figure = math.inf
-        if not math.isfinite(figure) or (figure < 0 and figure != -1):
-            raise InvalidArgumentError(
-                f"{name}[{i}] must be a finite number >= 0, or -1 for no figure, got "
-                f"{short_repr(item)}")
-        out[i] = figure
-    return out
-
-
-def _opt_figures(value: Any, name: str, partitions: int) -> npt.NDArray[np.float64] | None:
-    return None if value is None else _figures(value, name, partitions)
-
-
-def _key(value: Any, name: str) -> Key:
-    """A JSON scalar key, checked (a str at most :data:`MAX_TEXT_CHARS` long, a 64-bit int,
-    a finite float)."""
-    if value is None or isinstance(value, bool):
+def _cut(value: str | None) -> str | None:
+    """A free text as the page shows it: cut to :data:`_SHOWN_CHARS` (the check bounds it)."""
+    if value is None or len(value) <= _SHOWN_CHARS:
         return value
-    if isinstance(value, str):
-        return _text(value, name, limit=MAX_TEXT_CHARS)
-    if isinstance(value, int):
-        if not -_INT64_MAX - 1 <= value <= _INT64_MAX:
-            raise InvalidArgumentError(f"{name} must be a 64-bit integer, got "
-                                       f"{short_repr(value)}")
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InvalidArgumentError(f"{name} must be finite, got {value!r}")
-        return value
-    raise InvalidArgumentTypeError(
-        f"{name} must be a JSON scalar (str, int, float, bool or null), got "
-        f"{type(value).__name__}")
+    return value[: _SHOWN_CHARS - 1] + "\u2026"
 
 
-def key_text(key: Key, limit: int = 80) -> str:
-    """A key as the page shows it: a str as it is, any other key as JSON, cut to ``limit``.
-    O(len(key)).
+def _view(checked: Mapping[str, Any], run: str | None) -> BatchRecord:
+    """The dashboard's view of a record :func:`check_history_record` returned. O(partitions
+    + hot keys + sample keys); nothing is checked again."""
+    def figures(name: str) -> npt.NDArray[np.float64] | None:
+        values = checked[name]
+        return None if values is None else np.asarray(values, dtype=np.float64)
 
-    Examples
-    --------
-    >>> key_text("u1"), key_text(17), key_text(None), key_text(True)
-    ('u1', '17', 'null', 'true')
-    """
-    if isinstance(key, str):
-        text = key
-    elif key is None:
-        text = "null"
-    elif isinstance(key, bool):
-        text = "true" if key else "false"
-    else:
-        text = repr(key)
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
-
-
-def _hot_keys(value: Any, partitions: int) -> tuple[tuple[Key, float, int], ...]:
-    out = []
-    for i, item in enumerate(_list(value, "record.hot_keys", MAX_HOT_KEYS)):
-        name = f"record.hot_keys[{i}]"
-        entry = _list(item, name, 3)
-        if len(entry) != 3:
-            raise InvalidArgumentError(f"{name} must be [key, rows, partition], got "
-                                       f"{len(entry)} entries")
-        key = _key(entry[0], f"{name} key")
-        rows = _real(entry[1], f"{name} rows")
-        partition = _int(entry[2], f"{name} partition", 0, partitions - 1)
-        out.append((key, rows, partition))
-    return tuple(out)
-
-
-def _sample(value: Any) -> dict[Key, float]:
-    sample = _mapping(value, "record.sample")
-    keys = _list(sample.get("keys"), "record.sample.keys", MAX_SAMPLE_KEYS)
-    weights = _list(sample.get("weights"), "record.sample.weights", MAX_SAMPLE_KEYS)
-    if len(keys) != len(weights):
-        raise InvalidArgumentError(
-            f"record.sample holds {len(keys)} keys and {len(weights)} weights; give one "
-            "weight per key")
-    out: dict[Key, float] = {}
-    for i, (key, weight) in enumerate(zip(keys, weights)):
-        checked = _key(key, f"record.sample.keys[{i}]")
-        out[checked] = out.get(checked, 0.0) + _real(weight, f"record.sample.weights[{i}]")
-    return out
-
-
-def _swap(value: Any) -> Swap | None:
-    if value is None:
-        return None
-    swap = _mapping(value, "record.swap")
-    complete = swap.get("complete")
-    if complete is not None and not isinstance(complete, bool):
-        raise InvalidArgumentTypeError(
-            f"record.swap.complete must be a bool, got {type(complete).__name__}")
-    return Swap(
-        mode=_opt_text(swap.get("mode"), "record.swap.mode"),
-        partitions_before=_opt_int(swap.get("partitions_before"),
-                                   "record.swap.partitions_before", 1),
-        partitions_after=_opt_int(swap.get("partitions_after"),
-                                  "record.swap.partitions_after", 1),
-        keys_total=_opt_int(swap.get("keys_total"), "record.swap.keys_total"),
-        moved_keys=_opt_int(swap.get("moved_keys"), "record.swap.moved_keys"),
-        moved_bytes=_opt_int(swap.get("moved_bytes"), "record.swap.moved_bytes"),
-        seconds=_opt_real(swap.get("seconds"), "record.swap.seconds"),
-        complete=complete,
-        refused=_opt_text(swap.get("refused"), "record.swap.refused", limit=_SHOWN_CHARS,
-                          cut=True),
+    sample: dict[Key, float] | None = None
+    if checked["sample"] is not None:
+        sample = {}
+        for key, weight in zip(checked["sample"]["keys"], checked["sample"]["weights"]):
+            sample[key] = sample.get(key, 0.0) + weight
+    swap = checked["swap"]
+    request = checked["request"]
+    rebalance = checked["rebalance"]
+    return BatchRecord(
+        run=run or checked["run"] or DEFAULT_RUN,
+        batch=checked["batch"],
+        time=checked["time"],
+        seconds=checked["seconds"],
+        strategy=checked["strategy"],
+        partitions=checked["partitions"],
+        rows=np.asarray(checked["rows"], dtype=np.float64),
+        task_ms=figures("task_ms"),
+        late=figures("late"),
+        late_partition=figures("late_partition"),
+        hot_keys=tuple(checked["hot_keys"]),
+        sample=sample,
+        swap=None if swap is None else Swap(**{**swap, "refused": _cut(swap["refused"])}),
+        request=None if request is None else SwapRequestView(**request),
+        rebalance=None if rebalance is None else Rebalance(
+            reason=_cut(rebalance["reason"]) or "", moves=rebalance["moves"]),
     )
 
 
-def _request(value: Any, name: str) -> SwapRequest:
-    request = _mapping(value, name)
-    request_id = _text(request.get("request_id"), f"{name}.request_id")
-    if not request_id:
-        raise InvalidArgumentError(f"{name}.request_id must be a non-empty str")
-    return SwapRequest(
-        request_id=request_id,
-        strategy=_opt_text(request.get("strategy"), f"{name}.strategy"),
-        num_partitions=_opt_int(request.get("num_partitions"), f"{name}.num_partitions", 1),
-        mode=_opt_text(request.get("mode"), f"{name}.mode"),
-    )
-
-
-def _rebalance(value: Any) -> Rebalance | None:
-    if value is None:
-        return None
-    rebalance = _mapping(value, "record.rebalance")
-    return Rebalance(
-        reason=_text(rebalance.get("reason", ""), "record.rebalance.reason",
-                     limit=_SHOWN_CHARS, cut=True),
-        moves=_opt_int(rebalance.get("moves"), "record.rebalance.moves"))
-
-
-def parse_record(record: Any) -> BatchRecord:
-    """Check one history record and return it as a :class:`BatchRecord`.
+def parse_batch_record(record: Any, where: str | None = None) -> BatchRecord:
+    """Check one history record (:func:`~trilink_spark.state.formats.check_history_record`,
+    the one check of the layout) and return the dashboard's view of it, a
+    :class:`BatchRecord`.
 
     Parameters
     ----------
@@ -390,18 +234,27 @@ def parse_record(record: Any) -> BatchRecord:
         ``partitions`` and ``rows`` are required; ``task_ms``, ``late``, ``late_partition``,
         ``hot_keys``, ``sample``, ``swap``, ``request``, ``rebalance`` may be missing or null;
         ``run`` (added by the feed) defaults to :data:`DEFAULT_RUN`.
+    where : str, optional
+        The file the record was read from: a record that fails is then a
+        :class:`~trilink_spark.errors.StateCorruptError` naming it (and every field of the
+        layout is required, as a run writes them).
 
     Returns
     -------
     BatchRecord
+        Free texts (a swap's refusal, a rebalancer's reason) cut to 500 characters for the
+        page.
 
     Raises
     ------
     InvalidArgumentError, InvalidArgumentTypeError
         A field of the wrong type, out of range, a per-partition list whose length is not
         ``partitions``, a list beyond its limit (:data:`MAX_RECORD_PARTITIONS`,
-        :data:`MAX_HOT_KEYS`, :data:`MAX_SAMPLE_KEYS`), a key that is not a JSON scalar, a
-        text beyond :data:`MAX_TEXT_CHARS`; the message names the field.
+        :data:`MAX_HOT_KEYS`, :data:`MAX_SAMPLE_KEYS`), a key that is not a JSON scalar or
+        longer than a stored key, a text beyond :data:`MAX_TEXT_CHARS`; the message names the
+        field.
+    StateCorruptError
+        The same, for a record read from ``where``.
 
     Notes
     -----
@@ -409,42 +262,31 @@ def parse_record(record: Any) -> BatchRecord:
 
     Examples
     --------
-    >>> r = parse_record({"v": 1, "batch": 0, "time": 1.0, "seconds": 0.1, "strategy": "hash",
-    ...                   "partitions": 1, "rows": [5], "hot_keys": [["a", 5, 0]]})
+    >>> r = parse_batch_record({"v": 1, "batch": 0, "time": 1.0, "seconds": 0.1,
+    ...                         "strategy": "hash", "partitions": 1, "rows": [5],
+    ...                         "hot_keys": [["a", 5, 0]]})
     >>> r.hot_keys
     (('a', 5.0, 0),)
     """
-    rec = _mapping(record, "record")
-    version = rec.get("v")
-    if version != RECORD_VERSION or isinstance(version, bool):
-        raise InvalidArgumentError(
-            f"record.v must be {RECORD_VERSION} (the record format this dashboard reads), got "
-            f"{short_repr(version)}")
-    batch = _int(rec.get("batch"), "record.batch")
-    time = _real(rec.get("time"), "record.time", low=None)
-    seconds = _real(rec.get("seconds"), "record.seconds")
-    strategy = _text(rec.get("strategy"), "record.strategy")
-    partitions = _int(rec.get("partitions"), "record.partitions", 1, MAX_RECORD_PARTITIONS)
-    sample = rec.get("sample")
-    request = rec.get("request")
-    return BatchRecord(
-        run=_run(rec.get("run", DEFAULT_RUN), "record.run"),
-        batch=batch,
-        time=time,
-        seconds=seconds,
-        strategy=strategy,
-        partitions=partitions,
-        rows=_figures(rec.get("rows"), "record.rows", partitions),
-        task_ms=_opt_figures(rec.get("task_ms"), "record.task_ms", partitions),
-        late=_opt_figures(rec.get("late"), "record.late", partitions),
-        late_partition=_opt_figures(rec.get("late_partition"), "record.late_partition",
-                                    partitions),
-        hot_keys=_hot_keys(rec.get("hot_keys") or [], partitions),
-        sample=None if sample is None else _sample(sample),
-        swap=_swap(rec.get("swap")),
-        request=None if request is None else _request(request, "record.request"),
-        rebalance=_rebalance(rec.get("rebalance")),
-    )
+    checked = check_history_record(record, where, complete=where is not None)
+    return _view(checked, None)
+
+
+def read_batch_record(store: KeyedStateStore, batch: int, run: str) -> BatchRecord | None:
+    """Batch ``batch``'s history record on ``store``, as the dashboard's view of run ``run``;
+    None when the state path holds none. One small read and one check of the record.
+
+    Raises
+    ------
+    StateCorruptError
+        The record is damaged or not a history record of this layout (the message names its
+        file).
+    """
+    name = record_name(batch)
+    body = store.load_record(name)
+    if body is None:
+        return None
+    return _view(check_history_record(body, store.record_path(name), complete=True), run)
 
 
 def parse_event(event: Any) -> Event:
@@ -477,26 +319,45 @@ def parse_event(event: Any) -> Event:
     ...              "input_rows": 10, "duration_ms": 80})
     ProgressEvent(time=2.0, batch=4, query='q', input_rows=10.0, duration_ms=80.0)
     """
-    ev = _mapping(event, "event")
-    kind = choice(ev.get("kind"), "event.kind", ("request", "advice", "progress"))
-    time = _real(ev.get("time"), "event.time", low=None)
-    run = ev.get("run")
-    run_name = None if run is None else _run(run, "event.run")
+    if not isinstance(event, Mapping):
+        raise InvalidArgumentTypeError(
+            f"event must be a mapping (a JSON object), got {type(event).__name__}")
+    kind = choice(event.get("kind"), "event.kind", ("request", "advice", "progress"))
+    time = number(event.get("time"), "event.time")
+    run = event.get("run")
+    run_name = None if run is None else text(run, "event.run", MAX_NAME_CHARS, empty=False)
     if kind == "request":
-        return RequestEvent(time=time, request=_request(ev, "event"), run=run_name)
+        return RequestEvent(time=time, request=SwapRequestView(**check_swap_request(event,
+                                                                                  "event")),
+                            run=run_name)
     if kind == "advice":
+        batch = event.get("batch")
         return AdviceEvent(
             time=time,
-            batch=_opt_int(ev.get("batch"), "event.batch"),
-            source=choice(ev.get("source"), "event.source", ADVICE_SOURCES),
-            advice=_text(ev.get("advice"), "event.advice", limit=_SHOWN_CHARS, cut=True),
-            reason=_text(ev.get("reason", ""), "event.reason", limit=_SHOWN_CHARS, cut=True),
+            batch=None if batch is None else count(batch, "event.batch", 0, plain=True),
+            source=choice(event.get("source"), "event.source", ADVICE_SOURCES),
+            advice=_shown(event.get("advice"), "event.advice"),
+            reason=_shown(event.get("reason", ""), "event.reason"),
             run=run_name)
-    query = ev.get("query")
+    query = event.get("query")
     return ProgressEvent(
         time=time,
-        batch=_int(ev.get("batch"), "event.batch"),
-        query=_text(query if not isinstance(query, int) or isinstance(query, bool)
-                    else str(query), "event.query"),
-        input_rows=_real(ev.get("input_rows"), "event.input_rows"),
-        duration_ms=_real(ev.get("duration_ms"), "event.duration_ms"))
+        batch=count(event.get("batch"), "event.batch", 0, plain=True),
+        query=text(query if not isinstance(query, int) or isinstance(query, bool)
+                   else str(query), "event.query", MAX_NAME_CHARS),
+        input_rows=number(event.get("input_rows"), "event.input_rows", low=0.0),
+        duration_ms=number(event.get("duration_ms"), "event.duration_ms", low=0.0))
+
+
+def _shown(value: Any, name: str) -> str:
+    """A free text of an event, bounded as a record's are and cut for the page."""
+    return _cut(text(value, name, MAX_TEXT_CHARS)) or ""
+
+
+def __getattr__(name: str) -> Any:
+    """The names :data:`_RENAMED` gave up: each resolves to its new name, with a
+    :class:`DeprecationWarning`, until the next minor release."""
+    if name not in _RENAMED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warn_moved(f"{__name__}.{name}", f"{__name__}.{_RENAMED[name]}")
+    return globals()[_RENAMED[name]]

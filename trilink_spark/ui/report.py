@@ -6,10 +6,12 @@ import logging
 import os
 from typing import Any
 
-from ..errors import InvalidArgumentError
-from ..keyed.records.history import read_history
+from .._internal.validation import count
+from ..errors import InvalidArgumentError, StateCorruptError
+from ..keyed.records.history import history_batches
 from ..state import KeyedStateStore
 from .feed import RunSource, pending_request
+from .records import BatchRecord, read_batch_record
 
 __all__ = ["write_state_report", "require_ui"]
 
@@ -80,21 +82,31 @@ def write_state_report(path: str, html: str, *, last: int | None = None,
     if not os.path.isdir(folder):
         raise InvalidArgumentError(f"cannot write {html}: {folder} is not a directory")
     store = KeyedStateStore(path)
-    records = read_history(store, last=last, skip_corrupt=True)
+    source = RunSource.of(store)
+    batches = history_batches(store)
+    if last is not None:
+        batches = batches[-count(last, "last"):] if last else []
+    records: list[BatchRecord] = []
+    for batch in batches:  # each record checked once, as it is read
+        try:
+            record = read_batch_record(store, batch, source.name)
+        except StateCorruptError as err:
+            logger.warning("%s; left out", err)
+            continue
+        if record is not None:  # None: dropped since the listing
+            records.append(record)
     if not records:
         raise InvalidArgumentError(
             f"{path} holds no history record: it is not the state path of a "
             "keyed_foreach_batch run, or the run committed no batch yet")
     model = DashboardModel(history=len(records))
-    source = RunSource.of(store)
-    for record in records:
-        model.add_record({**record, "run": source.name})
-    pending = pending_request(source, records[-1]["time"])
+    model.add_records(records)
+    pending = pending_request(source, records[-1].time)
     if pending is not None:
         model.add_event(pending)
     write_report(model, html, title=title or f"trilink-spark report: {path}")
     summary = {"path": path, "html": html, "batches": len(records),
-               "first": records[0]["batch"], "last": records[-1]["batch"],
+               "first": records[0].batch, "last": records[-1].batch,
                "bytes": os.path.getsize(html)}
     logger.info("report of %s: %d batches in %s", path, len(records), html)
     return summary

@@ -30,6 +30,10 @@ field              value
 Keys are shown as JSON scalars (:func:`display_key`): strings cut at :data:`MAX_KEY_CHARS`,
 bytes as hex, other types as text.
 
+A record is checked by :func:`~trilink_spark.state.formats.check_history_record`, the one check
+of the layout: before it is written, when it is read back (:func:`check_record`), and by the
+dashboard. A record one of them takes, the others take.
+
 Costs: each task counts its keys once (Arrow ``value_counts``, O(rows)) and adds at most
 :data:`HOT_KEYS` + :data:`SAMPLE_KEYS` keys to its timing record; the driver reads the
 batch's timing records (O(partitions)), writes one record and deletes the one that fell out
@@ -40,32 +44,28 @@ A record is an observation, not state: failing to write one is logged, never fai
 
 from __future__ import annotations
 
-import datetime as _dt
-import decimal
 import logging
-import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from ..._internal.spark.session import conf_count
-from ..._internal.validation import count
+from ..._internal.validation import KEY_DISPLAY_CHARS, count, display_key
 from ...errors import StateCorruptError, TrilinkError
 from ...state import KeyedStateStore
+from ...state.formats import HISTORY_VERSION, MAX_HISTORY_PARTITIONS, check_history_record
 
 __all__ = [
     "HISTORY_VERSION", "HISTORY_CONF", "DEFAULT_KEEP", "HOT_KEYS", "SAMPLE_KEYS",
     "MAX_KEY_CHARS", "MAX_SAMPLE", "MAX_HISTORY_PARTITIONS", "bounded_sample", "display_key",
     "key_profile", "history_keep", "run_history_keep", "record_batch", "record_run_batch",
-    "check_record", "history_batches", "read_history", "read_history_record",
+    "check_record", "record_name", "history_batches", "read_history", "read_history_record",
 ]
 
 logger = logging.getLogger(__name__)
 
-#: Version of the history record's layout.
-HISTORY_VERSION = 1
 #: The conf that sets how many batches' records the state path keeps.
 HISTORY_CONF = "spark.trilink.historyBatches"
 #: Records kept by default: a run of weeks keeps its newest 1,000 batches.
@@ -74,38 +74,13 @@ DEFAULT_KEEP = 1000
 HOT_KEYS = 10
 #: Keys each task samples among the rest, for scoring candidate strategies.
 SAMPLE_KEYS = 64
-#: A string key is shown up to this many characters (and "…").
-MAX_KEY_CHARS = 80
-#: Partitions a history record describes at most (a record of more would not fit the
-#: store's 1 MiB record): a run on more partitions keeps no history.
-MAX_HISTORY_PARTITIONS = 16_384
+#: A string key is shown up to this many characters (and "…"): the display limit of
+#: :func:`display_key` (:data:`~trilink_spark._internal.validation.KEY_DISPLAY_CHARS`).
+MAX_KEY_CHARS = KEY_DISPLAY_CHARS
 #: Keys a batch's record samples at most, whatever the partition count (the heaviest half
 #: exactly, a uniform sample of the rest scaled up).
 MAX_SAMPLE = 4096
 _PREFIX = "history-"
-
-
-def display_key(value: Any) -> Any:
-    """A key as a JSON scalar a page can show: None, bool, int, a finite float, or a string.
-
-    Examples
-    --------
-    >>> display_key(b"\\x00\\xff"), display_key(float("nan")), display_key("x" * 100)[-3:]
-    ('0x00ff', 'NaN', 'xx…')
-    """
-    if value is None or isinstance(value, (bool, int)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value).replace("nan", "NaN")
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        text = "0x" + bytes(value[: MAX_KEY_CHARS // 2]).hex()
-        return text + ("…" if len(value) > MAX_KEY_CHARS // 2 else "")
-    if isinstance(value, (_dt.date, _dt.datetime)):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        value = str(value)
-    text = value if isinstance(value, str) else str(value)
-    return text if len(text) <= MAX_KEY_CHARS else text[:MAX_KEY_CHARS] + "…"
 
 
 def key_profile(keys: Any, seed: int = 0) -> dict[str, Any]:
@@ -172,7 +147,15 @@ def history_keep(spark: Any) -> int:
     return conf_count(spark, HISTORY_CONF.removeprefix("spark.trilink."), DEFAULT_KEEP)
 
 
-def _name(batch: int) -> str:
+def record_name(batch: int) -> str:
+    """The store record name of batch ``batch``'s history record (``history-<12 digits>``;
+    :meth:`~trilink_spark.state.KeyedStateStore.record_path` gives its file). O(1).
+
+    Examples
+    --------
+    >>> record_name(41)
+    'history-000000000041'
+    """
     return f"{_PREFIX}{batch:012d}"
 
 
@@ -241,7 +224,8 @@ def record_batch(store: KeyedStateStore, batch_id: int, partitions: int, strateg
 
     Notes
     -----
-    O(partitions) timing reads, one record written, one deleted.
+    O(partitions) timing reads, one check of the record (O(partitions + sample keys)), one
+    record written, one deleted.
     """
     try:
         columns, hot, sample = _figures(store, batch_id, partitions)
@@ -253,12 +237,13 @@ def record_batch(store: KeyedStateStore, batch_id: int, partitions: int, strateg
             "swap": None if swap is None else dict(swap),
             "request": None if request is None else dict(request),
             "rebalance": None if rebalance is None else dict(rebalance)}
-        store.save_record(_name(batch_id), body)
-        store.delete_record(_name(batch_id - keep))
+        check_history_record(body, complete=True)  # what the view would refuse is not written
+        store.save_record(record_name(batch_id), body)
+        store.delete_record(record_name(batch_id - keep))
         if batch_id % keep == 0:  # ids that skipped (a restart elsewhere) leave none behind
             for old in history_batches(store):
                 if old <= batch_id - keep:
-                    store.delete_record(_name(old))
+                    store.delete_record(record_name(old))
         return body
     except (TrilinkError, OSError, ValueError, TypeError) as err:
         logger.warning("batch %d: history record not written (%s: %s)", batch_id,
@@ -388,46 +373,19 @@ def read_history_record(store: KeyedStateStore, batch: int) -> dict[str, Any] | 
     StateCorruptError
         The record is damaged or foreign (:func:`check_record`); the message names the file.
     """
-    body = store.load_record(_name(batch))
-    return None if body is None else check_record(body, store.record_path(_name(batch)))
+    body = store.load_record(record_name(batch))
+    return None if body is None else check_record(body, store.record_path(record_name(batch)))
 
 
 def check_record(body: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """``body`` when it is a history record of this layout (types and list lengths checked).
+    """``body`` when it is a history record of this layout, every field present: the record
+    as stored, checked by :func:`~trilink_spark.state.formats.check_history_record` (types,
+    list lengths and the view's bounds). O(partitions + hot keys + sample keys).
 
     Raises
     ------
     StateCorruptError
         It is not: the message names ``where`` and the first field that is wrong.
     """
-    def bad(what: str) -> StateCorruptError:
-        return StateCorruptError(f"{where}: not a history record of version "
-                                 f"{HISTORY_VERSION} ({what})")
-
-    if body.get("v") != HISTORY_VERSION:
-        raise bad(f"version {body.get('v')!r}")
-    n = body.get("partitions")
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise bad("partitions")
-    if not isinstance(body.get("batch"), int) or isinstance(body.get("batch"), bool):
-        raise bad("batch")
-    for name in ("rows", "task_ms", "late", "late_partition"):
-        values = body.get(name)
-        if (not isinstance(values, Sequence) or len(values) != n
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                           for v in values)):
-            raise bad(name)
-    for name in ("time", "seconds"):
-        if not isinstance(body.get(name), (int, float)):
-            raise bad(name)
-    if not isinstance(body.get("strategy"), str) or not isinstance(body.get("hot_keys"), list):
-        raise bad("strategy or hot_keys")
-    sample = body.get("sample")
-    if (not isinstance(sample, dict) or not isinstance(sample.get("keys"), list)
-            or not isinstance(sample.get("weights"), list)
-            or len(sample["keys"]) != len(sample["weights"])):
-        raise bad("sample")
-    for name in ("swap", "request", "rebalance"):
-        if body.get(name) is not None and not isinstance(body.get(name), dict):
-            raise bad(name)
+    check_history_record(body, where, complete=True)
     return dict(body)

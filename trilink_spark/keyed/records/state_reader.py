@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..._internal.spark.compat import frame_of_arrow
-from ..._internal.validation import count
+from ..._internal.validation import INT64_MAX, count, short_repr
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ...partitioners import BlockPartitioner
 from ...state.store import KEY_FIELD, KeyedStateStore
@@ -107,9 +107,9 @@ def _delay(store: KeyedStateStore, manifest: dict[str, Any]) -> float:
     if delay is None:
         return 0.0
     if isinstance(delay, bool) or not isinstance(delay, (int, float)) \
-            or not math.isfinite(delay) or abs(delay) >= 2**63:
+            or abs(delay) > INT64_MAX or not math.isfinite(delay):
         raise StateCorruptError(
-            f"{store.path}/manifest.json records a delay of {str(delay)[:80]!r} (config "
+            f"{store.path}/manifest.json records a delay of {short_repr(delay)} (config "
             f"{type(config).__name__}); a stream records a finite number of event-time units")
     return float(delay)
 
