@@ -20,14 +20,13 @@ Examples
 from __future__ import annotations
 
 import math
-import re
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from ._internal.validation import INTERVAL_UNITS, parse_interval
+from ._internal.validation import INTERVAL_UNITS, choice, parse_interval
 from .columns import require_columns
 from .errors import InvalidArgumentError, InvalidArgumentTypeError
 
@@ -126,8 +125,7 @@ def delay_in_units(delay: Any, kind: str, name: str = "delay") -> float:
     ``timedelta`` or a number of seconds; for a numeric column, a number in its unit. ``name``
     is the argument named in error messages.
     """
-    if kind not in TIME_KINDS:
-        raise InvalidArgumentError(f"time kind must be one of {TIME_KINDS}, got {kind!r}")
+    choice(kind, "time kind", TIME_KINDS)
     if isinstance(delay, (bool, np.bool_)):
         raise InvalidArgumentTypeError(
             f"{name} must be an interval string, a timedelta or a number, not a bool")

@@ -268,7 +268,7 @@ def test_stepwise_random_rebalances_keep_every_invariant():
     ({"max_moved_fraction": 2}, InvalidArgumentError, "max_moved_fraction"),
     ({"num_partitions": 0}, InvalidArgumentError, ">= 1"),
     ({"num_partitions": 2.5}, InvalidArgumentTypeError, "int"),
-    ({"unit": "row"}, InvalidArgumentError, "unit must be one of key, block"),
+    ({"unit": "row"}, InvalidArgumentError, "unit must be one of 'key', 'block'"),
     ({"unit": "block"}, InvalidArgumentError, "needs a BlockPartitioner"),
 ])
 def test_bad_arguments_raise_typed_errors(kwargs, error, match):

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .._internal.validation import count, number
+from .._internal.validation import INT64_MAX, count, number
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from .ds2 import TrueRate, ds2_parallelism
 from .analysis import LAMBDA_RANGE, find_bottlenecks
@@ -65,13 +65,13 @@ SINK = "sink"
 _FAST = 1e12
 _MAX = sys.float_info.max
 #: Largest row count and busy time (ms) of one observation: Spark's ``Long``.
-_LONG_MAX = float(2 ** 63)
+_LONG_MAX = float(INT64_MAX)  # 2**63: the nearest double
 #: Most tasks a report advises for one node (DS2's parallelism is capped here): more than any
 #: Spark stage runs well. A node at the cap needs at least that many; figures that ask for
 #: more (a phase of a year for one row) come from a corrupt or absurd measurement.
 MAX_ADVISED_TASKS = 1_000_000
 #: Largest ``maxOffsetsPerTrigger`` advised: Spark's ``Long``.
-_MAX_OFFSETS = 2 ** 63 - 1
+_MAX_OFFSETS = INT64_MAX
 #: The phases of a micro-batch in ``durationMs``, in order (``triggerExecution`` is their
 #: total): the nodes of a report built from progress events alone.
 PHASES = ("latestOffset", "getOffset", "walCommit", "getBatch", "queryPlanning", "addBatch",

@@ -65,7 +65,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, cast
 
-from .._internal.validation import count, positive, seconds
+from .._internal.validation import INT64_MAX, count, positive, seconds
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..kafka.admission import write_trigger_cap
 from ..measurement.progress import clip_rate, parse_progress
@@ -83,7 +83,7 @@ ADVISOR_POLICIES: tuple[str, ...] = ("craa", "kpa", "ta")
 #: Weight of the newest batch in the smoothed per-executor rate.
 RATE_SMOOTHING = 0.5
 #: Largest rows-per-trigger cap (``maxOffsetsPerTrigger`` is a ``Long``).
-_LONG_MAX = 2 ** 63 - 1
+_LONG_MAX = INT64_MAX
 
 
 def _ratio(rows: float, bound: float) -> float:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .._internal.validation import INT64_MAX, count
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from .._internal.io.files import resolve_filesystem, write_atomic
 
@@ -42,20 +43,14 @@ TRIGGER_CAP_FORMAT = "trilink-trigger-cap/1"
 #: The ``trilink-kafka`` option naming the cap file.
 TRIGGER_CAP_OPTION = "maxOffsetsPerTriggerPath"
 #: Largest cap: ``maxOffsetsPerTrigger`` is a Java long.
-MAX_CAP = 2**63 - 1
+MAX_CAP = INT64_MAX
 _MAX_BYTES = 1024
 
 
 def _check_cap(cap: Any) -> int | None:
     if cap is None:
         return None
-    if isinstance(cap, bool) or not isinstance(cap, int):
-        raise InvalidArgumentTypeError(
-            f"max_offsets_per_trigger must be an int or None, got {type(cap).__name__}")
-    if not 1 <= cap <= MAX_CAP:
-        raise InvalidArgumentError(
-            f"max_offsets_per_trigger must be in [1, 2**63 - 1] (or None: no cap), got {cap}")
-    return int(cap)
+    return count(cap, "max_offsets_per_trigger (or None: no cap)", 1, high=MAX_CAP, plain=True)
 
 
 def _resolve(path: Any) -> tuple[Any, str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._internal.validation import choice, count
 from ..errors import InvalidArgumentError
 
 __all__ = ["MERGE_MODES", "DEFAULT_MAX_GROUPS", "DEFAULT_QUANTITY", "flush_bounds",
@@ -78,11 +79,11 @@ def flush_bounds(
     >>> flush_bounds(np.zeros(6), "groups", 0, 0.0, None, np.array([0, 1, 0, 2, 1, 0]), 2)
     [3, 5, 6]
     """
-    for what, bound, used in (("quantity", quantity, mode == "quantity"),
-                              ("max_groups", max_groups, mode == "groups")):
-        integral = isinstance(bound, (int, np.integer)) and not isinstance(bound, bool)
-        if used and (not integral or bound < 1):
-            raise InvalidArgumentError(f"{what} must be an int >= 1, got {bound!r}")
+    choice(mode, "mode", MERGE_MODES)
+    if mode == "quantity":
+        count(quantity, "quantity")
+    if mode == "groups":
+        count(max_groups, "max_groups")
     n = len(et)
     if n == 0:
         return []
@@ -95,12 +96,10 @@ def flush_bounds(
     elif mode == "punctuation":
         ends = np.flatnonzero(punct) + 1 if punct is not None else np.zeros(0, dtype=np.int64)
         bounds = [int(e) for e in ends[ends < n]]
-    elif mode == "periodic":
+    else:  # periodic
         if not delay >= 0:
             raise InvalidArgumentError(f"delay must be >= 0, got {delay!r}")
         bounds = _periodic_bounds(np.asarray(et, dtype=np.float64), float(delay))
-    else:
-        raise InvalidArgumentError(f"mode must be one of {', '.join(MERGE_MODES)}, got {mode!r}")
     return bounds + [n]
 
 

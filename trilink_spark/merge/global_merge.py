@@ -37,7 +37,7 @@ from .._internal.optiming import OperatorTimer, Stopwatch, operator_timer, task_
 from .._internal.spark.compat import frame_of_arrow
 from .._internal.spark.executors import ensure_executors
 from .redis_store import RedisStore
-from .._internal.validation import refuse_streaming
+from .._internal.validation import choice, refuse_streaming
 from ..columns import column_of, quoted
 from .expressions import AggSpec, parse_aggs, spark_aggregate
 from .partials import finalize_frame, merge_partial_frames
@@ -174,17 +174,16 @@ def global_merge(
                             max_groups=max_groups)  # a stream is refused first
     if batch_id is not None and (isinstance(batch_id, bool) or not isinstance(batch_id, int)):
         raise InvalidArgumentTypeError(f"batch_id must be an int, got {type(batch_id).__name__}")
-    if apply_on not in APPLY_ON:
-        raise InvalidArgumentError(f"apply_on must be one of {APPLY_ON}, got {apply_on!r}")
-    choice = choose_global_engine(df, inputs, store, engine)
-    _log.info("global_merge on %r: the %s engine (%s)", key, choice.plan.engine,
-              choice.plan.reason)
+    choice(apply_on, "apply_on", APPLY_ON)
+    chosen = choose_global_engine(df, inputs, store, engine)
+    _log.info("global_merge on %r: the %s engine (%s)", key, chosen.plan.engine,
+              chosen.plan.reason)
     specs = inputs.plan.specs
-    if isinstance(store, RedisStore):  # choice.route == "redis"
+    if isinstance(store, RedisStore):  # chosen.route == "redis"
         return _merge_into_redis(df, inputs, store, batch_id, read, apply_on)
-    if choice.route == "aggregate":
+    if chosen.route == "aggregate":
         return _native_driver_merge(df, key, specs)
-    partials = choice.partials if choice.partials is not None else \
+    partials = chosen.partials if chosen.partials is not None else \
         python_partials(inputs.src, inputs.plan)
     time_name = inputs.plan.time_name
     frame = arrow_to_pandas(partials.toArrow())
@@ -230,9 +229,8 @@ def prepare_global(
 
     refuse_streaming(df, "global_merge", "it runs a job and merges what the tasks flushed into "
                      "the store before it returns", STREAM_ROUTE)
-    if not isinstance(store, RedisStore) and store not in GLOBAL_STORES:
-        raise InvalidArgumentError(
-            f"store must be one of {GLOBAL_STORES} or a RedisStore, got {store!r}")
+    if not isinstance(store, RedisStore):
+        choice(store, "store", GLOBAL_STORES, also=" or a RedisStore")
     require_columns(df, [key], "key column")
     check_atomic_key(df, key)
     specs = parse_aggs(aggs, df.columns, df)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 import numpy.typing as npt
 
-from .._internal.validation import check_num_partitions
+from .._internal.validation import check_num_partitions, choice
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
 from ..errors import TrilinkError, UnknownStrategyError
 from .keys import DEFAULT_NULL_POLICY, Key, KeyArray, check_null_policy, normalize_key
@@ -90,8 +90,7 @@ def column_key_type(key_type: str, kind: str, auto_int: str = "int",
     -----
     O(1).
     """
-    if kind not in KEY_KINDS:
-        raise InvalidArgumentError(f"kind must be one of {', '.join(KEY_KINDS)}, got {kind!r}")
+    choice(kind, "kind", KEY_KINDS)
     if key_type == "auto":
         return auto_int if kind == "int" else kind
     if key_type == kind or (key_type, kind) == ("long", "int"):

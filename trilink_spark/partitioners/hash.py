@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from .._internal.validation import choice
 from ..errors import InvalidArgumentError, InvalidKeyTypeError
 from .keys import DEFAULT_NULL_POLICY, Key, KeyArray
 from .spark_hash import (
@@ -38,11 +39,7 @@ HASH_FUNCTIONS: tuple[str, ...] = ("murmur3", "portable")
 
 def check_key_type(key_type: str) -> str:
     """Validate a Spark key type name (see :data:`KEY_TYPES`) and return it."""
-    if key_type not in KEY_TYPES:
-        raise InvalidArgumentError(
-            f"key_type must be one of {', '.join(KEY_TYPES)}, got {key_type!r}"
-        )
-    return key_type
+    return choice(key_type, "key_type", KEY_TYPES)
 
 
 def spark_hash_of(key: Key, key_type: str = "auto") -> int:
@@ -127,10 +124,7 @@ class HashPartitioner(Partitioner):
         null_policy: str = DEFAULT_NULL_POLICY,
     ) -> None:
         super().__init__(num_partitions, null_policy=null_policy)
-        if hash_function not in HASH_FUNCTIONS:
-            raise InvalidArgumentError(
-                f"hash_function must be one of {', '.join(HASH_FUNCTIONS)}, got {hash_function!r}"
-            )
+        choice(hash_function, "hash_function", HASH_FUNCTIONS)
         self._key_type = check_key_type(key_type)
         self._hash_function = hash_function
 

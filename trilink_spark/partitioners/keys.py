@@ -22,6 +22,7 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
+from .._internal.validation import choice, fits_int64
 from ..errors import InvalidArgumentError, InvalidKeyTypeError, NullKeyError
 
 __all__ = [
@@ -57,11 +58,7 @@ _ALLOWED = "int, str or bytes (Spark byte/short/int/long, string or binary colum
 
 def check_null_policy(policy: str) -> NullPolicy:
     """Validate a null policy name and return it."""
-    if policy not in NULL_POLICIES:
-        raise InvalidArgumentError(
-            f"null_policy must be one of {', '.join(map(repr, NULL_POLICIES))}, got {policy!r}"
-        )
-    return policy  # type: ignore[return-value]
+    return choice(policy, "null_policy", NULL_POLICIES)  # type: ignore[return-value]
 
 
 def null_partition(policy: str, num_partitions: int) -> int:
@@ -267,7 +264,7 @@ def to_key_array(keys: Any, null_policy: str = "error") -> KeyArray:
     if pa.types.is_unsigned_integer(arrow.type) and arrow.type.bit_width == 64:
         if len(arrow) and (arrow.null_count < len(arrow)):
             top = pa.compute.max(arrow).as_py()
-            if top is not None and top > 2**63 - 1:
+            if top is not None and not fits_int64(top):
                 raise InvalidKeyTypeError("integer keys must fit in a signed 64-bit long")
         arrow = arrow.cast(pa.int64())
     null_mask = None

@@ -33,7 +33,7 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
-from .._internal.validation import check_num_partitions
+from .._internal.validation import check_num_partitions, choice
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
 from .keys import Key, key_index, null_partition, to_key_array
 from .balance import balance_degree, keyed_bound
@@ -389,8 +389,7 @@ def rebalance_minimal(
     tau = _check_fraction(target_balance, "target_balance", zero=False)
     cap = (None if max_moved_fraction is None
            else _check_fraction(max_moved_fraction, "max_moved_fraction", zero=True))
-    if unit not in UNITS:
-        raise InvalidArgumentError(f"unit must be one of {', '.join(UNITS)}, got {unit!r}")
+    choice(unit, "unit", UNITS)
     p = current.unwrap()
     n = p.num_partitions if num_partitions is None else check_num_partitions(num_partitions)
     if isinstance(p, BlockPartitioner):

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PARTITION_COL",
     "FIT_MODES",
+    "check_fit",
     "KeyedStrategy",
     "key_kind",
     "key_counts",
@@ -67,6 +68,23 @@ logger = logging.getLogger(__name__)
 
 #: How table strategies learn keys in :func:`key_by`.
 FIT_MODES: tuple[str, ...] = ("full", "sample", "none")
+
+
+def check_fit(fit: Any, name: str = "fit") -> str:
+    """``fit`` when it is one of :data:`FIT_MODES`: the one check of a fit mode, for
+    :func:`key_by` and every call that hands one on to it. O(1).
+
+    Raises
+    ------
+    InvalidArgumentError, InvalidArgumentTypeError
+        Another string, or not a string (the message lists :data:`FIT_MODES`).
+
+    Examples
+    --------
+    >>> check_fit("sample")
+    'sample'
+    """
+    return choice(fit, name, FIT_MODES)
 
 
 def key_kind(df: DataFrame, key: str) -> tuple[str | None, DataType]:
@@ -234,9 +252,7 @@ def resolve_strategy(
     kind, dtype = key_kind(df, key)
     spark = df.sparkSession
     policy = null_policy_of(df, strategy, null_policy)
-    fit_mode = fit or conf_get(spark, "fit", "full")
-    if fit_mode not in FIT_MODES:
-        raise InvalidArgumentError(f"fit must be one of {', '.join(FIT_MODES)}, got {fit_mode!r}")
+    fit_mode = check_fit(fit or conf_get(spark, "fit", "full"))
 
     def sampling_rate() -> float:  # the confs are read only where a sample is taken
         rate = float(sample_rate if sample_rate is not None
@@ -535,12 +551,7 @@ COMPACT_MODES: tuple[str, ...] = ("auto", "always", "never")
 def _compact_mode(df: DataFrame, compact: str | None) -> str:
     mode = compact if compact is not None else conf_get(df.sparkSession, "compactPartitions",
                                                         "auto")
-    if not isinstance(mode, str):
-        raise InvalidArgumentTypeError(
-            f"compact must be one of {list(COMPACT_MODES)}, got {type(mode).__name__}")
-    if mode not in COMPACT_MODES:
-        raise InvalidArgumentError(f"compact must be one of {list(COMPACT_MODES)}, got {mode!r}")
-    return mode
+    return choice(mode, "compact", COMPACT_MODES)
 
 
 def _used_partitions(placed: DataFrame, key: str) -> list[int]:

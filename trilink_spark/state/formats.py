@@ -413,7 +413,7 @@ def segment_index(raw: bytes | None, path: str, batches: int) -> list[tuple[int,
         index = None
     ok = (isinstance(index, list) and len(index) == batches
           and all(isinstance(e, list) and len(e) == 2
-                  and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in e)
+                  and all(is_count(v, 0) for v in e)
                   for e in index)
           and len({e[0] for e in index}) == len(index))
     if not ok or index is None:

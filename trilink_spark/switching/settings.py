@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._internal.validation import number
+from .._internal.validation import choice, number
 from ..errors import ConfigError, ConfigTypeError, InvalidArgumentError, InvalidArgumentTypeError
 from ..eventtime import parse_interval
 from ..partitioners.catalogue import configurable_names
@@ -74,9 +74,7 @@ def _candidates(value: Any, name: str) -> list[str]:
 
 
 def _mode(value: Any, name: str) -> str:
-    if not isinstance(value, str) or value not in MODES:
-        raise ConfigError(f"{name} must be one of {', '.join(MODES)}, got {short_repr(value)}")
-    return value
+    return choice(value, name, MODES, error=ConfigError, type_error=ConfigTypeError)
 
 
 def _period(value: Any, name: str) -> float:

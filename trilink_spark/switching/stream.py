@@ -17,7 +17,7 @@ from .adaptive import AdaptivePartitioner, Decision
 from .._internal.spark.compat import is_connect
 from ..errors import ConnectUnsupportedError, InvalidArgumentError, InvalidArgumentTypeError
 from ..partitioners import Partitioner
-from ..placement.key_by import FIT_MODES, key_by
+from ..placement.key_by import check_fit, key_by
 from .._internal.validation import refuse_streaming_batch_function
 
 if TYPE_CHECKING:
@@ -185,8 +185,7 @@ def adaptive_foreach_batch(
         )
     if not isinstance(key, str):
         raise InvalidArgumentTypeError(f"key must be a column name (str), got {type(key).__name__}")
-    if fit not in FIT_MODES:
-        raise InvalidArgumentError(f"fit must be one of {', '.join(FIT_MODES)}, got {fit!r}")
+    check_fit(fit)
     modes = {True: "sync", False: "off", "sync": "sync", "async": "async", "off": "off"}
     if observe not in modes:
         raise InvalidArgumentError(f"observe must be 'sync', 'async' or 'off', got {observe!r}")

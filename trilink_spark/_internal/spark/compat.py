@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from ...errors import ConnectUnsupportedError, InvalidArgumentError
+from ...errors import ConnectUnsupportedError
+from ..validation import choice
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -158,8 +159,7 @@ def plan_text(df: DataFrame, mode: str = "simple") -> str:
     """
     import sys
 
-    if mode not in EXPLAIN_MODES:
-        raise InvalidArgumentError(f"mode must be one of {', '.join(EXPLAIN_MODES)}, got {mode!r}")
+    choice(mode, "mode", EXPLAIN_MODES)
     with _STDOUT_LOCK:
         capture = _ThreadCapture(sys.stdout)
         with contextlib.redirect_stdout(capture):
