@@ -520,7 +520,7 @@ class BottleneckAdvisor:
                 raise InvalidArgumentError(
                     f"timings column {column!r} must hold finite numbers >= 0")
             if column in ("stage_id", "partition") and (
-                    bool((values >= 2.0 ** 63).any()) or bool((values % 1 != 0).any())):
+                    bool((values >= _LONG_MAX).any()) or bool((values % 1 != 0).any())):
                 raise InvalidArgumentError(
                     f"timings column {column!r} must hold integers in [0, 2**63)")
             checked[column] = values.astype("int64" if column == "stage_id" else "float64")
