@@ -2,8 +2,10 @@
 
 A :class:`~trilink_spark.state.KeyedStateStore` keeps these JSON files beside its Arrow
 state versions (its module docstring has the layout): the manifest, the placement records,
-the swap plans and small records such as a stored swap request. This module turns each into
-bytes and back, with no I/O: the store reads and writes the bytes.
+the swap plans and small records such as a stored swap request or a batch's history record.
+This module turns each into bytes and back, with no I/O: the store reads and writes the bytes.
+It also holds the one check of a history record's fields (:func:`check_history_record`), which
+the run that writes one, the reader of a state path and the dashboard call.
 
 Every one is written the same way: a JSON object sealed with a checksum
 (:func:`~trilink_spark._internal.io.sealed.seal`: ``trilink.sealed`` and
@@ -700,8 +702,9 @@ def check_history_record(record: Any, where: str | None = None, *,
 
 
 def __getattr__(name: str) -> Any:
-    """``parse_record``, the name :func:`parse_small_record` had until 0.x: it still
-    resolves, with a :class:`DeprecationWarning`, until the next minor release."""
+    """``parse_record``, the name :func:`parse_small_record` had before (the dashboard's
+    ``parse_batch_record`` had it too): it still resolves, with a :class:`DeprecationWarning`,
+    until the next minor release."""
     if name != "parse_record":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     warn_moved(f"{__name__}.parse_record", f"{__name__}.parse_small_record")

@@ -281,6 +281,11 @@ def read_batch_record(store: KeyedStateStore, batch: int, run: str) -> BatchReco
     StateCorruptError
         The record is damaged or not a history record of this layout (the message names its
         file).
+
+    Examples
+    --------
+    >>> read_batch_record(KeyedStateStore("/tmp/state"), 41, "clicks")  # doctest: +SKIP
+    BatchRecord(run='clicks', batch=41, ...)
     """
     name = record_name(batch)
     body = store.load_record(name)
