@@ -54,5 +54,10 @@ from .keyed import KeyedTester
 from .services import KafkaBroker, RedisServer, SparkStandalone, create_topic, free_port
 from .services import kafka_broker, redis_server, spark_standalone, wait_for_port
 
+# the other public names the module had before it was a package, still read from here
+# (``trilink_spark.testing.ServerStartError``): the launchers' errors and settings
+from ..errors import BrokerUnavailableError, MissingDependencyError, ServerStartError  # noqa
+from .services import DAEMON_ENV_DROPPED, START_TIMEOUT_S  # noqa: F401
+
 __all__ = ["redis_server", "kafka_broker", "spark_standalone", "RedisServer", "KafkaBroker",
            "SparkStandalone", "create_topic", "free_port", "wait_for_port", "KeyedTester"]

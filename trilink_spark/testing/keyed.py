@@ -276,16 +276,17 @@ class KeyedTester:
 
         Notes
         -----
-        Cost: O(rows log rows) plus the hooks, and O(state) to decode and encode the state.
+        A batch that raises leaves the state as it was, as a failed micro-batch commits
+        nothing: running it again replays it. Cost: O(rows log rows) plus the hooks, and
+        O(state) to decode and encode the state.
         """
         if self._ended:
             raise InvalidArgumentError(
                 "the input ended (finish() was called): make a new KeyedTester for more batches")
-        if processing_time is not None and not math.isfinite(self._processing_ttl_ms):
+        if processing_time is not None and self.state_ttl_time != "processing":
             raise InvalidArgumentError(
-                "processing_time is the clock of state_ttl_time='processing'; this tester "
-                f"expires by {'event time' if self.state_ttl is not None else 'no TTL'}, so "
-                "pass none")
+                "processing_time is the clock of state_ttl_time='processing'; this tester has "
+                "no processing-time TTL, so pass none")
         table = self._batch_table(frame)
         rows, at = self._prepare(table, processing_time)
         runtime = self._runtime(at)
@@ -322,11 +323,15 @@ class KeyedTester:
         if self._ended:
             raise InvalidArgumentError("finish() was called already: the input ended")
         if self._arrow_out is None:
+            if self.processor.output_schema is None:
+                raise InvalidArgumentError(
+                    f"finish() before any batch: {type(self.processor).__name__} has no "
+                    "output_schema yet (its bind derives it from a batch's columns)")
             self._arrow_out = self._output_schema()
-        self._ended = True
         runtime = self._runtime(None)
         batches, _ = run_batch(runtime, 0, None, self._arrow_out, bounded=True)
         self._store(runtime.snapshot())
+        self._ended = True  # only once it ran: a finish() that raised can run again
         return self._output(batches)
 
     end = finish
@@ -422,10 +427,7 @@ class KeyedTester:
         table = table.replace_schema_metadata(None)
         table = pa.table([_as_spark_holds(table.column(i)) for i in range(table.num_columns)],
                          names=table.column_names)
-        if self._schema is None:
-            self._schema = table.schema
-            return table
-        return self._fixed(table)
+        return table if self._schema is None else self._fixed(table)
 
     def _fixed(self, table: Any) -> Any:
         """``table`` with the first batch's column types (module docs)."""
@@ -475,11 +477,11 @@ class KeyedTester:
         units = self._units if self._kind else _units(self.delay, self.idle_timeout, kind)
         self.processor.bind(schema, self.key, self.event_time, kind)
         self._arrow_out = self._output_schema()
-        key_type = table.schema.field(self.key).type
-        if self._key_type is None and not pa.types.is_null(key_type):
-            self._key_type = key_type
-        if not self._kind:
-            self._first(kind, units)
+        key_type = self._key_type
+        if key_type is None and not pa.types.is_null(table.schema.field(self.key).type):
+            key_type = table.schema.field(self.key).type
+        first = None if self._kind else self._first(kind, key_type)
+        fixed = table.schema
         table = table.append_column(EVENT_TIME_COL, _event_units(
             table.column(self.event_time), kind, self.event_time))
         table = table.select([*self._carried(table.schema), EVENT_TIME_COL])
@@ -487,28 +489,36 @@ class KeyedTester:
             table = table.take(_arrival(table.column(self.order_by)))
         if self.null_policy == "error" and table.column(self.key).null_count:
             raise null_key_error(f"column {self.key!r} has null keys")
+        # the batch is accepted: what a stream's first micro-batch fixes is fixed now
+        if self._schema is None:
+            self._schema = fixed
+        self._key_type = key_type
+        if first is not None:
+            self._value_type, self._ttl_units, self._processing_ttl_ms = first
+            self._kind, self._units = kind, units
         at = self._batch_time(processing_time)
         return (runtime_frame(table, self.key) if table.num_rows else None), at
 
-    def _first(self, kind: str, units: tuple[float, float]) -> None:
-        """After the first batch's ``bind``: the state's types and the TTL, as a runner's
-        first micro-batch fixes them, and the units."""
-        self._value_type = self._state_type()
+    def _first(self, kind: str, key_type: Any) -> tuple[Any, float, float]:
+        """After the first batch's ``bind``, as a runner's first micro-batch fixes them: the
+        declared state's Arrow type, and the TTL in event-time units or in milliseconds of
+        processing time."""
+        value_type = self._state_type()
+        ttl_units = processing_ms = math.inf
         if self.state_ttl_time == "processing":
-            self._processing_ttl_ms = seconds(self.state_ttl, "state_ttl") * 1000.0
+            processing_ms = seconds(self.state_ttl, "state_ttl") * 1000.0
         elif self.state_ttl is not None:
-            self._ttl_units = delay_in_units(self.state_ttl, kind, "state_ttl")
-            if not self._ttl_units > 0:
+            ttl_units = delay_in_units(self.state_ttl, kind, "state_ttl")
+            if not ttl_units > 0:
                 raise InvalidArgumentError(
                     f"state_ttl must be a positive duration, got {self.state_ttl!r}")
-        if self.state_ttl is not None and self._key_type is not None \
-                and not supports_key_type(self._key_type):
+        if self.state_ttl is not None and key_type is not None \
+                and not supports_key_type(key_type):
             raise InvalidArgumentError(
                 "state_ttl needs the local state store (a key column of an integer, float, "
                 f"boolean, string, binary, date or timestamp type: {', '.join(LOCAL_KEY_TYPES)}"
-                f"); this key column is {self._key_type}")
-        self._kind = kind
-        self._units = units
+                f"); this key column is {key_type}")
+        return value_type, ttl_units, processing_ms
 
     def _output_schema(self) -> Any:
         """The processor's ``output_schema`` as Arrow (UTC timestamps)."""
@@ -615,8 +625,8 @@ class KeyedTester:
 
 def _units(delay: Any, idle_timeout: Any, kind: str) -> tuple[float, float]:
     """``delay`` and the idle timeout in the event time's units (the idle timeout 4 x
-    ``delay`` by default, never for a zero delay), as :func:`~trilink_spark.keyed.run.prepare.prepare`
-    converts them."""
+    ``delay`` by default, never for a zero delay), as
+    :func:`~trilink_spark.keyed.run.prepare.prepare` converts them."""
     delay_units = delay_in_units(delay, kind)
     if idle_timeout is None:
         return delay_units, 4 * delay_units if delay_units > 0 else math.inf
