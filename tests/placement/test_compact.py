@@ -12,6 +12,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import trilink_spark as tl
+from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
 from trilink_spark.placement import shuffle_exchanges
 from conftest import partition_layout
 from trilink_spark.placement.key_by import COMPACT_ABOVE, with_partition_id
@@ -100,7 +101,9 @@ def test_compaction_setting_from_the_session_conf(spark, small):
 
 @pytest.mark.parametrize("bad", ["sometimes", "", 3, True])
 def test_bad_compact_values_are_refused(spark, small, bad):
-    with pytest.raises((ValueError, TypeError), match="compact must be one of"):
+    error, words = ((InvalidArgumentError, "compact must be one of") if isinstance(bad, str)
+                    else (InvalidArgumentTypeError, "compact must be a str, one of"))
+    with pytest.raises(error, match=f"{words} 'auto', 'always', 'never', got"):
         tl.key_by(small, "k", "hash", 8, compact=bad)
 
 
