@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._internal.deprecation import warn_moved
-from .._internal.validation import JsonKey, choice, count, key_text, number, text
+from .._internal.validation import INT64_MAX, JsonKey, choice, count, key_text, number, text
 from ..errors import InvalidArgumentTypeError
 from ..keyed.records.history import record_name
 from ..state import KeyedStateStore
@@ -339,7 +339,8 @@ def parse_event(event: Any) -> Event:
         batch = event.get("batch")
         return AdviceEvent(
             time=time,
-            batch=None if batch is None else count(batch, "event.batch", 0, plain=True),
+            batch=None if batch is None else count(batch, "event.batch", 0, high=INT64_MAX,
+                                                   plain=True),
             source=choice(event.get("source"), "event.source", ADVICE_SOURCES),
             advice=_shown(event.get("advice"), "event.advice"),
             reason=_shown(event.get("reason", ""), "event.reason"),
@@ -347,7 +348,7 @@ def parse_event(event: Any) -> Event:
     query = event.get("query")
     return ProgressEvent(
         time=time,
-        batch=count(event.get("batch"), "event.batch", 0, plain=True),
+        batch=count(event.get("batch"), "event.batch", 0, high=INT64_MAX, plain=True),
         query=text(query if not isinstance(query, int) or isinstance(query, bool)
                    else str(query), "event.query", MAX_NAME_CHARS),
         input_rows=number(event.get("input_rows"), "event.input_rows", low=0.0),
