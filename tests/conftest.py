@@ -3,15 +3,19 @@ pytest-xdist workers, each a test session of its own, so two sessions run at onc
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 from pathlib import Path
 
 import pytest
+from _pytest.mark.expression import Expression
 from pyspark import cloudpickle
 
 import trilink_spark as tl
@@ -42,8 +46,132 @@ if SESSION_KIND not in ("classic", "connect"):
 ON_CONNECT = SESSION_KIND == "connect"
 
 
+# ---------------------------------------------------------------------- the fast tier
+#: Tests that start Spark without the ``spark`` fixture and share their file with tests that
+#: need none (a file whose tests all need Spark says so with ``pytestmark = pytest.mark.spark``);
+#: node ids without parameters.
+SPARK_OUTSIDE_THE_FIXTURE = frozenset({
+    # runs the README's spark-submit line (a JVM of its own)
+    "tests/cluster/test_hostile_cluster.py::"
+    "test_the_readme_spark_submit_starts_its_driver_in_client_mode",
+})
+
+
+def needs_spark(item: pytest.Item) -> bool:
+    """Whether ``item`` starts Spark or a JVM: it uses the ``spark`` fixture (itself or
+    through a fixture that depends on it: ``fixturenames`` is the closure), starts a
+    standalone cluster (``cluster``), or is listed in :data:`SPARK_OUTSIDE_THE_FIXTURE`."""
+    return ("spark" in getattr(item, "fixturenames", ())
+            or item.get_closest_marker("cluster") is not None
+            or item.nodeid.split("[", 1)[0] in SPARK_OUTSIDE_THE_FIXTURE)
+
+
+def deselects_spark(markexpr: str) -> bool:
+    """Whether the ``-m`` expression ``markexpr`` selects no test marked ``spark``, whatever
+    its other markers: the fast tier, ``-m "not spark"`` (``-m connect`` is no fast tier: it
+    selects the Connect tests, which need Spark)."""
+    if not markexpr.strip():
+        return False
+    try:
+        expression = Expression.compile(markexpr)
+    except SyntaxError:  # pytest's own deselection reports the bad expression
+        return False
+    names = {"spark"}
+    while True:  # each assignment of the markers the expression asks about, spark always on
+        asked = set(names)
+        others = sorted(names - {"spark"})
+        for values in itertools.product((False, True), repeat=len(others)):
+            marked = {"spark": True, **dict(zip(others, values))}
+
+            def matcher(name: str, /, marked: dict[str, bool] = marked, **kwargs: Any) -> bool:
+                asked.add(name)
+                return marked.get(name, False)
+
+            if expression.evaluate(matcher):
+                return False
+        if asked == names:
+            return True
+        names = asked
+
+
+#: ``JAVA_TOOL_OPTIONS``, which every JVM reads and every child process inherits, makes each
+#: JVM that starts while the fast tier runs leave an empty ``jvm-<pid>.log`` in a directory of
+#: this test process's own; the option is kept in this variable too, so that an xdist worker
+#: replaces its controller's instead of adding its own beside it.
+JVM_RECORD_OPTION = "TRILINK_TEST_JVM_RECORD_OPTION"
+
+
+class JvmGuard:
+    """Fails each test of the fast tier after which a JVM had started (in this process, for
+    a session or a Connect server, or in any process a test ran): the test needs Spark and
+    belongs to ``make test``, marked ``spark``."""
+
+    def __init__(self) -> None:
+        self.records = Path(tempfile.mkdtemp(prefix="trilink-test-jvms-"))
+        option = f"-Xlog:os=off:file={self.records}/jvm-%p.log"
+        inherited = os.environ.get(JVM_RECORD_OPTION, "")
+        kept = os.environ.get("JAVA_TOOL_OPTIONS", "")
+        if inherited:
+            kept = kept.replace(inherited, "")
+        os.environ["JAVA_TOOL_OPTIONS"] = f"{kept.strip()} {option}".strip()
+        os.environ[JVM_RECORD_OPTION] = option
+        self.seen: set[str] = set()
+
+    def started(self) -> list[str]:
+        """The JVMs (``jvm-<pid>.log``) started since the last call."""
+        now = {p.name for p in self.records.iterdir()}
+        new = sorted(now - self.seen)
+        self.seen |= now
+        return new
+
+    def close(self) -> None:
+        shutil.rmtree(self.records, ignore_errors=True)
+
+
+JVM_GUARD = pytest.StashKey[JvmGuard]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the fast tier (``-m "not spark"``), record every JVM that starts."""
+    if deselects_spark(config.getoption("markexpr", "") or ""):
+        config.stash[JVM_GUARD] = JvmGuard()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    guard = config.stash.get(JVM_GUARD, None)
+    if guard is not None:
+        guard.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """In the fast tier, a test after whose setup, call or teardown (fixtures included) a JVM
+    had started errors at its teardown, naming the JVMs."""
+    result = yield
+    guard = item.config.stash.get(JVM_GUARD, None)
+    if guard is not None:
+        started = guard.started()
+        if started:
+            pytest.fail(f"{item.nodeid} started {len(started)} JVM(s) ({', '.join(started)}) "
+                        "in the fast tier (-m \"not spark\"), which runs no Spark: a test that "
+                        "starts Spark or a JVM must be marked spark (use the spark fixture, "
+                        "add pytestmark = pytest.mark.spark to its file, or list it in "
+                        "conftest.SPARK_OUTSIDE_THE_FIXTURE)", pytrace=False)
+    return result
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On a Connect run, skip every test (and doctest) not marked ``connect``."""
+    """Mark each test that needs Spark ``spark`` (:func:`needs_spark`), which ``-m "not
+    spark"`` (``make test-fast``) leaves out; on a Connect run, skip every test (and doctest)
+    not marked ``connect``."""
+    guard = config.stash.get(JVM_GUARD, None)
+    if guard is not None and guard.started():
+        raise pytest.UsageError("importing the test modules started a JVM: the fast tier "
+                                "(-m \"not spark\") runs no Spark, and no module may start "
+                                "one when it is imported")
+    for item in items:
+        if needs_spark(item):
+            item.add_marker(pytest.mark.spark)
     if not ON_CONNECT:
         return
     skip = pytest.mark.skip(reason="classic session only (TRILINK_TEST_SESSION=connect)")

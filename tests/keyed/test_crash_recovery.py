@@ -15,6 +15,8 @@ import pytest
 from trilink_spark.keyed.run.streaming import read_state_values
 from trilink_spark.state import KeyedStateStore
 
+pytestmark = pytest.mark.spark  # each test runs two Spark drivers in subprocesses
+
 DRIVER = Path(__file__).with_name("crash_driver.py")
 BATCHES = 6
 
