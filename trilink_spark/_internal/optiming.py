@@ -48,6 +48,7 @@ import pandas as pd
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from .io.files import resolve_filesystem, write_atomic
 from .spark.session import CONF_PREFIX
+from .validation import INT64_MAX, is_count
 
 __all__ = [
     "OPERATOR_TIMING_CONF", "OPERATOR_TIMING_COLUMNS", "OPERATOR_TIMING_FORMAT",
@@ -72,7 +73,6 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _FILE = re.compile(r"^stage-(\d+)-part-(\d+)-attempt-(\d+)\.json$")
 _INTS = ("stage_id", "partition", "attempt", "rows_in", "rows_out")
 _FLOATS = ("busy_ms", "wait_ms", "written_ms")
-_MAX_COUNT = 2**63 - 1
 
 
 def is_operator_name(value: Any) -> TypeGuard[str]:
@@ -254,7 +254,7 @@ def _parse(raw: bytes, where: str) -> dict[str, Any] | None:
         out[name] = v
     for name in _INTS:
         v = value.get(name)
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _MAX_COUNT:
+        if not is_count(v, 0, INT64_MAX):
             logger.warning("%s: field %r is not a count; skipped", where, name)
             return None
         out[name] = v

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .._internal.validation import INT64_MAX
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = ["BatchProgress", "parse_progress", "MAX_PROGRESS_BYTES", "MAX_DURATION_MS", "RATE_CAP",
@@ -31,7 +32,7 @@ logger = logging.getLogger(__name__)
 MAX_PROGRESS_BYTES = 16 * 1024 * 1024
 #: Spark counts batches, rows and offsets in 64-bit ``Long`` s: larger integers are refused
 #: (batch id, row count) or make a source's backlog unknown (offsets).
-_LONG_MAX = 2 ** 63 - 1
+_LONG_MAX = INT64_MAX
 #: Largest rate (rows/s) the advisors work with: a figure beyond it (a batch timed at 1e-300
 #: ms, a corrupt ``inputRowsPerSecond`` of 1e308) is taken as this, so that the flow network,
 #: DS2, the reports and the advice stay finite. No real query comes within orders of magnitude.

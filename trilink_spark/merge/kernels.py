@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from .._internal.validation import INT64_MAX, INT64_MIN
 from ..errors import ArithmeticOverflowError
 
 if TYPE_CHECKING:
@@ -49,7 +50,6 @@ __all__ = [
 #: Spark's integral type names (their sums are exact, in 64 bits).
 INTEGRAL_TYPES = ("tinyint", "smallint", "int", "bigint")
 _FLOAT_TYPES = ("float", "double")
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 #: Digits of Python's decimal arithmetic in sums of decimals: exact for up to 10**62 values of
 #: Spark's 38 digits (Python's default context rounds to 28).
 DECIMAL_SUM_DIGITS = 100

@@ -33,7 +33,7 @@ from ..elastic import ElasticityAdvisor
 from ..errors import InvalidArgumentTypeError, StateCorruptError, TrilinkError
 from ..measurement import parse_progress
 from ..keyed.records.history import history_batches
-from ..keyed.run.streaming import SWAP_RECORD
+from ..keyed.swaps.replanner import SWAP_RECORD
 from ..state import KeyedStateStore
 from ..switching import AdaptivePartitioner
 from .records import read_batch_record

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -60,7 +60,7 @@ from ...state.formats import HISTORY_VERSION, MAX_HISTORY_PARTITIONS, check_hist
 __all__ = [
     "HISTORY_VERSION", "HISTORY_CONF", "DEFAULT_KEEP", "HOT_KEYS", "SAMPLE_KEYS",
     "MAX_KEY_CHARS", "MAX_SAMPLE", "MAX_HISTORY_PARTITIONS", "bounded_sample", "display_key",
-    "key_profile", "history_keep", "run_history_keep", "record_batch", "record_run_batch",
+    "key_profile", "history_keep", "RunHistory", "record_batch",
     "check_record", "record_name", "history_batches", "read_history", "read_history_record",
 ]
 
@@ -251,48 +251,65 @@ def record_batch(store: KeyedStateStore, batch_id: int, partitions: int, strateg
         return None
 
 
-def run_history_keep(run: Any, spark: Any) -> int:
-    """:func:`history_keep` for a runner, read on its first batch and kept (the conf is not a
-    per-batch setting). The runner asks before the batch does any work, so a malformed conf
-    fails the batch before its commit, never after. O(1).
+class RunHistory:
+    """The history writer of one keyed run: the kept window, read once, and one record per
+    committed batch (:func:`record_batch`). Picklable (two plain fields).
 
-    Raises
-    ------
-    InvalidArgumentError
-        The conf is not a whole number of at least 1.
+    Examples
+    --------
+    >>> history = RunHistory()
+    >>> history.keep is None
+    True
     """
-    keep = run.__dict__.get("_history_keep")
-    if keep is None:
-        keep = run.__dict__["_history_keep"] = history_keep(spark)
-    return int(keep)
 
+    def __init__(self) -> None:
+        #: ``spark.trilink.historyBatches``, read on the run's first batch (:meth:`start`).
+        self.keep: int | None = None
+        #: Whether the run was told once that it has too many partitions for a record.
+        self.skipped = False
 
-def record_run_batch(run: Any, spark: Any, batch_id: int, partitions: int, strategy: Any,
-                     started: float, request_id: str | None) -> dict[str, Any] | None:
-    """:func:`record_batch` for a :class:`~trilink_spark.keyed.KeyedBatchFunction` that has
-    just committed ``batch_id``: its swap report and rebalancer judgement of the batch, if
-    any, and the strategy in force (None: placed by the source). O(partitions)."""
-    from dataclasses import asdict
+    def start(self, spark: Any) -> int:
+        """:func:`history_keep`, read on the run's first batch and kept (the conf is not a
+        per-batch setting). The runner asks before the batch does any work, so a malformed
+        conf fails the batch before its commit, never after. O(1).
 
-    keep = run_history_keep(run, spark)
-    if partitions > MAX_HISTORY_PARTITIONS:  # its record would not fit a store record
-        if not run.__dict__.get("_history_skipped"):
-            run.__dict__["_history_skipped"] = True
-            logger.warning("batch %d: %d partitions: no history record is kept beyond %d "
-                           "partitions", batch_id, partitions, MAX_HISTORY_PARTITIONS)
-        return None
-    name = "keyed_by_source" if strategy is None else (
-        getattr(strategy, "strategy_name", "") or type(strategy).__name__)
-    swap = next((asdict(r) for r in reversed(run.swaps) if r.batch_id == batch_id), None)
-    judged = next((d for b, d in reversed(run.rebalances) if b == batch_id), None)
-    rebalance = None if judged is None else {
-        "state": str(judged.state), "moves": len(judged.moves), "reason": str(judged.reason)}
-    request = None if request_id is None else {
-        "request_id": request_id, "strategy": name, "num_partitions": int(partitions),
-        "mode": None if swap is None else swap.get("mode")}
-    return record_batch(run.store, batch_id, partitions, name,
-                        seconds=time.perf_counter() - started, keep=keep, swap=swap,
-                        request=request, rebalance=rebalance)
+        Raises
+        ------
+        InvalidArgumentError
+            The conf is not a whole number of at least 1.
+        """
+        if self.keep is None:
+            self.keep = history_keep(spark)
+        return self.keep
+
+    def record(self, store: KeyedStateStore, spark: Any, batch_id: int, partitions: int,
+               strategy: Any, started: float, request_id: str | None, swaps: Sequence[Any],
+               rebalances: Sequence[tuple[int, Any]]) -> dict[str, Any] | None:
+        """:func:`record_batch` for a run that has just committed ``batch_id``: its swap
+        report (``swaps``) and rebalancer judgement (``rebalances``) of the batch, if any,
+        and the strategy in force (None: placed by the source). O(partitions)."""
+        from dataclasses import asdict
+
+        keep = self.start(spark)
+        if partitions > MAX_HISTORY_PARTITIONS:  # its record would not fit a store record
+            if not self.skipped:
+                self.skipped = True
+                logger.warning("batch %d: %d partitions: no history record is kept beyond %d "
+                               "partitions", batch_id, partitions, MAX_HISTORY_PARTITIONS)
+            return None
+        name = "keyed_by_source" if strategy is None else (
+            getattr(strategy, "strategy_name", "") or type(strategy).__name__)
+        swap = next((asdict(r) for r in reversed(swaps) if r.batch_id == batch_id), None)
+        judged = next((d for b, d in reversed(rebalances) if b == batch_id), None)
+        rebalance = None if judged is None else {
+            "state": str(judged.state), "moves": len(judged.moves),
+            "reason": str(judged.reason)}
+        request = None if request_id is None else {
+            "request_id": request_id, "strategy": name, "num_partitions": int(partitions),
+            "mode": None if swap is None else swap.get("mode")}
+        return record_batch(store, batch_id, partitions, name,
+                            seconds=time.perf_counter() - started, keep=keep, swap=swap,
+                            request=request, rebalance=rebalance)
 
 
 def history_batches(store: KeyedStateStore) -> list[int]:

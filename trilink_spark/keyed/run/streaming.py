@@ -44,8 +44,8 @@ from ..durable.manifest import PROCESSING_RECORD, batch_time, claim, commit_batc
 from ..durable.manifest import start_version
 from ..swaps.placement import KeyColumn, Placed, check_rebalancer, swap_report
 from ..swaps.plan import SwapReport, SwapRequest, write_segments
-from ..swaps.replanner import SWAP_RECORD, Replanner
-from ..records.history import record_run_batch, run_history_keep
+from ..swaps.replanner import Replanner
+from ..records.history import RunHistory
 from ..records.state_reader import read_state_values, read_task_timings, sum_counters
 from .prepare import arrival_order, check_processor, prepare
 from .task import StateIO, partition_function, run_without_rows, state_types
@@ -53,7 +53,7 @@ from .task import StateIO, partition_function, run_without_rows, state_types
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["KeyedBatchFunction", "keyed_foreach_batch", "PreparedBatch", "SWAP_RECORD"]
+__all__ = ["KeyedBatchFunction", "keyed_foreach_batch", "PreparedBatch"]
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +113,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
         self.swaps: list[SwapReport] = []
         self.replanner = Replanner(store, options)
         self._types: tuple[Any, Any] | None = None
+        self.history = RunHistory()
         self._warned_files = False  # logged once that the key type keeps the file store
         self._ttl_units = math.inf  # state_ttl in the event-time column's units
         self._processing_ttl_ms = math.inf  # state_ttl of processing time, in milliseconds
@@ -125,6 +126,10 @@ class KeyedBatchFunction(StatefulBatchFunction):
         self.__dict__.update(state)
         if "replanner" not in state:  # pickled by an earlier release: its placement fields
             self.replanner = Replanner.from_fields(self.store, self.options, state)
+        if "history" not in state:  # pickled by an earlier release: its history fields
+            self.history = RunHistory()
+            self.history.keep = state.get("_history_keep")
+            self.history.skipped = bool(state.get("_history_skipped"))
         self.__dict__.setdefault("_warned_files", False)
         self.__dict__.setdefault("_ttl_units", math.inf)
         self.__dict__.setdefault("_processing_ttl_ms", math.inf)
@@ -233,7 +238,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
         """Step 1: the batch's arguments, state types and the run's configuration. A
         malformed conf fails here, before any work. O(columns) and a few Py4J calls."""
         spark = batch_df.sparkSession
-        run_history_keep(self, spark)  # read once per runner: a malformed conf fails here
+        self.history.start(spark)  # read once per runner: a malformed conf fails here
         ensure_executors(spark, self.store.path, self.store.fs, needs=("rocksdict",))
         o = self.options
         tagged, delay_units, idle_units, out_schema, arrow_schema = prepare(
@@ -351,8 +356,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
         if chosen.plan is not None:
             self.swaps.append(swap_report(chosen.plan, batch_id, moved_bytes,
                                           time.perf_counter() - started))
-        record_run_batch(self, batch_df.sparkSession, batch_id, chosen.partitions,
-                         chosen.strategy, started, done)
+        self.history.record(self.store, batch_df.sparkSession, batch_id, chosen.partitions,
+                            chosen.strategy, started, done, self.swaps, self.rebalances)
 
     def _local_config(self, batch_df: DataFrame, key_type: Any, path_id: Any = None,
                       clock: tuple[float, float] | None = None) -> LocalConfig | None:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._internal.validation import check_num_partitions
+from ..._internal.validation import check_num_partitions, choice, count
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
 from ...errors import StateCorruptError, TrilinkError, UnknownStrategyError
 from ...partitioners import BlockPartitioner, Partitioner, TablePartitioner
@@ -150,15 +150,10 @@ class SwapRequest:
             raise InvalidArgumentError("an overlay placement is internal to fluid swaps")
         if num_partitions is not None:
             num_partitions = check_num_partitions(num_partitions)
-        if refit not in REFITS:
-            raise InvalidArgumentError(f"refit must be one of {REFITS}, got {refit!r}")
-        if mode not in SWAP_MODES:
-            raise InvalidArgumentError(f"mode must be one of {SWAP_MODES}, got {mode!r}")
-        if max_keys_per_batch is not None and (isinstance(max_keys_per_batch, bool)
-                                               or not isinstance(max_keys_per_batch, int)
-                                               or max_keys_per_batch < 1):
-            raise InvalidArgumentError(
-                f"max_keys_per_batch must be an int >= 1 or None, got {max_keys_per_batch!r}")
+        refit = choice(refit, "refit", REFITS)
+        mode = choice(mode, "mode", SWAP_MODES)
+        if max_keys_per_batch is not None:
+            max_keys_per_batch = count(max_keys_per_batch, "max_keys_per_batch (or None)")
         if mode == "fluid" and max_keys_per_batch is None:
             raise InvalidArgumentError("mode='fluid' needs max_keys_per_batch")
         if strategy is None and num_partitions is None and refit == "none":
