@@ -142,7 +142,7 @@ def test_spark_engine_refuses_what_it_cannot_run(spark: Any) -> None:
     for kwargs, chosen, why in cases:
         with pytest.raises(InvalidArgumentError, match=why):
             tl.local_merge(df, "k", "t", 10, chosen, engine="spark", **kwargs)
-    with pytest.raises(InvalidArgumentError, match="engine must be one of auto, python, spark"):
+    with pytest.raises(InvalidArgumentError, match="engine must be one of 'auto', 'python', 'spark', got 'jvm'"):
         tl.local_merge(df, "k", "t", 10, aggs, engine="jvm")
     with pytest.raises(TypeError):
         tl.local_merge(df, "k", "t", 10, aggs, engine=1)  # type: ignore[arg-type]

@@ -213,7 +213,7 @@ def test_the_conf_forces_an_engine_when_the_call_gives_none(spark: Any, conf: An
         conf(bad)
         for call in (explain_local_merge, tl.local_merge):
             with pytest.raises(InvalidArgumentError,
-                               match=rf"{CONF} must be one of auto, python, spark, got '{bad}'"):
+                               match=rf"{CONF} must be one of 'auto', 'python', 'spark', got '{bad}'"):
                 call(df, "k", "t", 10, count)
         with pytest.raises(InvalidArgumentError, match=CONF):
             tl.global_merge(df, "k", count)
@@ -226,8 +226,9 @@ def test_explain_checks_the_arguments_as_local_merge_does(spark: Any) -> None:
     count = {"n": ("count", None)}
     bad: list[tuple[dict[str, Any], type[Exception], str]] = [
         ({"mode": "often"}, InvalidArgumentError, "mode must be"),
-        ({"engine": "jvm"}, InvalidArgumentError, "engine must be one of auto, python, spark"),
-        ({"engine": 1}, TypeError, "engine must be one of"),
+        ({"engine": "jvm"}, InvalidArgumentError,
+         "engine must be one of 'auto', 'python', 'spark', got 'jvm'"),
+        ({"engine": 1}, TypeError, "engine must be a str, one of 'auto', 'python', 'spark'"),
         ({"max_groups": 0}, TypeError, "max_groups"),
         ({"mode": "periodic"}, InvalidArgumentError, "delay")]
     for kw, error, words in bad:

@@ -3,7 +3,7 @@
 from .aggregates import AGGREGATES, Combine
 from .partials import merge_partials
 from .bounds import MERGE_MODES
-from .engine import MERGE_ENGINES, MergeEnginePlan
+from .engine import MERGE_ENGINES, EnginePlan, MergeEnginePlan
 from .local import explain_local_merge, local_merge
 from .stream import LocalMergeBatchFunction, local_merge_foreach_batch
 from .redis_store import RedisStore
@@ -16,6 +16,7 @@ __all__ = [
     "MERGE_MODES",
     "local_merge",
     "explain_local_merge",
+    "EnginePlan",
     "MergeEnginePlan",
     "MERGE_ENGINES",
     "LocalMergeBatchFunction",

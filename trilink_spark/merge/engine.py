@@ -16,14 +16,19 @@ applies when a call gives no engine (``engine="auto"`` or None): ``python`` forc
 engine, ``spark`` takes the Spark engine where the call allows it, as ``auto`` does. An
 explicit ``engine="spark"`` the call cannot use is refused with the reason; an explicit
 ``engine="python"`` always runs in Python.
+
+This is the engine ladder every operator with engines walks
+(:func:`~trilink_spark._internal.engines.resolve_engine`), with Local Merge's candidates
+(:data:`MERGE_LADDER`); its answer is an :class:`~trilink_spark._internal.engines.EnginePlan`
+(``merge.EnginePlan``, also named ``merge.MergeEnginePlan``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from .._internal.engines import AUTO, EngineLadder, EnginePlan, EngineRequest
+from .._internal.engines import request_engine, resolve_engine
 from .._internal.validation import refuse_streaming
 from .plan import MergePlan
 from .spark_engine import spark_partials
@@ -31,11 +36,12 @@ from .spark_engine import spark_partials
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["MergeEnginePlan", "EngineRequest", "MERGE_ENGINES", "AUTO_ENGINE", "ENGINE_CONF",
-           "SPARK_ENGINE_SCOPE", "engine_request", "choose_local_engine"]
+__all__ = ["EnginePlan", "MergeEnginePlan", "EngineRequest", "MERGE_ENGINES", "AUTO_ENGINE",
+           "ENGINE_CONF", "SPARK_ENGINE_SCOPE", "MERGE_LADDER", "engine_request",
+           "choose_local_engine"]
 
 #: ``engine="auto"``: the Spark engine where the call can run there, else the Python engine.
-AUTO_ENGINE = "auto"
+AUTO_ENGINE = AUTO
 #: Engines of :func:`~trilink_spark.local_merge` and :func:`~trilink_spark.global_merge`:
 #: ``"auto"`` (default), ``"python"`` (inside each input partition, no exchange, every mode)
 #: and ``"spark"`` (Spark's own partial aggregation in the JVM; one exchange of the partial
@@ -47,45 +53,30 @@ ENGINE_CONF = "mergeEngine"
 #: What the Spark engine of Local Merge runs, in words (reasons and refusals say it).
 SPARK_ENGINE_SCOPE = ("batch DataFrames in the groups mode without order_by, with count, sum, "
                       "min, max and mean")
+#: The plan a merge runs on: :class:`~trilink_spark._internal.engines.EnginePlan`, under the
+#: name it had (``merge.MergeEnginePlan(engine, reason)``).
+MergeEnginePlan = EnginePlan
+
+#: Local Merge's candidates on the engine ladder
+#: (:func:`~trilink_spark._internal.engines.resolve_engine`).
+MERGE_LADDER = EngineLadder(
+    operator="local_merge", argument="engine", choices=MERGE_ENGINES,
+    engines={"python": "python", "spark": "spark"}, preferred="spark", fallback="python",
+    runs={"python": "the Python engine merges inside each input partition (no exchange)",
+          "spark": ("Spark's partial aggregation in the JVM, no row crosses into Python (one "
+                    "exchange of the partial rows)")},
+    scope=SPARK_ENGINE_SCOPE, conf=ENGINE_CONF, none_is_auto=True)
+#: Why the Spark engine runs a call it allows, in words.
+_SPARK_RUNS = ("a batch DataFrame in the groups mode, without order_by, whose aggregates all "
+               "have a Spark form (count, sum, min, max, mean): Spark's partial aggregation "
+               "in the JVM, no row crosses into Python (one exchange of the partial rows)")
 
 
-@dataclass(frozen=True)
-class MergeEnginePlan:
-    """The engine a merge runs on, and why (see :func:`~trilink_spark.merge.explain_local_merge`).
-
-    Attributes
-    ----------
-    engine : str
-        ``"spark"``: Spark's aggregation in the JVM, no row crosses into Python. ``"python"``:
-        each input partition merged in a Python worker.
-    reason : str
-        Why, in words, naming what decided: an explicit engine, the conf, a streaming frame,
-        the mode, ``order_by``, an aggregate, the store.
-
-    Examples
-    --------
-    >>> MergeEnginePlan("python", "the quantity mode: its flushes are Python's").engine
-    'python'
-    """
-
-    engine: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class EngineRequest:
-    """The engine a call asks for: ``engine`` one of :data:`MERGE_ENGINES`; ``explicit``
-    when the call named ``"python"`` or ``"spark"`` itself; ``source`` what asked, in words
-    (``"engine='spark'"``, ``"spark.trilink.mergeEngine=python"``, ``"engine='auto'"``)."""
-
-    engine: str
-    explicit: bool
-    source: str
-
-
-def engine_request(spark: Any, engine: str | None) -> EngineRequest:
+def engine_request(spark: Any, engine: Any) -> EngineRequest:
     """The engine asked for: ``engine`` when it is ``"python"`` or ``"spark"``; for
-    ``"auto"`` or None the conf ``spark.trilink.mergeEngine`` (default ``"auto"``).
+    ``"auto"`` or None the conf ``spark.trilink.mergeEngine`` (default ``"auto"``): the
+    first rung of the ladder (:func:`~trilink_spark._internal.engines.request_engine` with
+    :data:`MERGE_LADDER`).
 
     Raises
     ------
@@ -104,32 +95,17 @@ def engine_request(spark: Any, engine: str | None) -> EngineRequest:
     >>> engine_request(None, "python")
     EngineRequest(engine='python', explicit=True, source="engine='python'")
     """
-    from .._internal.spark.session import CONF_PREFIX, conf_get
-
-    allowed = ", ".join(MERGE_ENGINES)
-    if engine is not None and engine != AUTO_ENGINE:
-        if not isinstance(engine, str):
-            raise InvalidArgumentTypeError(
-                f"engine must be one of {allowed} (a string), got {engine!r}")
-        if engine not in MERGE_ENGINES:
-            raise InvalidArgumentError(f"engine must be one of {allowed}, got {engine!r}")
-        return EngineRequest(engine, True, f"engine={engine!r}")
-    conf = CONF_PREFIX + ENGINE_CONF
-    value = conf_get(spark, ENGINE_CONF, AUTO_ENGINE)
-    if value not in MERGE_ENGINES:
-        raise InvalidArgumentError(f"{conf} must be one of {allowed}, got {value!r}")
-    if value == AUTO_ENGINE:  # unset, or set to the default
-        return EngineRequest(AUTO_ENGINE, False, "engine='auto'")
-    return EngineRequest(value, False, f"{conf}={value}")
+    return request_engine(MERGE_LADDER, spark, engine)
 
 
-def choose_local_engine(df: DataFrame, plan: MergePlan, engine: str | None,
-                        order_by: str | None) -> tuple[MergeEnginePlan, DataFrame | None]:
+def choose_local_engine(df: DataFrame, plan: MergePlan, engine: str | EngineRequest | None,
+                        order_by: str | None) -> tuple[EnginePlan, DataFrame | None]:
     """The engine of a Local Merge of ``df`` by the validated ``plan``, and why; with the
     Spark engine's frame of partial rows
     (:func:`~trilink_spark.merge.spark_engine.spark_partials`) when it is ``"spark"``, else
     None. The one rule for ``local_merge``, ``explain_local_merge`` and the partials of
-    ``global_merge``.
+    ``global_merge``: the engine ladder
+    (:func:`~trilink_spark._internal.engines.resolve_engine`) with :data:`MERGE_LADDER`.
 
     Parameters
     ----------
@@ -137,8 +113,8 @@ def choose_local_engine(df: DataFrame, plan: MergePlan, engine: str | None,
         The input of the merge.
     plan : MergePlan
         Its plan (:func:`~trilink_spark.merge.local.plan_merge`: the mode resolved).
-    engine : {"auto", "python", "spark"} or None
-        As the call gave it (:func:`engine_request`).
+    engine : {"auto", "python", "spark"}, None or EngineRequest
+        As the call gave it, or already read (:func:`engine_request`).
     order_by : str or None
         The call's ``order_by``.
 
@@ -160,39 +136,29 @@ def choose_local_engine(df: DataFrame, plan: MergePlan, engine: str | None,
     >>> choice.engine  # doctest: +SKIP
     'spark'
     """
-    request = engine_request(df.sparkSession, engine)
-    if request.engine == "python":
-        return MergeEnginePlan("python", f"{request.source}: the Python engine merges inside "
-                                         "each input partition (no exchange)"), None
-    why = None
-    native = None
-    if df.isStreaming:
-        if request.explicit:
-            refuse_streaming(df, "local_merge(engine='spark')", "Spark's partial aggregation "
-                             "cannot feed later stages of a stream", "Use engine='auto' (the "
-                             "default) or engine='python', which run on a stream in the "
-                             "quantity mode")
-        why = "a streaming DataFrame (Spark's partial aggregation cannot feed later stages)"
-    elif plan.mode != "groups":
-        why = f"the {plan.mode} mode (its flushes are Python's)"
-    elif order_by is not None:
-        why = "order_by (Spark's aggregation keeps no arrival order)"
-    else:
+    request = (engine if isinstance(engine, EngineRequest)
+               else engine_request(df.sparkSession, engine))
+    built: list[DataFrame] = []
+
+    def allows() -> tuple[bool, str]:
+        if df.isStreaming:
+            if request.explicit:
+                refuse_streaming(df, "local_merge(engine='spark')", "Spark's partial "
+                                 "aggregation cannot feed later stages of a stream", "Use "
+                                 "engine='auto' (the default) or engine='python', which run "
+                                 "on a stream in the quantity mode")
+            return False, ("a streaming DataFrame (Spark's partial aggregation cannot feed "
+                           "later stages)")
+        if plan.mode != "groups":
+            return False, f"the {plan.mode} mode (its flushes are Python's)"
+        if order_by is not None:
+            return False, "order_by (Spark's aggregation keeps no arrival order)"
         native, lacking = spark_partials(df, plan)
-        if lacking is not None:
-            why = (f"aggregate {lacking!r} (no Spark form: first and last need arrival "
-                   "order, a Combine runs in Python)")
-    if why is None:
-        return MergeEnginePlan("spark", f"{request.source}: a batch DataFrame in the groups "
-                                        "mode, without order_by, whose aggregates all have a "
-                                        "Spark form (count, sum, min, max, mean): Spark's "
-                                        "partial aggregation in the JVM, no row crosses into "
-                                        "Python (one exchange of the partial rows)"), native
-    if request.explicit:
-        raise InvalidArgumentError(
-            f"engine='spark' cannot run {why}; it runs {SPARK_ENGINE_SCOPE}: use "
-            "engine='auto' or engine='python'")
-    if request.engine == "spark":  # the conf asked
-        return MergeEnginePlan("python", f"{request.source} does not apply to {why}: the "
-                                         "Python engine runs"), None
-    return MergeEnginePlan("python", f"{request.source}: {why}: the Python engine runs"), None
+        if lacking is not None or native is None:
+            return False, (f"aggregate {lacking!r} (no Spark form: first and last need "
+                           "arrival order, a Combine runs in Python)")
+        built.append(native)
+        return True, _SPARK_RUNS
+
+    choice = resolve_engine(MERGE_LADDER, request, allows)
+    return choice, (built[0] if choice.engine == "spark" and built else None)

@@ -49,6 +49,7 @@ flush bound, no slot, no watermark downstream). Null and NaN keys are keys like 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -63,14 +64,15 @@ from .arrow_engine import arrow_merge_partition
 from .bounds import DEFAULT_MAX_GROUPS, DEFAULT_QUANTITY, MERGE_MODES
 from .expressions import AggSpec, parse_aggs
 from .plan import SLOT, MergePlan
-from .engine import AUTO_ENGINE, MergeEnginePlan
-from .engine import choose_local_engine
+from .engine import AUTO_ENGINE, MERGE_LADDER, EnginePlan, EngineRequest
+from .engine import choose_local_engine, engine_request
+from .._internal.engines import log_engine
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["local_merge", "explain_local_merge", "python_partials", "AUTO_MODE", "plan_merge",
-           "check_merge_names"]
+           "check_merge_names", "LocalMergeOptions", "local_merge_options"]
 
 logger = logging.getLogger(__name__)
 
@@ -193,13 +195,70 @@ def local_merge(
     >>> tl.merge_partials(partial, "sensor", aggs)  # doctest: +SKIP
     >>> inside = tl.local_merge(df, "sensor", "ts", 60.0, aggs, engine="python")  # doctest: +SKIP
     """
-    src, plan = plan_merge(df, key, event_time, slot, aggs, mode, quantity=quantity, delay=delay,
-                           punctuation=punctuation, order_by=order_by, max_groups=max_groups)
-    choice, native = choose_local_engine(df, plan, engine, order_by)
-    logger.info("local_merge on %r: the %s engine (%s)", key, choice.engine, choice.reason)
+    options = local_merge_options(df, key, event_time, slot, aggs, mode, quantity=quantity,
+                                  delay=delay, punctuation=punctuation, order_by=order_by,
+                                  max_groups=max_groups, engine=engine)
+    choice, native = choose_local_engine(df, options.plan, options.request, options.order_by)
+    log_engine(logger, MERGE_LADDER, key, choice)
     if native is not None:
         return native
-    return python_partials(src, plan)
+    return python_partials(options.source, options.plan)
+
+
+@dataclass(frozen=True)
+class LocalMergeOptions:
+    """A :func:`local_merge` call's arguments, checked: what it runs and what
+    :func:`explain_local_merge` describes (both build it with :func:`local_merge_options`).
+
+    Attributes
+    ----------
+    source : pyspark.sql.DataFrame
+        The narrow frame the Python engine reads (:func:`plan_merge`).
+    plan : MergePlan
+        The validated merge, the mode resolved.
+    order_by : str or None
+        The arrival order asked for.
+    request : EngineRequest
+        The engine asked for, the conf ``spark.trilink.mergeEngine`` read for ``"auto"``.
+    """
+
+    source: DataFrame
+    plan: MergePlan
+    order_by: str | None
+    request: EngineRequest
+
+
+def local_merge_options(
+    df: DataFrame,
+    key: str,
+    event_time: str,
+    slot: Any,
+    aggs: Any,
+    mode: str = AUTO_MODE,
+    *,
+    quantity: int | None = None,
+    delay: Any = None,
+    punctuation: str | None = None,
+    order_by: str | None = None,
+    max_groups: int = DEFAULT_MAX_GROUPS,
+    engine: str | None = AUTO_ENGINE,
+) -> LocalMergeOptions:
+    """Check :func:`local_merge`'s arguments (:func:`plan_merge`, then the engine and its
+    conf): the one check of :func:`local_merge` and :func:`explain_local_merge`, so both
+    refuse the same arguments with the same error.
+
+    Raises
+    ------
+    InvalidArgumentError, InvalidArgumentTypeError, MissingColumnError, ReservedColumnError
+        What :func:`local_merge` raises before a job.
+
+    Notes
+    -----
+    Cost: the frame's schema, the aggregates and a conf read (no job).
+    """
+    src, plan = plan_merge(df, key, event_time, slot, aggs, mode, quantity=quantity, delay=delay,
+                           punctuation=punctuation, order_by=order_by, max_groups=max_groups)
+    return LocalMergeOptions(src, plan, order_by, engine_request(df.sparkSession, engine))
 
 
 def python_partials(src: DataFrame, plan: MergePlan) -> DataFrame:
@@ -226,10 +285,11 @@ def explain_local_merge(
     order_by: str | None = None,
     max_groups: int = DEFAULT_MAX_GROUPS,
     engine: str | None = AUTO_ENGINE,
-) -> MergeEnginePlan:
+) -> EnginePlan:
     """The engine :func:`local_merge` runs with these arguments, and why (nothing runs).
 
-    The arguments are :func:`local_merge`'s, checked as it checks them (the same errors).
+    The arguments are :func:`local_merge`'s, checked by the same function
+    (:func:`local_merge_options`: the same errors).
     ``engine="auto"`` (the default) takes the Spark engine, Spark's own partial aggregation
     in the JVM, for a batch DataFrame in the groups mode (the ``"auto"`` mode of a batch
     DataFrame) without ``order_by`` whose aggregates are all count, sum, min, max or mean
@@ -242,8 +302,9 @@ def explain_local_merge(
 
     Returns
     -------
-    MergeEnginePlan
-        ``engine`` (``"spark"`` or ``"python"``) and ``reason`` (in words).
+    EnginePlan
+        ``engine`` (``"spark"`` or ``"python"``) and ``reason`` (in words, starting with what
+        asked: ``engine='auto'``, the conf).
 
     Raises
     ------
@@ -261,14 +322,15 @@ def explain_local_merge(
     >>> from trilink_spark import merge  # doctest: +SKIP
     >>> count = {"n": ("count", None)}
     >>> merge.explain_local_merge(df, "sensor", "ts", 60.0, count)  # doctest: +SKIP
-    MergeEnginePlan(engine='spark', reason="engine='auto': a batch DataFrame in the groups ...")
+    EnginePlan(engine='spark', reason="engine='auto': a batch DataFrame in the groups ...")
     >>> first = {"f": ("first", "v")}
     >>> merge.explain_local_merge(df, "sensor", "ts", 60.0, first).engine  # doctest: +SKIP
     'python'
     """
-    _, plan = plan_merge(df, key, event_time, slot, aggs, mode, quantity=quantity, delay=delay,
-                         punctuation=punctuation, order_by=order_by, max_groups=max_groups)
-    return choose_local_engine(df, plan, engine, order_by)[0]
+    options = local_merge_options(df, key, event_time, slot, aggs, mode, quantity=quantity,
+                                  delay=delay, punctuation=punctuation, order_by=order_by,
+                                  max_groups=max_groups, engine=engine)
+    return choose_local_engine(df, options.plan, options.request, options.order_by)[0]
 
 
 def check_merge_names(specs: list[AggSpec], key: str, others: list[str]) -> None:
