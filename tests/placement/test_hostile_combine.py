@@ -70,7 +70,7 @@ def test_every_mode_equals_groupby_on_hostile_keys(hostile: Any, which: str) -> 
 
 def test_udafs_and_distinct_take_exact_placement_with_a_short_reason(hostile: Any) -> None:
     plan = explain_keyed_agg(hostile, "k", mean_udf("v"))
-    assert not plan.combine and plan.reason.startswith("_mean(")
+    assert not plan.combine and plan.reason.startswith("combine='auto': _mean(")
     assert "StackTrace" not in plan.reason and len(plan.reason) < 200
     assert not explain_keyed_agg(hostile, "k", F.count_distinct("v")).combine
     assert explain_keyed_agg(hostile, "k", F.sum("v"), F.count("v")).combine
@@ -208,8 +208,15 @@ def test_explain_from_threads_keeps_stdout_and_answers(hostile: Any) -> None:
 
 
 def test_combine_argument_is_checked_first(hostile: Any) -> None:
-    for bad in ("sometimes", None, True, "AUTO"):
-        with pytest.raises(InvalidArgumentError, match="combine"):
-            tl.keyed_agg(hostile, "k", F.sum("v"), combine=bad)
-        with pytest.raises(InvalidArgumentError, match="combine"):
-            explain_keyed_agg(hostile, "k", F.sum("v"), combine=bad)
+    allowed = "'auto', 'always', 'never'"
+    for bad, error, words in (
+            ("sometimes", InvalidArgumentError, f"combine must be one of {allowed}, got "
+                                                "'sometimes'"),
+            ("AUTO", InvalidArgumentError, f"combine must be one of {allowed}, got 'AUTO'"),
+            (None, InvalidArgumentTypeError, f"combine must be a str, one of {allowed}, got "
+                                             "NoneType"),
+            (True, InvalidArgumentTypeError, f"combine must be a str, one of {allowed}, got "
+                                             "bool")):
+        for call in (tl.keyed_agg, explain_keyed_agg):
+            with pytest.raises(error, match=words):
+                call(hostile, "k", F.sum("v"), combine=bad)

@@ -53,7 +53,8 @@ def test_a_wrapped_sketch_takes_sparks_plan_and_equals_groupby(values: Any, form
     plan = explain_keyed_agg(values, "k", *exprs)
     assert plan.combine, plan.reason
     sketch = "approx_count_distinct" if "distinct" in form else "percentile_approx"
-    assert plan.reason.startswith(sketch) and " is a sketch" in plan.reason, plan.reason
+    assert plan.reason.startswith(f"combine='auto': {sketch}"), plan.reason
+    assert " is a sketch" in plan.reason, plan.reason
     got = tl.keyed_agg(values, "k", *exprs, strategy="hash", num_partitions=3)
     assert rows(got) == rows(values.groupBy("k").agg(*exprs))
 

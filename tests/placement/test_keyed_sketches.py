@@ -36,7 +36,7 @@ def test_percentile_approx_takes_sparks_plan_and_equals_groupby(values: Any) -> 
     exprs = [_median("v"), F.sum("v").alias("s")]
     plan = explain_keyed_agg(values, "k", *exprs)
     assert plan.combine
-    assert plan.reason.startswith("percentile_approx(v, 0.5, 100) is a sketch")
+    assert plan.reason.startswith("combine='auto': percentile_approx(v, 0.5, 100) is a sketch")
     want = values.groupBy("k").agg(*exprs)
     got = tl.keyed_agg(values, "k", *exprs, strategy="hash", num_partitions=3)
     assert rows(got) == rows(want)

@@ -228,6 +228,9 @@ def test_keyed_agg_partition0_takes_exact_placement(frames: Any) -> None:
     df = frames["int"]
     plan = tl.placement.explain_keyed_agg(df, "k", F.sum("v"))
     assert plan.combine  # Spark's combine would put the null group on pmod(42, n)
+    said = tl.placement.explain_keyed_agg(df, "k", F.sum("v"), strategy="hash",
+                                          num_partitions=5, null_policy="partition0")
+    assert said.engine == "exact" and "null_policy='partition0'" in said.reason
     out = tl.keyed_agg(df, "k", F.sum("v"), strategy="hash", num_partitions=5,
                        null_policy="partition0")
     where = out.select("k", F.spark_partition_id().alias("p")).collect()

@@ -15,51 +15,178 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._internal.validation import check_num_partitions
-from ..columns import PARTITION_COL, column_of, python_input
+from .._internal.engines import EngineLadder, EnginePlan, EngineRequest, log_engine
+from .._internal.engines import request_engine, resolve_engine
+from .._internal.validation import check_num_partitions, choice
+from ..columns import PARTITION_COL, check_user_columns, column_of, python_input
+from ..columns import require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..partitioners.keys import check_null_policy
 from ..merge.expressions import combinable
 from ..partitioners import Partitioner
 from ..partitioners.base import resolve_strategy_name
 from .key_by import FIT_MODES, key_by, null_policy_of, refuse_null_keys
-from .source import is_keyed_by_source, source_agg, source_apply
+from .source import check_source_layout, is_keyed_by_source, source_agg, source_apply
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
-__all__ = ["keyed_agg", "keyed_apply", "explain_keyed_agg", "KeyedAggPlan", "COMBINE_CHOICES"]
+__all__ = ["keyed_agg", "keyed_apply", "explain_keyed_agg", "KeyedAggPlan", "COMBINE_CHOICES",
+           "KEYED_AGG_LADDER", "KeyedAggOptions", "keyed_agg_options", "keyed_agg_plan",
+           "check_placement"]
 
 logger = logging.getLogger(__name__)
 
 #: ``combine=`` of :func:`keyed_agg`.
 COMBINE_CHOICES: tuple[str, ...] = ("auto", "always", "never")
 
+#: :func:`keyed_agg`'s candidates on the engine ladder
+#: (:func:`~trilink_spark._internal.engines.resolve_engine`): ``"combine"`` (Spark's own
+#: ``groupBy(key).agg``, partial aggregation on the map side), ``"exact"`` (rows placed by the
+#: strategy, each key aggregated whole) and, fixed by the input, ``"in_place"`` (a frame
+#: declared ``keyed_by_source``, aggregated inside each input partition).
+KEYED_AGG_LADDER = EngineLadder(
+    operator="keyed_agg", argument="combine", choices=COMBINE_CHOICES,
+    engines={"always": "combine", "never": "exact"}, preferred="combine", fallback="exact",
+    runs={"combine": "Spark's partial aggregation, hash placement",
+          "exact": "exact placement by the strategy",
+          "in_place": "each input partition is aggregated where it is, with no exchange"},
+    scope="Spark's groupBy(key).agg", forces=True,
+    titles={"combine": "Spark's map-side combine", "exact": "exact placement",
+            "in_place": "aggregated in place"})
 
-@dataclass(frozen=True)
-class KeyedAggPlan:
-    """How :func:`keyed_agg` runs its aggregates (see :func:`explain_keyed_agg`).
+
+class KeyedAggPlan(EnginePlan):
+    """How :func:`keyed_agg` runs its aggregates (see :func:`explain_keyed_agg`): an
+    :class:`~trilink_spark._internal.engines.EnginePlan`.
 
     Attributes
     ----------
-    combine : bool
-        True: Spark's own ``groupBy(key).agg`` with map-side partial aggregation (Spark's hash
-        placement of the partial results; the strategy is not used). False: exact placement by
-        the strategy, every row shuffled, each key aggregated whole on its partition.
+    engine : str
+        ``"combine"``: Spark's own ``groupBy(key).agg`` with map-side partial aggregation
+        (Spark's hash placement of the partial results; the strategy is not used).
+        ``"exact"``: exact placement by the strategy, every row shuffled, each key aggregated
+        whole on its partition. ``"in_place"``: a frame declared ``keyed_by_source``, each
+        input partition aggregated where it is, with no exchange.
     reason : str
-        Why, in words.
+        Why, in words, starting with what asked (``combine='auto'``, ...).
+    combine : bool
+        Whether the engine is ``"combine"`` (this plan's field before it had an engine).
+
+    Examples
+    --------
+    >>> KeyedAggPlan("exact", "combine='never': exact placement by the strategy").combine
+    False
     """
 
-    combine: bool
-    reason: str
+    @property
+    def combine(self) -> bool:
+        """True for Spark's map-side combine (``engine == "combine"``)."""
+        return self.engine == "combine"
 
 
-def explain_keyed_agg(df: DataFrame, key: str, *exprs: Column, combine: str = "auto"
-                      ) -> KeyedAggPlan:
+@dataclass(frozen=True)
+class KeyedAggOptions:
+    """A :func:`keyed_agg` call's arguments, checked: what it runs and what
+    :func:`explain_keyed_agg` describes (both build it with :func:`keyed_agg_options`).
+
+    Attributes
+    ----------
+    key : str
+    exprs : tuple of Column
+        The aggregates (at least one).
+    strategy : str or Partitioner
+    num_partitions : int or None
+    placement : dict
+        The other options of :func:`key_by` (each checked).
+    request : EngineRequest
+        What ``combine`` asks for.
+    null_policy : str
+        The null policy every plan applies (the argument, a strategy's own, else
+        ``spark.trilink.nullPolicy``, else ``"group"``).
+    in_place : bool
+        The frame is declared ``keyed_by_source``.
+    """
+
+    key: str
+    exprs: tuple[Column, ...]
+    strategy: str | Partitioner
+    num_partitions: int | None
+    placement: dict[str, Any]
+    request: EngineRequest
+    null_policy: str
+    in_place: bool
+
+
+def keyed_agg_options(df: DataFrame, key: str, exprs: tuple[Column, ...], *,
+                      strategy: str | Partitioner = "auto", num_partitions: int | None = None,
+                      combine: str = "auto", placement: dict[str, Any] | None = None
+                      ) -> KeyedAggOptions:
+    """Check :func:`keyed_agg`'s arguments: the one check of :func:`keyed_agg` and
+    :func:`explain_keyed_agg`, so both refuse the same arguments with the same error.
+
+    Raises
+    ------
+    InvalidArgumentError
+        No aggregate; a ``combine`` outside :data:`COMBINE_CHOICES`; what :func:`key_by`
+        refuses of the placement arguments; a reserved column (exact and combine plans).
+    InvalidArgumentTypeError
+        A ``combine`` that is not a string; an unknown placement option, a bad strategy.
+    MissingColumnError
+        The key column is missing.
+    StreamingNotSupportedError, KeysNotGroupedError
+        A frame declared ``keyed_by_source`` that is a stream, or was shuffled since.
+
+    Notes
+    -----
+    Cost: the frame's schema, a conf read or two; on a ``keyed_by_source`` frame one
+    physical plan (its exchanges counted). No job.
+    """
+    placement = dict(placement or {})
+    if not exprs:
+        raise InvalidArgumentError("keyed_agg needs at least one aggregate expression")
+    request = request_engine(KEYED_AGG_LADDER, df.sparkSession, combine)
+    check_placement(strategy, num_partitions, placement)  # the same refusals on every plan
+    require_columns(df, [key], "key column")
+    policy = null_policy_of(df, strategy, placement.get("null_policy"))
+    in_place = is_keyed_by_source(df, key)
+    if in_place:
+        check_source_layout(df, key)
+    else:
+        check_user_columns(df)  # the same refusals on both plans
+    return KeyedAggOptions(key, tuple(exprs), strategy, num_partitions, placement, request,
+                           policy, in_place)
+
+
+def keyed_agg_plan(df: DataFrame, options: KeyedAggOptions) -> KeyedAggPlan:
+    """The plan :func:`keyed_agg` runs for ``options``, and why: the engine ladder with
+    :data:`KEYED_AGG_LADDER`. ``"auto"`` combines where :func:`~trilink_spark.merge.
+    expressions.combinable` says Spark's combine gives ``groupBy``'s result and the null
+    policy is not ``"partition0"`` (which only exact placement keeps); ``"always"`` and
+    ``"never"`` force one; a ``keyed_by_source`` frame is aggregated in place whatever was
+    asked. Cost: O(aggregates) plus one query plan for ``"auto"`` (no job)."""
+
+    def allows() -> tuple[bool, str]:
+        ok, why = combinable(options.exprs, df)
+        if ok and options.null_policy == "partition0":
+            return False, ("null_policy='partition0', which puts the null key's group on "
+                           "partition 0, where Spark's combine does not")
+        return ok, why
+
+    settled = (("in_place", "a frame declared keyed_by_source") if options.in_place else None)
+    plan = resolve_engine(KEYED_AGG_LADDER, options.request, allows, settled)
+    return KeyedAggPlan(plan.engine, plan.reason)
+
+
+def explain_keyed_agg(df: DataFrame, key: str, *exprs: Column,
+                      strategy: str | Partitioner = "auto", num_partitions: int | None = None,
+                      combine: str = "auto", **placement: Any) -> KeyedAggPlan:
     """The plan :func:`keyed_agg` picks for ``exprs``, and why (nothing runs).
 
-    ``"auto"`` combines when an aggregate is a sketch (percentile_approx,
+    The arguments are :func:`keyed_agg`'s, checked by the same function
+    (:func:`keyed_agg_options`: the same errors). ``"auto"`` combines when an aggregate is
+    a sketch (percentile_approx,
     approx_count_distinct, count_min_sketch, HLL, KLL, theta, ...:
     :data:`~trilink_spark.merge.expressions.SPARK_SKETCHES`), also one inside an expression
     (``F.percentile_approx("v", 0.5) + 1``, ``F.when(...)``): its buffer is bounded and its
@@ -69,30 +196,31 @@ def explain_keyed_agg(df: DataFrame, key: str, *exprs: Column, combine: str = "a
     :data:`~trilink_spark.merge.expressions.SPARK_COMBINABLE`) and places exactly otherwise
     (collect_list, exact percentiles, DISTINCT aggregates, UDAFs): there a hot key's rows
     cannot be shrunk on the map side, and a balanced placement bounds the slowest task
-    instead. The reason names the aggregate that decided.
+    instead. A ``null_policy="partition0"`` places exactly (only exact placement puts the
+    null group on partition 0); a ``keyed_by_source`` frame is aggregated in place. The
+    reason names what decided.
+
+    Returns
+    -------
+    KeyedAggPlan
+        An :class:`~trilink_spark._internal.engines.EnginePlan`: ``engine`` (``"combine"``,
+        ``"exact"`` or ``"in_place"``), ``reason``, and ``combine`` (True for the combine).
 
     Notes
     -----
-    Cost: O(aggregates), plus one query plan (no job), whose aggregate node shows the sketches,
-    Python UDAFs and DISTINCT aggregates; one more per aggregate when one is DISTINCT (to
-    name it).
+    Cost: the checks of :func:`keyed_agg`, O(aggregates), plus one query plan (no job),
+    whose aggregate node shows the sketches, Python UDAFs and DISTINCT aggregates; one more
+    per aggregate when one is DISTINCT (to name it).
 
     Examples
     --------
     >>> placement.explain_keyed_agg(df, "k", F.sum("v"))  # doctest: +SKIP
-    KeyedAggPlan(combine=True, reason='every aggregate has a fixed-size partial buffer: ...')
+    KeyedAggPlan(engine='combine', reason="combine='auto': every aggregate has a fixed-size ...")
     """
-    if combine not in COMBINE_CHOICES:
-        raise InvalidArgumentError(f"combine must be one of {COMBINE_CHOICES}, got {combine!r}")
-    if is_keyed_by_source(df, key):
-        return KeyedAggPlan(False, "the frame is declared keyed_by_source: each input partition "
-                                   "is aggregated where it is, with no exchange")
-    if combine == "always":
-        return KeyedAggPlan(True, "combine='always': Spark's partial aggregation, hash placement")
-    if combine == "never":
-        return KeyedAggPlan(False, "combine='never': exact placement by the strategy")
-    ok, why = combinable(exprs, df)
-    return KeyedAggPlan(ok, why)
+    options = keyed_agg_options(df, key, exprs, strategy=strategy,
+                                num_partitions=num_partitions, combine=combine,
+                                placement=placement)
+    return keyed_agg_plan(df, options)
 
 
 def keyed_agg(
@@ -154,28 +282,16 @@ def keyed_agg(
     >>> from pyspark.sql import functions as F  # doctest: +SKIP
     >>> tl.keyed_agg(df, "user", F.sum("amount").alias("total"), strategy="hash")  # doctest: +SKIP
     """
-    if not exprs:
-        raise InvalidArgumentError("keyed_agg needs at least one aggregate expression")
-    if combine not in COMBINE_CHOICES:
-        raise InvalidArgumentError(f"combine must be one of {COMBINE_CHOICES}, got {combine!r}")
-    _check_placement(strategy, num_partitions, placement)  # the same refusals on every plan
-    from ..columns import require_columns
-
-    require_columns(df, [key], "key column")
-    policy = null_policy_of(df, strategy, placement.get("null_policy"))
-    if is_keyed_by_source(df, key):
+    options = keyed_agg_options(df, key, exprs, strategy=strategy,
+                                num_partitions=num_partitions, combine=combine,
+                                placement=placement)
+    plan = keyed_agg_plan(df, options)
+    log_engine(logger, KEYED_AGG_LADDER, key, plan)
+    policy = options.null_policy
+    if plan.engine == "in_place":
         return source_agg(_signed_zeros_as_one(refuse_null_keys(df, key, policy), key), key,
                           exprs)
-    plan = explain_keyed_agg(df, key, *exprs, combine=combine)
-    if plan.combine and combine == "auto" and policy == "partition0":
-        plan = KeyedAggPlan(False, "null_policy='partition0' puts the null key's group on "
-                                   "partition 0, which Spark's combine does not: exact placement")
-    logger.info("keyed_agg on %r: %s (%s)", key,
-                "Spark's map-side combine" if plan.combine else "exact placement", plan.reason)
-    if plan.combine:
-        from ..columns import check_user_columns
-
-        check_user_columns(df)  # the same refusals on both plans
+    if plan.engine == "combine":
         return refuse_null_keys(df, key, policy).groupBy(column_of(key)).agg(*exprs)
     # uncompacted: grouping by (PARTITION_COL, key) then reuses the exchange
     placed = key_by(df, key, strategy, num_partitions, **{"compact": "never", **placement})
@@ -188,15 +304,30 @@ def keyed_agg(
     return grouped.toDF(spare, *names[1:]).drop(spare)
 
 
-def _check_placement(strategy: Any, num_partitions: Any, placement: dict[str, Any]) -> None:
+def check_placement(strategy: Any, num_partitions: Any, placement: dict[str, Any],
+                    operator: str = "keyed_agg") -> None:
     """Refuse what :func:`key_by` would refuse of the placement arguments, without a job,
-    so a typo fails whichever plan :func:`keyed_agg` picks."""
+    so a typo fails whichever plan the operator (``keyed_agg``, ``keyed_process``) picks.
+
+    Raises
+    ------
+    InvalidArgumentTypeError
+        An option :func:`key_by` does not take (the message names ``operator`` and the
+        options), a strategy that is neither a name nor a Partitioner.
+    InvalidArgumentError, UnknownStrategyError
+        An unknown strategy name, a bad ``num_partitions``, ``null_policy`` or ``fit``, a
+        ``num_partitions`` that differs from the strategy's.
+
+    Notes
+    -----
+    Cost: O(options).
+    """
     options = [p.name for p in inspect.signature(key_by).parameters.values()
                if p.kind is inspect.Parameter.KEYWORD_ONLY]
     unknown = sorted(set(placement) - set(options))
     if unknown:
         raise InvalidArgumentTypeError(
-            f"keyed_agg got unknown placement options {unknown}; key_by takes {options}")
+            f"{operator} got unknown placement options {unknown}; key_by takes {options}")
     if isinstance(strategy, str):
         if strategy.lower() != "auto":
             resolve_strategy_name(strategy)
@@ -211,9 +342,8 @@ def _check_placement(strategy: Any, num_partitions: Any, placement: dict[str, An
                 f"{strategy.num_partitions}; omit num_partitions or make them agree")
     if placement.get("null_policy") is not None:
         check_null_policy(placement["null_policy"])
-    if placement.get("fit") is not None and placement["fit"] not in FIT_MODES:
-        raise InvalidArgumentError(
-            f"fit must be one of {', '.join(FIT_MODES)}, got {placement['fit']!r}")
+    if placement.get("fit") is not None:
+        choice(placement["fit"], "fit", FIT_MODES)
 
 
 def _signed_zeros_as_one(df: DataFrame, key: str) -> DataFrame:
