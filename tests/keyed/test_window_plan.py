@@ -205,13 +205,13 @@ def test_which_engine_and_why(spark: Any) -> None:
     assert sub.engine == "python" and "_Sub" in sub.reason
     text = explain_keyed_process(df, "k", tl.KeyedWindowAggregate(10.0, value="s",
                                                                   aggs=("max",)))
-    assert text.engine == "python" and "'s' is string" in text.reason
+    assert text.engine == "python" and "'s' of type string" in text.reason
     source = explain_keyed_process(keyed_by_source(df, "k"), "k", agg)
     assert source.engine == "python" and "keyed_by_source" in source.reason
     assert explain_keyed_process(df, "k", agg, engine="python").engine == "python"
     with pytest.raises(InvalidArgumentError, match="_Sub"):
         explain_keyed_process(df, "k", _Sub(10.0), engine="spark")
-    with pytest.raises(InvalidArgumentError, match="auto, spark, python"):
+    with pytest.raises(InvalidArgumentError, match="'auto', 'spark', 'python', got 'jvm'"):
         explain_keyed_process(df, "k", agg, engine="jvm")
     with pytest.raises(InvalidArgumentTypeError):
         explain_keyed_process(df, "k", agg, engine=None)  # type: ignore[arg-type]

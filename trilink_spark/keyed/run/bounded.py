@@ -16,13 +16,14 @@ from ..._internal.spark.executors import ensure_executors
 from ...partitioners import Partitioner
 from ...placement.key_by import null_policy_of, place_rows, refuse_null_keys
 from ...placement.source import is_keyed_by_source
-from ..._internal.validation import refuse_streaming
 from ...columns import python_input
-from .prepare import KEYED_STREAM_ROUTE, arrival_order, prepare
+from ...errors import InvalidArgumentTypeError
+from .prepare import arrival_order
 from ...placement.source import in_place
 from ..semantics.process import KeyedWatermarkProcessFunction
 from .task import partition_function
-from .window_plan import choose_keyed_engine, log_choice, spark_window_aggregate
+from .window_plan import choose_keyed_engine, keyed_process_options, log_choice
+from .window_plan import spark_window_aggregate
 from ..semantics.windows import KeyedWindowAggregate
 
 if TYPE_CHECKING:
@@ -37,10 +38,10 @@ def keyed_process(
     event_time: str,
     processor: KeyedWatermarkProcessFunction,
     delay: Any,
+    *,
     order_by: str | None = None,
     strategy: str | Partitioner = "hash",
     num_partitions: int | None = None,
-    *,
     idle_timeout: Any = None,
     null_policy: str | None = None,
     engine: str = "auto",
@@ -58,7 +59,8 @@ def keyed_process(
         Allowed lateness: an interval string (``"10 seconds"``), seconds or a timedelta for
         timestamps; the column's unit otherwise.
     order_by : str, optional
-        Arrival order; default the input order.
+        Arrival order; default the input order. Keyword-only, as in
+        :func:`~trilink_spark.keyed_foreach_batch` (so are the arguments after it).
     strategy, num_partitions
         Placement, as in :func:`~trilink_spark.key_by`.
     idle_timeout : str, float or timedelta, optional
@@ -105,14 +107,16 @@ def keyed_process(
     >>> counts = tl.keyed_process(df, "sensor", "ts", tl.KeyedWindowAggregate(60.0),
     ...                           delay=5.0)  # doctest: +SKIP
     """
-    refuse_streaming(df, "keyed_process", "its timers and idle rule need every key's watermark "
-                     "and its partition's progress kept from one micro-batch to the next, and "
-                     "bounded input (at its end every timer fires)", KEYED_STREAM_ROUTE)
-    tagged, delay_units, idle_units, out_schema, arrow_schema = prepare(
-        df, key, event_time, processor, delay, order_by, idle_timeout
-    )
-    plan = choose_keyed_engine(df, key, processor, engine)
-    log_choice(plan)
+    options = keyed_process_options(
+        df, key, processor, event_time=event_time, delay=delay, order_by=order_by,
+        strategy=strategy, num_partitions=num_partitions, idle_timeout=idle_timeout,
+        null_policy=null_policy, engine=engine)
+    if options.prepared is None:  # no event time to check: event_time=None
+        raise InvalidArgumentTypeError("event_time must be the name of a timestamp or numeric "
+                                       "column, got None")
+    tagged, delay_units, idle_units, out_schema, arrow_schema = options.prepared
+    plan = choose_keyed_engine(df, key, processor, options.request)
+    log_choice(plan, key)
     if plan.engine == "spark" and isinstance(processor, KeyedWindowAggregate):
         placed = place_rows(tagged, key, strategy, num_partitions, null_policy=null_policy)
         return spark_window_aggregate(placed, key, processor, order_by, delay_units)

@@ -21,22 +21,27 @@ The rows are placed exactly as the Python runtime places them (:func:`~trilink_s
 with the same strategy, partition count and null policy), so partition ``i`` of the result
 holds the windows of the keys the strategy put on ``i`` either way.
 
-:func:`explain_keyed_process` says which engine a call takes, and why; nothing runs.
+:func:`explain_keyed_process` says which engine a call takes, and why; nothing runs. It and
+``keyed_process`` check a call with one function (:func:`keyed_process_options`) and choose
+its engine with one rule (:func:`choose_keyed_engine`: the engine ladder every operator with
+engines walks, :mod:`trilink_spark._internal.engines`, with :data:`KEYED_LADDER`).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..._internal.spark.session import conf_get
+from ..._internal.engines import EngineLadder, EnginePlan, EngineRequest, log_engine
+from ..._internal.engines import request_engine, resolve_engine
 from ...columns import EVENT_TIME_COL, PARTITION_COL, POS_COL, WATERMARK_COL, column_of
 from ...columns import require_columns
-from ...errors import InvalidArgumentError, InvalidArgumentTypeError
+from ...partitioners import Partitioner
+from ...placement.keyed import check_placement
 from ...placement.source import is_keyed_by_source
-from ..._internal.validation import choice, refuse_streaming
-from .prepare import KEYED_STREAM_ROUTE, check_processor
+from ..._internal.validation import refuse_streaming
+from .prepare import KEYED_STREAM_ROUTE, check_processor, prepare
 from ..semantics.process import KeyedWatermarkProcessFunction
 from .watermark import key_watermark_of, late_against
 from ..semantics.windows import KeyedWindowAggregate
@@ -44,7 +49,8 @@ from ..semantics.windows import KeyedWindowAggregate
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["KEYED_ENGINES", "KEYED_ENGINE_CONF", "KeyedProcessPlan", "choose_keyed_engine",
+__all__ = ["KEYED_ENGINES", "KEYED_ENGINE_CONF", "KEYED_LADDER", "KeyedProcessPlan",
+           "KeyedProcessOptions", "Prepared", "keyed_process_options", "choose_keyed_engine",
            "explain_keyed_process", "log_choice", "spark_window_aggregate"]
 
 logger = logging.getLogger(__name__)
@@ -58,28 +64,136 @@ KEYED_ENGINE_CONF = "keyedEngine"
 #: Beyond this magnitude a double is a whole number (2**52): its floor is itself.
 _WHOLE = float(2**52)
 
+#: :func:`~trilink_spark.keyed_process`'s candidates on the engine ladder
+#: (:func:`~trilink_spark._internal.engines.resolve_engine`).
+KEYED_LADDER = EngineLadder(
+    operator="keyed_process", argument="engine", choices=KEYED_ENGINES,
+    engines={"spark": "spark", "python": "python"}, preferred="spark", fallback="python",
+    runs={"python": "the keyed runtime in one Python task per partition",
+          "spark": ("a Spark plan with no Python worker (placement, a running maximum per "
+                    "key, hash aggregation)")},
+    scope=("the built-in KeyedWindowAggregate with numeric value columns (or none) on a "
+           "frame not declared keyed_by_source"),
+    conf=KEYED_ENGINE_CONF)
+#: Why the Spark plan runs a call it allows, in words.
+_SPARK_RUNS = ("KeyedWindowAggregate on a bounded DataFrame: each key's watermark is a running "
+               "maximum over its earlier rows (a window function) and the on-time rows "
+               "aggregate by key and window in Spark, with no Python worker")
+#: Why :func:`~trilink_spark.keyed_process` refuses a stream.
+_STREAM_WHY = ("its timers and idle rule need every key's watermark and its partition's "
+               "progress kept from one micro-batch to the next, and bounded input (at its end "
+               "every timer fires)")
+
+#: How :func:`~trilink_spark.keyed_process` runs a call (see :func:`explain_keyed_process`):
+#: the :class:`~trilink_spark._internal.engines.EnginePlan` every operator's explain returns,
+#: under the name it had. ``engine``: ``"spark"`` (a Spark plan with no Python worker:
+#: placement, a running maximum per key, hash aggregation) or ``"python"`` (the keyed
+#: runtime in one Python task per partition); ``reason``: why, in words.
+KeyedProcessPlan = EnginePlan
+
+
+class Prepared(NamedTuple):
+    """What :func:`~trilink_spark.keyed.run.prepare.prepare` made of a call: the tagged rows,
+    the delay and idle timeout in the event time's units, the output schema (Spark and
+    Arrow)."""
+
+    tagged: DataFrame
+    delay_units: float
+    idle_units: float
+    out_schema: Any
+    arrow_schema: Any
+
 
 @dataclass(frozen=True)
-class KeyedProcessPlan:
-    """How :func:`~trilink_spark.keyed_process` runs a call (see :func:`explain_keyed_process`).
+class KeyedProcessOptions:
+    """A :func:`~trilink_spark.keyed_process` call's arguments, checked: what it runs and
+    what :func:`explain_keyed_process` describes (both build it with
+    :func:`keyed_process_options`).
 
     Attributes
     ----------
-    engine : str
-        ``"spark"``: a Spark plan with no Python worker (placement, a running maximum per key,
-        hash aggregation); ``"python"``: the keyed runtime in one Python task per partition.
-    reason : str
-        Why, in words.
+    key : str
+    processor : KeyedWatermarkProcessFunction
+    order_by : str or None
+    strategy : str or Partitioner
+    num_partitions : int or None
+    null_policy : str or None
+        As given (None: the strategy's own, else ``spark.trilink.nullPolicy``).
+    request : EngineRequest
+        The engine asked for, ``spark.trilink.keyedEngine`` read for ``"auto"``.
+    prepared : Prepared or None
+        The event time, delay and idle timeout checked and the rows tagged
+        (:func:`~trilink_spark.keyed.run.prepare.prepare`); None when no ``event_time`` was
+        given (:func:`explain_keyed_process` without it).
     """
 
-    engine: str
-    reason: str
+    key: str
+    processor: KeyedWatermarkProcessFunction
+    order_by: str | None
+    strategy: str | Partitioner
+    num_partitions: int | None
+    null_policy: str | None
+    request: EngineRequest
+    prepared: Prepared | None
+
+
+def keyed_process_options(
+    df: DataFrame,
+    key: str,
+    processor: KeyedWatermarkProcessFunction,
+    *,
+    event_time: str | None = None,
+    delay: Any = None,
+    order_by: str | None = None,
+    strategy: str | Partitioner = "hash",
+    num_partitions: int | None = None,
+    idle_timeout: Any = None,
+    null_policy: str | None = None,
+    engine: str = "auto",
+) -> KeyedProcessOptions:
+    """Check :func:`~trilink_spark.keyed_process`'s arguments: the one check of
+    ``keyed_process`` and :func:`explain_keyed_process`, so both refuse the same arguments
+    with the same error.
+
+    Refuses a stream, then checks the processor, the key, ``order_by`` and value columns,
+    the engine (and its conf), the placement arguments (as :func:`~trilink_spark.key_by`
+    would refuse them), then, with ``event_time``, the event time, ``delay`` and
+    ``idle_timeout``, tagging the rows (:func:`~trilink_spark.keyed.run.prepare.prepare`).
+
+    Raises
+    ------
+    StreamingNotSupportedError
+        ``df`` is a streaming DataFrame (the message names ``keyed_process`` and the route).
+    InvalidArgumentError, InvalidArgumentTypeError, MissingColumnError, ReservedColumnError
+        What ``keyed_process`` raises when called.
+
+    Notes
+    -----
+    Cost: the frame's schema and a conf read; with ``event_time`` one query plan built and
+    the processor bound to the frame. No job.
+    """
+    refuse_streaming(df, "keyed_process", _STREAM_WHY, KEYED_STREAM_ROUTE)
+    check_processor(processor)
+    require_columns(df, [key], "key column")
+    require_columns(df, [order_by], "order_by column")
+    if isinstance(processor, KeyedWindowAggregate):
+        require_columns(df, list(processor.values), "value column")
+    request = request_engine(KEYED_LADDER, df.sparkSession, engine)
+    check_placement(strategy, num_partitions, {"null_policy": null_policy}, "keyed_process")
+    prepared = None
+    if event_time is not None:
+        prepared = Prepared(*prepare(df, key, event_time, processor, delay, order_by,
+                                     idle_timeout))
+    return KeyedProcessOptions(key, processor, order_by, strategy, num_partitions,
+                               null_policy, request, prepared)
 
 
 def choose_keyed_engine(df: DataFrame, key: str, processor: KeyedWatermarkProcessFunction,
-                        engine: str = "auto") -> KeyedProcessPlan:
+                        engine: str | EngineRequest = "auto") -> EnginePlan:
     """The engine a bounded keyed run of ``processor`` on ``df`` takes, and why: the one rule
-    of :func:`~trilink_spark.keyed_process` and :func:`explain_keyed_process`.
+    of :func:`~trilink_spark.keyed_process` and :func:`explain_keyed_process`, the engine
+    ladder (:func:`~trilink_spark._internal.engines.resolve_engine`) with
+    :data:`KEYED_LADDER`.
 
     The Spark plan runs the built-in :class:`~trilink_spark.KeyedWindowAggregate` (not a
     subclass, whose hooks may differ) with a numeric ``value`` column (or none), on a frame
@@ -91,43 +205,30 @@ def choose_keyed_engine(df: DataFrame, key: str, processor: KeyedWatermarkProces
 
     Notes
     -----
-    O(1) on the driver: one conf read and the frame's schema; no job.
+    O(1) on the driver: one conf read (none for an :class:`EngineRequest` already read) and
+    the frame's schema; no job.
     """
     from pyspark.sql.types import NumericType
 
-    if not isinstance(engine, str) or engine not in KEYED_ENGINES:
-        error = InvalidArgumentError if isinstance(engine, str) else InvalidArgumentTypeError
-        raise error(f"engine must be one of {', '.join(KEYED_ENGINES)}, got {engine!r}")
-    explicit = engine != "auto"
-    chosen = engine
-    if not explicit:
-        chosen = choice(conf_get(df.sparkSession, KEYED_ENGINE_CONF, "auto"),
-                        f"spark.trilink.{KEYED_ENGINE_CONF}", KEYED_ENGINES)
-    if chosen == "python":
-        where = "engine='python'" if explicit else f"spark.trilink.{KEYED_ENGINE_CONF}=python"
-        return KeyedProcessPlan("python", f"{where} asks for the Python runtime")
-    why = None
-    if type(processor) is not KeyedWindowAggregate:
-        why = (f"the processor is a {type(processor).__name__}: only the built-in "
-               "KeyedWindowAggregate has a Spark plan (a subclass may change its hooks)")
-    elif is_keyed_by_source(df, key):
-        why = ("the frame is declared keyed_by_source: the runtime processes each input "
-               "partition where it was read, with no exchange, where the plan would add one")
-    elif isinstance(processor, KeyedWindowAggregate):
+    request = (engine if isinstance(engine, EngineRequest)
+               else request_engine(KEYED_LADDER, df.sparkSession, engine))
+
+    def allows() -> tuple[bool, str]:
+        if type(processor) is not KeyedWindowAggregate:
+            return False, (f"a {type(processor).__name__} processor (only the built-in "
+                           "KeyedWindowAggregate has a Spark plan: a subclass may change its "
+                           "hooks)")
+        if is_keyed_by_source(df, key):
+            return False, ("a frame declared keyed_by_source (the runtime processes each "
+                           "input partition where it was read, with no exchange, where the "
+                           "plan would add one)")
         for name in processor.values:
             dtype = df.schema[name].dataType
             if not isinstance(dtype, NumericType):
-                why = f"value column {name!r} is {dtype.simpleString()}, not a number"
-                break
-    if why is None:
-        reason = ("KeyedWindowAggregate on a bounded DataFrame: each key's watermark is a "
-                  "running maximum over its earlier rows (a window function) and the on-time "
-                  "rows aggregate by key and window in Spark, with no Python worker")
-        return KeyedProcessPlan("spark", reason)
-    if explicit:
-        raise InvalidArgumentError(f"engine='spark' cannot run this call: {why}; use "
-                                   "engine='auto' or 'python'")
-    return KeyedProcessPlan("python", why)
+                return False, f"value column {name!r} of type {dtype.simpleString()} (not a number)"
+        return True, _SPARK_RUNS
+
+    return resolve_engine(KEYED_LADDER, request, allows)
 
 
 def spark_window_aggregate(placed: DataFrame, key: str, processor: KeyedWindowAggregate,
@@ -219,51 +320,71 @@ def _time(units: Column, kind: str) -> Column:
     return units
 
 
-def explain_keyed_process(df: DataFrame, key: str, processor: KeyedWatermarkProcessFunction,
-                          *, engine: str = "auto") -> KeyedProcessPlan:
+def explain_keyed_process(
+    df: DataFrame,
+    key: str,
+    processor: KeyedWatermarkProcessFunction,
+    *,
+    event_time: str | None = None,
+    delay: Any = None,
+    order_by: str | None = None,
+    strategy: str | Partitioner = "hash",
+    num_partitions: int | None = None,
+    idle_timeout: Any = None,
+    null_policy: str | None = None,
+    engine: str = "auto",
+) -> EnginePlan:
     """The engine :func:`~trilink_spark.keyed_process` takes for ``processor`` on ``df``, and
     why (nothing runs).
+
+    The arguments are ``keyed_process``'s, checked by the same function
+    (:func:`keyed_process_options`: the same errors); all but ``df``, ``key`` and
+    ``processor`` are keyword-only, ``order_by`` as in ``keyed_process``. Without
+    ``event_time`` the event time, ``delay`` and ``idle_timeout`` are not checked (they do
+    not change the engine); with it, everything ``keyed_process`` checks when called is.
 
     Parameters
     ----------
     df : pyspark.sql.DataFrame
     key : str
     processor : KeyedWatermarkProcessFunction
+    event_time, delay, order_by, strategy, num_partitions, idle_timeout, null_policy
+        As given to ``keyed_process``.
     engine : {"auto", "spark", "python"}
         As given to ``keyed_process``.
 
     Returns
     -------
-    KeyedProcessPlan
+    EnginePlan
+        ``engine`` (``"spark"`` or ``"python"``) and ``reason`` (in words, starting with what
+        asked: ``engine='auto'``, the conf); also named :data:`KeyedProcessPlan`.
 
     Raises
     ------
     InvalidArgumentError
-        ``engine="spark"`` for a call the Spark plan cannot run (the message says why), or an
-        unknown engine.
+        ``engine="spark"`` for a call the Spark plan cannot run (the message says why), an
+        unknown engine, and whatever else ``keyed_process`` refuses when called.
     StreamingNotSupportedError
-        ``df`` is a streaming DataFrame, as ``keyed_process`` refuses it.
+        ``df`` is a streaming DataFrame, as ``keyed_process`` refuses it (the same message).
 
     Notes
     -----
-    Cost: O(1), a conf read and the frame's schema; no job.
+    Cost: O(1), a conf read and the frame's schema; with ``event_time`` one query plan built
+    (the rows tagged, the processor bound). No job.
 
     Examples
     --------
     >>> explain_keyed_process(df, "sensor", tl.KeyedWindowAggregate(60.0))  # doctest: +SKIP
-    KeyedProcessPlan(engine='spark', reason='KeyedWindowAggregate on a bounded DataFrame: ...')
+    EnginePlan(engine='spark', reason="engine='auto': KeyedWindowAggregate on a bounded ...")
     """
-    refuse_streaming(df, "explain_keyed_process", "keyed_process runs bounded input only: "
-                     "its timers and idle rule need every key's watermark kept from one "
-                     "micro-batch to the next", KEYED_STREAM_ROUTE)
-    check_processor(processor)
-    require_columns(df, [key], "key column")
-    if isinstance(processor, KeyedWindowAggregate):
-        require_columns(df, list(processor.values), "value column")
-    return choose_keyed_engine(df, key, processor, engine)
+    options = keyed_process_options(
+        df, key, processor, event_time=event_time, delay=delay, order_by=order_by,
+        strategy=strategy, num_partitions=num_partitions, idle_timeout=idle_timeout,
+        null_policy=null_policy, engine=engine)
+    return choose_keyed_engine(df, options.key, options.processor, options.request)
 
 
-def log_choice(plan: KeyedProcessPlan) -> None:
-    """Log the engine a call took and why (INFO)."""
-    logger.info("keyed_process: the %s engine: %s", plan.engine, plan.reason)
-
+def log_choice(plan: EnginePlan, key: str) -> None:
+    """Log the engine a call on ``key`` took and why (INFO): ``"keyed_process on '<key>':
+    the <engine> engine (<reason>)"``. O(1)."""
+    log_engine(logger, KEYED_LADDER, key, plan)
