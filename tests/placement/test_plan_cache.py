@@ -16,7 +16,7 @@ from trilink_spark.columns import TABLE_KEY_COL
 from trilink_spark.errors import ReservedColumnError
 from trilink_spark.placement.key_by import place_rows
 from trilink_spark.placement.plans import PLAN_CACHE, PLAN_CACHE_SIZE, SERVER_VIEW_KEYS, Held
-from trilink_spark.placement.plans import PlanCache, session_key
+from trilink_spark.placement.plans import PlanCache, plan_cache_session_key
 from trilink_spark.placement.plans import strategy_state
 from conftest import ON_CONNECT
 
@@ -171,7 +171,7 @@ def test_a_cached_frame_is_never_served_to_another_session(spark: Any) -> None:
     if ON_CONNECT:
         pytest.skip("newSession is classic only")
     other = spark.newSession()
-    assert session_key(other) != session_key(spark)
+    assert plan_cache_session_key(other) != plan_cache_session_key(spark)
     strategy = fitted()
     place(batch(spark, 0), strategy)
     misses = PLAN_CACHE.misses
@@ -298,3 +298,17 @@ def test_connect_keeps_a_large_table_as_a_view_of_the_session(spark: Any) -> Non
     assert len(views() - before) == 1
     PLAN_CACHE.clear()
     assert views() - before == set()
+
+
+def test_the_old_name_of_the_cache_session_key_resolves_with_a_warning() -> None:
+    from trilink_spark._internal.spark import executors
+    from trilink_spark.placement import plans
+
+    with pytest.warns(DeprecationWarning, match=r"trilink_spark\.placement\.plans\.session_key "
+                      r"has moved to trilink_spark\.placement\.plans\.plan_cache_session_key"):
+        old = plans.session_key
+    assert old is plan_cache_session_key
+    # the executors' check has its own key, per application: another name, another thing
+    assert executors.executor_environment_key is not plan_cache_session_key
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        plans.nothing  # noqa: B018

@@ -53,6 +53,7 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .._internal.deprecation import warn_moved
 from .._internal.spark.compat import is_connect
 from ..columns import INTERNAL_PREFIX
 from ..partitioners import BlockPartitioner, HashPartitioner, LeastCountPartitioner
@@ -63,8 +64,9 @@ from ..partitioners.overlay import OverlayPartitioner
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["PLAN_CACHE", "PLAN_CACHE_SIZE", "SERVER_VIEW_KEYS", "PlanCache", "PartitionPlan", "Held",
-           "session_key", "strategy_state", "table_frame_of", "partition_plan_of"]
+__all__ = ["PLAN_CACHE", "PLAN_CACHE_SIZE", "SERVER_VIEW_KEYS", "PlanCache", "PartitionPlan",
+           "Held", "plan_cache_session_key", "strategy_state", "table_frame_of",
+           "partition_plan_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -155,16 +157,20 @@ def strategy_state(p: Partitioner, kind: str = "plan"
     return None
 
 
-def session_key(spark: Any) -> Hashable | None:
-    """A name of ``spark`` that is the same for every Python object of one session.
+def plan_cache_session_key(spark: Any) -> Hashable | None:
+    """The session part of a :data:`PLAN_CACHE` key: a name of the Spark session ``spark``
+    that is the same for every Python object of that one session, so a cached plan serves
+    only the session it was made in.
 
     Classic: the JVM session's UUID (a ``foreachBatch`` function gets a new Python wrapper of
     the same JVM session every batch); Spark Connect: the session id. None when neither can be
-    read (nothing is cached then). Cost: one Py4J call on classic, none on Connect.
+    read (nothing is cached then). Not the key of the executors' check
+    (:func:`~trilink_spark._internal.spark.executors.executor_environment_key`, one per
+    application). Cost: one Py4J call on classic, none on Connect.
 
     Examples
     --------
-    >>> session_key(spark) == session_key(spark)  # doctest: +SKIP
+    >>> plan_cache_session_key(spark) == plan_cache_session_key(spark)  # doctest: +SKIP
     True
     """
     try:
@@ -302,13 +308,13 @@ class PlanCache:
 
         Notes
         -----
-        A hit: one :func:`session_key` (one Py4J call on classic), a dict lookup, and the
-        held value's ``alive()`` when it has one.
+        A hit: one :func:`plan_cache_session_key` (one Py4J call on classic), a dict lookup,
+        and the held value's ``alive()`` when it has one.
         """
         if not self.enabled:
             return build()
         state = strategy_state(p, kind)
-        session = session_key(spark) if state is not None else None
+        session = plan_cache_session_key(spark) if state is not None else None
         if state is None or session is None:
             return build()
         objects, token = state
@@ -405,3 +411,13 @@ def partition_plan_of(spark: Any, p: Partitioner, detail: Hashable,
     """``build()``'s :class:`PartitionPlan` for ``p``, or the one cached for this session,
     this strategy and its state and ``detail`` (key, its type, the frame's columns)."""
     return PLAN_CACHE.get("plan", spark, p, detail, build)
+
+
+def __getattr__(name: str) -> Any:
+    """``session_key``, this module's name of :func:`plan_cache_session_key` until it was
+    renamed (it was in this module's ``__all__``): it still resolves, with a
+    :class:`DeprecationWarning`, until the next minor release."""
+    if name == "session_key":
+        warn_moved(f"{__name__}.session_key", f"{__name__}.plan_cache_session_key")
+        return plan_cache_session_key
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -39,7 +39,8 @@ from ..io.files import resolve_filesystem
 from .compat import is_connect
 
 __all__ = ["check_executors", "ensure_executors", "judge_reports", "is_local_master",
-           "session_key", "DEPENDENCIES", "OPTIONAL", "COMPILED", "README_SECTION"]
+           "executor_environment_key", "DEPENDENCIES", "OPTIONAL", "COMPILED",
+           "README_SECTION"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,14 +76,22 @@ def is_local_master(master: str | None) -> bool:
     return master is not None and (master == "local" or master.startswith("local["))
 
 
-def session_key(spark: Any) -> str:
-    """What identifies the executors' environment of ``spark``: the application id on a
-    classic session (shared by its sessions: ``addPyFile`` is per SparkContext), the session
-    id on Spark Connect (artifacts are per session). Cost: one Py4J call on classic, none on
-    Connect."""
+def executor_environment_key(spark: Any) -> str:
+    """What identifies the executors' Python environment of ``spark``, the key under which
+    :func:`ensure_executors` remembers a passed check (and ``tl.ship`` what it shipped): the
+    application id on a classic session (shared by its sessions: ``addPyFile`` is per
+    SparkContext), the session id on Spark Connect (artifacts are per session). Not the key
+    of the placement plan cache
+    (:func:`~trilink_spark.placement.plans.plan_cache_session_key`, one per session). Cost:
+    one Py4J call on classic, none on Connect."""
     if is_connect(spark):
         return f"connect:{spark.session_id}"
     return str(spark.sparkContext.applicationId)
+
+
+#: The name :func:`executor_environment_key` had; ``tl.ship`` (``_internal.spark.ship``)
+#: still imports it.
+session_key = executor_environment_key
 
 
 def _master(spark: Any) -> str | None:
@@ -136,7 +145,7 @@ def ensure_executors(spark: Any, state_path: str | None = None, filesystem: Any 
     connect = is_connect(spark)
     if not always and not connect and is_local_master(_master(spark)):
         return False
-    key = (session_key(spark), state_path, tuple(sorted(needs)))
+    key = (executor_environment_key(spark), state_path, tuple(sorted(needs)))
     with _lock:
         if key in _passed:
             return False
