@@ -6,9 +6,10 @@ refuses a changed configuration (:func:`runner_config`); :func:`start_version` i
 committed version a batch starts from, refusing a manifest older than the state;
 :func:`commit_batch` records a batch as committed once every partition wrote its version.
 :func:`batch_time` fixes a batch's processing time before its tasks run, for a
-processing-time TTL (:data:`PROCESSING_RECORD`). The runner
-(:mod:`~trilink_spark.keyed.run.streaming`) calls them at each batch; the manifest itself is
-read and written by :class:`~trilink_spark.state.KeyedStateStore`.
+processing-time TTL (:data:`PROCESSING_RECORD`), by the rule of
+:func:`processing_time_after`. The runner (:mod:`~trilink_spark.keyed.run.streaming`) calls
+them at each batch; the manifest itself is read and written by
+:class:`~trilink_spark.state.KeyedStateStore`.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import json
 import logging
 import math
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from ...errors import InvalidArgumentError, StateCorruptError, StateOwnershipError
 from ...state.store import KeyedStateStore
 
 __all__ = ["runner_config", "claim", "start_version", "commit_batch", "batch_time",
-           "PROCESSING_RECORD"]
+           "processing_time_after", "PROCESSING_RECORD"]
 
 logger = logging.getLogger(__name__)
 
@@ -269,7 +271,7 @@ def batch_time(store: KeyedStateStore, manifest: dict[str, Any], batch_id: int, 
     committed = [int(c) for c in manifest.get("committed") or []]
     floor = min([batch_id, *committed[-1:]])
     kept = {k: v for k, v in times.items() if int(k) >= floor}
-    fixed = float(max([math.floor(now), *kept.values()]))
+    fixed = processing_time_after(now, kept.values())
     kept[str(batch_id)] = fixed
     since = fixed if since is None else since
     manifest = claim(store, store.read_manifest(), token, query, config, takeover)
@@ -278,6 +280,39 @@ def batch_time(store: KeyedStateStore, manifest: dict[str, Any], batch_id: int, 
     logger.info("state at %s: batch %d runs at processing time %d ms", store.path, batch_id,
                 fixed)
     return manifest, fixed, since
+
+
+def processing_time_after(now: float, earlier: Iterable[float] = ()) -> float:
+    """A batch's processing time: the clock ``now`` (ms since the epoch) in whole
+    milliseconds, and never below a time fixed for an earlier batch (processing time does
+    not go back when the clock does).
+
+    Parameters
+    ----------
+    now : float
+        The clock, in milliseconds since the epoch.
+    earlier : iterable of float
+        The times of earlier batches that still count (:func:`batch_time`: those recorded
+        from the last committed batch on; :class:`~trilink_spark.testing.KeyedTester`: the
+        last batch's).
+
+    Returns
+    -------
+    float
+        Whole milliseconds.
+
+    Notes
+    -----
+    O(len(earlier)).
+
+    Examples
+    --------
+    >>> processing_time_after(1500.7)
+    1500.0
+    >>> processing_time_after(1200.0, [1500.0, 900.0])
+    1500.0
+    """
+    return float(max([math.floor(now), *earlier]))
 
 
 def _is_time(value: Any) -> bool:

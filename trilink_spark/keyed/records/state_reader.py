@@ -33,8 +33,8 @@ from ..durable.codec import decode_keys, decode_state, read_counters
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["read_state", "state_summary", "STATE_COLUMNS", "read_task_timings", "sum_counters",
-           "read_state_values"]
+__all__ = ["read_state", "state_rows", "state_summary", "STATE_COLUMNS", "read_task_timings",
+           "sum_counters", "read_state_values"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,21 +70,65 @@ def _version(store: KeyedStateStore, manifest: dict[str, Any], batch_id: int | N
 def _state_arrow(store: KeyedStateStore, manifest: dict[str, Any], version: int) -> Any:
     """One Arrow table of :data:`STATE_COLUMNS` plus the declared values, vectorised over
     keys (no Python loop per key)."""
+    table = store.key_table(version, extra=("high", "seen", "rows", "values"))
+    blocks = _blocks(store, manifest, version, table.column(KEY_FIELD))
+    return state_rows(table, _delay(store, manifest), blocks)
+
+
+def state_rows(table: Any, delay: float, blocks: Any = None) -> Any:
+    """The rows :func:`read_state` returns for a table of stored state, one per key.
+
+    Parameters
+    ----------
+    table : pyarrow.Table
+        The keys' stored state: ``key``, ``high`` (the highest on-time event time), ``seen``
+        (the last event time), ``rows``, ``values`` (a struct of the declared state, JSON
+        text without one, null without values), and ``partition`` (int32; 0 when absent), as
+        :meth:`~trilink_spark.state.KeyedStateStore.key_table` reads them or
+        :func:`~trilink_spark.keyed.durable.codec.encode_state` writes one partition's.
+    delay : float
+        The stream's delay in event-time units: a key's watermark is its ``high`` less it.
+    blocks : pyarrow.Array, optional
+        Each key's block (int32); null for every key when None (no block placement).
+
+    Returns
+    -------
+    pyarrow.Table
+        :data:`STATE_COLUMNS`, the watermark and ``last_seen`` null where the key has none
+        (an infinite stored value), then one column per declared state field (named
+        ``state_<name>`` when a column before it has its name), or ``values``. A key column
+        of no type (no key at all) is a string column.
+
+    Notes
+    -----
+    O(keys), vectorised: no Python loop per key.
+
+    Examples
+    --------
+    >>> import math
+    >>> import pyarrow as pa
+    >>> table = pa.table({"key": ["a", "b"], "high": [10.0, -math.inf],
+    ...                   "seen": [10.0, 4.0], "rows": [2, 1],
+    ...                   "values": pa.array([{"rows": 2}, {"rows": 1}])})
+    >>> state_rows(table, 2.0).to_pylist()[0]
+    {'key': 'a', 'partition': 0, 'block': None, 'watermark': 8.0, 'last_seen': 10.0, 'rows': 2, 'state_rows': 2}
+    """
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    table = store.key_table(version, extra=("high", "seen", "rows", "values"))
-    delay = _delay(store, manifest)
+    n = table.num_rows
+    missing = pa.scalar(None, pa.float64())
     high = pc.cast(table.column("high"), pa.float64())
-    finite = pc.is_finite(high)
-    watermark = pc.if_else(finite, pc.subtract(high, pa.scalar(delay)), pa.scalar(None, pa.float64()))
     seen = pc.cast(table.column("seen"), pa.float64())
-    seen = pc.if_else(pc.is_finite(seen), seen, pa.scalar(None, pa.float64()))
     keys = table.column(KEY_FIELD)
-    blocks = _blocks(store, manifest, version, keys)
     columns: dict[str, Any] = {
-        "key": keys, "partition": table.column("partition"), "block": blocks,
-        "watermark": watermark, "last_seen": seen,
+        "key": keys if not pa.types.is_null(keys.type) else keys.cast(pa.string()),
+        "partition": (table.column("partition") if "partition" in table.column_names
+                      else pa.array(np.zeros(n, dtype=np.int32))),
+        "block": pa.nulls(n, pa.int32()) if blocks is None else blocks,
+        "watermark": pc.if_else(pc.is_finite(high), pc.subtract(high, pa.scalar(delay)),
+                                missing),
+        "last_seen": pc.if_else(pc.is_finite(seen), seen, missing),
         "rows": pc.cast(table.column("rows"), pa.int64()),
     }
     values = table.column("values")
@@ -207,10 +251,6 @@ def read_state(spark: SparkSession, state_path: str, batch_id: int | None = None
     version = _version(store, manifest, batch_id)
     table = _state_arrow(store, manifest, version)
     logger.info("read_state: %d keys of batch %d under %s", table.num_rows, version, store.path)
-    import pyarrow as pa
-
-    if pa.types.is_null(table.schema.field("key").type):  # no key at all: a string column
-        table = table.set_column(0, "key", table.column("key").cast(pa.string()))
     # the Arrow table itself (classic and Connect take it whole): no pandas round trip, no
     # Python object per key
     # one chunk per column: Spark reads the table's record batches, which must align

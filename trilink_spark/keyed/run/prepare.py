@@ -24,8 +24,8 @@ from ..semantics.process import KeyedWatermarkProcessFunction
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["check_processor", "prepare", "arrival_order", "in_arrival_order",
-           "KEYED_STREAM_ROUTE"]
+__all__ = ["check_processor", "prepare", "units", "carried_columns", "arrival_order",
+           "in_arrival_order", "KEYED_STREAM_ROUTE"]
 
 #: What a refused streaming frame is told to use instead (``keyed_watermark``,
 #: ``keyed_process``): the runner that keeps keyed watermarks, timers and state across
@@ -49,6 +49,113 @@ def check_processor(processor: object) -> None:
         raise InvalidArgumentTypeError(
             f"processor must be a KeyedWatermarkProcessFunction, got {type(processor).__name__}"
         )
+
+
+def units(delay: Any, idle_timeout: Any, kind: str) -> tuple[float, float]:
+    """``delay`` and the idle timeout in the units of an event time of ``kind``.
+
+    Parameters
+    ----------
+    delay : str, float or datetime.timedelta
+        Allowed lateness, as :func:`~trilink_spark.eventtime.delay_in_units` reads it.
+    idle_timeout : str, float, datetime.timedelta or None
+        When a key counts as idle: None for the default, 4 x ``delay`` (never, ``math.inf``,
+        for a zero delay); ``math.inf`` for never.
+    kind : {"timestamp", "integral", "fractional"}
+        The event-time column's kind (:func:`~trilink_spark.eventtime.time_kind`).
+
+    Returns
+    -------
+    delay_units, idle_units : float
+        Microseconds for a timestamp event time, the column's own unit otherwise.
+
+    Raises
+    ------
+    InvalidArgumentError, InvalidArgumentTypeError
+        A delay or idle timeout :func:`~trilink_spark.eventtime.delay_in_units` refuses.
+
+    Notes
+    -----
+    O(1). :func:`prepare` and :class:`~trilink_spark.testing.KeyedTester` convert with it.
+
+    Examples
+    --------
+    >>> units("10 seconds", None, "timestamp")
+    (10000000.0, 40000000.0)
+    >>> units(0, None, "integral")
+    (0.0, inf)
+    >>> units(5, 7, "integral")
+    (5.0, 7.0)
+    """
+    delay_units = delay_in_units(delay, kind)
+    if idle_timeout is None:
+        return delay_units, 4 * delay_units if delay_units > 0 else math.inf
+    if idle_timeout == math.inf:
+        return delay_units, math.inf
+    return delay_units, delay_in_units(idle_timeout, kind, "idle_timeout")
+
+
+def carried_columns(processor: KeyedWatermarkProcessFunction, frame: Any, key: str,
+                    order_by: str | None) -> list[str]:
+    """The columns of a keyed run that reach the hooks, besides the event time.
+
+    All of ``frame``'s columns when the processor's ``input_columns()`` is None (the hooks may
+    read any column); else the key, the columns it lists and ``order_by``, each once, in that
+    order.
+
+    Parameters
+    ----------
+    processor : KeyedWatermarkProcessFunction
+        Its ``input_columns()`` is called once (a generator it returns is read once).
+    frame : pyspark.sql.DataFrame, pandas.DataFrame, StructType or pyarrow.Schema
+        The frame, or its schema: anything with ``columns`` or ``names``.
+    key : str
+    order_by : str or None
+
+    Returns
+    -------
+    list of str
+
+    Raises
+    ------
+    InvalidArgumentTypeError
+        ``input_columns()`` returned something that is not a list of column names or None.
+    MissingColumnError
+        A column it lists is not in ``frame``.
+
+    Notes
+    -----
+    O(columns). :func:`prepare` and :class:`~trilink_spark.testing.KeyedTester` select with
+    it.
+
+    Examples
+    --------
+    >>> from trilink_spark import KeyedWatermarkProcessFunction
+    >>> class Reads(KeyedWatermarkProcessFunction):
+    ...     output_schema = "k string"
+    ...     def input_columns(self):
+    ...         return ["v"]
+    ...     def process_on_time(self, key, rows, ctx):
+    ...         return None
+    >>> import pandas as pd
+    >>> carried_columns(Reads(), pd.DataFrame(columns=["k", "t", "v", "w"]), "k", "w")
+    ['k', 'v', 'w']
+    >>> carried_columns(Reads(), pd.DataFrame(columns=["k", "t"]), "k", None)
+    Traceback (most recent call last):
+    ...
+    trilink_spark.errors.MissingColumnError: input column 'v' is not in the DataFrame; its columns are ['k', 't']
+    """
+    wanted = processor.input_columns()
+    if wanted is None:
+        return list(frame.columns if hasattr(frame, "columns") else frame.names)
+    listed = (None if isinstance(wanted, (str, bytes)) or not isinstance(wanted, Iterable)
+              else list(wanted))  # read once: a generator would be empty the 2nd time
+    if listed is None or not all(isinstance(c, str) for c in listed):
+        raise InvalidArgumentTypeError(
+            f"{type(processor).__name__}.input_columns() must return a list of column "
+            f"names or None, got {wanted!r:.80}")
+    require_columns(frame, listed, "input column")
+    return list(dict.fromkeys([key, *listed, *([order_by] if order_by else [])]))
 
 
 def prepare(
@@ -99,12 +206,7 @@ def prepare(
     check_user_columns(df)
     check_atomic_key(df, key)
     et_col, kind = event_time_micros(df, event_time)
-    delay_units = delay_in_units(delay, kind)
-    if idle_timeout is None:
-        idle_units = 4 * delay_units if delay_units > 0 else math.inf
-    else:
-        idle_units = (delay_in_units(idle_timeout, kind, "idle_timeout")
-                      if idle_timeout != math.inf else math.inf)
+    delay_units, idle_units = units(delay, idle_timeout, kind)
     processor.bind(df.schema, key, event_time, kind)
     if processor.output_schema is None:
         raise InvalidArgumentError(f"{type(processor).__name__} has no output_schema")
@@ -115,20 +217,10 @@ def prepare(
     out_schema = parsed
     timezone = df.sparkSession.conf.get("spark.sql.session.timeZone")
     arrow_schema = to_arrow_schema(out_schema, timezone=timezone)
-    wanted = processor.input_columns()
-    if wanted is None:  # the hooks may read any column
-        carried = [F.col("*")]
-    else:  # only what the processor reads crosses the exchange and into Python
-        listed = (None if isinstance(wanted, (str, bytes)) or not isinstance(wanted, Iterable)
-                  else list(wanted))  # read once: a generator would be empty the 2nd time
-        if listed is None or not all(isinstance(c, str) for c in listed):
-            raise InvalidArgumentTypeError(
-                f"{type(processor).__name__}.input_columns() must return a list of column "
-                f"names or None, got {wanted!r:.80}")
-        wanted = listed
-        require_columns(df, wanted, "input column")
-        names = list(dict.fromkeys([key, *wanted, *([order_by] if order_by else [])]))
-        carried = [column_of(c) for c in names]
+    # only what the processor reads crosses the exchange and into Python
+    names = carried_columns(processor, df, key, order_by)
+    carried = ([F.col("*")] if names == list(df.columns)
+               else [column_of(c) for c in names])
     tagged = df.select(*carried, F.monotonically_increasing_id().alias(POS_COL),
                        et_col.alias(EVENT_TIME_COL))
     return tagged, delay_units, idle_units, out_schema, arrow_schema
