@@ -19,7 +19,8 @@ its subpackage:
 - :mod:`trilink_spark.ui`: the live page of a running query (:func:`dashboard`) and HTML
   reports of a run's history;
 - :mod:`trilink_spark.errors`, :mod:`trilink_spark.columns`, :mod:`trilink_spark.eventtime`,
-  :mod:`trilink_spark.testing`: errors, column names, event-time units, test launchers.
+  :mod:`trilink_spark.testing`: errors, column names, event-time units, test launchers and
+  the keyed tester.
 
 Examples
 --------

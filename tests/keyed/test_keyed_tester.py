@@ -294,6 +294,16 @@ def test_the_processor_is_shipped_to_each_batch_as_spark_ships_it() -> None:
     with pytest.raises(InvalidArgumentTypeError, match="does not pickle"):
         KeyedTester(Unpicklable(), key="k", event_time="t", delay=0).run(frame(["a"], [0]))
 
+    class Shipped(OnSelf):
+        """Sends a count of 10 (its __getstate__), as pickling would send it."""
+
+        def __getstate__(self) -> dict[str, Any]:
+            return {"seen": 10}
+
+    shipped = KeyedTester(Shipped(), key="k", event_time="t", delay=0)
+    assert shipped.run(frame(["a"], [0])).values.tolist() == [["a", 11, 1]]
+    assert shipped.run(frame(["a"], [1])).values.tolist() == [["a", 11, 2]]
+
 
 def test_order_by_sorts_nulls_first_nan_last_and_keeps_ties_in_order() -> None:
     arrival = [3.0, np.nan, None, 1.0, 1.0, np.inf]

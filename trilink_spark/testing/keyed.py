@@ -22,9 +22,11 @@ What the driver of a stream does with Spark is done here in Python:
   for the checks and the processor's ``bind``;
 - the ``output_schema`` and ``state_schema`` DDL strings are read by
   :func:`~trilink_spark.testing.ddl.struct_of` (PySpark's own parser needs a JVM);
-- the processor is pickled and unpickled for every batch, as Spark ships it to the batch's
-  task: what a hook keeps on ``self`` is lost between batches here as in a stream (keep it in
-  ``ctx`` state or ``runtime.shared``), and a processor that does not pickle is refused.
+- every batch gets a fresh copy of the processor, as Spark ships one to the batch's task:
+  it must pickle with PySpark's cloudpickle (one that does not is refused), and the copy is
+  made through the pickle protocol (``copy.deepcopy``: ``__reduce_ex__``, ``__getstate__``),
+  so what a hook keeps on ``self`` is lost between batches here as in a stream (keep it in
+  ``ctx`` state or ``runtime.shared``).
 
 The first batch fixes the frame's schema, as a stream's is fixed: a later batch's columns are
 cast to the types the first one had (a column of ints that holds a null arrives from pandas as
@@ -33,10 +35,10 @@ float64 and is cast back), and one that does not cast is refused.
 
 from __future__ import annotations
 
+import copy
 import math
 import pickle
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -50,7 +52,9 @@ from ..errors import InvalidArgumentError, InvalidArgumentTypeError, TrilinkErro
 from ..eventtime import MAX_EXACT, delay_in_units, time_kind
 from ..keyed.durable.codec import decode_state, encode_state, read_counters
 from ..keyed.durable.local_sync import LocalConfig, expire, expire_processed
-from ..keyed.run.prepare import check_processor
+from ..keyed.durable.manifest import processing_time_after
+from ..keyed.records.state_reader import STATE_COLUMNS, state_rows
+from ..keyed.run.prepare import carried_columns, check_processor, units
 from ..keyed.run.streaming import check_ttl, check_ttl_time
 from ..keyed.run.task import run_batch, runtime_frame
 from ..keyed.semantics.process import KeyedRuntime, KeyedWatermarkProcessFunction
@@ -61,10 +65,10 @@ from .ddl import struct_of
 
 __all__ = ["KeyedTester", "STATE_FRAME_COLUMNS"]
 
-#: The columns :meth:`KeyedTester.state` returns before the declared state values, as
-#: :func:`~trilink_spark.read_state` names them.
-STATE_FRAME_COLUMNS: tuple[str, ...] = ("key", "partition", "block", "watermark", "last_seen",
-                                        "rows")
+#: The columns :meth:`KeyedTester.state` returns before the declared state values, those of
+#: :func:`~trilink_spark.read_state`
+#: (:data:`~trilink_spark.keyed.records.state_reader.STATE_COLUMNS`).
+STATE_FRAME_COLUMNS: tuple[str, ...] = STATE_COLUMNS
 #: The time zone output timestamps are given in (Arrow keeps instants; this labels them).
 OUTPUT_TIMEZONE = "UTC"
 
@@ -83,13 +87,14 @@ class _Described:
 
 
 def _ship(processor: KeyedWatermarkProcessFunction) -> KeyedWatermarkProcessFunction:
-    """The copy of ``processor`` a batch's task gets: pickled and unpickled by PySpark's
-    cloudpickle, as Spark ships it. O(size of the processor)."""
+    """The copy of ``processor`` a batch's task gets (module docs): refused unless PySpark's
+    cloudpickle pickles it, as Spark must to ship it, then copied through the pickle protocol
+    (``copy.deepcopy``). O(size of the processor)."""
     from pyspark import cloudpickle
 
     try:
-        shipped: bytes = cloudpickle.dumps(processor)  # type: ignore[no-untyped-call]
-        copy = pickle.loads(shipped)
+        cloudpickle.dumps(processor)  # type: ignore[no-untyped-call]
+        shipped = copy.deepcopy(processor)
     except (pickle.PicklingError, TypeError, AttributeError, ValueError, RecursionError,
             ImportError) as err:
         raise InvalidArgumentTypeError(
@@ -97,10 +102,10 @@ def _ship(processor: KeyedWatermarkProcessFunction) -> KeyedWatermarkProcessFunc
             f"{err}); Spark ships it to every task of every batch, so its attributes must "
             "pickle (keep per-key data in ctx state, per-partition data in runtime.shared)"
         ) from None
-    if not isinstance(copy, KeyedWatermarkProcessFunction):  # pragma: no cover - a __reduce__
+    if not isinstance(shipped, KeyedWatermarkProcessFunction):  # pragma: no cover - __reduce__
         raise InvalidArgumentTypeError(
-            f"processor {type(processor).__name__} unpickles as {type(copy).__name__}")
-    return copy
+            f"processor {type(processor).__name__} copies as {type(shipped).__name__}")
+    return shipped
 
 
 def _processing_ms(value: Any) -> float:
@@ -356,36 +361,9 @@ class KeyedTester:
         -----
         Cost: O(keys), vectorised over the stored Arrow table.
         """
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         table = self._table if self._table is not None else encode_state(
             PartitionState(), self._key_type, self._value_type)
-        n = table.num_rows
-        delay = self._units[0]
-        high = pc.cast(table.column("high"), pa.float64())
-        missing = pa.scalar(None, pa.float64())
-        seen = pc.cast(table.column("seen"), pa.float64())
-        columns: dict[str, Any] = {
-            "key": table.column("key"),
-            "partition": pa.array(np.zeros(n, dtype=np.int32)),
-            "block": pa.nulls(n, pa.int32()),
-            "watermark": pc.if_else(pc.is_finite(high), pc.subtract(high, delay), missing),
-            "last_seen": pc.if_else(pc.is_finite(seen), seen, missing),
-            "rows": pc.cast(table.column("rows"), pa.int64()),
-        }
-        values = table.column("values")
-        if pa.types.is_struct(values.type):
-            for i, field in enumerate(values.type):
-                name = field.name
-                while name in columns:
-                    name = f"state_{name}"
-                columns[name] = pc.struct_field(values, [i])
-        elif not pa.types.is_null(values.type):
-            columns["values"] = values
-        out = pa.table(columns)
-        if pa.types.is_null(out.schema.field("key").type):  # no key type known: strings
-            out = out.set_column(0, "key", out.column("key").cast(pa.string()))
+        out = state_rows(table, self._units[0])  # as read_state reads a stream's
         frame: pd.DataFrame = runtime_frame(out, "key")
         return frame
 
@@ -474,7 +452,7 @@ class KeyedTester:
             raise InvalidArgumentTypeError(
                 f"event time column {self.event_time!r} is {kind} in batch {self.batches}, "
                 f"{self._kind} before")
-        units = self._units if self._kind else _units(self.delay, self.idle_timeout, kind)
+        converted = self._units if self._kind else units(self.delay, self.idle_timeout, kind)
         self.processor.bind(schema, self.key, self.event_time, kind)
         self._arrow_out = self._output_schema()
         key_type = self._key_type
@@ -484,7 +462,8 @@ class KeyedTester:
         fixed = table.schema
         table = table.append_column(EVENT_TIME_COL, _event_units(
             table.column(self.event_time), kind, self.event_time))
-        table = table.select([*self._carried(table.schema), EVENT_TIME_COL])
+        table = table.select([*carried_columns(self.processor, fixed, self.key, self.order_by),
+                              EVENT_TIME_COL])
         if self.order_by is not None and table.num_rows > 1:
             table = table.take(_arrival(table.column(self.order_by)))
         if self.null_policy == "error" and table.column(self.key).null_count:
@@ -495,7 +474,7 @@ class KeyedTester:
         self._key_type = key_type
         if first is not None:
             self._value_type, self._ttl_units, self._processing_ttl_ms = first
-            self._kind, self._units = kind, units
+            self._kind, self._units = kind, converted
         at = self._batch_time(processing_time)
         return (runtime_frame(table, self.key) if table.num_rows else None), at
 
@@ -557,33 +536,14 @@ class KeyedTester:
             raise InvalidArgumentError(f"state_schema {ddl!r} must describe a struct")
         return value_type
 
-    def _carried(self, schema: Any) -> list[str]:
-        """The columns that reach the hooks besides the event time: all of them, or the key,
-        the processor's ``input_columns()`` and ``order_by`` (as a runner selects them)."""
-        if EVENT_TIME_COL in schema.names:
-            schema = schema.remove(schema.get_field_index(EVENT_TIME_COL))
-        names: list[str] = schema.names
-        wanted = self.processor.input_columns()
-        if wanted is None:
-            return names
-        listed = (None if isinstance(wanted, (str, bytes)) or not isinstance(wanted, Iterable)
-                  else list(wanted))
-        if listed is None or not all(isinstance(c, str) for c in listed):
-            raise InvalidArgumentTypeError(
-                f"{type(self.processor).__name__}.input_columns() must return a list of column "
-                f"names or None, got {wanted!r:.80}")
-        require_columns(schema, listed, "input column")
-        order = [self.order_by] if self.order_by else []
-        return list(dict.fromkeys([self.key, *listed, *order]))
-
     def _batch_time(self, processing_time: Any) -> float | None:
         """The batch's processing time in whole ms (None without a processing-time TTL):
         never below the last batch's; the first batch's is the TTL's ``since``."""
         if not math.isfinite(self._processing_ttl_ms):
             return None
         now = _processing_ms(time.time() if processing_time is None else processing_time)
-        last, since = self._clock if self._clock is not None else (-math.inf, None)
-        at = float(max(math.floor(now), last))
+        last, since = self._clock if self._clock is not None else (None, None)
+        at = processing_time_after(now, [] if last is None else [last])
         self._clock = (at, at if since is None else since)
         return at
 
@@ -621,18 +581,6 @@ class KeyedTester:
                 from None
         frame: pd.DataFrame = table.to_pandas()
         return frame
-
-
-def _units(delay: Any, idle_timeout: Any, kind: str) -> tuple[float, float]:
-    """``delay`` and the idle timeout in the event time's units (the idle timeout 4 x
-    ``delay`` by default, never for a zero delay), as
-    :func:`~trilink_spark.keyed.run.prepare.prepare` converts them."""
-    delay_units = delay_in_units(delay, kind)
-    if idle_timeout is None:
-        return delay_units, 4 * delay_units if delay_units > 0 else math.inf
-    if idle_timeout == math.inf:
-        return delay_units, math.inf
-    return delay_units, delay_in_units(idle_timeout, kind, "idle_timeout")
 
 
 def _is_duration(value: Any) -> bool:
