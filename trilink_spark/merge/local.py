@@ -67,6 +67,7 @@ from .plan import SLOT, MergePlan
 from .engine import AUTO_ENGINE, MERGE_LADDER, EnginePlan, EngineRequest
 from .engine import choose_local_engine, engine_request
 from .._internal.engines import log_engine
+from .._internal.validation import choice
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -381,9 +382,7 @@ def plan_merge(
             mode = "groups"
     if quantity is None:
         quantity = DEFAULT_QUANTITY
-    if mode not in MERGE_MODES:
-        raise InvalidArgumentError(
-            f"mode must be {AUTO_MODE!r} or one of {', '.join(MERGE_MODES)}, got {mode!r}")
+    mode = choice(mode, "mode", (AUTO_MODE, *MERGE_MODES))
     if isinstance(max_groups, bool) or not isinstance(max_groups, int) or max_groups < 1:
         raise InvalidArgumentTypeError(f"max_groups must be an int >= 1, got {max_groups!r}")
     specs = parse_aggs(aggs, df.columns, df)

@@ -25,7 +25,7 @@ from ..partitioners.keys import check_null_policy
 from ..merge.expressions import combinable
 from ..partitioners import Partitioner
 from ..partitioners.base import resolve_strategy_name
-from .key_by import FIT_MODES, key_by, null_policy_of, refuse_null_keys
+from .key_by import check_fit, key_by, null_policy_of, refuse_null_keys
 from .source import check_source_layout, is_keyed_by_source, source_agg, source_apply
 
 if TYPE_CHECKING:
@@ -343,7 +343,7 @@ def check_placement(strategy: Any, num_partitions: Any, placement: dict[str, Any
     if placement.get("null_policy") is not None:
         check_null_policy(placement["null_policy"])
     if placement.get("fit") is not None:
-        choice(placement["fit"], "fit", FIT_MODES)
+        check_fit(placement["fit"])
 
 
 def _signed_zeros_as_one(df: DataFrame, key: str) -> DataFrame:

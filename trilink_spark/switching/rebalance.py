@@ -61,6 +61,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from .._internal.locking import PicklableLock
 from .._internal.validation import MAX_PARTITIONS, count, positive, seconds
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..partitioners import BlockPartitioner
@@ -213,7 +214,7 @@ def _locked(method: Callable[Concatenate[LoadAwareRebalancer, _P], _R]
     return run
 
 
-class LoadAwareRebalancer:
+class LoadAwareRebalancer(PicklableLock):
     """Decide, from measured task latency, which key blocks to move between partitions.
 
     Parameters
@@ -264,6 +265,8 @@ class LoadAwareRebalancer:
     [1, 1, 0, 0, 1, 1, 1, 1]
     """
 
+    lock_type = threading.RLock  # its methods call one another under the lock
+
     def __init__(self, theta: float | None = None, epsilon: float = 0.1,
                  cooldown_batches: int = 2, max_blocks_per_round: int | None = None, *,
                  trigger_interval: Any = None, window: int = 3, freeze_rounds: int = 3,
@@ -292,16 +295,7 @@ class LoadAwareRebalancer:
         self._last_pairs: set[tuple[int, int]] = set()
         self._diffs: deque[float] = deque(maxlen=NOISE_SAMPLES)
         self.rounds: int = 0
-        self._lock = threading.RLock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.pop("_lock", None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.RLock()
+        self._lock = type(self).lock_type()
 
     # ------------------------------------------------------------------ measurements
     @_locked

@@ -89,10 +89,6 @@ def executor_environment_key(spark: Any) -> str:
     return str(spark.sparkContext.applicationId)
 
 
-#: The name :func:`executor_environment_key` had; ``tl.ship`` (``_internal.spark.ship``)
-#: still imports it.
-session_key = executor_environment_key
-
 
 def _master(spark: Any) -> str | None:
     if is_connect(spark):

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import ExecutorEnvironmentError, InvalidArgumentError
 from ...errors import InvalidArgumentTypeError
 from .compat import is_connect
-from .executors import ensure_executors, session_key
+from .executors import ensure_executors, executor_environment_key
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -312,7 +312,7 @@ def ship(spark: SparkSession, *, packages: Sequence[str] = (), check: bool = Tru
             except InvalidArgumentError as err:  # not installed here, or not pure Python
                 logger.debug("not shipping %s: %s", name, err)
     zips += [str(zip_package(name)) for name in dict.fromkeys(packages) if name != _PACKAGE]
-    key = session_key(spark)
+    key = executor_environment_key(spark)
     with _lock:
         have = _shipped.setdefault(key, [])
         new = [z for z in zips if z not in have]

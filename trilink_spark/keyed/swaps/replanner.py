@@ -32,13 +32,13 @@ True
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
+from ..._internal.locking import PicklableLock
 from ..._internal.spark.session import conf_get
 from ...errors import InvalidArgumentError, StateCorruptError, StateStoreError
 from ...partitioners import Partitioner
@@ -73,7 +73,7 @@ _OLD_FIELDS = {"_request": "_request", "_rebalanced_through": "_rebalanced_throu
                "_picked_up": "_picked_up", "_persisted": "_persisted"}
 
 
-class Replanner:
+class Replanner(PicklableLock):
     """Decides each micro-batch's placement for one keyed run (module docs).
 
     Parameters
@@ -104,7 +104,7 @@ class Replanner:
         self.options = options
         self.rebalances: list[tuple[int, Any]] = []
         self.column: KeyColumn | None = None
-        self._lock = threading.Lock()
+        self._lock = type(self).lock_type()
         self._request: SwapRequest | None = None
         self._rebalanced_through: int | None = None  # the last batch the rebalancer saw
         #: The key type of a state whose placement record holds none (an older release's),
@@ -127,15 +127,6 @@ class Replanner:
             if old in fields:
                 setattr(planner, new, fields[old])
         return planner
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.pop("_lock", None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ requests
     @property
