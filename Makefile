@@ -1,6 +1,8 @@
 # Quick start: `make demo` runs the balance demo on local Spark; `make test` runs the suite.
 # Both create .venv and install what they need (Python 3.11+, Java 17). `make test` also
 # runs the Connect-marked tests on a Spark Connect session and checks the built wheel.
+# `make test-fast` runs only the tests that need no Spark (-m "not spark": tests/conftest.py
+# marks the others spark), on the same xdist workers; a test in it that starts a JVM fails.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -13,7 +15,7 @@ DEMO   := $(VENV)/.installed-demo
 TEST_WORKERS ?= 2
 XDIST  := $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile)
 
-.PHONY: demo test typecheck wheel-check bench clean
+.PHONY: demo test test-fast typecheck wheel-check bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +39,9 @@ test: $(STAMP) typecheck
 	$(BIN)/python -m pytest -q $(XDIST)
 	TRILINK_TEST_SESSION=connect $(BIN)/python -m pytest -q -m connect
 	$(BIN)/python tools/check_wheel.py
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not spark" $(XDIST)
 
 wheel-check: $(STAMP)
 	$(BIN)/python tools/check_wheel.py

@@ -137,8 +137,9 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[JVM_GUARD] = JvmGuard()
 
 
-def pytest_unconfigure(config: pytest.Config) -> None:
-    guard = config.stash.get(JVM_GUARD, None)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Remove the JVM records (here: an xdist worker ends without ``pytest_unconfigure``)."""
+    guard = session.config.stash.get(JVM_GUARD, None)
     if guard is not None:
         guard.close()
 
