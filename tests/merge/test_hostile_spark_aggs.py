@@ -229,11 +229,16 @@ def test_group_bounds_on_extreme_codes_follow_the_greedy_definition(
     assert got == greedy_group_bounds(codes, max_groups)
 
 
-@pytest.mark.parametrize("max_groups", [0, -1, True, 1.5, None])
-def test_a_max_groups_below_one_is_refused_not_a_hang(max_groups: Any) -> None:
+@pytest.mark.parametrize(("max_groups", "error"), [
+    (0, InvalidArgumentError), (-1, InvalidArgumentError),
+    (True, InvalidArgumentTypeError), (1.5, InvalidArgumentTypeError),
+    (None, InvalidArgumentTypeError)])
+def test_a_max_groups_below_one_is_refused_not_a_hang(max_groups: Any, error: type) -> None:
+    """A count below one is a value error, anything but an int a type error (one count check
+    for every whole-number argument)."""
     from trilink_spark.merge.bounds import flush_bounds
 
-    with pytest.raises(InvalidArgumentError, match="max_groups"):
+    with pytest.raises(error, match="max_groups"):
         flush_bounds(np.zeros(3), "groups", 0, 0.0, None, np.array([1, 2, 3]), max_groups)
     with pytest.raises(InvalidArgumentError, match="quantity"):
         flush_bounds(np.zeros(3), "quantity", 0, 0.0, None)

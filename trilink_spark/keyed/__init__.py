@@ -74,13 +74,14 @@ MOVED_MODULES = {f"{__name__}.{old}": homes for old, homes in {
     "history": (records.history,),
     "state_reader": (records.state_reader,),
     "batch": (run.bounded,),
-    "streaming": (run.streaming,),
+    "streaming": (run.streaming, swaps.replanner),
     "task": (run.task,),
     "prepare": (run.prepare, _placement.source),
     "window_plan": (run.window_plan,),
     "watermark": (run.watermark,),
 }.items()}
-SHIMS = ModuleShims(MOVED_MODULES).install()
+SHIMS = ModuleShims(MOVED_MODULES, {f"{__name__}.process": {
+    "KeyedBatch": ("KeyedRows", semantics.process)}}).install()
 
 
 def __getattr__(name: str) -> Any:
