@@ -181,9 +181,6 @@ def test_a_hook_that_raises_leaves_the_state_as_it_was() -> None:
     assert stored(t) == {"a": 2, "b": 1, "c": 1}
 
 
-@pytest.mark.xfail(strict=True, reason="a first batch whose hook raises fixes the frame's "
-                   "schema, key type and event-time kind anyway (_prepare commits them before "
-                   "run_batch runs), though a batch that raises is documented to commit nothing")
 def test_a_first_batch_that_raises_fixes_no_schema() -> None:
     t = make_tester()
     with pytest.raises(RuntimeError, match="hook failed"):
@@ -193,8 +190,6 @@ def test_a_first_batch_that_raises_fixes_no_schema() -> None:
     assert stored(t) == {"a": 1, "b": 1}
 
 
-@pytest.mark.xfail(strict=True, reason="a batch that raises still moves the processing-time "
-                   "clock (_batch_time sets _clock in _prepare, before the hooks run)")
 def test_a_batch_that_raises_does_not_move_the_processing_clock() -> None:
     t = make_tester(state_ttl=10, state_ttl_time="processing")
     t.run(pd.DataFrame({"k": ["a"], "t": [1]}), processing_time=1000.0)
@@ -224,9 +219,8 @@ def test_rows_scale_linearly_in_one_batch_unsorted() -> None:
 
 
 def test_one_tester_from_four_threads_is_serialised_by_the_caller() -> None:
-    """The tester holds no lock: batches run from 4 threads at once can lose one another's
-    state (each decodes the stored table, runs, and stores its own). One lock around
-    ``run`` (as a stream runs one batch at a time) keeps every row."""
+    """A caller's own lock around ``run`` still works beside the tester's (the tester's is
+    taken inside the caller's, never the other way round): every row is kept."""
     t = make_tester()
     lock = threading.Lock()
     errors: list[BaseException] = []
@@ -247,10 +241,6 @@ def test_one_tester_from_four_threads_is_serialised_by_the_caller() -> None:
     assert t.batches == 40
 
 
-@pytest.mark.xfail(strict=True, reason="run() from 4 threads at once silently loses batches: "
-                   "KeyedTester holds no lock, each run decodes self._table, runs the hooks and "
-                   "stores its own table over the others' (batches counts 40, a third of the "
-                   "rows are kept); neither serialised nor refused")
 def test_one_tester_from_four_threads_keeps_every_row_or_refuses() -> None:
     t = make_tester()
     start = threading.Barrier(4)

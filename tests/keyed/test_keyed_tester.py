@@ -396,6 +396,42 @@ def test_finish_before_any_batch_gives_the_declared_columns() -> None:
     assert out.empty and list(out.columns) == ["k", "n", "late", "judged"]
 
 
+def test_a_copied_or_pickled_tester_has_a_lock_of_its_own_and_runs_on_alone() -> None:
+    """The tester's lock is left out of its pickled state: a copy (the pickle protocol) and
+    an unpickled tester get a fresh one and carry on from the same state, apart."""
+    import copy
+    import pickle
+
+    t = KeyedTester(Counted(), key="k", event_time="t", delay=0)
+    t.run(pd.DataFrame({"k": ["a", "b"], "t": [1, 2]}))
+    # a threading.Lock does not pickle: these copies are made only if the lock is left out
+    for back in (copy.deepcopy(t), pickle.loads(cloudpickle.dumps(t))):
+        back.run(pd.DataFrame({"k": ["a"], "t": [3]}))
+        assert dict(zip(back.state()["key"], back.state()["n"])) == {"a": 2, "b": 1}
+        assert back.batches == 2
+    assert dict(zip(t.state()["key"], t.state()["n"])) == {"a": 1, "b": 1} and t.batches == 1
+
+
+def test_a_batch_that_raises_gives_an_all_null_column_no_type() -> None:
+    """A column the first batch held only nulls of takes the type of the first batch that
+    succeeds with values, not of one whose hook raised."""
+
+    class Fails(Counted):
+        def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: Any) -> Any:
+            if key == "boom":
+                raise RuntimeError("hook failed")
+            return super().process_on_time(key, rows, ctx)
+
+    t = KeyedTester(Fails(), key="k", event_time="t", delay=0)
+    t.run(pd.DataFrame({"k": ["a"], "t": [1], "v": [None]}))
+    with pytest.raises(RuntimeError, match="hook failed"):
+        t.run(pd.DataFrame({"k": ["boom"], "t": [2], "v": [5]}))
+    t.run(pd.DataFrame({"k": ["b"], "t": [3], "v": ["x"]}))  # strings: the type it fixes
+    with pytest.raises(InvalidArgumentTypeError, match="'v' is .* first batch fixed it as"):
+        t.run(pd.DataFrame({"k": ["c"], "t": [4], "v": [[1]]}))
+    assert t.batches == 2 and set(t.state()["key"]) == {"a", "b"}
+
+
 def test_no_spark_session_or_jvm_is_started() -> None:
     """In a fresh interpreter: a tester runs batches, and no SparkContext (no JVM) exists."""
     script = textwrap.dedent("""

@@ -30,7 +30,10 @@ What the driver of a stream does with Spark is done here in Python:
 
 The first batch fixes the frame's schema, as a stream's is fixed: a later batch's columns are
 cast to the types the first one had (a column of ints that holds a null arrives from pandas as
-float64 and is cast back), and one that does not cast is refused.
+float64 and is cast back), and one that does not cast is refused. What a batch fixes (the
+schema, the key type, the event time's kind and units, the TTL's units, the processing-time
+clock) is fixed only once the batch succeeded: a batch that raises, the first one included,
+leaves the tester as it was, as a failed micro-batch commits nothing.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from __future__ import annotations
 import copy
 import math
 import pickle
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -46,6 +50,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .._internal.locking import PicklableLock
 from .._internal.validation import number, seconds
 from ..columns import EVENT_TIME_COL, check_atomic_key, check_user_columns, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, TrilinkError
@@ -86,6 +91,26 @@ class _Described:
         return names
 
 
+@dataclass(frozen=True)
+class _Pending:
+    """What one batch would fix, held apart until the batch succeeded (module docs): the
+    task's rows (None: no rows), the batch's processing time (ms, None without a
+    processing-time TTL) and the tester's clock after it, and the schema, key type, event-time
+    kind, units, state type, TTL units and output schema the tester has after it."""
+
+    rows: Any
+    at: float | None
+    clock: tuple[float, float] | None
+    schema: Any
+    key_type: Any
+    kind: str
+    units: tuple[float, float]
+    value_type: Any
+    ttl_units: float
+    processing_ttl_ms: float
+    arrow_out: Any
+
+
 def _ship(processor: KeyedWatermarkProcessFunction) -> KeyedWatermarkProcessFunction:
     """The copy of ``processor`` a batch's task gets (module docs): refused unless PySpark's
     cloudpickle pickles it, as Spark must to ship it, then copied through the pickle protocol
@@ -116,7 +141,7 @@ def _processing_ms(value: Any) -> float:
     return number(value, "processing_time") * 1000.0
 
 
-class KeyedTester:
+class KeyedTester(PicklableLock):
     """Run a keyed process function over pandas frames, batch after batch, without Spark.
 
     One tester is one partition of a :func:`~trilink_spark.keyed_foreach_batch` stream (all
@@ -162,6 +187,12 @@ class KeyedTester:
     (O(keys + timers + open windows)), as the file store reads and writes it. The state is held
     in memory, as one Arrow table. No Spark session, no JVM: ``pyspark`` is imported for its
     types and its cloudpickle only.
+
+    Thread-safe: calls are serialised. :meth:`run`, :meth:`finish`, :meth:`state` and
+    :meth:`counters` hold one lock of the tester while they run, so batches run from several
+    threads run one after another (as a stream runs one micro-batch at a time) and none is
+    lost; their order is the order the threads get the lock. The lock is left out when the
+    tester pickles or is copied, and the copy gets a lock of its own.
 
     Examples
     --------
@@ -241,6 +272,7 @@ class KeyedTester:
         self._arrow_out: Any = None
         self._clock: tuple[float, float] | None = None  # the last batch's time, the first's
         self._ended = False
+        self._lock: Any = threading.Lock()  # serialises the calls (class docs)
 
     # ------------------------------------------------------------------ batches
     def run(self, frame: pd.DataFrame, *, processing_time: Any = None) -> pd.DataFrame:
@@ -281,10 +313,18 @@ class KeyedTester:
 
         Notes
         -----
-        A batch that raises leaves the state as it was, as a failed micro-batch commits
-        nothing: running it again replays it. Cost: O(rows log rows) plus the hooks, and
+        A batch that raises leaves the tester as it was, as a failed micro-batch commits
+        nothing: the state, the processing-time clock and, for a first batch, the schema it
+        would have fixed; running it again replays it. Calls from several threads run one
+        at a time (class docs). Cost: O(rows log rows) plus the hooks, and
         O(state) to decode and encode the state.
         """
+        with self._lock:
+            return self._run(frame, processing_time)
+
+    def _run(self, frame: pd.DataFrame, processing_time: Any) -> pd.DataFrame:
+        """:meth:`run`, under the lock: nothing is fixed on ``self`` before the batch's hooks
+        and its state's encoding succeeded."""
         if self._ended:
             raise InvalidArgumentError(
                 "the input ended (finish() was called): make a new KeyedTester for more batches")
@@ -292,17 +332,28 @@ class KeyedTester:
             raise InvalidArgumentError(
                 "processing_time is the clock of state_ttl_time='processing'; this tester has "
                 "no processing-time TTL, so pass none")
-        table = self._batch_table(frame)
-        rows, at = self._prepare(table, processing_time)
-        runtime = self._runtime(at)
-        batches, _ = run_batch(runtime, 0, rows, self._arrow_out)
+        table, schema = self._batch_table(frame)
+        pending = self._prepare(table, schema, processing_time)
+        runtime = self._runtime(pending.at, pending.units, pending.value_type)
+        batches, _ = run_batch(runtime, 0, pending.rows, pending.arrow_out)
         state = runtime.snapshot()
-        expire(state, self._ttl_units)  # as the local store does before it writes the batch
-        if at is not None and self._clock is not None:
-            expire_processed(state, self._expiry_config(at, self._clock[1]))
-        self._store(state)
+        expire(state, pending.ttl_units)  # as the local store does before it writes the batch
+        if pending.at is not None and pending.clock is not None:
+            expire_processed(state, LocalConfig(
+                "", "", 1, pending.ttl_units, None, pending.processing_ttl_ms, pending.at,
+                pending.clock[1]))  # the TTL and the batch's clock; nothing is written
+        stored = encode_state(state, pending.key_type, pending.value_type)
+        output = self._output(batches, pending.arrow_out)
+        # the batch succeeded: what it fixes is fixed now, as a micro-batch commits
+        self._table = stored
+        self._schema, self._key_type, self._arrow_out = (
+            pending.schema, pending.key_type, pending.arrow_out)
+        self._kind, self._units, self._value_type = (
+            pending.kind, pending.units, pending.value_type)
+        self._ttl_units, self._processing_ttl_ms = pending.ttl_units, pending.processing_ttl_ms
+        self._clock = pending.clock
         self.batches += 1
-        return self._output(batches)
+        return output
 
     def finish(self) -> pd.DataFrame:
         """End of bounded input: every key's watermark goes to infinity, so every timer fires
@@ -325,19 +376,23 @@ class KeyedTester:
         -----
         Cost: the remaining timers and ``on_end`` hooks, plus O(state) to decode and encode.
         """
-        if self._ended:
-            raise InvalidArgumentError("finish() was called already: the input ended")
-        if self._arrow_out is None:
-            if self.processor.output_schema is None:
-                raise InvalidArgumentError(
-                    f"finish() before any batch: {type(self.processor).__name__} has no "
-                    "output_schema yet (its bind derives it from a batch's columns)")
-            self._arrow_out = self._output_schema()
-        runtime = self._runtime(None)
-        batches, _ = run_batch(runtime, 0, None, self._arrow_out, bounded=True)
-        self._store(runtime.snapshot())
-        self._ended = True  # only once it ran: a finish() that raised can run again
-        return self._output(batches)
+        with self._lock:
+            if self._ended:
+                raise InvalidArgumentError("finish() was called already: the input ended")
+            arrow_out = self._arrow_out
+            if arrow_out is None:
+                if self.processor.output_schema is None:
+                    raise InvalidArgumentError(
+                        f"finish() before any batch: {type(self.processor).__name__} has no "
+                        "output_schema yet (its bind derives it from a batch's columns)")
+                arrow_out = self._output_schema()
+            runtime = self._runtime(None, self._units, self._value_type)
+            batches, _ = run_batch(runtime, 0, None, arrow_out, bounded=True)
+            stored = encode_state(runtime.snapshot(), self._key_type, self._value_type)
+            output = self._output(batches, arrow_out)
+            # only once it ran: a finish() that raised changed nothing and can run again
+            self._table, self._arrow_out, self._ended = stored, arrow_out, True
+            return output
 
     end = finish
 
@@ -361,9 +416,11 @@ class KeyedTester:
         -----
         Cost: O(keys), vectorised over the stored Arrow table.
         """
-        table = self._table if self._table is not None else encode_state(
-            PartitionState(), self._key_type, self._value_type)
-        out = state_rows(table, self._units[0])  # as read_state reads a stream's
+        with self._lock:
+            table = self._table if self._table is not None else encode_state(
+                PartitionState(), self._key_type, self._value_type)
+            delay = self._units[0]
+        out = state_rows(table, delay)  # as read_state reads a stream's
         frame: pd.DataFrame = runtime_frame(out, "key")
         return frame
 
@@ -371,14 +428,17 @@ class KeyedTester:
         """Rows, late rows (key watermark) and the rows a partition watermark would have
         called late, over every batch so far (``run.counters()`` of a stream). O(1)."""
         total = {"rows": 0, "late": 0, "late_partition": 0}
-        if self._table is not None:
-            found = read_counters(self._table, "the tester's state")
+        with self._lock:
+            table = self._table
+        if table is not None:
+            found = read_counters(table, "the tester's state")
             total.update({k: found.get(k, 0) for k in total})
         return total
 
     # ------------------------------------------------------------------ the driver's part
-    def _batch_table(self, frame: Any) -> Any:
-        """The batch as Arrow, as Spark would hold it (module docs), schema checked."""
+    def _batch_table(self, frame: Any) -> tuple[Any, Any]:
+        """The batch as Arrow, as Spark would hold it (module docs), schema checked, and the
+        schema fixed after it (the first batch's: this one's)."""
         import pyarrow as pa
 
         if not isinstance(frame, pd.DataFrame):
@@ -405,10 +465,12 @@ class KeyedTester:
         table = table.replace_schema_metadata(None)
         table = pa.table([_as_spark_holds(table.column(i)) for i in range(table.num_columns)],
                          names=table.column_names)
-        return table if self._schema is None else self._fixed(table)
+        return (table, table.schema) if self._schema is None else self._fixed(table)
 
-    def _fixed(self, table: Any) -> Any:
-        """``table`` with the first batch's column types (module docs)."""
+    def _fixed(self, table: Any) -> tuple[Any, Any]:
+        """``table`` with the first batch's column types (module docs), and the fixed schema
+        after it: a column the first batch knew no type of (all null) takes this one's. The
+        tester's is left as it is (it is fixed once the batch succeeded)."""
         import pyarrow as pa
 
         fixed = self._schema
@@ -418,8 +480,7 @@ class KeyedTester:
             want = fixed.field(name).type if name in fixed.names else None
             if want is not None and pa.types.is_null(want) and not pa.types.is_null(
                     column.type):  # the first batch knew no type: this one's stands
-                self._schema = fixed.set(fixed.get_field_index(name), pa.field(name, column.type))
-                fixed = self._schema
+                fixed = fixed.set(fixed.get_field_index(name), pa.field(name, column.type))
             elif want is not None and column.type != want:
                 try:
                     column = column.cast(want)
@@ -430,13 +491,14 @@ class KeyedTester:
                         f"does not cast ({err})") from None
             columns.append(column)
             names.append(name)
-        return pa.table(columns, names=names)
+        return pa.table(columns, names=names), fixed
 
-    def _prepare(self, table: Any, processing_time: Any) -> tuple[Any, float | None]:
+    def _prepare(self, table: Any, schema_after: Any, processing_time: Any) -> _Pending:
         """What a runner's driver and task do before the hooks: the schema checks, the
         processor's ``bind``, the state's types, the units; then the rows in arrival order,
-        with their event times, as the task's frame (None: no rows), and the batch's
-        processing time (ms; None without a processing-time TTL)."""
+        with their event times, as the task's frame, and the batch's processing time. All
+        of it is returned, none set on the tester (``schema_after``: the schema fixed after
+        this batch)."""
         import pyarrow as pa
         from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -454,11 +516,13 @@ class KeyedTester:
                 f"{self._kind} before")
         converted = self._units if self._kind else units(self.delay, self.idle_timeout, kind)
         self.processor.bind(schema, self.key, self.event_time, kind)
-        self._arrow_out = self._output_schema()
+        arrow_out = self._output_schema()
         key_type = self._key_type
         if key_type is None and not pa.types.is_null(table.schema.field(self.key).type):
             key_type = table.schema.field(self.key).type
-        first = None if self._kind else self._first(kind, key_type)
+        value_type, ttl_units, processing_ms = (
+            (self._value_type, self._ttl_units, self._processing_ttl_ms) if self._kind
+            else self._first(kind, key_type))
         fixed = table.schema
         table = table.append_column(EVENT_TIME_COL, _event_units(
             table.column(self.event_time), kind, self.event_time))
@@ -468,15 +532,10 @@ class KeyedTester:
             table = table.take(_arrival(table.column(self.order_by)))
         if self.null_policy == "error" and table.column(self.key).null_count:
             raise null_key_error(f"column {self.key!r} has null keys")
-        # the batch is accepted: what a stream's first micro-batch fixes is fixed now
-        if self._schema is None:
-            self._schema = fixed
-        self._key_type = key_type
-        if first is not None:
-            self._value_type, self._ttl_units, self._processing_ttl_ms = first
-            self._kind, self._units = kind, converted
-        at = self._batch_time(processing_time)
-        return (runtime_frame(table, self.key) if table.num_rows else None), at
+        at, clock = self._batch_time(processing_time, processing_ms)
+        return _Pending(runtime_frame(table, self.key) if table.num_rows else None, at, clock,
+                        schema_after, key_type, kind, converted, value_type, ttl_units,
+                        processing_ms, arrow_out)
 
     def _first(self, kind: str, key_type: Any) -> tuple[Any, float, float]:
         """After the first batch's ``bind``, as a runner's first micro-batch fixes them: the
@@ -536,42 +595,33 @@ class KeyedTester:
             raise InvalidArgumentError(f"state_schema {ddl!r} must describe a struct")
         return value_type
 
-    def _batch_time(self, processing_time: Any) -> float | None:
+    def _batch_time(self, processing_time: Any, processing_ttl_ms: float
+                    ) -> tuple[float | None, tuple[float, float] | None]:
         """The batch's processing time in whole ms (None without a processing-time TTL):
-        never below the last batch's; the first batch's is the TTL's ``since``."""
-        if not math.isfinite(self._processing_ttl_ms):
-            return None
+        never below the last batch's; the first batch's is the TTL's ``since``; and the clock
+        after the batch (the batch's time, the first's), which the tester takes once the
+        batch succeeded."""
+        if not math.isfinite(processing_ttl_ms):
+            return None, self._clock
         now = _processing_ms(time.time() if processing_time is None else processing_time)
         last, since = self._clock if self._clock is not None else (None, None)
         at = processing_time_after(now, [] if last is None else [last])
-        self._clock = (at, at if since is None else since)
-        return at
+        return at, (at, at if since is None else since)
 
-    def _expiry_config(self, at: float, since: float) -> LocalConfig:
-        """The local store's settings :func:`expire_processed` reads: the TTL and the
-        batch's clock (the rest names no store: nothing is written)."""
-        return LocalConfig("", "", 1, self._ttl_units, None, self._processing_ttl_ms, at,
-                           since)
-
-    def _runtime(self, at: float | None) -> KeyedRuntime:
+    def _runtime(self, at: float | None, delay_idle: tuple[float, float],
+                 value_type: Any) -> KeyedRuntime:
         """The partition's runtime for the next batch: the shipped processor and the state
-        decoded from the stored table."""
+        decoded from the stored table, with the batch's units and state type."""
         previous = None if self._table is None else decode_state(
             self._table, f"the tester's state before batch {self.batches}")
-        fields = None if self._value_type is None else {
-            f.name: f.type for f in self._value_type}
-        delay, idle = self._units
+        fields = None if value_type is None else {f.name: f.type for f in value_type}
+        delay, idle = delay_idle
         return KeyedRuntime(_ship(self.processor), self.key, delay, idle, previous, fields, at)
 
-    def _store(self, state: Any) -> None:
-        """Encode the batch's state into the table the next batch decodes."""
-        self._table = encode_state(state, self._key_type, self._value_type)
-
-    def _output(self, batches: list[Any]) -> pd.DataFrame:
-        """The batch's output batches as one pandas frame of the output schema."""
+    def _output(self, batches: list[Any], schema: Any) -> pd.DataFrame:
+        """The batch's output batches as one pandas frame of the output ``schema``."""
         import pyarrow as pa
 
-        schema = self._arrow_out
         try:
             table = pa.Table.from_batches(
                 [pa.RecordBatch.from_arrays(b.columns, schema=schema) for b in batches],
