@@ -20,7 +20,7 @@ from trilink_spark import keyed, merge, placement
 from trilink_spark._internal.engines import (EngineLadder, EnginePlan, EngineRequest,
                                              request_engine, resolve_engine)
 from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
-from trilink_spark.merge.expressions import combinable
+from trilink_spark.merge.algebra.expressions import combinable
 from trilink_spark.placement import physical_plan
 
 #: Physical plan nodes that send rows to a Python worker.

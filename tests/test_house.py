@@ -251,6 +251,7 @@ def test_keyed_rooms_run_bottom_to_top():
     """keyed/ is cut by job: semantics < durable < swaps < records < run, each room a
     package with a docstring saying what it holds, and no module of keyed/ outside a room."""
     assert list(graph.ROOMS["keyed"]) == ["semantics", "durable", "swaps", "records", "run"]
+    assert list(graph.ROOMS["merge"]) == ["algebra", "engines", "stores"]
     keyed = ROOT / "trilink_spark" / "keyed"
     assert sorted(p.name for p in keyed.glob("*.py")) == ["__init__.py"]
     for name in graph.ROOMS["keyed"]:
@@ -340,6 +341,19 @@ def test_no_docstring_cites_files_users_do_not_have():
     for path in (ROOT / "trilink_spark").rglob("*.py"):
         text = path.read_text(encoding="utf-8")
         assert "seed 00" not in text and "design.md" not in text, path
+
+
+def test_no_subpackage_over_5000_lines_without_rooms():
+    """A subpackage past 5,000 lines is cut into rooms (``ROOMS``) of at most 5,000 each."""
+    package = ROOT / "trilink_spark"
+    for sub in (p for p in package.iterdir() if (p / "__init__.py").exists()):
+        lines = sum(len(f.read_text(encoding="utf-8").splitlines()) for f in sub.rglob("*.py"))
+        if lines > 5000:
+            assert sub.name in graph.ROOMS, (sub.name, lines)
+            for room in graph.ROOMS[sub.name]:
+                inside = sum(len(f.read_text(encoding="utf-8").splitlines())
+                             for f in (sub / room).rglob("*.py"))
+                assert inside <= 5000, (sub.name, room, inside)
 
 
 def test_rooms_stay_small():

@@ -270,19 +270,20 @@ def test_no_arrow_table_reaches_spark_but_through_frame_of_arrow() -> None:
 
 
 # ------------------------------------------------------------------ keyed/ in rooms
-@pytest.mark.parametrize("old", sorted(importlib.import_module("trilink_spark.keyed")
-                                       .MOVED_MODULES))
-def test_a_module_path_of_keyed_before_its_rooms_still_resolves_with_a_warning(old: str) -> None:
-    """Every module path keyed/ had before its rooms imports, and each name it had reads from
-    its new home with one warning naming that home."""
-    from trilink_spark.keyed import MOVED_MODULES
+_ROOMED = {old: homes for package in ("trilink_spark.keyed", "trilink_spark.merge")
+           for old, homes in importlib.import_module(package).MOVED_MODULES.items()}
 
-    homes = MOVED_MODULES[old]
+
+@pytest.mark.parametrize("old", sorted(_ROOMED))
+def test_a_module_path_from_before_the_rooms_still_resolves_with_a_warning(old: str) -> None:
+    """Every module path keyed/ and merge/ had before their rooms imports, and each name it
+    had reads from its new home with one warning naming that home."""
+    homes = _ROOMED[old]
     name = next(n for n in homes[0].__all__)
     for code in (f"from {old} import {name} as got",
                  f"import {old} as mod\ngot = mod.{name}",
-                 f"import trilink_spark.keyed as k\ngot = getattr(k.{old.rsplit('.', 1)[1]}, "
-                 f"{name!r})"):
+                 f"import {old.rsplit('.', 1)[0]} as k\n"
+                 f"got = getattr(k.{old.rsplit('.', 1)[1]}, {name!r})"):
         namespace, caught = _caught(code)
         assert namespace["got"] is getattr(homes[0], name), code
         assert len(caught) == 1, (code, [str(w.message) for w in caught])
@@ -325,3 +326,12 @@ def test_renamed_batch_names_resolve_with_a_warning() -> None:
     assert "has moved to trilink_spark.state.foreach.StatefulBatchFunction" in str(
         caught[0].message)
     assert "KeyedBatch" not in importlib.import_module("trilink_spark.keyed").__all__
+
+
+def test_merge_global_merge_stays_the_function_after_its_module_moved() -> None:
+    """``trilink_spark.merge.global_merge`` was the function at the package's top; importing
+    old module paths of merge/ never replaces it with a module."""
+    import trilink_spark.merge as merge
+
+    _caught("import trilink_spark.merge.redis_store\nimport trilink_spark.merge.local")
+    assert callable(merge.global_merge) and merge.global_merge is tl.global_merge

@@ -58,6 +58,7 @@ RANKS = {
 #: and the rooms below it (the subpackage's ``__init__`` re-exports from every room).
 ROOMS = {
     "keyed": {"semantics": 1, "durable": 2, "swaps": 3, "records": 4, "run": 5},
+    "merge": {"algebra": 1, "engines": 2, "stores": 3},
 }
 
 

@@ -31,7 +31,7 @@ import pandas as pd  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
 from trilink_spark.columns import ET_COL  # noqa: E402
-from trilink_spark.merge.local import plan_merge  # noqa: E402
+from trilink_spark.merge.engines.local import plan_merge  # noqa: E402
 
 
 def _batches(rows: int, dense: bool, seed: int = 0) -> list[Any]:
@@ -62,8 +62,8 @@ def _best(fn: Any, batches: list[Any], repeat: int) -> tuple[float, int, int]:
 def main() -> None:
     from pyspark.sql import SparkSession
 
-    from trilink_spark.merge.arrow_engine import arrow_merge_partition
-    from trilink_spark.merge.pandas_engine import merge_partition
+    from trilink_spark.merge.engines.arrow_engine import arrow_merge_partition
+    from trilink_spark.merge.engines.pandas_engine import merge_partition
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="250000,1000000,4000000")

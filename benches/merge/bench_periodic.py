@@ -34,7 +34,7 @@ from common import median_time, write_json  # noqa: E402
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import trilink_spark as tl  # noqa: E402
-from trilink_spark.merge.bounds import flush_bounds  # noqa: E402
+from trilink_spark.merge.engines.bounds import flush_bounds  # noqa: E402
 
 SIZES = (30_000, 100_000, 300_000)
 KEYS, SLOT, DELAY, PARTITIONS = 100, 60.0, 5.0, 4

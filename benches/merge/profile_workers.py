@@ -39,7 +39,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 import trilink_spark as tl  # noqa: E402
 import trilink_spark.keyed.run.bounded as keyed_batch  # noqa: E402
 import trilink_spark.keyed.run.prepare as keyed_prepare  # noqa: E402
-import trilink_spark.merge.local as local  # noqa: E402
+import trilink_spark.merge.engines.local as local  # noqa: E402
 
 WINDOW = 100
 TOP = 12

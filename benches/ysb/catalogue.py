@@ -18,7 +18,7 @@ import numpy as np
 
 from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
 from trilink_spark.errors import StoreUnavailableError
-from trilink_spark.merge.redis_store import lean_client
+from trilink_spark.merge.stores.redis_store import lean_client
 from trilink_spark._internal.urls import redact
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ def redis_client(url: str, timeout: float = 5.0, lean: bool = False) -> Any:
     """A ``redis.Redis`` for ``url``; refuses a URL that is not ``redis://``/``rediss://``.
 
     ``lean``: the client :class:`~trilink_spark.merge.RedisStore` uses (no handshake commands, each
-    request in one write; :func:`~trilink_spark.merge.redis_store.lean_client`), else
+    request in one write; :func:`~trilink_spark.merge.stores.redis_store.lean_client`), else
     redis-py's defaults, as a user's own code gets them."""
     import redis
 

@@ -16,11 +16,11 @@ from pyspark.sql import functions as F
 import trilink_spark as tl
 from trilink_spark.errors import ArithmeticOverflowError
 from trilink_spark.columns import ET_COL
-from trilink_spark.merge.partials import arrow_partials
-from trilink_spark.merge.arrow_engine import ArrowMerge
-from trilink_spark.merge.pandas_engine import arrow_to_pandas, partition_partials
-from trilink_spark.merge.plan import SLOT
-from trilink_spark.merge.local import plan_merge
+from trilink_spark.merge.algebra.partials import arrow_partials
+from trilink_spark.merge.engines.arrow_engine import ArrowMerge
+from trilink_spark.merge.engines.pandas_engine import arrow_to_pandas, partition_partials
+from trilink_spark.merge.engines.plan import SLOT
+from trilink_spark.merge.engines.local import plan_merge
 
 AGGS = {"n": ("count", None), "nv": ("count", "v"), "s": ("sum", "v"), "si": ("sum", "i"),
         "m": ("mean", "v"), "lo": ("min", "v"), "hi": ("max", "v"), "ilo": ("min", "i"),
@@ -162,7 +162,7 @@ def test_rows_in_one_batch_flush_exactly_as_the_pandas_path(spark: Any) -> None:
 def test_spark_semantics_of_nan_and_nulls_in_arrow_partials() -> None:
     rows = pa.table({"k": [1, 1, 2, 2, None, None], "t": [1.0, 2.0, None, 3.0, 4.0, 5.0],
                      "v": [1.0, float("nan"), None, None, float("nan"), 2.0]})
-    specs = tl.merge.expressions.parse_aggs(
+    specs = tl.merge.algebra.expressions.parse_aggs(
         {"hi": ("max", "v"), "lo": ("min", "v"), "s": ("sum", "v"), "n": ("count", "v")},
         ["k", "v"])
     got = arrow_partials(rows, ["k"], specs, "t").to_pylist()
@@ -176,7 +176,7 @@ def test_spark_semantics_of_nan_and_nulls_in_arrow_partials() -> None:
 def test_integral_sum_overflow_is_refused_in_the_arrow_path() -> None:
     rows = pa.table({"k": [1, 1, 2], "t": [0.0, 1.0, 2.0],
                      "v": pa.array([2**62, 2**62, 5], pa.int64())})
-    specs = tl.merge.expressions.parse_aggs({"s": ("sum", "v")}, ["k", "v"])
+    specs = tl.merge.algebra.expressions.parse_aggs({"s": ("sum", "v")}, ["k", "v"])
     with pytest.raises(ArithmeticOverflowError, match="'s'"):
         arrow_partials(rows, ["k"], specs, "t")
     near = pa.table({"k": [1, 1], "t": [0.0, 1.0], "v": pa.array([2**62, 2**62 - 1], pa.int64())})

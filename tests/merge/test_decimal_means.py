@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 import trilink_spark as tl
 from trilink_spark.errors import ArithmeticOverflowError
 from trilink_spark.merge import Combine, RedisStore
-from trilink_spark.merge.kernels import decimal_means
+from trilink_spark.merge.algebra.kernels import decimal_means
 from trilink_spark.placement import keyed_by_source
 from testkit.frames import rows
 

@@ -14,8 +14,8 @@ import trilink_spark as tl
 from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
 from trilink_spark.errors import StoreUnavailableError
 from trilink_spark.merge import RedisStore
-from trilink_spark.merge.expressions import parse_aggs
-from trilink_spark.merge.redis_store import lean_client
+from trilink_spark.merge.algebra.expressions import parse_aggs
+from trilink_spark.merge.stores.redis_store import lean_client
 from trilink_spark.testing import free_port
 
 PW = "s3cret-pw"

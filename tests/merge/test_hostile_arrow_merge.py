@@ -25,10 +25,10 @@ from pyspark.sql.pandas.types import to_arrow_schema
 import trilink_spark as tl
 from trilink_spark.errors import ArithmeticOverflowError, InvalidArgumentError
 from trilink_spark.columns import ET_COL
-from trilink_spark.merge.arrow_engine import _FEW_PIECES, ArrowMerge, arrow_merge_partition
-from trilink_spark.merge.local import plan_merge
-from trilink_spark.merge.pandas_engine import arrow_to_pandas, partition_partials, to_arrow
-from trilink_spark.merge.plan import SLOT, MergePlan
+from trilink_spark.merge.engines.arrow_engine import _FEW_PIECES, ArrowMerge, arrow_merge_partition
+from trilink_spark.merge.engines.local import plan_merge
+from trilink_spark.merge.engines.pandas_engine import arrow_to_pandas, partition_partials, to_arrow
+from trilink_spark.merge.engines.plan import SLOT, MergePlan
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # task functions defined here
 

@@ -19,7 +19,7 @@ import trilink_spark as tl
 from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
 from conftest import greedy_group_bounds
 from testkit.frames import rows
-from trilink_spark.merge.expressions import parse_aggs, specs_for_partials
+from trilink_spark.merge.algebra.expressions import parse_aggs, specs_for_partials
 
 pytestmark = pytest.mark.connect
 
@@ -203,7 +203,7 @@ def test_mixed_forms_in_one_list(odd: Any) -> None:
 
 
 def test_streaming_frames_take_column_aggregates(spark: Any) -> None:
-    from trilink_spark.merge.local import plan_merge
+    from trilink_spark.merge.engines.local import plan_merge
 
     stream = (spark.readStream.format("rate").option("rowsPerSecond", 1).load()
               .withColumn("k", F.col("value") % 3))
@@ -222,7 +222,7 @@ def test_streaming_frames_take_column_aggregates(spark: Any) -> None:
 ])
 def test_group_bounds_on_extreme_codes_follow_the_greedy_definition(
         codes: list[int], max_groups: int) -> None:
-    from trilink_spark.merge.bounds import flush_bounds
+    from trilink_spark.merge.engines.bounds import flush_bounds
 
     array = np.array(codes, dtype=np.int64)
     got = flush_bounds(np.zeros(len(codes)), "groups", 0, 0.0, None, array, max_groups)
@@ -236,7 +236,7 @@ def test_group_bounds_on_extreme_codes_follow_the_greedy_definition(
 def test_a_max_groups_below_one_is_refused_not_a_hang(max_groups: Any, error: type) -> None:
     """A count below one is a value error, anything but an int a type error (one count check
     for every whole-number argument)."""
-    from trilink_spark.merge.bounds import flush_bounds
+    from trilink_spark.merge.engines.bounds import flush_bounds
 
     with pytest.raises(error, match="max_groups"):
         flush_bounds(np.zeros(3), "groups", 0, 0.0, None, np.array([1, 2, 3]), max_groups)
@@ -250,7 +250,7 @@ def test_group_bounds_scan_each_row_a_bounded_number_of_times(layout: str, monke
     """The galloping scan over flushes reads each row O(1) times: the rows its windows cover
     grow as the input does (4x the rows, at most ~4x the rows read), on unsorted input too.
     Counted, not timed: every window the scan reads goes through ``np.flatnonzero``."""
-    from trilink_spark.merge.bounds import flush_bounds
+    from trilink_spark.merge.engines.bounds import flush_bounds
 
     real = np.flatnonzero
     read: list[int] = []
@@ -280,8 +280,8 @@ def test_group_bounds_scan_each_row_a_bounded_number_of_times(layout: str, monke
 
 
 def test_no_flush_holds_more_than_max_groups_and_the_merge_stays_exact(spark: Any) -> None:
-    from trilink_spark.merge.local import plan_merge
-    from trilink_spark.merge.pandas_engine import arrow_to_pandas, partition_partials
+    from trilink_spark.merge.engines.local import plan_merge
+    from trilink_spark.merge.engines.pandas_engine import arrow_to_pandas, partition_partials
 
     rng = np.random.default_rng(11)
     n = 3000

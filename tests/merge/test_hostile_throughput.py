@@ -14,9 +14,9 @@ import pytest
 
 import trilink_spark as tl
 from trilink_spark.columns import ET_COL, ORDER_COL, POS_COL, SLOT_COL
-from trilink_spark.merge.local import plan_merge
-from trilink_spark.merge.pandas_engine import source_rows
-from trilink_spark.merge.stream import _buffered_partition, encode_tail
+from trilink_spark.merge.engines.local import plan_merge
+from trilink_spark.merge.engines.pandas_engine import source_rows
+from trilink_spark.merge.engines.stream import _buffered_partition, encode_tail
 from trilink_spark.state.store import KeyedStateStore
 
 

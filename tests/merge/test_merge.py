@@ -15,7 +15,7 @@ from trilink_spark.merge import Combine, local_merge_foreach_batch
 from trilink_spark.placement import shuffle_exchanges
 from conftest import assert_same_aggregates as same
 from conftest import raw_truth
-from trilink_spark.merge.bounds import flush_bounds
+from trilink_spark.merge.engines.bounds import flush_bounds
 
 AGGS = {"n": ("count", None), "s": ("sum", "v"), "lo": ("min", "v"), "hi": ("max", "v"),
         "m": ("mean", "v")}

@@ -12,14 +12,14 @@ import trilink_spark as tl
 from trilink_spark.errors import InvalidArgumentError
 from trilink_spark.merge import AGGREGATES
 from trilink_spark.placement import SOURCE_AGGREGATES
-from trilink_spark.merge import aggregates
-from trilink_spark.merge.aggregates import (
-    AGGREGATE_CLASSES, Combine, CombineAggregate, Count, First, Last, Max, Mean, Min, Stddev, Sum,
-    Variance,
-)
-from trilink_spark.merge.expressions import AggSpec, parse_aggs, specs_for_partials
-from trilink_spark.merge.partials import finalize_frame, merge_partial_frames, partial_frame
-from trilink_spark.merge.redis_store import RedisStore
+from trilink_spark.merge.algebra import aggregates
+from trilink_spark.merge.algebra.aggregates import (AGGREGATE_CLASSES, Combine, CombineAggregate,
+                                                    Count, First, Last, Max, Mean, Min, Stddev,
+                                                    Sum, Variance)
+from trilink_spark.merge.algebra.expressions import AggSpec, parse_aggs, specs_for_partials
+from trilink_spark.merge.algebra.partials import (finalize_frame, merge_partial_frames,
+                                                  partial_frame)
+from trilink_spark.merge.stores.redis_store import RedisStore
 
 #: SOURCE_AGGREGATES as it was written out by hand before the algebra derived it.
 FORMER_SOURCE_AGGREGATES = {

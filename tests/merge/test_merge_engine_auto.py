@@ -94,7 +94,7 @@ def test_the_default_runs_a_batch_groups_call_in_the_jvm(spark: Any,
                                                          caplog: pytest.LogCaptureFixture
                                                          ) -> None:
     df = random_frame(spark, 1)
-    with caplog.at_level(logging.INFO, logger="trilink_spark.merge.local"):
+    with caplog.at_level(logging.INFO, logger="trilink_spark.merge.engines.local"):
         out = tl.local_merge(df, "k", "t", 25.0, AGGS)
     assert not runs_python(out)
     assert runs_python(tl.local_merge(df, "k", "t", 25.0, AGGS, engine="python"))

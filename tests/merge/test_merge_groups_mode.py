@@ -13,8 +13,8 @@ from pyspark.sql import functions as F
 import trilink_spark as tl
 from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
 from conftest import greedy_group_bounds
-from trilink_spark.merge.bounds import flush_bounds
-from trilink_spark.merge.local import plan_merge
+from trilink_spark.merge.engines.bounds import flush_bounds
+from trilink_spark.merge.engines.local import plan_merge
 
 
 @pytest.mark.parametrize("seed", range(40))

@@ -8,12 +8,12 @@ import pytest
 
 from trilink_spark.columns import ET_COL, POS_COL, PUNCT_COL, SLOT_COL
 from trilink_spark.errors import InvalidArgumentError
-from trilink_spark.merge.aggregates import Combine
-from trilink_spark.merge.expressions import parse_aggs
-from trilink_spark.merge.partials import partial_frame
-from trilink_spark.merge.bounds import flush_bounds
-from trilink_spark.merge.pandas_engine import partition_flushes, partition_partials
-from trilink_spark.merge.plan import MergePlan
+from trilink_spark.merge.algebra.aggregates import Combine
+from trilink_spark.merge.algebra.expressions import parse_aggs
+from trilink_spark.merge.algebra.partials import partial_frame
+from trilink_spark.merge.engines.bounds import flush_bounds
+from trilink_spark.merge.engines.pandas_engine import partition_flushes, partition_partials
+from trilink_spark.merge.engines.plan import MergePlan
 
 
 def rescanning_bounds(et: np.ndarray, delay: float) -> list[int]:

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 import trilink_spark as tl
 from trilink_spark.errors import InvalidArgumentError, InvalidArgumentTypeError
-from trilink_spark.merge.expressions import parse_aggs
+from trilink_spark.merge.algebra.expressions import parse_aggs
 
 pytestmark = pytest.mark.connect
 

@@ -21,8 +21,8 @@ from trilink_spark.errors import InvalidArgumentTypeError, StateCorruptError
 from trilink_spark.merge import local_merge_foreach_batch
 from trilink_spark._internal.io.arrowio import write_table
 from trilink_spark.columns import ET_COL, POS_COL, PUNCT_COL, SLOT_COL
-from trilink_spark.merge.pandas_engine import arrow_to_pandas
-from trilink_spark.merge.stream import TAIL_KIND, decode_tail, encode_tail
+from trilink_spark.merge.engines.pandas_engine import arrow_to_pandas
+from trilink_spark.merge.engines.stream import TAIL_KIND, decode_tail, encode_tail
 
 AGGS = {"n": ("count", None), "s": ("sum", "v"), "lo": ("min", "v")}
 WHERE = "merge tail of partition 0 (newest state before batch 1) in state path /x"

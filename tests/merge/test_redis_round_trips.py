@@ -14,8 +14,8 @@ import redis
 import trilink_spark as tl
 from trilink_spark.errors import InvalidArgumentError, StoreUnavailableError
 from trilink_spark.merge import RedisStore
-from trilink_spark.merge import redis_store
-from trilink_spark.merge.expressions import parse_aggs
+from trilink_spark.merge.stores import redis_store
+from trilink_spark.merge.algebra.expressions import parse_aggs
 
 
 def counters(client: Any) -> dict[str, int]:

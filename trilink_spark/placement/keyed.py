@@ -22,7 +22,7 @@ from ..columns import PARTITION_COL, check_user_columns, column_of, python_input
 from ..columns import require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from ..partitioners.keys import check_null_policy
-from ..merge.expressions import combinable
+from ..merge.algebra.expressions import combinable
 from ..partitioners import Partitioner
 from ..partitioners.base import resolve_strategy_name
 from .key_by import check_fit, key_by, null_policy_of, refuse_null_keys
@@ -188,12 +188,12 @@ def explain_keyed_agg(df: DataFrame, key: str, *exprs: Column,
     (:func:`keyed_agg_options`: the same errors). ``"auto"`` combines when an aggregate is
     a sketch (percentile_approx,
     approx_count_distinct, count_min_sketch, HLL, KLL, theta, ...:
-    :data:`~trilink_spark.merge.expressions.SPARK_SKETCHES`), also one inside an expression
+    :data:`~trilink_spark.merge.algebra.expressions.SPARK_SKETCHES`), also one inside an expression
     (``F.percentile_approx("v", 0.5) + 1``, ``F.when(...)``): its buffer is bounded and its
     result can depend on the order rows are merged, so only Spark's own plan gives exactly
     ``groupBy``'s result. Else it combines when every aggregate has a fixed-size partial
     buffer (count, sum, min, max, avg, first, last, stddev, ...:
-    :data:`~trilink_spark.merge.expressions.SPARK_COMBINABLE`) and places exactly otherwise
+    :data:`~trilink_spark.merge.algebra.expressions.SPARK_COMBINABLE`) and places exactly otherwise
     (collect_list, exact percentiles, DISTINCT aggregates, UDAFs): there a hot key's rows
     cannot be shrunk on the map side, and a balanced placement bounds the slowest task
     instead. A ``null_policy="partition0"`` places exactly (only exact placement puts the

@@ -32,8 +32,8 @@ from .._internal.spark.compat import is_connect
 from .._internal.spark.executors import ensure_executors
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, KeysNotGroupedError
 from .._internal.validation import refuse_streaming
-from ..merge.aggregates import arrow_aggregates
-from ..merge.kernels import decimal_means, decimal_sums, join_halves
+from ..merge.algebra.aggregates import arrow_aggregates
+from ..merge.algebra.kernels import decimal_means, decimal_sums, join_halves
 from .._internal.spark.plan import shuffle_exchanges
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ _KEY_NULL = f"{ARG_COL}key_null"
 _KEY_VALUE = f"{ARG_COL}key_value"
 
 #: Spark aggregate functions :func:`source_agg` computes per partition (Arrow hash aggregates),
-#: as the aggregate classes of :mod:`~trilink_spark.merge.aggregates` name them.
+#: as the aggregate classes of :mod:`~trilink_spark.merge.algebra.aggregates` name them.
 SOURCE_AGGREGATES: dict[str, str] = arrow_aggregates()
 
 
@@ -442,7 +442,7 @@ def _by_rows(values: Any, rows: Any, agg: _Agg, field: Any) -> Any:
     ``values`` per group, the groups given as lists of row numbers in arrival order
     (``rows``), as an Arrow array of ``field``'s type: exact sums (ArithmeticOverflowError
     naming ``field`` beyond 38 digits) and Spark's rounding of the mean, by
-    :mod:`~trilink_spark.merge.kernels`; the first or last row (non-null with
+    :mod:`~trilink_spark.merge.algebra.kernels`; the first or last row (non-null with
     ``ignorenulls``). Cost: one take, then one pandas group-by sum of the object column or
     one ``numpy.unique``; O(rows)."""
     import pyarrow as pa

@@ -1,4 +1,4 @@
-"""The vectorised kernels under the aggregate classes of :mod:`~trilink_spark.merge.aggregates`.
+"""The vectorised kernels under the aggregate classes of :mod:`~trilink_spark.merge.algebra.aggregates`.
 
 :class:`Groups` splits rows into groups once, for every aggregate of one partial or merge step.
 The functions give Spark's numeric kind and ``sum`` type of a column type
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from .._internal.validation import INT64_MAX, INT64_MIN
-from ..errors import ArithmeticOverflowError
+from ..._internal.validation import INT64_MAX, INT64_MIN
+from ...errors import ArithmeticOverflowError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column

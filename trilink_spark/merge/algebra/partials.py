@@ -4,7 +4,7 @@
 vectorised per group), :func:`arrow_partials` the same with Arrow's hash aggregation;
 :func:`merge_partial_frames` combines partial rows of a group and :func:`finalize_frame` gives
 the final values (pandas); :func:`merge_partials` combines them with Spark. Each aggregate
-computes its own columns (its class in :mod:`~trilink_spark.merge.aggregates`, the table of
+computes its own columns (its class in :mod:`~trilink_spark.merge.algebra.aggregates`, the table of
 partial columns there); aggregating partials of any split of the rows gives exactly what
 aggregating the rows gives.
 
@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ..columns import INTERNAL_PREFIX, column_of, python_input, quoted
-from .._internal.spark.executors import ensure_executors
+from ...columns import INTERNAL_PREFIX, column_of, python_input, quoted
+from ..._internal.spark.executors import ensure_executors
 from .expressions import AggSpec, parse_aggs, specs_for_partials  # parse_aggs: the examples
 from .kernels import Groups
-from .._internal.validation import refuse_streaming
+from ..._internal.validation import refuse_streaming
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -2,9 +2,9 @@
 
 :func:`spark_partials` builds, for Local Merge's Spark engine, a ``groupBy(
 spark_partition_id(), key, slot)`` whose aggregates are each aggregate's Spark form of its
-partials (:meth:`~trilink_spark.merge.aggregates.Aggregate.spark_init`): no row crosses into
+partials (:meth:`~trilink_spark.merge.algebra.aggregates.Aggregate.spark_init`): no row crosses into
 Python, at the price of one exchange of the partial rows. Batch DataFrames in the groups mode
-with count, sum, min, max and mean; :mod:`~trilink_spark.merge.engine` chooses the engine
+with count, sum, min, max and mean; :mod:`~trilink_spark.merge.engines.engine` chooses the engine
 (the default, ``"auto"``, takes this one wherever it runs the call).
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..columns import ET_COL, GROUP_COL, SLOT_COL, column_of
-from ..eventtime import MAX_EXACT, event_time_micros, event_time_whole
+from ...columns import ET_COL, GROUP_COL, SLOT_COL, column_of
+from ...eventtime import MAX_EXACT, event_time_micros, event_time_whole
 from .plan import MergePlan
 
 if TYPE_CHECKING:

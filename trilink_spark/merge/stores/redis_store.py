@@ -1,7 +1,7 @@
 """A Redis global store for Global Merge, applying each delta exactly once, all or nothing.
 
 Layout under ``prefix``: one hash per key, ``{prefix}:k:{token}``, whose fields are the partial
-columns of the aggregates (see :mod:`~trilink_spark.merge.aggregates`) plus a version ``__v``; the
+columns of the aggregates (see :mod:`~trilink_spark.merge.algebra.aggregates`) plus a version ``__v``; the
 set ``{prefix}:keys`` of every key token; the set ``{prefix}:applied`` of applied delta
 markers; ``{prefix}:meta`` (key, aggregates, and the exact types of the key, the partial
 columns and the result).
@@ -49,13 +49,13 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StoreUnavailableError
-from .._internal.spark.compat import frame_of_arrow
-from .._internal.urls import redact, scrub
-from .aggregates import RedisOp
-from .expressions import AggSpec, specs_for_partials
-from .partials import finalize_frame, merge_partial_frames
-from .pandas_engine import arrow_to_pandas, to_arrow
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError, StoreUnavailableError
+from ..._internal.spark.compat import frame_of_arrow
+from ..._internal.urls import redact, scrub
+from ..algebra.aggregates import RedisOp
+from ..algebra.expressions import AggSpec, specs_for_partials
+from ..algebra.partials import finalize_frame, merge_partial_frames
+from ..engines.pandas_engine import arrow_to_pandas, to_arrow
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -494,14 +494,14 @@ class RedisStore:
     @staticmethod
     def ops(specs: Sequence[AggSpec]) -> list[RedisOp]:
         """The Redis form of the aggregates: (partial column, merge, hash field) per value
-        stored, as each aggregate gives it (see :mod:`~trilink_spark.merge.aggregates`).
+        stored, as each aggregate gives it (see :mod:`~trilink_spark.merge.algebra.aggregates`).
 
         Raises :class:`~trilink_spark.errors.InvalidArgumentError` for an aggregate Redis cannot
         merge (a :class:`~trilink_spark.merge.Combine`). Cost: O(aggregates), no Redis call.
 
         Examples
         --------
-        >>> from trilink_spark.merge.expressions import parse_aggs
+        >>> from trilink_spark.merge.algebra.expressions import parse_aggs
         >>> [op.kind for op in RedisStore.ops(parse_aggs({"m": ("mean", "v")}, ["v"]))]
         ['float', 'int']
         """
@@ -746,7 +746,7 @@ class RedisStore:
         values per key).
 
         Cost: one decode per stored column (Arrow), one pandas merge of stored plus delta rows
-        (:func:`~trilink_spark.merge.partials.merge_partial_frames`), one encode per column.
+        (:func:`~trilink_spark.merge.algebra.partials.merge_partial_frames`), one encode per column.
         """
         import pyarrow as pa
 

@@ -3,8 +3,8 @@
 An aggregate is named and applied to a column: ``{"total": ("sum", "amount")}``. Each has a
 *partial* form, a few columns that two partials of the same group combine into one, and a
 *final* form. Aggregating partials of any split of the rows gives exactly what aggregating
-the rows gives (the frame operations are in :mod:`~trilink_spark.merge.partials`, the
-forms of ``aggs`` users write are read by :mod:`~trilink_spark.merge.expressions`).
+the rows gives (the frame operations are in :mod:`~trilink_spark.merge.algebra.partials`, the
+forms of ``aggs`` users write are read by :mod:`~trilink_spark.merge.algebra.expressions`).
 
 =============== =========================================== ===============================
 aggregate       partial columns                             final
@@ -34,7 +34,7 @@ Each row of the table is one class (:class:`Count`, :class:`Sum`, :class:`Min`, 
 :class:`Mean`, :class:`First`, :class:`Last`, :class:`CombineAggregate`), which owns every form
 of its aggregate: partial columns and their Spark types, the partial of raw rows and the merge
 of partials (pandas), the final value, the Spark merge expression of
-:func:`~trilink_spark.merge.partials.merge_partials`, and the values it ships to a Redis global
+:func:`~trilink_spark.merge.algebra.partials.merge_partials`, and the values it ships to a Redis global
 store. :data:`AGGREGATE_CLASSES` maps each name to its class. Count, sum, min, max and mean
 also have a Spark form of their partials of raw rows (:meth:`Aggregate.spark_init`), which
 ``local_merge(engine="spark")`` aggregates in the JVM.
@@ -53,8 +53,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 import numpy as np
 import pandas as pd
 
-from ..columns import column_of
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ...columns import column_of
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError
 from .kernels import Groups, by_code, decimal_means, decimal_sums
 from .kernels import exact_int_sums, floats, is_nullable_float, join_halves, mean_type
 from .kernels import numeric_kind, python_final, spark_checked_sum, sum_type
@@ -149,7 +149,7 @@ class Aggregate:
     A subclass owns every form of its aggregate: :attr:`partial_columns` and
     :meth:`partial_types`, :meth:`init` (partials of raw rows), :meth:`merge` (partials of
     partials), :meth:`finalize`, :meth:`spark_merge` (the expression of
-    :func:`~trilink_spark.merge.partials.merge_partials`), and its Redis form
+    :func:`~trilink_spark.merge.algebra.partials.merge_partials`), and its Redis form
     (:meth:`redis_ops`, :meth:`redis_encode`, :meth:`redis_decode`). Class attributes name it:
     ``func`` (the name in ``aggs``), ``spark_names`` and ``arrow`` (the Spark functions it
     computes per partition with Arrow's hash aggregation, see :func:`arrow_aggregates`).

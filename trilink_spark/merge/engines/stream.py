@@ -22,18 +22,18 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .._internal.io.arrowio import read_table, write_table
-from ..columns import ET_COL, ORDER_COL, POS_COL, SLOT_COL
-from .._internal.spark.compat import num_partitions
-from .._internal.spark.executors import ensure_executors
-from ..errors import InvalidArgumentTypeError, StateCorruptError
-from .._internal.optiming import OperatorTimer, Stopwatch, operator_timer
-from ..state.foreach import StatefulBatchFunction
-from ..state.store import KeyedStateStore
+from ..._internal.io.arrowio import read_table, write_table
+from ...columns import ET_COL, ORDER_COL, POS_COL, SLOT_COL
+from ..._internal.spark.compat import num_partitions
+from ..._internal.spark.executors import ensure_executors
+from ...errors import InvalidArgumentTypeError, StateCorruptError
+from ..._internal.optiming import OperatorTimer, Stopwatch, operator_timer
+from ...state.foreach import StatefulBatchFunction
+from ...state.store import KeyedStateStore
 from .local import plan_merge
 from .pandas_engine import partition_partials, read_partition, source_rows, to_arrow
 from .plan import MergePlan
-from .._internal.validation import refuse_streaming_batch_function
+from ..._internal.validation import refuse_streaming_batch_function
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -55,7 +55,7 @@ def encode_tail(tail: pd.DataFrame) -> bytes:
     ----------
     tail : pandas.DataFrame
         Rows of one partition after its last flush point (any number, zero included), with
-        the dtypes :func:`~trilink_spark.merge.pandas_engine.arrow_to_pandas` gives. Its index is
+        the dtypes :func:`~trilink_spark.merge.engines.pandas_engine.arrow_to_pandas` gives. Its index is
         not stored: it is positional (a slice of the partition's ``RangeIndex``) and every reader
         renumbers it (:func:`decode_tail` gives a fresh ``RangeIndex``).
 

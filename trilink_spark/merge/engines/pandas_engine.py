@@ -2,7 +2,7 @@
 
 :func:`partition_partials` merges one input partition's rows (arrival order) into the partial
 rows of all its flushes with ONE pandas group-by over (flush, key, slot), every mode and every
-aggregate (:func:`~trilink_spark.merge.partials.partial_groups`); :func:`merge_partition` is
+aggregate (:func:`~trilink_spark.merge.algebra.partials.partial_groups`); :func:`merge_partition` is
 its partition function, which the Arrow engine falls back to. Also the conversions the merges
 read and write Arrow batches with (:func:`read_partition`, :func:`arrow_to_pandas`,
 :func:`to_arrow`) and each row's arrival position and slot (:func:`source_rows`).
@@ -16,11 +16,11 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from ..columns import ET_COL, POS_COL, PUNCT_COL, SLOT_COL
-from .._internal.optiming import OperatorTimer, Stopwatch, task_identity
-from ..eventtime import from_units
+from ...columns import ET_COL, POS_COL, PUNCT_COL, SLOT_COL
+from ..._internal.optiming import OperatorTimer, Stopwatch, task_identity
+from ...eventtime import from_units
 from .bounds import flush_bounds
-from .partials import partial_groups
+from ..algebra.partials import partial_groups
 from .plan import SLOT, UNTIMED_SLOT, MergePlan, slot_starts
 
 __all__ = ["Flushes", "arrow_to_pandas", "buffered_rows", "merge_partition", "partition_flushes",
@@ -32,7 +32,7 @@ def source_rows(rows: pd.DataFrame, plan: MergePlan) -> pd.DataFrame:
     sorted by ``order_by`` in the JVM when given; numbered as Spark's
     ``monotonically_increasing_id``, the partition id in the upper bits, so first and last
     compare across partitions as before) and each row's slot start
-    (:data:`~trilink_spark.merge.plan.UNTIMED_SLOT` for rows without a finite event time),
+    (:data:`~trilink_spark.merge.engines.plan.UNTIMED_SLOT` for rows without a finite event time),
     computed as Spark's ``et - pmod(et, slot)`` in doubles. Rows that have both are returned as
     they are; else a shallow copy with the columns added (the caller's frame is not changed).
     O(rows), vectorised."""
@@ -82,7 +82,7 @@ def partition_partials(rows: pd.DataFrame, plan: MergePlan, keep_tail: bool = Fa
 
     Notes
     -----
-    Cost: the flush bounds (:func:`~trilink_spark.merge.bounds.flush_bounds`, O(n)), then ONE
+    Cost: the flush bounds (:func:`~trilink_spark.merge.engines.bounds.flush_bounds`, O(n)), then ONE
     pandas group-by over (flush, key, slot) for every flush together and one stable sort of the
     groups into flush then slot order: O(n log n) vectorised, whatever the number of flushes.
 

@@ -1,7 +1,7 @@
 """The plan of a validated Local Merge, which its engines share.
 
 :class:`MergePlan` carries what a partition function needs (picklable; no DataFrame), built by
-:func:`~trilink_spark.merge.local.plan_merge`; :func:`slot_starts` gives each row's time slot
+:func:`~trilink_spark.merge.engines.local.plan_merge`; :func:`slot_starts` gives each row's time slot
 as Spark computes it, :data:`UNTIMED_SLOT` standing for the null slot of rows without a
 finite event time, and :data:`SLOT` names the output column of slot starts.
 """
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .bounds import DEFAULT_MAX_GROUPS
-from .expressions import AggSpec
+from ..algebra.expressions import AggSpec
 
 __all__ = ["MergePlan", "SLOT", "UNTIMED_SLOT", "slot_starts"]
 
@@ -41,7 +41,7 @@ class MergePlan:
     arrow_schema: Any
     max_groups: int = DEFAULT_MAX_GROUPS
     #: Source columns that travel under internal names (dotted or backticked names), mapped
-    #: to the user's names: :func:`~trilink_spark.merge.pandas_engine.partition_partials`
+    #: to the user's names: :func:`~trilink_spark.merge.engines.pandas_engine.partition_partials`
     #: gives the names back.
     aliases: dict[str, str] = field(default_factory=dict)
     #: Slot length in event-time units: slots are computed from the event time inside the

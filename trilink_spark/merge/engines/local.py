@@ -1,7 +1,7 @@
 """Local Merge: time-slot pre-aggregation on the map side, before the keyed exchange.
 
 Trilink paper, §4.3 (1), Figure 11 (b), Table 7. Within each input partition, rows of one key
-in one time slot are merged into one partial row (see :mod:`~trilink_spark.merge.aggregates`)
+in one time slot are merged into one partial row (see :mod:`~trilink_spark.merge.algebra.aggregates`)
 before anything is shuffled. A merged row carries the largest event time of its rows, so watermarks
 downstream stay right, and a flush emits its slots in time order. When a buffer is flushed
 depends on the mode:
@@ -19,7 +19,7 @@ punctuation    a row matches ``punctuation`` (flushed with it)  window boundarie
 
 In the groups and quantity modes with count, sum, min, max and mean, the Arrow batches are
 aggregated by Arrow's hash aggregation as they arrive, in chunks of 262,144 rows
-(:class:`~trilink_spark.merge.arrow_engine.ArrowMerge`), and only partial rows are held; a
+(:class:`~trilink_spark.merge.engines.arrow_engine.ArrowMerge`), and only partial rows are held; a
 groups-mode buffer is flushed before the batch whose groups would pass
 ``max_groups`` (batch by batch, where the pandas pass cuts at the row). Every mode also flushes
 at the end of the partition. The default, ``mode="auto"``, takes the mode its arguments ask
@@ -32,7 +32,7 @@ them); ``quantity`` bounds rows instead, so with many keys it flushes a slot in 
 pieces. Merging the output with
 :func:`~trilink_spark.merge_partials` gives exactly what aggregating the raw rows gives.
 
-Two engines compute the partial rows (:mod:`~trilink_spark.merge.engine`). The Python engine
+Two engines compute the partial rows (:mod:`~trilink_spark.merge.engines.engine`). The Python engine
 runs everything above inside each input partition, with no exchange. The Spark engine has
 Spark's own partial aggregation compute the same partial rows, one per (input partition, key,
 slot), in the JVM: no row crosses into Python, at the price of one exchange of the partial
@@ -53,21 +53,21 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from ..columns import CONST_TIME_COL, ET_COL, ORDER_COL, POS_COL, PUNCT_COL
-from ..columns import check_atomic_key, check_user_columns, require_columns
-from ..columns import column_of, python_aliases, quoted
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from .._internal.optiming import operator_timer
-from .._internal.spark.executors import ensure_executors
-from ..eventtime import SPARK_TIME_TYPES, delay_in_units, event_time_micros
+from ...columns import CONST_TIME_COL, ET_COL, ORDER_COL, POS_COL, PUNCT_COL
+from ...columns import check_atomic_key, check_user_columns, require_columns
+from ...columns import column_of, python_aliases, quoted
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..._internal.optiming import operator_timer
+from ..._internal.spark.executors import ensure_executors
+from ...eventtime import SPARK_TIME_TYPES, delay_in_units, event_time_micros
 from .arrow_engine import arrow_merge_partition
 from .bounds import DEFAULT_MAX_GROUPS, DEFAULT_QUANTITY, MERGE_MODES
-from .expressions import AggSpec, parse_aggs
+from ..algebra.expressions import AggSpec, parse_aggs
 from .plan import SLOT, MergePlan
 from .engine import AUTO_ENGINE, MERGE_LADDER, EnginePlan, EngineRequest
 from .engine import choose_local_engine, engine_request
-from .._internal.engines import log_engine
-from .._internal.validation import choice
+from ..._internal.engines import log_engine
+from ..._internal.validation import choice
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -111,7 +111,7 @@ def local_merge(
         Spark Column aggregates (``[F.sum("v").alias("s"), F.count("*")]``), Spark's dict
         form (``{"v": "sum"}``) or ``{name: (func, column)}``; funcs: count, sum, min, max,
         mean (avg), first, last or a :class:`~trilink_spark.merge.Combine` (see
-        :func:`~trilink_spark.merge.expressions.parse_aggs`).
+        :func:`~trilink_spark.merge.algebra.expressions.parse_aggs`).
     mode : {"auto", "groups", "quantity", "periodic", "punctuation"}
         When buffers flush (module docs). ``"auto"``: the mode the arguments ask for
         (``punctuation`` given: punctuation; ``delay``: periodic; ``quantity``: quantity),
@@ -150,7 +150,7 @@ def local_merge(
         time is null, NaN or +-inf are kept, merged per key into a slot of their own
         (``slot_start`` and the event time null), so ``merge_partials`` still equals
         aggregating the raw rows; null and NaN keys and values follow Spark (see
-        :mod:`~trilink_spark.merge.aggregates`: NaN is a value, ``max`` NaN-first, sums with
+        :mod:`~trilink_spark.merge.algebra.aggregates`: NaN is a value, ``max`` NaN-first, sums with
         ``inf`` are ``inf``).
 
     Raises
@@ -298,7 +298,7 @@ def explain_local_merge(
     periodic or punctuation mode, ``order_by``, first, last or a Combine. The conf
     ``spark.trilink.mergeEngine`` decides when ``engine`` is ``"auto"``: ``python`` always
     the Python engine, ``spark`` as ``auto``. The reason names what decided; the same rule
-    decides for :func:`local_merge` (:func:`~trilink_spark.merge.engine.choose_local_engine`),
+    decides for :func:`local_merge` (:func:`~trilink_spark.merge.engines.engine.choose_local_engine`),
     which logs it.
 
     Returns

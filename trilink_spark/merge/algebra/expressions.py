@@ -7,7 +7,7 @@ what has no exact partial form; :func:`specs_for_partials` reads them for partia
 columns carry other names. :func:`combinable` says whether Spark's own partial aggregation
 bounds what a hot key costs, and :func:`spark_aggregate` is the Spark aggregate the algebra
 computes for ``(func, column)``. Each :class:`AggSpec` holds its aggregate object
-(:mod:`~trilink_spark.merge.aggregates`).
+(:mod:`~trilink_spark.merge.algebra.aggregates`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..columns import column_of
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
+from ...columns import column_of
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError
 from .aggregates import AGGREGATE_CLASSES, AGGREGATES, Aggregate, Combine, make_aggregate
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ _SPARK_NAMES = ", ".join(n for c in AGGREGATE_CLASSES.values() if c.mergeable
 class AggSpec:
     """One aggregate: output ``name``, ``func`` (a name or a Combine), input ``column``.
 
-    Its :attr:`aggregate` (from :func:`~trilink_spark.merge.aggregates.make_aggregate`) does
+    Its :attr:`aggregate` (from :func:`~trilink_spark.merge.algebra.aggregates.make_aggregate`) does
     the work.
 
     Examples
@@ -191,7 +191,7 @@ def _column_item(col: Any, columns: Sequence[str] | None,
     Of several readings of the text, the first whose argument is a column of ``columns`` (or a
     count of rows) wins; of several alias readings, the one whose partial columns are in
     ``available`` (the partial rows' columns, for
-    :func:`~trilink_spark.merge.partials.merge_partials`), else the last (a nested alias). With
+    :func:`~trilink_spark.merge.algebra.partials.merge_partials`), else the last (a nested alias). With
     the input at hand, :func:`parse_aggs` has Spark confirm both."""
     text = _column_text(col)
     readings = _readings(text)
@@ -461,7 +461,7 @@ def _top_aggregate(df: DataFrame, cols: list[Any]) -> str | None:
     ``groupBy(key).agg`` raises it. One query plan, no job."""
     from pyspark.errors import PySparkException
 
-    from .._internal.spark.compat import plan_text
+    from ..._internal.spark.compat import plan_text
 
     try:
         text = plan_text(df.agg(*cols))
@@ -488,7 +488,7 @@ def _distinct_in_plan(df: DataFrame, cols: list[Any]) -> list[Any]:
     text is captured with :func:`~trilink_spark._internal.spark.compat.plan_text` (thread-safe:
     concurrent
     callers do not swap ``sys.stdout``)."""
-    from .._internal.spark.compat import plan_text
+    from ..._internal.spark.compat import plan_text
 
     def distinct(group: list[Any]) -> bool:
         return re.search(r"\(distinct ", plan_text(df.agg(*group))) is not None

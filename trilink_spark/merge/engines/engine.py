@@ -7,7 +7,7 @@ Python worker costs about what Spark's whole native aggregation costs (benches/R
 §18), so the default, ``"auto"``, takes the Spark engine wherever it computes the same
 partial rows: a batch DataFrame in the groups mode, without ``order_by``, whose aggregates all
 have a Spark form (count, sum, min, max and mean, decimals included:
-:meth:`~trilink_spark.merge.aggregates.Aggregate.spark_init`). Everything else (a streaming
+:meth:`~trilink_spark.merge.algebra.aggregates.Aggregate.spark_init`). Everything else (a streaming
 frame, the quantity, periodic and punctuation modes, ``order_by``, first, last, a Combine)
 needs the Python engine, which runs every mode.
 
@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._internal.engines import AUTO, EngineLadder, EnginePlan, EngineRequest
-from .._internal.engines import request_engine, resolve_engine
-from .._internal.validation import refuse_streaming
+from ..._internal.engines import AUTO, EngineLadder, EnginePlan, EngineRequest
+from ..._internal.engines import request_engine, resolve_engine
+from ..._internal.validation import refuse_streaming
 from .plan import MergePlan
 from .spark_engine import spark_partials
 
@@ -102,7 +102,7 @@ def choose_local_engine(df: DataFrame, plan: MergePlan, engine: str | EngineRequ
                         order_by: str | None) -> tuple[EnginePlan, DataFrame | None]:
     """The engine of a Local Merge of ``df`` by the validated ``plan``, and why; with the
     Spark engine's frame of partial rows
-    (:func:`~trilink_spark.merge.spark_engine.spark_partials`) when it is ``"spark"``, else
+    (:func:`~trilink_spark.merge.engines.spark_engine.spark_partials`) when it is ``"spark"``, else
     None. The one rule for ``local_merge``, ``explain_local_merge`` and the partials of
     ``global_merge``: the engine ladder
     (:func:`~trilink_spark._internal.engines.resolve_engine`) with :data:`MERGE_LADDER`.
@@ -112,7 +112,7 @@ def choose_local_engine(df: DataFrame, plan: MergePlan, engine: str | EngineRequ
     df : pyspark.sql.DataFrame
         The input of the merge.
     plan : MergePlan
-        Its plan (:func:`~trilink_spark.merge.local.plan_merge`: the mode resolved).
+        Its plan (:func:`~trilink_spark.merge.engines.local.plan_merge`: the mode resolved).
     engine : {"auto", "python", "spark"}, None or EngineRequest
         As the call gave it, or already read (:func:`engine_request`).
     order_by : str or None

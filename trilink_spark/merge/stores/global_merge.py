@@ -6,7 +6,7 @@ global result. With the embedded ``store="driver"`` the deltas are collected by 
 network, and the plan has no shuffle exchange. The modes of
 :func:`~trilink_spark.local_merge` decide how often a partition flushes its deltas.
 
-The engine follows the rule of Local Merge (:mod:`~trilink_spark.merge.engine`), in
+The engine follows the rule of Local Merge (:mod:`~trilink_spark.merge.engines.engine`), in
 :func:`choose_global_engine`: with the driver store and only count, sum, min, max and mean,
 Spark's own ``groupBy(key).agg`` computes the same merge in the JVM (partial aggregation in
 each partition, one exchange of the partials, their merge); first, last and a Combine need
@@ -23,24 +23,25 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from ..columns import CONST_TIME_COL, GROUP_COL, PARTITION_COL, check_atomic_key
-from ..columns import check_user_columns, require_columns
-from ..errors import ArithmeticOverflowError, InvalidArgumentError, InvalidArgumentTypeError
-from ..errors import StoreUnavailableError
-from .bounds import DEFAULT_MAX_GROUPS
-from .engine import AUTO_ENGINE, MergeEnginePlan, choose_local_engine, engine_request
-from .local import check_merge_names, plan_merge, python_partials
-from .pandas_engine import arrow_to_pandas, partition_flushes, partition_partials, read_partition
-from .pandas_engine import source_rows, to_arrow
-from .plan import SLOT, MergePlan
-from .._internal.optiming import OperatorTimer, Stopwatch, operator_timer, task_identity
-from .._internal.spark.compat import frame_of_arrow
-from .._internal.spark.executors import ensure_executors
+from ...columns import CONST_TIME_COL, GROUP_COL, PARTITION_COL, check_atomic_key
+from ...columns import check_user_columns, require_columns
+from ...errors import ArithmeticOverflowError, InvalidArgumentError, InvalidArgumentTypeError
+from ...errors import StoreUnavailableError
+from ..engines.bounds import DEFAULT_MAX_GROUPS
+from ..engines.engine import AUTO_ENGINE, MergeEnginePlan, choose_local_engine, engine_request
+from ..engines.local import check_merge_names, plan_merge, python_partials
+from ..engines.pandas_engine import (arrow_to_pandas, partition_flushes, partition_partials,
+                                     read_partition)
+from ..engines.pandas_engine import source_rows, to_arrow
+from ..engines.plan import SLOT, MergePlan
+from ..._internal.optiming import OperatorTimer, Stopwatch, operator_timer, task_identity
+from ..._internal.spark.compat import frame_of_arrow
+from ..._internal.spark.executors import ensure_executors
 from .redis_store import RedisStore
-from .._internal.validation import choice, refuse_streaming
-from ..columns import column_of, quoted
-from .expressions import AggSpec, parse_aggs, spark_aggregate
-from .partials import finalize_frame, merge_partial_frames
+from ..._internal.validation import choice, refuse_streaming
+from ...columns import column_of, quoted
+from ..algebra.expressions import AggSpec, parse_aggs, spark_aggregate
+from ..algebra.partials import finalize_frame, merge_partial_frames
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -209,7 +210,7 @@ class GlobalInputs(NamedTuple):
     """A validated :func:`global_merge`: the aggregates as parsed (``resolved``, so they are
     analysed once) and the Local Merge of its partials: its input ``source`` (with a
     constant event time when the call gives none), and ``src`` and ``plan`` of
-    :func:`~trilink_spark.merge.local.plan_merge` (one slot, the whole input)."""
+    :func:`~trilink_spark.merge.engines.local.plan_merge` (one slot, the whole input)."""
 
     resolved: list[tuple[str, Any, str | None]]
     source: DataFrame
@@ -280,7 +281,7 @@ def choose_global_engine(df: DataFrame, inputs: GlobalInputs, store: str | Redis
     aggregate is count, sum, min, max or mean (:func:`native_driver_lacking`); whatever the
     mode, which only decides how often a partition flushes deltas that are all merged on
     the driver. Otherwise the partials of Local Merge's rule
-    (:func:`~trilink_spark.merge.engine.choose_local_engine`: the Spark engine, for a sum
+    (:func:`~trilink_spark.merge.engines.engine.choose_local_engine`: the Spark engine, for a sum
     with ANSI mode off, in the groups mode; the Python engine for first, last, a Combine),
     merged on the driver.
 

@@ -2,11 +2,11 @@
 
 In the groups and quantity modes with count, sum, min, max and mean, :class:`ArrowMerge`
 aggregates each batch with Arrow's hash aggregation
-(:func:`~trilink_spark.merge.partials.arrow_partials`) and holds only partial rows;
+(:func:`~trilink_spark.merge.algebra.partials.arrow_partials`) and holds only partial rows;
 :func:`arrow_merge_partition` is the partition function of
 :func:`~trilink_spark.local_merge`, which hands a partition the Arrow engine cannot merge
 (periodic or punctuation mode, float keys, first, last, Combine, decimal sums) to the pandas
-engine (:func:`~trilink_spark.merge.pandas_engine.merge_partition`).
+engine (:func:`~trilink_spark.merge.engines.pandas_engine.merge_partition`).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..columns import ET_COL, GROUP_COL, POS_COL, PUNCT_COL, SLOT_COL
-from .._internal.optiming import OperatorTimer, Stopwatch
+from ...columns import ET_COL, GROUP_COL, POS_COL, PUNCT_COL, SLOT_COL
+from ..._internal.optiming import OperatorTimer, Stopwatch
 from .bounds import group_bounds
 from .pandas_engine import merge_partition
-from .partials import arrow_partials
+from ..algebra.partials import arrow_partials
 from .plan import SLOT, UNTIMED_SLOT, MergePlan, slot_starts
 
 __all__ = ["ArrowMerge", "arrow_merge_partition"]
@@ -63,7 +63,7 @@ class ArrowMerge:
     modes; see :func:`~trilink_spark.local_merge`).
 
     Each batch is partially aggregated by Arrow's hash aggregation as it comes
-    (:func:`~trilink_spark.merge.partials.arrow_partials`), then held as partial rows; a flush
+    (:func:`~trilink_spark.merge.algebra.partials.arrow_partials`), then held as partial rows; a flush
     merges the held partials and emits them in slot order. ``add`` returns the flushes a
     batch completes; ``finish`` the last one. Memory holds the partial rows buffered (at most
     ``max_groups`` groups in at most twice as many partial rows, or ``quantity`` rows' worth)
@@ -81,7 +81,7 @@ class ArrowMerge:
     ``max_groups`` entries), so the checks cost O(rows) in all and a partition with at most
     ``max_groups`` groups gives one partial row per group. A batch alone holding more than
     ``max_groups`` groups is cut at the exact rows (its (key, slot) codes by Arrow's
-    dictionary encoding, then :func:`~trilink_spark.merge.bounds.flush_bounds`). Past
+    dictionary encoding, then :func:`~trilink_spark.merge.engines.bounds.flush_bounds`). Past
     :data:`_FEW_PIECES` held pieces the newest are merged while they are about as large as the
     one before them (O(rows log groups) in all), so tiny batches cannot pile up pieces.
 
@@ -401,7 +401,7 @@ def _joined(batches: list[Any]) -> Any:
 def arrow_merge_partition(plan: MergePlan, timer: OperatorTimer | None = None) -> Any:
     """The partition function of :func:`~trilink_spark.local_merge`: Arrow batches merged as
     they arrive (:class:`ArrowMerge`); the pandas path
-    (:func:`~trilink_spark.merge.pandas_engine.merge_partition`) when the plan needs it."""
+    (:func:`~trilink_spark.merge.engines.pandas_engine.merge_partition`) when the plan needs it."""
     pandas_run = merge_partition(plan, timer)
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._internal.validation import choice, count
-from ..errors import InvalidArgumentError
+from ..._internal.validation import choice, count
+from ...errors import InvalidArgumentError
 
 __all__ = ["MERGE_MODES", "DEFAULT_MAX_GROUPS", "DEFAULT_QUANTITY", "flush_bounds",
            "group_bounds"]
