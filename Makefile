@@ -1,8 +1,9 @@
 # Quick start: `make demo` runs the balance demo on local Spark; `make test` runs the suite.
 # Both create .venv and install what they need (Python 3.11+, Java 17). `make test` also
 # runs the Connect-marked tests on a Spark Connect session and checks the built wheel.
-# `make test-fast` runs only the tests that need no Spark (-m "not spark": tests/conftest.py
-# marks the others spark), on the same xdist workers; a test in it that starts a JVM fails.
+# `make test-fast` runs only the tests that need no Spark and take no seconds each
+# (-m "not spark and not slow": tests/conftest.py marks the others), on the same xdist
+# workers, in under two minutes; a test in it that starts a JVM fails.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -41,7 +42,7 @@ test: $(STAMP) typecheck
 	$(BIN)/python tools/check_wheel.py
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not spark" $(XDIST)
+	$(BIN)/python -m pytest -q -m "not spark and not slow" $(XDIST)
 
 wheel-check: $(STAMP)
 	$(BIN)/python tools/check_wheel.py

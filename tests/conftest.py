@@ -56,6 +56,64 @@ SPARK_OUTSIDE_THE_FIXTURE = frozenset({
     "test_the_readme_spark_submit_starts_its_driver_in_client_mode",
 })
 
+#: Tests that need no Spark but take seconds each on 2 cores (a browser, subprocesses holding
+#: copies, every flipped byte of a file, large randomised round trips, exhaustive cut
+#: searches, a fresh interpreter per module): ``make test`` runs them, the fast tier
+#: (``make test-fast``: ``-m "not spark and not slow"``) leaves them out, so it answers in under
+#: two minutes. Node ids without parameters; ``tests/test_fast_tier.py`` checks each exists.
+SLOW = frozenset({
+    "tests/advice/test_flow.py::test_bottleneck_operators_match_brute_force_over_cuts",
+    "tests/advice/test_flow.py::test_dynamic_step_converges_faster_than_small_and_steadier_than_large",
+    "tests/advice/test_flow.py::test_operator_min_cut_equals_brute_force_over_cuts_that_keep_operators_whole",
+    "tests/advice/test_flow.py::test_start_from_current_flow_and_limit",
+    "tests/cli/test_cli.py::test_path_format_key_and_plot_errors_come_before_spark_starts",
+    "tests/cluster/test_executors.py::test_a_package_zip_holds_its_sources_only_and_the_same_bytes_in_another_process",
+    "tests/cluster/test_executors.py::test_the_package_zip_is_importable_and_is_this_package",
+    "tests/cluster/test_hostile_cluster.py::test_ship_works_where_the_package_itself_is_imported_from_a_zip",
+    "tests/keyed/test_hostile_rooms.py::test_first_reads_from_four_threads_by_import_and_attribute_get_one_module",
+    "tests/keyed/test_hostile_rooms.py::test_first_reads_from_four_threads_by_one_way_get_one_module",
+    "tests/keyed/test_hostile_rooms.py::test_state_batch_is_an_attribute_of_its_package_without_importing_it",
+    "tests/keyed/test_hostile_swaps_blocks.py::test_fluid_block_planner_on_20000_keys",
+    "tests/keyed/test_hostile_swaps_blocks.py::test_outputs_match_the_per_call_conversion_on_random_calls",
+    "tests/keyed/test_local_store_hostile.py::test_a_copy_without_a_key_count_counts_once_and_keeps_the_rule",
+    "tests/keyed/test_local_store_hostile.py::test_a_snapshot_waits_until_the_changelogs_hold_as_much_as_the_state",
+    "tests/keyed/test_local_store_hostile.py::test_settle_keeps_level0_bounded_where_closing_alone_lets_it_grow",
+    "tests/keyed/test_local_store_hostile.py::test_snapshots_of_a_state_rewritten_each_batch_are_an_interval_apart",
+    "tests/keyed/test_local_store_hostile.py::test_the_snapshot_writer_process_refuses_a_bad_request_and_writes_a_good_one",
+    "tests/merge/test_merge_periodic.py::test_one_group_by_gives_the_flushes_of_one_group_by_each",
+    "tests/merge/test_merge_tail.py::test_tail_round_trip_is_exact",
+    "tests/partitioners/test_table_threads.py::test_threads_looking_up_a_fresh_overlay_agree",
+    "tests/state/test_hostile_held.py::test_a_copy_wiped_while_another_process_holds_it_is_closed_there_first",
+    "tests/state/test_hostile_held.py::test_a_forked_helper_that_uses_held_copies_leaves_the_workers_alone",
+    "tests/state/test_hostile_held.py::test_a_killed_holder_loses_no_committed_version",
+    "tests/state/test_hostile_held.py::test_a_lock_file_removed_while_another_process_holds_the_copy_loses_nothing",
+    "tests/state/test_hostile_held.py::test_eviction_while_another_process_asks_loses_no_version",
+    "tests/state/test_hostile_held.py::test_no_descriptor_or_thread_leaks_over_many_cycles",
+    "tests/state/test_hostile_held.py::test_take_and_hand_over_race_loses_no_version",
+    "tests/state/test_hostile_integrity.py::test_every_flipped_byte_of_a_segment_is_refused_or_harmless",
+    "tests/state/test_hostile_integrity.py::test_every_flipped_byte_of_moves_and_json_records_is_refused_or_harmless",
+    "tests/state/test_hostile_segments.py::test_every_truncation_of_a_segment_is_named",
+    "tests/state/test_rows.py::test_a_damaged_byte_is_refused_or_read_never_a_crash",
+    "tests/state/test_rows.py::test_random_bytes_are_refused",
+    "tests/state/test_rows.py::test_random_fast_tables_round_trip",
+    "tests/switching/test_adaptive.py::test_hysteresis_keeps_a_good_strategy_through_noise",
+    "tests/switching/test_hostile_rebalance.py::test_deciding_on_thousands_of_partitions_and_2_20_blocks_is_n_log_n",
+    "tests/test_arrowio.py::test_damaged_bytes_raise_or_read_a_valid_table",
+    "tests/test_arrowio.py::test_generated_tables_round_trip_exactly",
+    "tests/test_house.py::test_every_module_imports_in_isolation",
+    "tests/test_house_compat.py::test_nothing_outside_the_package_reads_a_deprecated_top_level_name",
+    "tests/test_memory.py::test_freed_arrow_memory_is_returned_to_the_system",
+    "tests/ui/test_browser_view.py::test_the_live_page_shows_the_runs_and_follows_them",
+    "tests/ui/test_browser_view.py::test_the_page_sends_its_token_on_every_data_request",
+    "tests/ui/test_browser_view.py::test_the_report_opens_without_any_network",
+    "tests/ui/test_hostile_dashboard.py::test_markup_in_every_text_is_shown_as_text",
+    "tests/ui/test_hostile_dashboard.py::test_the_model_stays_bounded_whatever_it_is_fed",
+    "tests/ui/test_model.py::test_records_from_several_threads_are_all_held",
+    "tests/ui/test_server.py::test_the_report_is_one_self_contained_file",
+    "tests/ysb/test_hostile_producer.py::test_a_killed_process_raises_typed_without_hanging",
+    "tests/ysb/test_ysb.py::test_producer_processes_place_campaigns_and_log_exactly",
+})
+
 
 def needs_spark(item: pytest.Item) -> bool:
     """Whether ``item`` starts Spark or a JVM: it uses the ``spark`` fixture (itself or
@@ -173,6 +231,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if needs_spark(item):
             item.add_marker(pytest.mark.spark)
+        elif item.nodeid.split("[", 1)[0] in SLOW:
+            item.add_marker(pytest.mark.slow)
     if not ON_CONNECT:
         return
     skip = pytest.mark.skip(reason="classic session only (TRILINK_TEST_SESSION=connect)")

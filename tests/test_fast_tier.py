@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import JVM_RECORD_OPTION, SPARK_OUTSIDE_THE_FIXTURE, deselects_spark
+from conftest import JVM_RECORD_OPTION, SLOW, SPARK_OUTSIDE_THE_FIXTURE, deselects_spark
 
 pytest_plugins = ["pytester"]
 
@@ -155,3 +155,14 @@ def test_the_tests_listed_as_starting_spark_outside_the_fixture_exist() -> None:
     for node in SPARK_OUTSIDE_THE_FIXTURE:
         path, name = node.split("::")
         assert re.search(rf"^def {name}\(", (ROOT / path).read_text(), re.M), node
+
+
+def test_the_tests_listed_as_slow_exist_and_need_no_spark() -> None:
+    """Each ``SLOW`` entry names a test function or a module's doctests that exist, none of
+    them also listed as starting Spark."""
+    assert SLOW and not SLOW & SPARK_OUTSIDE_THE_FIXTURE
+    for node in SLOW:
+        path, name = node.split("::")
+        text = (ROOT / path).read_text()
+        assert re.search(rf"^(async )?def {name}\(", text, re.M) or name == path[:-3].replace(
+            "/", "."), node
