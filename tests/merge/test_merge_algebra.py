@@ -129,8 +129,10 @@ def test_no_private_name_crosses_modules() -> None:
     import ast
     import pathlib
 
-    root = pathlib.Path(aggregates.__file__).resolve().parent.parent
-    for path in list((root / "merge").glob("*.py")) + [root / "placement" / "source.py"]:
+    root = pathlib.Path(aggregates.__file__).resolve().parent.parent.parent
+    merge = sorted((root / "merge").rglob("*.py"))
+    assert len(merge) > 15  # every room of merge/
+    for path in merge + [root / "placement" / "source.py"]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom):
                 private = [a.name for a in node.names if a.name.startswith("_")]
