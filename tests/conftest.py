@@ -62,6 +62,11 @@ SPARK_OUTSIDE_THE_FIXTURE = frozenset({
 #: (``make test-fast``: ``-m "not spark and not slow"``) leaves them out, so it answers in under
 #: two minutes. Node ids without parameters; ``tests/test_fast_tier.py`` checks each exists.
 SLOW = frozenset({
+    "tests/test_validation_owners.py::test_no_module_but_validation_spells_the_int64_bound",
+    "tests/test_validation_owners.py::test_no_module_but_validation_writes_a_one_of_check_by_hand",
+    "tests/test_house.py::test_benches_examples_and_tools_import_what_exists",
+    "tests/test_fast_tier.py::"
+    "test_the_fast_tier_runs_the_tests_without_spark_and_fails_one_that_starts_a_jvm",
     "tests/advice/test_flow.py::test_bottleneck_operators_match_brute_force_over_cuts",
     "tests/advice/test_flow.py::test_dynamic_step_converges_faster_than_small_and_steadier_than_large",
     "tests/advice/test_flow.py::test_operator_min_cut_equals_brute_force_over_cuts_that_keep_operators_whole",
