@@ -32,6 +32,7 @@ from .block import DEFAULT_BLOCKS, BlockPartitioner
 from .hash import HashPartitioner
 from .least import LeastCountPartitioner, LeastKeyPartitioner
 from .modulo import ModuloPartitioner
+from .table import TablePartitioner
 from .weight import WeightPartitioner
 
 __all__ = [
@@ -171,8 +172,11 @@ def build(
     null_policy: str = DEFAULT_NULL_POLICY,
     weights: Sequence[float] | None = None,
     seed: int = 0,
+    max_keys: int | None = None,
 ) -> Partitioner:
-    """An unfitted strategy of candidate ``name`` on ``n`` partitions. O(n).
+    """An unfitted strategy of candidate ``name`` on ``n`` partitions (``max_keys``: a table
+    strategy's bound on entries, default :data:`~trilink_spark.partitioners.table.DEFAULT_MAX_KEYS`).
+    O(n).
 
     Raises :class:`~trilink_spark.errors.UnknownStrategyError` for a name not in the catalogue and
     :class:`~trilink_spark.errors.InvalidArgumentError` when it needs ``weights`` and has none.
@@ -183,7 +187,8 @@ def build(
             f"strategy {name!r} needs weights: pass WeightPartitioner(weights, mode) or "
             "weights=[...] summing to 100"
         )
-    return c.build(n, key_type=key_type, null_policy=null_policy, weights=weights, seed=seed)
+    return c.build(n, key_type=key_type, null_policy=null_policy, weights=weights, seed=seed,
+                   max_keys=max_keys)
 
 
 def candidate_of(strategy: Partitioner) -> str:
@@ -200,8 +205,8 @@ def fit_counts(p: Partitioner, keys: KeyArray, counts: npt.NDArray[np.float64]) 
     LeastCount takes the counts as history (heaviest key first); every other strategy learns
     the keys. O(keys log keys).
     """
-    if isinstance(p, LeastCountPartitioner):
-        p.fit(dict(zip(keys.objects().tolist(), np.asarray(counts).tolist())))
+    if isinstance(p, TablePartitioner):
+        p.fit_loads(keys.arrow, np.asarray(counts, dtype=np.float64))
     else:
         p.fit(keys.arrow)
 
@@ -215,12 +220,16 @@ def _modulo(n: int, *, null_policy: str, **_: Any) -> Partitioner:
     return ModuloPartitioner(n, null_policy=null_policy)
 
 
-def _least_key(n: int, *, key_type: str, null_policy: str, **_: Any) -> Partitioner:
-    return LeastKeyPartitioner(n, key_type=key_type, null_policy=null_policy)
+def _least_key(n: int, *, key_type: str, null_policy: str, max_keys: int | None = None,
+               **_: Any) -> Partitioner:
+    return LeastKeyPartitioner(n, key_type=key_type, null_policy=null_policy,
+                               max_keys=max_keys)
 
 
-def _least_count(n: int, *, key_type: str, null_policy: str, **_: Any) -> Partitioner:
-    return LeastCountPartitioner(n, key_type=key_type, null_policy=null_policy)
+def _least_count(n: int, *, key_type: str, null_policy: str, max_keys: int | None = None,
+                 **_: Any) -> Partitioner:
+    return LeastCountPartitioner(n, key_type=key_type, null_policy=null_policy,
+                                 max_keys=max_keys)
 
 
 def _block(n: int, *, key_type: str, null_policy: str, **_: Any) -> Partitioner:
@@ -230,9 +239,10 @@ def _block(n: int, *, key_type: str, null_policy: str, **_: Any) -> Partitioner:
 
 def _weight(mode: str) -> Callable[..., Partitioner]:
     def make(n: int, *, key_type: str, null_policy: str, weights: Sequence[float] | None,
-             seed: int, **_: Any) -> Partitioner:
+             seed: int, max_keys: int | None = None, **_: Any) -> Partitioner:
         return WeightPartitioner(list(weights or ()), mode, seed=seed, num_partitions=n,
-                                 key_type=key_type, null_policy=null_policy)
+                                 key_type=key_type, null_policy=null_policy,
+                                 max_keys=max_keys)
 
     return make
 

@@ -21,7 +21,7 @@ import pandas as pd
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from .keys import DEFAULT_NULL_POLICY, Key, normalize_key, to_counts, to_key_array
-from .table import TablePartitioner
+from .table import TablePartitioner, least_units
 
 __all__ = ["LeastKeyPartitioner", "LeastCountPartitioner"]
 
@@ -29,13 +29,14 @@ __all__ = ["LeastKeyPartitioner", "LeastCountPartitioner"]
 class _LeastPartitioner(TablePartitioner):
     """Algorithm 1 with a pluggable load measure."""
 
-    learned_fields = ("table", "loads")
+    learned_fields = ("table", "loads", "groups", "group_loads")
 
     def __init__(
         self, num_partitions: int, *, key_type: str = "auto",
-        null_policy: str = DEFAULT_NULL_POLICY,
+        null_policy: str = DEFAULT_NULL_POLICY, max_keys: int | None = None,
     ) -> None:
-        super().__init__(num_partitions, key_type=key_type, null_policy=null_policy)
+        super().__init__(num_partitions, key_type=key_type, null_policy=null_policy,
+                         max_keys=max_keys)
         self._loads: list[float] = [0.0] * self._num_partitions
         self._heap: list[tuple[float, int]] = [(0.0, i) for i in range(self._num_partitions)]
 
@@ -74,6 +75,34 @@ class _LeastPartitioner(TablePartitioner):
                 raise AssertionError("heap order violated")
         if any(not 0 <= p < n for p in self._table.values()):
             raise AssertionError("a table entry is out of range")
+        if self._groups is not None:
+            if self._group_loads is None or self._groups.size != self._num_groups \
+                    or self._group_loads.size != self._num_groups:
+                raise AssertionError("a bounded table has one partition and load per group")
+            if self._groups.size and not 0 <= int(self._groups.min()) <= \
+                    int(self._groups.max()) < n:
+                raise AssertionError("a group's partition is out of range")
+
+    def _charge_groups(self, pids: np.ndarray, weights: np.ndarray) -> None:
+        added = np.bincount(pids, weights=weights, minlength=self._num_partitions)
+        self._loads = (np.asarray(self._loads) + added).tolist()
+        self._rebuild_heap()
+
+    def _key_weights(self, counts: np.ndarray) -> np.ndarray:
+        """The load one key of ``counts`` rows carries."""
+        return self._unit_weights(counts, np.ones(counts.size))
+
+    def _make_bounded(self, keys: list[Key], counts: np.ndarray, rows: np.ndarray,
+                      nkeys: np.ndarray) -> None:
+        """Keys and key groups as one sequence of units, heaviest first, each onto the least
+        loaded partition (Algorithm 1's rule, longest processing time first)."""
+        group_weights = self._unit_weights(rows, nkeys)
+        loads = np.asarray(self._loads, dtype=np.float64)
+        pids = least_units(loads, np.concatenate([self._key_weights(counts), group_weights]))
+        self._record_many(keys, pids[: len(keys)])
+        self._set_groups(pids[len(keys):], group_weights)
+        self._loads = loads.tolist()
+        self._rebuild_heap()
 
     def _rebuild_heap(self) -> None:
         self._heap = [(load, pid) for pid, load in enumerate(self._loads)]
@@ -85,11 +114,12 @@ class _LeastPartitioner(TablePartitioner):
         return out
 
     def _restore(self, params: dict[str, Any]) -> None:
-        unknown = set(params) - {"table", "loads", "key_type"}
+        unknown = set(params) - {"table", "loads", "key_type", *self.BOUNDED_FIELDS}
         if unknown:
             raise InvalidArgumentError(f"unknown field(s) {sorted(unknown)} for {self.strategy_name}")
         loads = params.get("loads")
         self._load_table(params.get("table", []))
+        self._load_bounded(params)
         if loads is not None:
             if not isinstance(loads, list) or len(loads) != self._num_partitions:
                 raise InvalidArgumentError(
@@ -130,26 +160,27 @@ class LeastKeyPartitioner(_LeastPartitioner):
     strategy_name = "least_key"
 
     def fit(self, keys_or_counts: Any) -> Self:
-        """Place the keys not yet known, in order of first appearance."""
-        keys, _counts, _ = to_counts(keys_or_counts, self._null_policy)
-        valid = keys.objects()
-        if keys.null_mask is not None:
-            valid = valid[~keys.null_mask]
-        with self._lock:
-            new = [k for k in (normalize_key(x) for x in valid.tolist()) if k not in self._table]
-            self._place_new(new)  # type: ignore[arg-type]
-        return self
+        """Place the keys not yet known, in order of first appearance (bounded: the keys
+        with most records get the entries left, the others go by group)."""
+        keys, counts, _ = to_counts(keys_or_counts, self._null_policy)
+        return self.fit_loads(keys.arrow, counts)
 
     def _place_new(self, keys: list[Key]) -> list[int]:
         return [self._place(k, 1.0) for k in keys]
+
+    def _unit_weights(self, rows: np.ndarray, nkeys: np.ndarray) -> np.ndarray:
+        return np.asarray(nkeys, dtype=np.float64)
 
     def _check(self) -> None:
         super()._check()
         counts = np.bincount(
             np.fromiter(self._table.values(), np.int64, len(self._table)),
             minlength=self._num_partitions,
-        )
-        if not np.array_equal(counts, np.asarray(self._loads)):
+        ).astype(np.float64)
+        if self._groups is not None and self._group_loads is not None:
+            counts += np.bincount(self._groups, weights=self._group_loads,
+                                  minlength=self._num_partitions)
+        if not np.allclose(counts, np.asarray(self._loads)):
             raise AssertionError("LeastKey loads must equal the number of keys per partition")
 
     @classmethod
@@ -202,8 +233,10 @@ class LeastCountPartitioner(_LeastPartitioner):
         *,
         key_type: str = "auto",
         null_policy: str = DEFAULT_NULL_POLICY,
+        max_keys: int | None = None,
     ) -> None:
-        super().__init__(num_partitions, key_type=key_type, null_policy=null_policy)
+        super().__init__(num_partitions, key_type=key_type, null_policy=null_policy,
+                         max_keys=max_keys)
         if history is not None:
             if not isinstance(history, Mapping):
                 raise InvalidArgumentTypeError(
@@ -223,28 +256,39 @@ class LeastCountPartitioner(_LeastPartitioner):
     def _fit_history(self, counts_map: Mapping[Any, float]) -> None:
         keys, counts, _ = to_counts(counts_map, self._null_policy)
         objs = keys.objects()
+        null_rows = 0.0
         if keys.null_mask is not None:  # the null key's rows load its fixed partition
-            self._loads[self._null_partition()] += float(counts[keys.null_mask].sum())
+            null_rows = float(counts[keys.null_mask].sum())
             objs, counts = objs[~keys.null_mask], counts[~keys.null_mask]
-        new_keys: list[Key] = []
-        new_counts: list[float] = []
-        for raw, count in zip(objs.tolist(), counts.tolist()):
-            k = normalize_key(raw)
-            pid = self._table.get(k)  # type: ignore[arg-type]
-            if pid is None:
-                new_keys.append(k)  # type: ignore[arg-type]
-                new_counts.append(count)
-            else:
+        self._fit_loads([normalize_key(k) for k in objs.tolist()],  # type: ignore[misc]
+                        counts, null_rows, None)
+
+    def _charge_known(self, pids: np.ndarray, rows: np.ndarray, null_rows: float) -> None:
+        if null_rows:
+            self._loads[self._null_partition()] += null_rows
+        if pids.size:
+            for pid, count in zip(pids.tolist(), rows.tolist()):
                 self._loads[pid] += count
-        order = np.argsort(-np.asarray(new_counts, dtype=np.float64), kind="stable")
+
+    def _place_keys(self, keys: list[Key], counts: np.ndarray) -> None:
+        order = np.argsort(-np.asarray(counts, dtype=np.float64), kind="stable")
+        weights = counts.tolist()
         for i in order.tolist():
-            self._place(new_keys[i], new_counts[i])
+            self._place(keys[i], weights[i])
 
     def _fit_stream(self, keys_seq: Any) -> None:
         karr = to_key_array(keys_seq, self._null_policy)
         codes, uniques = pd.factorize(karr.objects())  # the null key: code -1
         distinct = [normalize_key(k) for k in uniques.tolist()]
         pid_of = [self._table.get(k, -1) for k in distinct]  # type: ignore[arg-type]
+        new = pid_of.count(-1)
+        if self._groups is not None or len(self._table) + new > self._max_keys:
+            # past the bound arrival order no longer decides: the keys' counts do
+            valid = codes >= 0
+            rows = np.bincount(codes[valid], minlength=len(distinct)).astype(np.float64)
+            self._fit_loads(distinct, rows,  # type: ignore[arg-type]
+                            float(codes.size - np.count_nonzero(valid)), None)
+            return
         loads = self._loads
         null_pid = self._null_partition() if karr.null_mask is not None else -1
         for code in codes.tolist():

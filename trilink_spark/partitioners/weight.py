@@ -24,7 +24,7 @@ from ..errors import InvalidArgumentError, InvalidArgumentTypeError
 from .keys import DEFAULT_NULL_POLICY, Key, KeyArray, normalize_key, to_counts
 from .base import column_key_type
 from .hash import spark_hash_array, spark_hash_of
-from .table import TablePartitioner
+from .table import TablePartitioner, least_units
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -110,7 +110,7 @@ class WeightPartitioner(TablePartitioner):
     """
 
     strategy_name = "weight"
-    learned_fields = ("table", "rng_state")
+    learned_fields = ("table", "rng_state", "groups", "group_loads")
 
     def __init__(
         self,
@@ -121,9 +121,11 @@ class WeightPartitioner(TablePartitioner):
         num_partitions: int | None = None,
         key_type: str = "auto",
         null_policy: str = DEFAULT_NULL_POLICY,
+        max_keys: int | None = None,
     ) -> None:
         w = check_weights(weights, num_partitions)
-        super().__init__(int(w.size), key_type=key_type, null_policy=null_policy)
+        super().__init__(int(w.size), key_type=key_type, null_policy=null_policy,
+                         max_keys=max_keys)
         if mode not in WEIGHT_MODES:
             raise InvalidArgumentError(f"mode must be 'hash' or 'random', got {mode!r}")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
@@ -177,17 +179,20 @@ class WeightPartitioner(TablePartitioner):
         return pids  # type: ignore[no-any-return]
 
     def fit(self, keys_or_counts: Any) -> Self:
-        """Random mode: draw a point for every key not yet placed. Hash mode: validate only."""
-        keys, _counts, _ = to_counts(keys_or_counts, self._null_policy)
+        """Random mode: draw a point for every key not yet placed (bounded: the keys with
+        most records draw the entries left, the other keys go by key group, the groups
+        placed heaviest first where records over weight are least). Hash mode: validate
+        only."""
+        keys, counts, _ = to_counts(keys_or_counts, self._null_policy)
         if self._mode == "random":
-            objs = keys.objects()
-            if keys.null_mask is not None:
-                objs = objs[~keys.null_mask]
-            with self._lock:
-                new = [k for k in (normalize_key(x) for x in objs.tolist())
-                       if k not in self._table]
-                self._place_new(new)  # type: ignore[arg-type]
+            self.fit_loads(keys.arrow, counts)
         return self
+
+    def _make_bounded(self, keys: list[Key], counts: npt.NDArray[np.float64],
+                      rows: npt.NDArray[np.float64], nkeys: npt.NDArray[np.float64]) -> None:
+        pids = np.asarray(self._place_new(keys), dtype=np.int64)
+        loads = np.bincount(pids, weights=counts, minlength=self._num_partitions)
+        self._set_groups(least_units(loads.astype(np.float64), rows, self._weights), rows)
 
     def spark_column(self, key: Column) -> Column:
         """Hash mode: ``CASE WHEN point < b0 THEN 0 ...`` over the prefix sums, in the JVM."""
@@ -225,8 +230,10 @@ class WeightPartitioner(TablePartitioner):
         params = dict(params)
         table = params.pop("table", [])
         rng_state = params.pop("rng_state", None)
+        bounded = {k: params.pop(k) for k in cls.BOUNDED_FIELDS if k in params}
         self = cls(num_partitions=num_partitions or None, null_policy=null_policy, **params)
         self._load_table(table)
+        self._load_bounded(bounded)
         if rng_state is not None:
             self._rng.bit_generator.state = rng_state
         return self

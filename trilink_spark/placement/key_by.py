@@ -38,10 +38,12 @@ from ..partitioners import HashPartitioner, Partitioner, TablePartitioner
 from ..partitioners.base import resolve_strategy_name
 from ..partitioners.overlay import OverlayPartitioner
 from ..partitioners.catalogue import build, fit_counts
+from ..partitioners.table import DEFAULT_MAX_KEYS, check_max_keys
 from ..partitioners.evaluation import StrategyScore, choose_best, evaluate_strategies
 from .._internal.spark.compat import frame_of_arrow
-from .._internal.spark.session import conf_get
-from .plans import PartitionPlan, partition_plan_of, table_frame_of
+from .._internal.spark.session import conf_count, conf_get
+from .plans import PartitionPlan, key_kind, partition_plan_of, table_frame, table_frame_of
+from .fit import FIT_HOWS, fit_table
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -54,6 +56,9 @@ __all__ = [
     "KeyedStrategy",
     "key_kind",
     "key_counts",
+    "fit_table",
+    "FIT_HOWS",
+    "table_max_keys",
     "null_policy_of",
     "refuse_null_keys",
     "resolve_strategy",
@@ -85,28 +90,6 @@ def check_fit(fit: Any, name: str = "fit") -> str:
     'sample'
     """
     return choice(fit, name, FIT_MODES)
-
-
-def key_kind(df: DataFrame, key: str) -> tuple[str | None, DataType]:
-    """The key kind a strategy sees for column ``key`` (``"int"``, ``"long"``, ``"string"``,
-    ``"binary"``, or ``None`` for any other type) and the column's Spark type.
-
-    Raises :class:`~trilink_spark.errors.MissingColumnError` when ``key`` is not a column.
-    O(columns).
-    """
-    from pyspark.sql import types as T
-
-    require_columns(df, [key], "key column")
-    dtype = df.schema[key].dataType
-    if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType)):
-        return "int", dtype
-    if isinstance(dtype, T.LongType):
-        return "long", dtype
-    if isinstance(dtype, T.StringType):
-        return "string", dtype
-    if isinstance(dtype, T.BinaryType):
-        return "binary", dtype
-    return None, dtype
 
 
 @dataclass(frozen=True)
@@ -290,7 +273,8 @@ def resolve_strategy(
             )
         else:
             name = resolve_strategy_name(strategy)
-            p = build(name, n, key_type=kind or "auto", null_policy=policy)
+            p = build(name, n, key_type=kind or "auto", null_policy=policy,
+                      max_keys=table_max_keys(spark))
             scores, sample_rows, counted_all = [], 0, False
     else:
         raise InvalidArgumentTypeError(
@@ -300,12 +284,28 @@ def resolve_strategy(
     if isinstance(p, TablePartitioner) and p.is_stateful and fit_mode != "none":
         if not scores:
             fraction = 1.0 if fit_mode == "full" else sampling_rate()
-            _fit_from_counts(p, key_counts(df, key, fraction, seed, policy))
+            fit_table(df, key, p, fraction, seed)
         elif fit_mode == "full" and not counted_all:
             # auto chose a table strategy on a sample: learn every key of the data instead
-            p = p.fresh(policy)
-            _fit_from_counts(p, key_counts(df, key, 1.0, seed, policy))
+            refit = p.fresh(policy)
+            if isinstance(refit, TablePartitioner):
+                fit_table(df, key, refit, 1.0, seed)
+            p = refit
     return KeyedStrategy(p, scores, sample_rows)
+
+
+def table_max_keys(spark: Any) -> int:
+    """The conf ``spark.trilink.table.maxKeys``: the entries a table strategy built by name
+    holds at most (default
+    :data:`~trilink_spark.partitioners.table.DEFAULT_MAX_KEYS`). One conf read.
+
+    Raises
+    ------
+    InvalidArgumentError
+        The conf is not a whole number in ``[1, 16,777,216]`` (named).
+    """
+    return check_max_keys(conf_count(spark, "table.maxKeys", DEFAULT_MAX_KEYS),
+                          "spark.trilink.table.maxKeys")
 
 
 def _choose_auto(
@@ -343,36 +343,6 @@ def _choose_auto(
         ", ".join(f"{s.name}={s.balance_degree:.3f}" for s in scores),
     )
     return best.partitioner, scores, total, counted_all
-
-
-def _table_frame(spark: Any, p: TablePartitioner, kind: str, dtype: DataType) -> DataFrame:
-    """``p``'s table as a broadcast frame of (:data:`TABLE_KEY_COL` of ``dtype``,
-    :data:`TABLE_PID_COL`), without the keys a ``dtype`` column cannot hold. O(keys)."""
-    from pyspark.sql import functions as F
-
-    keys, pids = p.table_arrays()
-    want = {"int": int, "long": int, "string": str, "binary": bytes}[kind]
-    bits = {"byte": 8, "short": 16, "integer": 32}.get(dtype.typeName(), 64)
-    low, high = -(2 ** (bits - 1)), 2 ** (bits - 1)
-    arrow_type = {"int": pa.int64(), "long": pa.int64(), "string": pa.string(),
-                  "binary": pa.binary()}[kind]
-    if set(map(type, keys)) <= {want}:  # one kind of key, the usual table: no loop per key
-        key_array = pa.array(keys, type=arrow_type)
-        mask = np.ones(len(keys), bool)
-        if want is int and bits < 64:
-            values = key_array.to_numpy(zero_copy_only=False)
-            mask = (values >= low) & (values < high)
-            key_array = key_array.filter(pa.array(mask))
-    else:
-        def fits(k: object) -> bool:  # keys the column cannot hold can never match a row
-            return isinstance(k, want) and (want is not int or low <= k < high)  # type: ignore[operator]
-
-        mask = np.fromiter((fits(k) for k in keys), bool, len(keys))
-        key_array = pa.array([k for k, m in zip(keys, mask) if m], type=arrow_type)
-    table = pa.table({TABLE_KEY_COL: key_array, TABLE_PID_COL: pa.array(pids[mask])})
-    frame = frame_of_arrow(spark, table)
-    return F.broadcast(frame.select(F.col(TABLE_KEY_COL).cast(dtype).alias(TABLE_KEY_COL),
-                                    F.col(TABLE_PID_COL)))
 
 
 def _null_guard(pid: Column, key_col: Column, policy: str, nullable: bool, key: str,
@@ -632,7 +602,7 @@ def _with_partition_id(df: DataFrame, key: str, p: Partitioner) -> tuple[DataFra
         return df.select(*plan.select), plan.partition
     joined_kind, joined_table = kind, table
     frame = table_frame_of(spark, table, (kind, dtype.json()),
-                           lambda: _table_frame(spark, joined_table, joined_kind, dtype))
+                           lambda: table_frame(spark, joined_table, joined_kind, dtype))
     return df.join(frame, plan.condition, "left").select(*plan.select), plan.partition
 
 
@@ -657,6 +627,9 @@ def _partition_plan(key: str, p: Partitioner, kind: str | None, nullable: bool,
         spark_type = {"int": "int", "long": "bigint"}.get(hashed_as)
         if spark_type is not None:
             fallback = F.pmod(F.hash(key_col.cast(spark_type)), F.lit(n))
+        groups = table.group_placement(kind)
+        if groups is not None:  # bounded: a key without an entry goes by its key group
+            fallback = groups.spark_column(key_col)
     condition = None
     if isinstance(table, TablePartitioner) and table.is_stateful:
         if kind is None:  # pragma: no cover - _check_strategy_for refused it already

@@ -15,7 +15,8 @@ keys). :data:`PLAN_CACHE` keeps both between calls:
   strategy object and the state its expression depends on, key column, its type and
   nullability, the frame's columns); a table strategy's expressions name the table frame's
   columns, never its keys, so they are kept per configuration (class, key type, partitions,
-  null policy) and serve a strategy read again from a stored record as well.
+  null policy) and serve a strategy read again from a stored record as well; a bounded
+  table's expression holds its group table, so it is kept per object and version.
 
 Only strategies whose placement in the JVM is fixed by what the key names are cached: the
 catalogue's own classes (Hash, Modulo, Block, Weight, LeastKey, LeastCount, and Overlay over
@@ -53,9 +54,12 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import numpy as np
+import pyarrow as pa
+
 from .._internal.deprecation import warn_moved
-from .._internal.spark.compat import is_connect
-from ..columns import INTERNAL_PREFIX
+from .._internal.spark.compat import frame_of_arrow, is_connect
+from ..columns import INTERNAL_PREFIX, TABLE_KEY_COL, TABLE_PID_COL, require_columns
 from ..partitioners import BlockPartitioner, HashPartitioner, LeastCountPartitioner
 from ..partitioners import LeastKeyPartitioner, ModuloPartitioner, Partitioner
 from ..partitioners import TablePartitioner, WeightPartitioner
@@ -63,10 +67,11 @@ from ..partitioners.overlay import OverlayPartitioner
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType
 
 __all__ = ["PLAN_CACHE", "PLAN_CACHE_SIZE", "SERVER_VIEW_KEYS", "PlanCache", "PartitionPlan",
            "Held", "plan_cache_session_key", "strategy_state", "table_frame_of",
-           "partition_plan_of"]
+           "partition_plan_of", "key_kind", "table_frame"]
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +151,9 @@ def strategy_state(p: Partitioner, kind: str = "plan"
     if cls in _FIXED_CLASSES:
         return [p], (cls.__name__,)
     if cls in _TABLE_CLASSES and isinstance(p, TablePartitioner):
-        if kind == "plan" and p.is_stateful:
+        if kind == "plan" and p.is_stateful and not p.bounded:
+            # the plan of a table is its join: shared by every table of this shape (a
+            # bounded table's fallback holds its group table, so its plan is its own)
             return [], (cls.__name__, p.key_type, p.num_partitions, p.null_policy)
         return [p], (cls.__name__, p.table_version, p.key_type, p.is_stateful)
     if cls is OverlayPartitioner and isinstance(p, OverlayPartitioner):
@@ -421,3 +428,55 @@ def __getattr__(name: str) -> Any:
         warn_moved(f"{__name__}.session_key", f"{__name__}.plan_cache_session_key")
         return plan_cache_session_key
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def key_kind(df: DataFrame, key: str) -> tuple[str | None, DataType]:
+    """The key kind a strategy sees for column ``key`` (``"int"``, ``"long"``, ``"string"``,
+    ``"binary"``, or ``None`` for any other type) and the column's Spark type.
+
+    Raises :class:`~trilink_spark.errors.MissingColumnError` when ``key`` is not a column.
+    O(columns).
+    """
+    from pyspark.sql import types as T
+
+    require_columns(df, [key], "key column")
+    dtype = df.schema[key].dataType
+    if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType)):
+        return "int", dtype
+    if isinstance(dtype, T.LongType):
+        return "long", dtype
+    if isinstance(dtype, T.StringType):
+        return "string", dtype
+    if isinstance(dtype, T.BinaryType):
+        return "binary", dtype
+    return None, dtype
+
+
+def table_frame(spark: Any, p: TablePartitioner, kind: str, dtype: DataType) -> DataFrame:
+    """``p``'s entries as a broadcast frame of (:data:`TABLE_KEY_COL` of ``dtype``,
+    :data:`TABLE_PID_COL`), without the keys a ``dtype`` column cannot hold. O(keys)."""
+    from pyspark.sql import functions as F
+
+    keys, pids = p.table_arrays()
+    want = {"int": int, "long": int, "string": str, "binary": bytes}[kind]
+    bits = {"byte": 8, "short": 16, "integer": 32}.get(dtype.typeName(), 64)
+    low, high = -(2 ** (bits - 1)), 2 ** (bits - 1)
+    arrow_type = {"int": pa.int64(), "long": pa.int64(), "string": pa.string(),
+                  "binary": pa.binary()}[kind]
+    if set(map(type, keys)) <= {want}:  # one kind of key, the usual table: no loop per key
+        key_array = pa.array(keys, type=arrow_type)
+        mask = np.ones(len(keys), bool)
+        if want is int and bits < 64:
+            values = key_array.to_numpy(zero_copy_only=False)
+            mask = (values >= low) & (values < high)
+            key_array = key_array.filter(pa.array(mask))
+    else:
+        def fits(k: object) -> bool:  # keys the column cannot hold can never match a row
+            return isinstance(k, want) and (want is not int or low <= k < high)  # type: ignore[operator]
+
+        mask = np.fromiter((fits(k) for k in keys), bool, len(keys))
+        key_array = pa.array([k for k, m in zip(keys, mask) if m], type=arrow_type)
+    table = pa.table({TABLE_KEY_COL: key_array, TABLE_PID_COL: pa.array(pids[mask])})
+    frame = frame_of_arrow(spark, table)
+    return F.broadcast(frame.select(F.col(TABLE_KEY_COL).cast(dtype).alias(TABLE_KEY_COL),
+                                    F.col(TABLE_PID_COL)))

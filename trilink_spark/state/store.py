@@ -643,15 +643,16 @@ class KeyedStateStore:
                      ) -> tuple[Partitioner | None, int]:
         """The placement that was in force at ``batch`` (per the manifest's history;
         ``manifest``: the manifest, when the caller has just read it)."""
-        return self.load_placement(self._placement_start(batch, manifest))
+        return self.load_placement(self.placement_start(batch, manifest))
 
     def placement_record_at(self, batch: int, manifest: dict[str, Any] | None = None
                             ) -> tuple[Partitioner | None, int, str | None]:
         """:meth:`placement_record` of the placement in force at ``batch``."""
-        return self.placement_record(self._placement_start(batch, manifest))
+        return self.placement_record(self.placement_start(batch, manifest))
 
-    def _placement_start(self, batch: int, manifest: dict[str, Any] | None = None) -> int:
-        """The batch the placement in force at ``batch`` started from."""
+    def placement_start(self, batch: int, manifest: dict[str, Any] | None = None) -> int:
+        """The batch the placement in force at ``batch`` started from (a record written
+        once: with the manifest's ``path_id`` it names one placement)."""
         manifest = self.read_manifest() if manifest is None else manifest
         starts = [] if manifest is None else sorted(manifest.get("placements", []))
         before = [s for s in starts if s <= batch]

@@ -50,7 +50,7 @@ __all__ = ["Placed", "KeyColumn", "check_rebalancer", "first_placement", "source
            "replayed_placement", "stored_placement", "resume_request", "adaptive_choice",
            "adaptive_request", "started_arguments", "restart_request", "rebalancer_decision",
            "rebalance_target", "swap_report", "refusal_report", "stored_key_type",
-           "state_key_type", "bound_placement", "check_restart_null_policy"]
+           "state_key_type", "bound_placement", "check_restart_null_policy", "unfinished_plan"]
 
 logger = logging.getLogger(__name__)
 
@@ -347,9 +347,14 @@ def stored_placement(store: KeyedStateStore, prev: int
         raise InvalidArgumentError(
             f"state at {store.path} was placed by keyed_by_source; a key_by stream "
             "needs its own state_path")
+    return current, prev_partitions, recorded, unfinished_plan(store, prev)
+
+
+def unfinished_plan(store: KeyedStateStore, prev: int) -> dict[str, Any] | None:
+    """The plan of a fluid swap still under way at version ``prev`` (None: none). One small
+    read of the state path."""
     last = store.load_plan(prev)
-    unfinished = last if last is not None and not last["complete"] else None
-    return current, prev_partitions, recorded, unfinished
+    return last if last is not None and not last["complete"] else None
 
 
 def resume_request(unfinished: dict[str, Any], kind: str | None

@@ -51,7 +51,7 @@ from .placement import KeyColumn, Placed, adaptive_choice, adaptive_request, bou
 from .placement import check_restart_null_policy, first_placement, rebalance_target
 from .placement import rebalancer_decision, refusal_report, replayed_placement
 from .placement import restart_request, resume_request, source_placement, started_arguments
-from .placement import state_key_type, stored_placement
+from .placement import state_key_type, stored_placement, unfinished_plan
 from .plan import SwapReport, SwapRequest, check_request, plan_swap
 
 if TYPE_CHECKING:
@@ -292,12 +292,23 @@ class Replanner(PicklableLock):
             self._restart_checked = True  # the state starts with this start's arguments
             self._adaptive = adaptive_choice(o["strategy"])
             return Placed(first, 0, None, None, True)
-        current, prev_partitions, recorded, unfinished = stored_placement(self.store, prev)
-        kind = self._state_kind(prev, prev_partitions, recorded, column)
+        start = self.store.placement_start(prev, manifest)
+        cached = self.__dict__.get("_bound")
+        if cached is not None and cached[0] == (start, manifest.get("path_id")):
+            _, current, prev_partitions, recorded, kind = cached
+            unfinished = unfinished_plan(self.store, prev)
+        else:
+            current, prev_partitions, recorded, unfinished = stored_placement(self.store, prev)
+            kind = self._state_kind(prev, prev_partitions, recorded, column)
         replayed = replayed_placement(self.store, batch_id, kind)
         if replayed is not None:  # decided by an earlier attempt of this batch: never re-decide
             return self._replayed(replayed)
-        current = bound_placement(current, kind, recorded is not None)
+        if cached is None or cached[1] is not current:
+            current = bound_placement(current, kind, recorded is not None)
+            # bound once per placement version: the same object every batch, so the plan and
+            # the table's broadcast frame built for it are reused (placement.plans)
+            self._bound = ((start, manifest.get("path_id")), current, prev_partitions,
+                           recorded, kind)
         if not self._restart_checked:  # a restart keeps the state's null policy, or is refused
             check_restart_null_policy(self.store, manifest, batch_df, o, current)
         refused: tuple[SwapReport, ...] = ()

@@ -1,0 +1,236 @@
+"""Fitting a table strategy on the executors: the heaviest keys by name, the rest by group.
+
+:func:`fit_table` is what :func:`~trilink_spark.key_by` (``fit="full"`` or ``"sample"``) does
+for a table strategy (LeastKey, LeastCount, random Weight): it counts the keys with Spark on the
+executors and brings the driver at most ``max_keys`` keys and one load per key group, never
+every key (:mod:`trilink_spark.partitioners.table`, bounded tables).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from .._internal.spark.compat import frame_of_arrow
+from .._internal.validation import choice, refuse_streaming
+from ..columns import TABLE_KEY_COL, column_of
+from ..errors import InvalidKeyTypeError
+from ..partitioners.keys import null_key_error
+from ..partitioners.table import TablePartitioner
+from .plans import key_kind, table_frame
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["fit_table", "FIT_HOWS", "CANDIDATE_SAMPLE", "EXACT_MARGIN"]
+
+
+_FIT_KEY, _FIT_ROWS, _FIT_PART, _FIT_GROUP, _FIT_KEYS = (
+    "_tl_fit_key", "_tl_fit_rows", "_tl_fit_part", "_tl_fit_group", "_tl_fit_keys")
+
+
+#: How :func:`fit_table` finds the heaviest keys: ``"aggregate"`` counts every key with
+#: Spark's aggregation; ``"sample"`` finds candidates on a sample and counts only them.
+FIT_HOWS: tuple[str, ...] = ("aggregate", "sample")
+
+
+def fit_table(df: DataFrame, key: str, p: TablePartitioner, fraction: float = 1.0,
+              seed: int = 0, how: str = "aggregate") -> None:
+    """Teach table strategy ``p`` the keys of ``df``'s column ``key`` without ever bringing
+    every key to the driver.
+
+    ``how="aggregate"`` (the default, measured the faster of the two at 100,000 to 10
+    million keys, ``benches/RESULTS.md``): one Spark job counts every key (Spark's hash
+    aggregation, on the executors) and returns, in one result, the counts of the keys
+    ``p``'s table holds, the heaviest keys it does not (as many as it has entries left:
+    ``takeOrdered`` by count, then key), and the rows and distinct keys of every key group
+    over all keys; Spark reuses the aggregation's exchange for the three parts. Every count
+    is exact, and so is the choice of the heaviest keys.
+
+    ``how="sample"``:
+
+    1. One Spark job over the key column returns, per key group
+       (``pmod(hash(key), p.num_groups)``), its rows and an estimate of its distinct keys
+       (``approx_count_distinct``, 5 % relative error per group, a fraction of a percent
+       over their sum), and the heaviest keys of a
+       :data:`CANDIDATE_SAMPLE` Bernoulli sample (``takeOrdered`` by count): the candidates
+       for entries.
+    2. Few keys (the estimate within :data:`EXACT_MARGIN` of the entries ``p`` has left):
+       one aggregation counts every key exactly, at most ``max_keys + 1`` of them to the
+       driver, and when they all fit, ``p`` learns them one by one, exactly as a per-key
+       table always did.
+    3. Else one job counts the candidates and the keys ``p``'s table holds exactly (a
+       broadcast semi-join, then Spark's aggregation: at most that many rows back), the
+       heaviest candidates get the entries left and every other key goes by its group,
+       whose load is its rows less the counted keys' rows
+       (:meth:`~trilink_spark.partitioners.table.TablePartitioner.fit_loads`).
+
+    The explicit keys' counts are exact; which keys are the heaviest is found on the
+    sample, so a key heavier than about ``1 / CANDIDATE_SAMPLE`` rows is a candidate with
+    near certainty, and lighter keys (where it does not matter which of them get entries)
+    go by group. The groups' key counts (LeastKey's load) are estimates.
+
+    Parameters
+    ----------
+    df : DataFrame
+        A bounded frame (a stream is refused, as by :func:`key_counts`).
+    key : str
+        The key column (int, long, string or binary).
+    p : TablePartitioner
+        Fitted in place.
+    fraction, seed : float, int
+        A Bernoulli sample of the rows to learn from (``fit="sample"``), seeded.
+    how : {"aggregate", "sample"}
+        How the heaviest keys are found (above).
+
+    Raises
+    ------
+    NullKeyError
+        A null key under the null policy ``"error"``.
+
+    Notes
+    -----
+    Cost, ``"aggregate"``: one Spark job, one aggregation exchange of the key column
+    (map-side combined), a broadcast of ``p``'s table when it holds keys, and a top-k per
+    task. ``"sample"``: two Spark jobs, each a scan of the key column with map-side combined aggregations
+    whose exchanges carry at most ``num_groups`` + ``max_keys`` rows per task (the small
+    case: one full per-key aggregation instead of the second), and a broadcast of the
+    candidates. The driver receives at most ``len(p) + max_keys + num_groups`` rows:
+    memory O(``max_keys`` + groups), never O(distinct keys). A faster fit than one
+    aggregation of every key (``benches/RESULTS.md``, the table-scale section).
+
+    Examples
+    --------
+    >>> p = tl.LeastCountPartitioner(8)  # doctest: +SKIP
+    >>> fit_table(df, "user", p)  # doctest: +SKIP
+    >>> p.bounded  # more than 65,536 users: the heaviest by name, the rest by group  # doctest: +SKIP
+    True
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    refuse_streaming(df, "strategy='auto' (or fitting a table strategy)", "it counts the keys with "
+                     "a job before placing them", "On a stream name a stateless strategy ('hash',"
+                     " 'modulo', 'weight') or pass a fitted one with fit='none'; or place each "
+                     "micro-batch in writeStream.foreachBatch (adaptive_foreach_batch)")
+    kind, dtype = key_kind(df, key)
+    if kind is None:  # pragma: no cover - _check_strategy_for refused it already
+        raise InvalidKeyTypeError(f"key column {key!r} cannot be placed through a table")
+    spark = df.sparkSession
+    src = df.select(column_of(key).alias(_FIT_KEY))
+    if fraction < 1.0:
+        src = src.sample(fraction=fraction, seed=seed)
+    k, c = F.col(_FIT_KEY), F.col(_FIT_ROWS)
+    spark_type = {"int": "int", "long": "bigint"}.get(p.fallback_type(kind))
+    hashed = F.hash(k.cast(spark_type)) if spark_type is not None else F.hash(k)
+    group = F.when(k.isNull(), F.lit(-1)).otherwise(F.pmod(hashed, F.lit(p.num_groups)))
+    none_int, none_long = F.lit(None).cast(T.IntegerType()), F.lit(None).cast(T.LongType())
+    room = 0 if p.bounded else max(0, p.max_keys - len(p))
+
+    def listed(part: int, rows: DataFrame) -> DataFrame:
+        return rows.select(F.lit(part).alias(_FIT_PART), k, c.cast("bigint").alias(_FIT_ROWS),
+                           none_int.alias(_FIT_GROUP), none_long.alias(_FIT_KEYS))
+
+    counted = src.groupBy(_FIT_KEY).agg(F.count(F.lit(1)).alias(_FIT_ROWS))
+    if choice(how, "how", FIT_HOWS) == "aggregate":
+        # every key counted once; its exchange serves the three parts (exchange reuse)
+        by_key = counted
+        parts = [by_key.groupBy(group.alias(_FIT_GROUP)).agg(
+            F.sum(c).cast("bigint").alias(_FIT_ROWS), F.count(F.lit(1)).alias(_FIT_KEYS))
+            .select(F.lit(2).alias(_FIT_PART), F.lit(None).cast(dtype).alias(_FIT_KEY),
+                    F.col(_FIT_ROWS), F.col(_FIT_GROUP), F.col(_FIT_KEYS))]
+        unknown = by_key.where(k.isNotNull())
+        if len(p):
+            frame = table_frame(spark, p, kind, dtype)
+            parts.append(listed(1, by_key.join(frame, k == F.col(TABLE_KEY_COL), "left_semi")))
+            unknown = unknown.join(frame, k == F.col(TABLE_KEY_COL), "left_anti")
+        if room:
+            parts.append(listed(1, unknown.orderBy(c.desc(), k.asc()).limit(room)))
+        query = parts[0]
+        for extra in parts[1:]:
+            query = query.unionByName(extra)
+        result = query.toArrow()
+        part = result.column(_FIT_PART).to_numpy()
+        by_group = result.filter(pa.array(part == 2))
+        named = result.filter(pa.array(part == 1))
+        nonnull = pa.compute.greater_equal(by_group.column(_FIT_GROUP), 0)
+        total = int(pa.compute.sum(by_group.filter(nonnull).column(_FIT_KEYS)).as_py() or 0)
+        _learn(p, named, by_group, key, exact=named.num_rows >= total)
+        return
+    groups = src.groupBy(group.alias(_FIT_GROUP)).agg(
+        F.count(F.lit(1)).alias(_FIT_ROWS),
+        F.approx_count_distinct(k, 0.05).cast("bigint").alias(_FIT_KEYS))
+    first = groups.select(F.lit(2).alias(_FIT_PART), F.lit(None).cast(dtype).alias(_FIT_KEY),
+                          F.col(_FIT_ROWS), F.col(_FIT_GROUP), F.col(_FIT_KEYS))
+    if room:
+        sampled = src.where(k.isNotNull()).sample(fraction=CANDIDATE_SAMPLE, seed=seed + 1)
+        top = sampled.groupBy(_FIT_KEY).agg(F.count(F.lit(1)).alias(_FIT_ROWS)) \
+            .orderBy(c.desc(), k.asc()).limit(room)
+        first = first.unionByName(listed(1, top))
+    summary = first.toArrow()
+    part = summary.column(_FIT_PART).to_numpy()
+    by_group = summary.filter(pa.array(part == 2))
+    estimate = float(pa.compute.sum(by_group.filter(pa.compute.greater_equal(
+        by_group.column(_FIT_GROUP), 0)).column(_FIT_KEYS)).as_py() or 0)
+    if room and estimate <= room * EXACT_MARGIN:
+        every = listed(1, counted.where(k.isNotNull()).limit(len(p) + room + 1)).toArrow()
+        if every.num_rows <= len(p) + room:  # every key: the per-key fit, exactly
+            _learn(p, every, by_group, key, exact=True)
+            return
+    candidates = summary.filter(pa.array(part == 1)).column(_FIT_KEY).combine_chunks()
+    if len(p):
+        table_keys = table_frame(spark, p, kind, dtype).select(F.col(TABLE_KEY_COL))
+    names = frame_of_arrow(spark, pa.table({TABLE_KEY_COL: candidates})).select(
+        F.col(TABLE_KEY_COL).cast(dtype).alias(TABLE_KEY_COL))
+    if len(p):
+        names = names.unionByName(table_keys)
+    exact = counted.join(F.broadcast(names.distinct()), k == F.col(TABLE_KEY_COL), "left_semi")
+    _learn(p, listed(1, exact).toArrow(), by_group, key, exact=False)
+
+
+#: The share of rows :func:`fit_table` samples to find the candidates for a table's entries.
+CANDIDATE_SAMPLE = 0.02
+#: :func:`fit_table` counts every key exactly when its estimate of the new keys is at most
+#: this many times the entries the table has left.
+EXACT_MARGIN = 1.1
+
+
+def _learn(p: TablePartitioner, listed: Any, by_group: Any, key: str, exact: bool) -> None:
+    """Teach ``p`` the exactly counted keys ``listed`` and the groups' loads ``by_group``
+    (:func:`fit_table`): the keys the table knows and the heaviest new ones (as many as it
+    has entries left) by name, the rest by group less the named keys' rows."""
+    import pyarrow.compute as pc
+
+    gid = pc.fill_null(by_group.column(_FIT_GROUP), -2).to_numpy()
+    g_rows = by_group.column(_FIT_ROWS).to_numpy().astype(np.float64)
+    g_keys = by_group.column(_FIT_KEYS).to_numpy().astype(np.float64)
+    null_rows = float(g_rows[gid == -1].sum())
+    if null_rows and p.null_policy == "error":
+        raise null_key_error(f"column {key!r} has null keys")
+    b = p.num_groups
+    ok = gid >= 0
+    rest_rows = np.bincount(gid[ok], weights=g_rows[ok], minlength=b).astype(np.float64)
+    rest_keys = np.bincount(gid[ok], weights=g_keys[ok], minlength=b).astype(np.float64)
+    listed = listed.sort_by([(_FIT_KEY, "ascending")])  # the per-key fit's order
+    keys = listed.column(_FIT_KEY).combine_chunks()
+    rows = listed.column(_FIT_ROWS).to_numpy().astype(np.float64)
+    if exact:  # every key is listed: no rest
+        p.fit_loads(keys, rows, None, null_rows)
+        return
+    known = np.asarray(p.lookup_known(keys), dtype=bool)
+    room = 0 if p.bounded else max(0, p.max_keys - len(p))
+    new_at = np.flatnonzero(~known)
+    chosen = np.zeros(len(rows), dtype=bool)
+    chosen[known] = True
+    chosen[new_at[np.argsort(-rows[new_at], kind="stable")[:room]]] = True
+    ids = p.key_groups(keys)
+    rest_rows -= np.bincount(ids, weights=rows, minlength=b)  # the listed keys leave their
+    rest_keys -= np.bincount(ids, minlength=b)                # groups' sums ...
+    back = ~chosen  # ... and the candidates without an entry go back to theirs
+    rest_rows += np.bincount(ids[back], weights=rows[back], minlength=b)
+    rest_keys += np.bincount(ids[back], minlength=b)
+    keep = pa.array(chosen)
+    p.fit_loads(keys.filter(keep), rows[chosen],
+                (np.maximum(rest_rows, 0.0), np.maximum(rest_keys, 0.0)), null_rows)
