@@ -203,3 +203,21 @@ def test_threads_agree_on_a_bounded_table() -> None:
     for t in threads:
         t.join()
     assert all(r == expected for r in results)
+
+
+def test_evaluation_scores_the_bounded_form_and_says_what_it_gives_up() -> None:
+    rng = np.random.default_rng(2)
+    uniq, counts = np.unique(rng.zipf(1.2, 20_000) % 5_000, return_counts=True)
+    mapping = dict(zip(uniq.tolist(), counts.tolist()))
+    scores = {s.name: s for s in tl.evaluate_strategies(mapping, 8, max_keys=100)}
+    lc = scores["least_count"]
+    assert lc.bounded and len(lc.partitioner) == 100
+    per_key = tl.LeastCountPartitioner(8, max_keys=len(mapping) + 1).fit(mapping)
+    expected = balance_degree(np.bincount(per_key.assign(uniq), weights=counts, minlength=8))
+    assert lc.per_key_balance == pytest.approx(expected)
+    assert lc.bounded_gap == pytest.approx(expected - lc.balance_degree)
+    assert lc.to_dict()["bounded"] and "per_key_balance_degree" in lc.to_dict()
+    assert not scores["hash"].bounded and scores["hash"].per_key_balance is None
+    unbounded = {s.name: s for s in tl.evaluate_strategies(mapping, 8)}
+    assert not unbounded["least_count"].bounded
+    assert unbounded["least_count"].per_key_balance is None

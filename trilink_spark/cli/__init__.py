@@ -321,6 +321,13 @@ def _format_table(results: Sequence[BalanceResult], partitions: int, out: TextIO
                 f"{mark} {s.name:<24}{s.balance_degree:>9.3f}{s.extra_compute_time:>11.1%}"
                 f"{ratio:>10.3f}{s.max_load:>12,.0f}{s.mean_load:>12,.1f}\n"
             )
+        for s in res.scores:
+            if s.per_key_balance is not None:
+                p = s.partitioner
+                out.write(
+                    f"  {s.name}: bounded ({len(p):,} keys by name, the rest by "  # type: ignore[arg-type]
+                    f"{p.num_groups:,} key groups); one entry per key would give "  # type: ignore[attr-defined]
+                    f"{s.per_key_balance:.3f} ({s.bounded_gap:+.3f})\n")
         for name, m in res.measured.items():
             out.write(
                 f"  measured with Spark, {name}: balance {m['balance_degree']:.3f}, "

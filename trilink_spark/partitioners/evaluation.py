@@ -21,7 +21,7 @@ from .keys import DEFAULT_NULL_POLICY, to_counts
 from .balance import balance_degree, extra_compute_time, keyed_bound
 from .base import Partitioner
 from .catalogue import build, candidate_names, default_candidates, fit_counts
-from .table import TablePartitioner
+from .table import MAX_TABLE_KEYS, TablePartitioner
 
 __all__ = ["StrategyScore", "evaluate_strategies", "choose_best", "pick_best", "CANDIDATES"]
 
@@ -50,6 +50,25 @@ class StrategyScore:
     loads: npt.NDArray[np.float64] = field(repr=False)
     keyed_bound: float
     capacity: npt.NDArray[np.float64] | None = field(default=None, repr=False)
+    #: For a bounded table (more distinct keys than its ``max_keys``): the balance degree
+    #: the same strategy with one entry per key would give; None otherwise.
+    per_key_balance: float | None = None
+
+    @property
+    def bounded(self) -> bool:
+        """Whether the strategy was scored in its bounded form (heaviest keys by name, the
+        rest by key group)."""
+        p = self.partitioner
+        return isinstance(p, TablePartitioner) and p.bounded
+
+    @property
+    def bounded_gap(self) -> float:
+        """How much balance the bounded form gives up against one entry per key
+        (``per_key_balance - balance_degree``; 0 when not bounded, negative when the bounded
+        form balances better)."""
+        if self.per_key_balance is None:
+            return 0.0
+        return self.per_key_balance - self.balance_degree
 
     @property
     def balance_degree(self) -> float:
@@ -87,7 +106,11 @@ class StrategyScore:
             "min_load": self.min_load,
             "max_over_mean": self.max_load / self.mean_load if self.mean_load else 1.0,
             "keyed_bound": self.keyed_bound,
+            "bounded": self.bounded,
         }
+        if self.per_key_balance is not None:
+            out["per_key_balance_degree"] = self.per_key_balance
+            out["bounded_gap"] = self.bounded_gap
         if with_loads:
             out["loads"] = self.loads.tolist()
         return out
@@ -103,6 +126,7 @@ def evaluate_strategies(
     key_type: str = "auto",
     seed: int = 0,
     null_policy: str = DEFAULT_NULL_POLICY,
+    max_keys: int | None = None,
 ) -> list[StrategyScore]:
     """Score every strategy on a key distribution.
 
@@ -128,6 +152,12 @@ def evaluate_strategies(
     seed : int
         Seed of random-mode Weight.
     null_policy : {"group", "error", "partition0"}
+    max_keys : int, optional
+        Entries of the table strategies (default
+        :data:`~trilink_spark.partitioners.table.DEFAULT_MAX_KEYS`). With more distinct keys
+        they are scored in their bounded form, as :func:`~trilink_spark.key_by` would place
+        them, and each such score also holds the per-key form's balance
+        (:attr:`StrategyScore.per_key_balance`, :attr:`StrategyScore.bounded_gap`).
 
     Returns
     -------
@@ -137,7 +167,8 @@ def evaluate_strategies(
     Notes
     -----
     Cost: each table strategy is fitted once, O(distinct keys * log n) (the no-history
-    LeastCount walks every record); loads are one vectorised ``assign`` per strategy.
+    LeastCount walks every record), twice when it is bounded (its per-key form too); loads
+    are one vectorised ``assign`` per strategy.
 
     Examples
     --------
@@ -177,18 +208,24 @@ def evaluate_strategies(
     bound = keyed_bound(eval_counts, n)
     scores = []
     for name in names:
-        p = build(name, n, key_type=key_type, null_policy=null_policy, weights=weights,
-                  seed=seed)
-        if name == "least_count_no_history":
-            p.fit(keys_or_counts)  # online: the records in arrival order
-        elif p.is_stateful:
-            fit_counts(p, keys, counts)
-        if isinstance(p, TablePartitioner) and p.is_stateful:
-            pids = p.lookup(eval_keys.arrow)
-        else:
-            pids = p.assign(eval_keys.arrow)
-        loads = np.bincount(pids, weights=eval_counts, minlength=n).astype(np.float64)
-        scores.append(StrategyScore(name, p, loads, bound, capacity))
+        def scored(bound_keys: int | None) -> tuple[Partitioner, npt.NDArray[np.float64]]:
+            p = build(name, n, key_type=key_type, null_policy=null_policy, weights=weights,
+                      seed=seed, max_keys=bound_keys)
+            if name == "least_count_no_history":
+                p.fit(keys_or_counts)  # online: the records in arrival order
+            elif p.is_stateful:
+                fit_counts(p, keys, counts)
+            if isinstance(p, TablePartitioner) and p.is_stateful:
+                pids = p.lookup(eval_keys.arrow)
+            else:
+                pids = p.assign(eval_keys.arrow)
+            return p, np.bincount(pids, weights=eval_counts, minlength=n).astype(np.float64)
+
+        p, loads = scored(max_keys)
+        per_key = None
+        if isinstance(p, TablePartitioner) and p.bounded and len(keys) < MAX_TABLE_KEYS:
+            per_key = balance_degree(scored(len(keys) + 1)[1], capacity)
+        scores.append(StrategyScore(name, p, loads, bound, capacity, per_key))
     return scores
 
 

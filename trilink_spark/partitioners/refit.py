@@ -41,7 +41,7 @@ from .base import Partitioner, encode_key
 from .block import BlockPartitioner
 from .hash import HashPartitioner
 from .least import LeastCountPartitioner, LeastKeyPartitioner
-from .table import TablePartitioner
+from .table import DEFAULT_MAX_KEYS, TablePartitioner
 
 __all__ = ["rebalance_minimal", "moved_units", "UNITS"]
 
@@ -450,6 +450,8 @@ def _rebalance_blocks(p: BlockPartitioner, counts: Any, n: int, tau: float,
 def _rebalance_table(p: LeastKeyPartitioner | LeastCountPartitioner, counts: Any, n: int,
                      tau: float, cap: float | None) -> Partitioner:
     distinct, keys, loads, null_load = _key_counts(counts, p.null_policy)
+    if p.bounded or len(p) + len(keys) > p.max_keys and _over_bound(p, distinct):
+        return _rebalance_bounded(p, distinct, loads, null_load, n, tau, cap)
     table_keys, table_pids = p.table_arrays()
     if table_keys and keys:
         have, got = _FAMILY[to_key_array(table_keys).kind], _FAMILY[to_key_array(distinct).kind]
@@ -471,6 +473,79 @@ def _rebalance_table(p: LeastKeyPartitioner | LeastCountPartitioner, counts: Any
     weights = np.concatenate([weights, loads[unknown]])
     pids = _run(start, weights, null_load, n, tau, cap, p.null_policy)
     return _table_strategy(type(p), p.key_type, p.null_policy, n, unit_keys, pids, weights)
+
+
+def _over_bound(p: TablePartitioner, distinct: pa.Array) -> bool:
+    """Whether the table's entries and the counted keys it does not hold pass its bound."""
+    return len(p) + int((~p.lookup_known(distinct)).sum()) > p.max_keys
+
+
+def _rebalance_bounded(p: LeastKeyPartitioner | LeastCountPartitioner, distinct: pa.Array,
+                       loads: npt.NDArray[np.float64], null_load: float, n: int, tau: float,
+                       cap: float | None) -> Partitioner:
+    """:func:`rebalance_minimal` of a bounded table (or of a per-key one past its bound,
+    which it bounds): the units are the keys with entries and the key groups.
+
+    The entries go to the heaviest counted keys (the table's own first among equals, and a
+    table's entry nobody counted keeps it while there is room): a key that became heavy gets
+    an entry, starting where its group is; a key that lost its entry joins its group. Each
+    group starts where most of its counted keys' load is now (its own partition, for a
+    bounded table), so a per-key table becomes bounded moving as few keys as it can. Then
+    the units are rebalanced as ever. O(keys log keys + groups log groups)."""
+    now = p.lookup(distinct).astype(np.int64) if len(distinct) else np.zeros(0, np.int64)
+    known = p.lookup_known(distinct) if len(distinct) else np.zeros(0, bool)
+    # the heaviest keys get the entries: by load, the table's own keys first among equals
+    order = np.lexsort((~known, -loads))
+    named = np.zeros(len(distinct), dtype=bool)
+    named[order[: p.max_keys]] = True
+    table_keys, table_pids = p.table_arrays()
+    counted = set(to_key_array(distinct).objects().tolist()) if len(distinct) else set()
+    room = p.max_keys - int(named.sum())
+    kept = [(k, pid) for k, pid in zip(table_keys, table_pids.tolist()) if k not in counted]
+    kept = kept[: max(0, room)]  # entries nobody counted, while there is room
+    groups = p.key_groups(distinct) if len(distinct) else np.zeros(0, np.int64)
+    b = p.num_groups
+    rest = ~named
+    if p.groups is not None:
+        start_groups = p.groups.astype(np.int64)
+    else:  # where most of each group's load is now
+        cells = np.bincount(groups[rest] * n + np.minimum(now[rest], n - 1),
+                            weights=loads[rest] + 1e-9, minlength=b * n).reshape(b, n)
+        start_groups = np.where(cells.sum(axis=1) > 0, cells.argmax(axis=1),
+                                np.arange(b) * n // b).astype(np.int64)
+    start_groups = np.minimum(start_groups, max(n, p.num_partitions) - 1)
+    group_loads: npt.NDArray[np.float64] = np.bincount(
+        groups[rest], weights=loads[rest], minlength=b).astype(np.float64)
+    group_keys: npt.NDArray[np.float64] = np.bincount(groups[rest], minlength=b).astype(
+        np.float64)
+    key_objs = to_key_array(distinct.filter(pa.array(named))).objects().tolist() \
+        if named.any() else []
+    unit_keys = key_objs + [k for k, _ in kept]
+    start = np.concatenate([now[named], np.asarray([pid for _, pid in kept], np.int64),
+                            start_groups])
+    weights = np.concatenate([loads[named], np.zeros(len(kept)), group_loads])
+    pids = _run(start, weights, null_load, n, tau, cap, p.null_policy)
+    k_pids, g_pids = pids[: len(unit_keys)], pids[len(unit_keys):]
+    if isinstance(p, LeastKeyPartitioner):
+        unit = np.concatenate([np.ones(len(unit_keys)), group_keys])
+        out_group_loads = group_keys
+    else:
+        unit = weights
+        out_group_loads = group_loads
+    out_loads = np.bincount(pids, weights=unit, minlength=n).astype(np.float64)
+    data = {
+        "strategy": p.strategy_name, "num_partitions": n, "null_policy": p.null_policy,
+        "key_type": p.key_type,
+        "table": [[encode_key(k), int(q)] for k, q in zip(unit_keys, k_pids.tolist())],
+        "loads": out_loads.tolist(), "num_groups": max(b, n) if n > b else b,
+        "groups": g_pids.astype(int).tolist(), "group_loads": out_group_loads.tolist(),
+    }
+    if p.max_keys != DEFAULT_MAX_KEYS:
+        data["max_keys"] = p.max_keys
+    if data["num_groups"] != b:  # more partitions than groups: no bounded form of this
+        raise InvalidArgumentError(
+            f"num_partitions={n} exceeds the table's {b} key groups; fit a new strategy")
+    return Partitioner.from_dict(data)
 
 
 def _rebalance_stateless(p: Partitioner, counts: Any, n: int, tau: float,

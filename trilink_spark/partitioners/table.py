@@ -568,6 +568,8 @@ class TablePartitioner(Partitioner):
         rest_rows = np.zeros(self._num_groups) if rest is None else rest[0]
         rest_keys = np.zeros(self._num_groups) if rest is None else rest[1]
         listed_rest = (rest_rows > 0).any() or (rest_keys > 0).any()
+        if not new_keys and not listed_rest:
+            return False  # nothing new: the table stays as it is
         if self._groups is None and not listed_rest \
                 and len(self._table) + len(new_keys) <= self._max_keys:
             return False

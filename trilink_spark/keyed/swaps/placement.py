@@ -35,7 +35,8 @@ from ..._internal.spark.compat import num_partitions
 from ..._internal.validation import MAX_PARTITIONS
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ...errors import TrilinkError
-from ...partitioners import BlockPartitioner, HashPartitioner, Partitioner, WeightPartitioner
+from ...partitioners import BlockPartitioner, HashPartitioner, Partitioner, TablePartitioner
+from ...partitioners import WeightPartitioner
 from ...partitioners.base import KEY_KINDS
 from ...partitioners.overlay import OverlayPartitioner
 from ...placement.key_by import key_kind, null_policy_of, resolve_strategy
@@ -50,7 +51,7 @@ __all__ = ["Placed", "KeyColumn", "check_rebalancer", "first_placement", "source
            "replayed_placement", "stored_placement", "resume_request", "adaptive_choice",
            "adaptive_request", "started_arguments", "restart_request", "rebalancer_decision",
            "rebalance_target", "swap_report", "refusal_report", "stored_key_type",
-           "state_key_type", "bound_placement", "check_restart_null_policy", "unfinished_plan"]
+           "state_key_type", "bound_placement", "check_restart_null_policy", "unfinished_plan", "over_bound"]
 
 logger = logging.getLogger(__name__)
 
@@ -348,6 +349,21 @@ def stored_placement(store: KeyedStateStore, prev: int
             f"state at {store.path} was placed by keyed_by_source; a key_by stream "
             "needs its own state_path")
     return current, prev_partitions, recorded, unfinished_plan(store, prev)
+
+
+def over_bound(strategy: Partitioner) -> bool:
+    """Whether ``strategy`` is a per-key table holding more keys than its ``max_keys`` (a
+    placement stored before tables were bounded), which a keyed stream bounds at its next
+    batch by a minimal refit. O(1).
+
+    Examples
+    --------
+    >>> import trilink_spark as tl
+    >>> over_bound(tl.LeastKeyPartitioner(2).fit(["a", "b"]))
+    False
+    """
+    return (isinstance(strategy, TablePartitioner) and strategy.is_stateful
+            and not strategy.bounded and len(strategy) > strategy.max_keys)
 
 
 def unfinished_plan(store: KeyedStateStore, prev: int) -> dict[str, Any] | None:

@@ -51,7 +51,7 @@ from .placement import KeyColumn, Placed, adaptive_choice, adaptive_request, bou
 from .placement import check_restart_null_policy, first_placement, rebalance_target
 from .placement import rebalancer_decision, refusal_report, replayed_placement
 from .placement import restart_request, resume_request, source_placement, started_arguments
-from .placement import state_key_type, stored_placement, unfinished_plan
+from .placement import over_bound, state_key_type, stored_placement, unfinished_plan
 from .plan import SwapReport, SwapRequest, check_request, plan_swap
 
 if TYPE_CHECKING:
@@ -326,6 +326,16 @@ class Replanner(PicklableLock):
             request, target = resume_request(unfinished, kind)
         else:
             request = self._pending(batch_df, batch_id, manifest, current)
+            if request is None and over_bound(current) \
+                    and not self.__dict__.get("_bounding_tried"):
+                # a per-key table past its bound (written before tables were bounded):
+                # made bounded once, by a minimal refit of the placement in force
+                self._bounding_tried = True
+                logger.info("state at %s: placement %s holds %d keys, past its bound of "
+                            "%d; bounding it in batch %d", self.store.path,
+                            type(current).__name__, len(current),  # type: ignore[arg-type]
+                            current.max_keys, batch_id)  # type: ignore[attr-defined]
+                request = SwapRequest(None, None, "minimal", "sync", None)
         if request is None:
             return Placed(current, prev_partitions, None, None, False, refused, done)
         return self._plan(batch_df, batch_id, prev, current, prev_partitions, request,
