@@ -51,15 +51,22 @@ def stored_where_placed(run: KeyedBatchFunction, version: int) -> Any:
     return placement
 
 
-def test_a_stream_placed_by_a_bounded_table(spark: Any, tmp_path: Path) -> None:
-    run = make_run(tmp_path, tl.LeastCountPartitioner(4, max_keys=20))
+def drive(spark: Any, run: KeyedBatchFunction, batches: int) -> list[Any]:
+    """Run ``batches`` batches, checking the state after each; the placement of each."""
     total = pd.Series(dtype=float)
-    for b in range(3):
+    placements = []
+    for b in range(batches):
         df, counts = batch(spark, b)
         run(df, b)
         total = total.add(counts, fill_value=0)
         check_invariants(run, total)
-        placement = stored_where_placed(run, b)
+        placements.append(stored_where_placed(run, b))
+    return placements
+
+
+def test_a_stream_placed_by_a_bounded_table(spark: Any, tmp_path: Path) -> None:
+    run = make_run(tmp_path, tl.LeastCountPartitioner(4, max_keys=20))
+    for placement in drive(spark, run, 3):
         assert placement.bounded and len(placement) == 20
     record = json.loads((tmp_path / "state" / "placements" / f"{0:012d}.json").read_text())
     assert len(json.dumps(record)) < 200_000  # 20 entries and the group table, not every key
@@ -75,14 +82,9 @@ def test_a_per_key_table_past_its_bound_is_bounded_at_the_next_batch(
     legacy = tl.Partitioner.from_dict(data)
     assert not legacy.bounded and len(legacy) == len(KEYS)
     run = make_run(tmp_path, legacy)
-    total = pd.Series(dtype=float)
-    for b in range(4):
-        df, counts = batch(spark, b)
-        run(df, b)
-        total = total.add(counts, fill_value=0)
-        check_invariants(run, total)
-        placement = stored_where_placed(run, b)
-        assert placement.bounded == (b >= 1), b
+    placements = drive(spark, run, 4)
+    assert [p.bounded for p in placements] == [False, True, True, True]
+    placement = placements[-1]
     assert [s.batch_id for s in run.swaps if s.refused is None] == [1]
     assert run.swaps[0].moved_keys < len(KEYS)
     assert len(placement) == 30

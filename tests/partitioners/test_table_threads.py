@@ -11,9 +11,9 @@ import trilink_spark as tl
 
 
 @pytest.mark.parametrize("make", [
-    lambda: tl.LeastCountPartitioner(8),
-    lambda: tl.LeastKeyPartitioner(8),
-    lambda: tl.WeightPartitioner([10, 20, 30, 40], "random", seed=5),
+    lambda: tl.LeastCountPartitioner(8, max_keys=1_000_000),
+    lambda: tl.LeastKeyPartitioner(8, max_keys=1_000_000),
+    lambda: tl.WeightPartitioner([10, 20, 30, 40], "random", seed=5, max_keys=1_000_000),
 ])
 def test_four_threads_assigning_the_same_new_keys_agree(make):
     p = make()

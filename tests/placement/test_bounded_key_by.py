@@ -25,6 +25,7 @@ def _placed(placed) -> tuple[list, list]:
     return [r[0] for r in rows], [r[1] for r in rows]
 
 
+@pytest.mark.connect
 @pytest.mark.parametrize("dtype,how", [("int", "aggregate"), ("bigint", "aggregate"),
                                        ("string", "aggregate"), ("bigint", "sample"),
                                        ("string", "sample")])
@@ -57,6 +58,7 @@ def test_bounded_key_by_places_every_key_where_python_does(spark, dtype, how):
         assert len(p) == 50
 
 
+@pytest.mark.connect
 def test_within_the_bound_the_fit_is_the_per_key_fit(spark):
     keys = [f"u{i % 300}" for i in range(2_000)] + [None] * 7
     df = _frame(spark, keys, "string")

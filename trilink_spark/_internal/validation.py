@@ -32,6 +32,7 @@ from collections.abc import Collection
 from typing import Any, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StreamingNotSupportedError
 
@@ -39,7 +40,7 @@ __all__ = ["check_num_partitions", "MAX_PARTITIONS", "check_real", "number", "po
            "fraction", "count", "is_count", "INT64_MIN", "INT64_MAX", "fits_int64", "seconds",
            "parse_interval", "INTERVAL_UNITS", "short_repr", "text", "choice", "JsonKey",
            "KEY_DISPLAY_CHARS", "MAX_KEY_TEXT_CHARS", "display_key", "key_text", "check_key",
-           "refuse_streaming", "refuse_streaming_batch_function"]
+           "refuse_streaming", "refuse_streaming_batch_function", "loads"]
 
 #: The most partitions a strategy places keys on (Spark's own limit is far above what a shuffle
 #: of this many partitions could run; the bound keeps a hostile stored strategy from asking for
@@ -61,6 +62,32 @@ def check_num_partitions(n: Any, name: str = "num_partitions") -> int:
     if n > MAX_PARTITIONS:
         raise InvalidArgumentError(f"{name} must be at most {MAX_PARTITIONS:,}, got {n}")
     return int(n)
+
+
+def loads(values: Any, name: str = "counts") -> npt.NDArray[np.float64]:
+    """``values`` as a flat float64 array of finite, non-negative numbers (loads, counts):
+    the one check of a collection of loads. O(len(values)).
+
+    Examples
+    --------
+    >>> loads([1, 2.5]).tolist()
+    [1.0, 2.5]
+    """
+    try:
+        raw = np.asarray(values)
+        if raw.size and raw.dtype.kind not in "iuf" and not (
+                raw.dtype.kind == "O" and all(  # numbers boxed as objects (nullable ints)
+                    isinstance(v, (int, float, np.integer, np.floating))
+                    and not isinstance(v, bool) for v in raw.ravel().tolist())):
+            raise TypeError(raw.dtype)  # text, bools, anything else: not loads
+        out = raw.astype(np.float64)
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidArgumentError(f"{name} must be finite, non-negative numbers") from None
+    if out.ndim != 1:
+        raise InvalidArgumentError(f"{name} must be a flat collection of loads")
+    if out.size and (not np.all(np.isfinite(out)) or out.min() < 0):
+        raise InvalidArgumentError(f"{name} must be finite and non-negative")
+    return out
 
 
 def check_real(value: object, what: str, *, positive: bool = False) -> float:

@@ -56,16 +56,12 @@ class StrategyScore:
 
     @property
     def bounded(self) -> bool:
-        """Whether the strategy was scored in its bounded form (heaviest keys by name, the
-        rest by key group)."""
-        p = self.partitioner
-        return isinstance(p, TablePartitioner) and p.bounded
+        """Whether the strategy was scored in its bounded form."""
+        return isinstance(self.partitioner, TablePartitioner) and self.partitioner.bounded
 
     @property
     def bounded_gap(self) -> float:
-        """How much balance the bounded form gives up against one entry per key
-        (``per_key_balance - balance_degree``; 0 when not bounded, negative when the bounded
-        form balances better)."""
+        """``per_key_balance - balance_degree``: what the bounded form gives up (0: none)."""
         if self.per_key_balance is None:
             return 0.0
         return self.per_key_balance - self.balance_degree

@@ -92,13 +92,30 @@ class _LeastPartitioner(TablePartitioner):
         """The load one key of ``counts`` rows carries."""
         return self._unit_weights(counts, np.ones(counts.size))
 
+    #: Place the named keys heavier than a typical group before the groups (LeastKey: all
+    #: its keys weigh one; see :meth:`_make_bounded`).
+    _keys_first = False
+
     def _make_bounded(self, keys: list[Key], counts: np.ndarray, rows: np.ndarray,
                       nkeys: np.ndarray) -> None:
         """Keys and key groups as one sequence of units, heaviest first, each onto the least
-        loaded partition (Algorithm 1's rule, longest processing time first)."""
+        loaded partition (Algorithm 1's rule, longest processing time first); LeastKey
+        places its named keys heavier than a typical group first, then the groups, then the
+        other named keys."""
         group_weights = self._unit_weights(rows, nkeys)
         loads = np.asarray(self._loads, dtype=np.float64)
-        pids = least_units(loads, np.concatenate([self._key_weights(counts), group_weights]))
+        if self._keys_first:
+            # keys weigh one: the heaviest by records would all fill the partition the groups
+            # left lightest, so those heavier than a typical group spread first
+            busy = rows[rows > 0]
+            heavy = counts > (float(np.median(busy)) if busy.size else 0.0)
+            pids = np.zeros(len(keys) + rows.size, dtype=np.int32)
+            pids[: len(keys)][heavy] = least_units(loads, self._key_weights(counts[heavy]))
+            pids[len(keys):] = least_units(loads, group_weights)
+            pids[: len(keys)][~heavy] = least_units(loads, self._key_weights(counts[~heavy]))
+        else:
+            pids = least_units(loads, np.concatenate([self._key_weights(counts),
+                                                      group_weights]))
         self._record_many(keys, pids[: len(keys)])
         self._set_groups(pids[len(keys):], group_weights)
         self._loads = loads.tolist()
@@ -158,6 +175,8 @@ class LeastKeyPartitioner(_LeastPartitioner):
     """
 
     strategy_name = "least_key"
+    _keys_first = True
+    counts_keys = True
 
     def fit(self, keys_or_counts: Any) -> Self:
         """Place the keys not yet known, in order of first appearance (bounded: the keys

@@ -34,14 +34,15 @@ import pandas as pd
 import pyarrow as pa
 
 from .._internal.validation import check_num_partitions, choice
+from .._internal.validation import loads as check_loads
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
 from .keys import Key, key_index, null_partition, to_key_array
 from .balance import balance_degree, keyed_bound
 from .base import Partitioner, encode_key
-from .block import BlockPartitioner
+from .block import DEFAULT_BLOCKS, BlockPartitioner
 from .hash import HashPartitioner
 from .least import LeastCountPartitioner, LeastKeyPartitioner
-from .table import DEFAULT_MAX_KEYS, TablePartitioner
+from .table import TablePartitioner
 
 __all__ = ["rebalance_minimal", "moved_units", "UNITS"]
 
@@ -80,7 +81,7 @@ def _key_counts(
             f"counts must be a mapping {{key: load}} or a pandas Series indexed by key, got "
             f"{type(counts).__name__}"
         )
-    values = _loads(raw_values)
+    values = check_loads(raw_values)
     karr = to_key_array(raw_keys, null_policy)
     null_load = 0.0
     arrow = karr.arrow
@@ -100,30 +101,18 @@ def _key_counts(
     return distinct, keys, loads, null_load
 
 
-def _loads(raw: Any) -> npt.NDArray[np.float64]:
-    try:
-        values = np.asarray(raw, dtype=np.float64)
-    except (TypeError, ValueError, OverflowError):
-        raise InvalidArgumentError("counts must be finite, non-negative numbers") from None
-    if values.ndim != 1:
-        raise InvalidArgumentError("counts must be a flat collection of loads")
-    if values.size and (not np.all(np.isfinite(values)) or values.min() < 0):
-        raise InvalidArgumentError("counts must be finite and non-negative")
-    return values
-
-
 def _block_counts(counts: Any, num_blocks: int) -> tuple[npt.NDArray[np.float64], float]:
     """Per-block loads given per block (a sequence of ``num_blocks`` loads or ``{block: load}``)
     and the null keys' load (a mapping's ``None`` entry)."""
     null_load = 0.0
     if isinstance(counts, Mapping) and None in counts:
         counts = dict(counts)
-        null_load = float(_loads([counts.pop(None)])[0])
+        null_load = float(check_loads([counts.pop(None)])[0])
     if isinstance(counts, (pd.Series, Mapping)):
         if isinstance(counts, pd.Series):
-            blocks, values = counts.index.to_numpy(), _loads(counts.to_numpy())
+            blocks, values = counts.index.to_numpy(), check_loads(counts.to_numpy())
         else:
-            blocks, values = np.asarray(list(counts.keys())), _loads(list(counts.values()))
+            blocks, values = np.asarray(list(counts.keys())), check_loads(list(counts.values()))
         if blocks.size and blocks.dtype.kind not in "iu":
             raise InvalidArgumentTypeError(
                 f"with unit='block' counts are keyed by block id (ints), got {blocks.dtype}"
@@ -139,7 +128,7 @@ def _block_counts(counts: Any, num_blocks: int) -> tuple[npt.NDArray[np.float64]
             "with unit='block' counts are {block: load}, a Series indexed by block, or one "
             f"load per block; got {type(counts).__name__}"
         )
-    values = _loads(counts)
+    values = check_loads(counts)
     if values.size != num_blocks:
         raise InvalidArgumentError(
             f"with unit='block' counts must list {num_blocks} loads (one per block), "
@@ -483,15 +472,10 @@ def _over_bound(p: TablePartitioner, distinct: pa.Array) -> bool:
 def _rebalance_bounded(p: LeastKeyPartitioner | LeastCountPartitioner, distinct: pa.Array,
                        loads: npt.NDArray[np.float64], null_load: float, n: int, tau: float,
                        cap: float | None) -> Partitioner:
-    """:func:`rebalance_minimal` of a bounded table (or of a per-key one past its bound,
-    which it bounds): the units are the keys with entries and the key groups.
-
-    The entries go to the heaviest counted keys (the table's own first among equals, and a
-    table's entry nobody counted keeps it while there is room): a key that became heavy gets
-    an entry, starting where its group is; a key that lost its entry joins its group. Each
-    group starts where most of its counted keys' load is now (its own partition, for a
-    bounded table), so a per-key table becomes bounded moving as few keys as it can. Then
-    the units are rebalanced as ever. O(keys log keys + groups log groups)."""
+    """:func:`rebalance_minimal` of a bounded table (a per-key one past its bound: bounded),
+    over named keys and groups. The heaviest counted keys get the entries (a key turned
+    heavy gets one, from where its group is; one that lost its entry joins its group); a
+    group starts where most of its load is. O(keys log keys + groups log groups)."""
     now = p.lookup(distinct).astype(np.int64) if len(distinct) else np.zeros(0, np.int64)
     known = p.lookup_known(distinct) if len(distinct) else np.zeros(0, bool)
     # the heaviest keys get the entries: by load, the table's own keys first among equals
@@ -514,10 +498,8 @@ def _rebalance_bounded(p: LeastKeyPartitioner | LeastCountPartitioner, distinct:
         start_groups = np.where(cells.sum(axis=1) > 0, cells.argmax(axis=1),
                                 np.arange(b) * n // b).astype(np.int64)
     start_groups = np.minimum(start_groups, max(n, p.num_partitions) - 1)
-    group_loads: npt.NDArray[np.float64] = np.bincount(
-        groups[rest], weights=loads[rest], minlength=b).astype(np.float64)
-    group_keys: npt.NDArray[np.float64] = np.bincount(groups[rest], minlength=b).astype(
-        np.float64)
+    group_loads = np.bincount(groups[rest], weights=loads[rest], minlength=b) * 1.0
+    group_keys = np.bincount(groups[rest], minlength=b) * 1.0
     key_objs = to_key_array(distinct.filter(pa.array(named))).objects().tolist() \
         if named.any() else []
     unit_keys = key_objs + [k for k, _ in kept]
@@ -526,26 +508,24 @@ def _rebalance_bounded(p: LeastKeyPartitioner | LeastCountPartitioner, distinct:
     weights = np.concatenate([loads[named], np.zeros(len(kept)), group_loads])
     pids = _run(start, weights, null_load, n, tau, cap, p.null_policy)
     k_pids, g_pids = pids[: len(unit_keys)], pids[len(unit_keys):]
-    if isinstance(p, LeastKeyPartitioner):
-        unit = np.concatenate([np.ones(len(unit_keys)), group_keys])
-        out_group_loads = group_keys
-    else:
-        unit = weights
-        out_group_loads = group_loads
+    by_keys = isinstance(p, LeastKeyPartitioner)
+    unit = np.concatenate([np.ones(len(unit_keys)), group_keys]) if by_keys else weights
+    out_group_loads = group_keys if by_keys else group_loads
     out_loads = np.bincount(pids, weights=unit, minlength=n).astype(np.float64)
-    data = {
+    if max(DEFAULT_BLOCKS, n) != b:  # other groups on n partitions: fitted afresh there
+        logger.info("rebalance: %d partitions have other key groups than %d; a fresh fit",
+                    n, p.num_partitions)
+        fresh = Partitioner.from_dict({**{k: v for k, v in p.to_dict().items()
+                                          if k not in p.learned_fields}, "num_partitions": n})
+        if isinstance(fresh, TablePartitioner):
+            fresh.fit_loads(distinct, loads, None, null_load)
+        return fresh
+    return Partitioner.from_dict({
         "strategy": p.strategy_name, "num_partitions": n, "null_policy": p.null_policy,
-        "key_type": p.key_type,
+        "key_type": p.key_type, "max_keys": p.max_keys, "num_groups": b,
         "table": [[encode_key(k), int(q)] for k, q in zip(unit_keys, k_pids.tolist())],
-        "loads": out_loads.tolist(), "num_groups": max(b, n) if n > b else b,
-        "groups": g_pids.astype(int).tolist(), "group_loads": out_group_loads.tolist(),
-    }
-    if p.max_keys != DEFAULT_MAX_KEYS:
-        data["max_keys"] = p.max_keys
-    if data["num_groups"] != b:  # more partitions than groups: no bounded form of this
-        raise InvalidArgumentError(
-            f"num_partitions={n} exceeds the table's {b} key groups; fit a new strategy")
-    return Partitioner.from_dict(data)
+        "loads": out_loads.tolist(), "groups": g_pids.astype(int).tolist(),
+        "group_loads": out_group_loads.tolist()})
 
 
 def _rebalance_stateless(p: Partitioner, counts: Any, n: int, tau: float,

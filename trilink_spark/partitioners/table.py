@@ -39,7 +39,8 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
-from .._internal.validation import count
+from .._internal.validation import count, fits_int64, short_repr
+from .._internal.validation import loads as check_loads
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
 from .keys import DEFAULT_NULL_POLICY, Key, KeyArray, key_index, normalize_key
 from .keys import to_key_array
@@ -108,18 +109,6 @@ def least_units(loads: npt.NDArray[np.float64], weights: npt.NDArray[np.float64]
     return out
 
 
-def _finite(values: Any, name: str) -> npt.NDArray[np.float64]:
-    """``values`` as a flat float64 array of finite, non-negative numbers, or the error."""
-    try:
-        out = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError, OverflowError):
-        raise InvalidArgumentError(f"{name} must be finite, non-negative numbers") from None
-    if out.ndim != 1 or (out.size and (not np.all(np.isfinite(out)) or out.min() < 0)):
-        raise InvalidArgumentError(f"{name} must be a flat list of finite, non-negative "
-                                   "numbers")
-    return out
-
-
 def in_spark_task() -> bool:
     """True inside a Spark task (a Python worker), where no coordinator decisions are made."""
     try:
@@ -180,8 +169,7 @@ class TablePartitioner(Partitioner):
         self._key_type = check_key_type(key_type)
         self._max_keys = DEFAULT_MAX_KEYS if max_keys is None else check_max_keys(max_keys)
         self._num_groups = max(DEFAULT_BLOCKS, self._num_partitions)
-        # the group table (partition of every key group) once the table is bounded, and the
-        # load of every group's keys as the strategy measures load
+        # bounded: every key group's partition and load
         self._groups: npt.NDArray[np.int32] | None = None
         self._group_loads: npt.NDArray[np.float64] | None = None
         self._table: dict[Key, int] = {}
@@ -225,25 +213,16 @@ class TablePartitioner(Partitioner):
 
     @property
     def groups(self) -> npt.NDArray[np.int32] | None:
-        """The partition of every key group (read-only copy), or None while the table holds
-        every key it placed. O(num_groups)."""
+        """Every key group's partition (a read-only copy; None: not bounded)."""
         if self._groups is None:
             return None
         out = self._groups.copy()
         out.flags.writeable = False
         return out
 
-    @property
-    def group_loads(self) -> npt.NDArray[np.float64] | None:
-        """The load of each key group's keys, as the strategy measures load (None: not
-        bounded). O(num_groups)."""
-        return None if self._group_loads is None else self._group_loads.copy()
-
     def group_placement(self, kind: str) -> BlockPartitioner | None:
         """The key groups as a :class:`~trilink_spark.partitioners.block.BlockPartitioner`
-        hashing keys of ``kind`` as the table does (:meth:`fallback_type`), or None when the
-        table is not bounded. What the JVM expression and the executor-local store's key
-        layout use. O(num_groups)."""
+        hashing keys of ``kind`` as the table does (None: not bounded). O(num_groups)."""
         if self._groups is None:
             return None
         return BlockPartitioner(self._num_partitions, self._num_groups, self._groups,
@@ -389,7 +368,13 @@ class TablePartitioner(Partitioner):
             return self._fallback(key)
         with self._lock:
             pid = self._table.get(key)  # another thread may have placed it meanwhile
-            return pid if pid is not None else self._place_new([key])[0]
+            if pid is not None:
+                return pid
+            if self._groups is None and len(self._table) < self._max_keys:
+                return self._place_new([key])[0]
+            self._fit_bounded([key], np.ones(1), None)  # at the bound: bounded from now on
+            pid = self._table.get(key)
+            return pid if pid is not None else self._fallback(key)
 
     def _known(
         self, keys: KeyArray
@@ -413,13 +398,22 @@ class TablePartitioner(Partitioner):
             out[unknown] = self._fallback_array(keys, unknown)
             return out
         with self._lock:
-            # look again inside the lock: another thread may have placed some of them
+            # look again inside the lock: another thread may have placed some or bounded it
             objs, out, unknown = self._known(keys)
             if unknown.any():
                 codes, uniques = pd.factorize(objs[unknown])
                 new_keys = [normalize_key(k) for k in uniques.tolist()]
-                placed = np.asarray(self._place_new(new_keys), dtype=np.int32)  # type: ignore[arg-type]
-                out[unknown] = placed[codes]
+                if self._groups is None \
+                        and len(self._table) + len(new_keys) <= self._max_keys:
+                    placed = np.asarray(self._place_new(new_keys),  # type: ignore[arg-type]
+                                        dtype=np.int32)
+                    out[unknown] = placed[codes]
+                    return out
+                # past the bound (or bounded meanwhile): one record each, as placed here
+                self._fit_bounded(new_keys, np.ones(len(new_keys)), None)  # type: ignore[arg-type]
+                objs, out, unknown = self._known(keys)
+                if unknown.any():
+                    out[unknown] = self._fallback_array(keys, unknown)
         return out
 
     def _fallback_array(
@@ -503,14 +497,14 @@ class TablePartitioner(Partitioner):
         True
         """
         karr = to_key_array(keys, self._null_policy)
-        values = _finite(counts, "counts")
+        values = check_loads(counts, "counts")
         if not self.is_stateful:  # a hash-mode Weight: nothing to learn
             return self
         if values.size != len(karr.arrow):
             raise InvalidArgumentError(
                 f"counts must list one number per key: {len(karr.arrow)} keys, "
                 f"{values.size} counts")
-        extra = float(_finite([null_rows], "null_rows")[0])
+        extra = float(check_loads([null_rows], "null_rows")[0])
         if karr.null_mask is not None:
             extra += float(values[karr.null_mask].sum())
             values = values[~karr.null_mask]
@@ -522,7 +516,7 @@ class TablePartitioner(Partitioner):
             if not isinstance(rest, tuple) or len(rest) != 2:
                 raise InvalidArgumentTypeError(
                     "rest must be a tuple (rows per group, keys per group)")
-            rows, nkeys = (_finite(r, "rest") for r in rest)
+            rows, nkeys = (check_loads(r, "rest") for r in rest)
             if rows.size != self._num_groups or nkeys.size != self._num_groups:
                 raise InvalidArgumentError(
                     f"rest must list {self._num_groups} rows and {self._num_groups} key "
@@ -546,19 +540,24 @@ class TablePartitioner(Partitioner):
             self._place_keys(new_keys, counts[new_at])
 
     def _charge_known(self, pids: npt.NDArray[np.int64], rows: npt.NDArray[np.float64],
-                      null_rows: float) -> None:
-        """Count the rows of keys with an entry (and the null key's) where the strategy
-        counts loads. Default: nothing (the strategy keeps no loads)."""
+                      null_rows: float) -> None:  # count the known keys' rows (default: none)
+        pass
 
     def _place_keys(self, keys: list[Key], counts: npt.NDArray[np.float64]) -> None:
         """Give every new key an entry, by the strategy's rule (the per-key fit)."""
         self._place_new(keys)
 
+    #: Whether the strategy's load is its number of keys (LeastKey), not records.
+    counts_keys: ClassVar[bool] = False
+
     def _unit_weights(self, rows: npt.NDArray[np.float64], nkeys: npt.NDArray[np.float64]
-                      ) -> npt.NDArray[np.float64]:
-        """The load of units of ``rows`` records over ``nkeys`` keys, as the strategy
-        measures load (records, unless a subclass counts keys)."""
+                      ) -> npt.NDArray[np.float64]:  # units' load: records (LeastKey: keys)
         return rows
+
+    @property
+    def group_loads(self) -> npt.NDArray[np.float64] | None:
+        """Each key group's load as the strategy measures it (None: not bounded)."""
+        return None if self._group_loads is None else self._group_loads.copy()
 
     def _fit_bounded(self, new_keys: list[Key], new_counts: npt.NDArray[np.float64],
                      rest: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None
@@ -581,10 +580,8 @@ class TablePartitioner(Partitioner):
                                            new_counts[others])
             self._make_bounded([new_keys[i] for i in chosen.tolist()], new_counts[chosen],
                                rows + rest_rows, nkeys + rest_keys)
-            logger.info("%s: %d keys over its bound of %d; %d with entries, the rest by %d "
-                        "key groups", type(self).__name__, len(self._table) + len(others)
-                        + int(rest_keys.sum()), self._max_keys, len(self._table),
-                        self._num_groups)
+            logger.info("%s: past its bound of %d keys; %d with entries, the rest by group",
+                        type(self).__name__, self._max_keys, len(self._table))
             return True
         rows, nkeys = self._group_sums(new_keys, new_counts)
         rows, nkeys = rows + rest_rows, nkeys + rest_keys
@@ -605,8 +602,8 @@ class TablePartitioner(Partitioner):
                 np.bincount(ids, minlength=b).astype(np.float64))
 
     def _charge_groups(self, pids: npt.NDArray[np.int64], weights: npt.NDArray[np.float64]
-                       ) -> None:
-        """Count units of ``weights`` on partitions ``pids`` (default: no loads kept)."""
+                       ) -> None:  # count units on partitions (default: no loads kept)
+        pass
 
     def _make_bounded(self, keys: list[Key], counts: npt.NDArray[np.float64],
                       rows: npt.NDArray[np.float64], nkeys: npt.NDArray[np.float64]) -> None:
@@ -644,14 +641,11 @@ class TablePartitioner(Partitioner):
                 out["group_loads"] = self._group_loads.tolist()
             return out
 
-    #: The :meth:`_table_params` fields of a bounded table beyond the table itself.
     BOUNDED_FIELDS: ClassVar[tuple[str, ...]] = ("max_keys", "num_groups", "groups",
                                                   "group_loads")
 
     def _load_bounded(self, params: dict[str, Any]) -> None:
-        """Restore ``max_keys`` and a bounded table's groups from stored fields, checked:
-        the group count ``max(4096, num_partitions)``, one partition in range and one finite,
-        non-negative load per group."""
+        """Restore ``max_keys`` and the groups from stored fields, each checked."""
         if params.get("max_keys") is not None:
             self._max_keys = check_max_keys(params["max_keys"], "stored max_keys")
         groups, loads = params.get("groups"), params.get("group_loads")
@@ -666,7 +660,7 @@ class TablePartitioner(Partitioner):
                 type(g) is int and 0 <= g < self._num_partitions for g in groups):
             raise InvalidArgumentError(
                 f"stored groups must list {b} partition ids in [0, {self._num_partitions})")
-        values = _finite(loads if isinstance(loads, list) else [None], "stored group_loads")
+        values = check_loads(loads if isinstance(loads, list) else [None], "stored group_loads")
         if values.size != b:
             raise InvalidArgumentError(f"stored group_loads must list {b} loads")
         self._set_groups(np.asarray(groups, dtype=np.int32), values)
@@ -681,6 +675,10 @@ class TablePartitioner(Partitioner):
                 raise InvalidArgumentError(f"table entry {row!r} is not [key, partition]")
             key, pid = row
             k = decode_key(key)
+            if isinstance(k, int) and not fits_int64(k):
+                raise InvalidArgumentError(
+                    f"table entry {short_repr(key)}: an integer key must fit Spark's bigint "
+                    f"(a 64-bit signed integer)")
             if (k is None or isinstance(pid, bool) or not isinstance(pid, int)
                     or not 0 <= pid < self._num_partitions):
                 raise InvalidArgumentError(
@@ -703,6 +701,8 @@ class TablePartitioner(Partitioner):
         keys, pids = zip(*rows)
         if set(map(type, keys)) not in ({str}, {int}) or set(map(type, pids)) != {int}:
             return False
+        if isinstance(keys[0], int) and not (fits_int64(min(keys)) and fits_int64(max(keys))):
+            return False  # named row by row
         if min(pids) < 0 or max(pids) >= self._num_partitions or len(set(keys)) != len(keys):
             return False
         self._table.update(zip(keys, pids))

@@ -37,19 +37,22 @@ FIT_HOWS: tuple[str, ...] = ("aggregate", "sample")
 
 
 def fit_table(df: DataFrame, key: str, p: TablePartitioner, fraction: float = 1.0,
-              seed: int = 0, how: str = "aggregate") -> None:
+              seed: int = 0, how: str | None = None) -> None:
     """Teach table strategy ``p`` the keys of ``df``'s column ``key`` without ever bringing
     every key to the driver.
 
-    ``how="aggregate"`` (the default, measured the faster of the two at 100,000 to 10
-    million keys, ``benches/RESULTS.md``): one Spark job counts every key (Spark's hash
+    ``how="aggregate"``: one Spark job counts every key (Spark's hash
     aggregation, on the executors) and returns, in one result, the counts of the keys
     ``p``'s table holds, the heaviest keys it does not (as many as it has entries left:
     ``takeOrdered`` by count, then key), and the rows and distinct keys of every key group
     over all keys; Spark reuses the aggregation's exchange for the three parts. Every count
     is exact, and so is the choice of the heaviest keys.
 
-    ``how="sample"``:
+    ``how="sample"`` (the default for LeastCount and random Weight, whose group loads are
+    rows: measured the faster at a million keys and more, where the aggregation's top-k
+    merges ``max_keys`` rows from every task on one, ``benches/RESULTS.md``; LeastKey, whose
+    group load is its number of keys, defaults to ``"aggregate"``, which counts them
+    exactly):
 
     1. One Spark job over the key column returns, per key group
        (``pmod(hash(key), p.num_groups)``), its rows and an estimate of its distinct keys
@@ -60,7 +63,8 @@ def fit_table(df: DataFrame, key: str, p: TablePartitioner, fraction: float = 1.
     2. Few keys (the estimate within :data:`EXACT_MARGIN` of the entries ``p`` has left):
        one aggregation counts every key exactly, at most ``max_keys + 1`` of them to the
        driver, and when they all fit, ``p`` learns them one by one, exactly as a per-key
-       table always did.
+       table always did. Few rows (a sample smaller than the entries left): the
+       ``"aggregate"`` way instead.
     3. Else one job counts the candidates and the keys ``p``'s table holds exactly (a
        broadcast semi-join, then Spark's aggregation: at most that many rows back), the
        heaviest candidates get the entries left and every other key goes by its group,
@@ -68,9 +72,9 @@ def fit_table(df: DataFrame, key: str, p: TablePartitioner, fraction: float = 1.
        (:meth:`~trilink_spark.partitioners.table.TablePartitioner.fit_loads`).
 
     The explicit keys' counts are exact; which keys are the heaviest is found on the
-    sample, so a key heavier than about ``1 / CANDIDATE_SAMPLE`` rows is a candidate with
-    near certainty, and lighter keys (where it does not matter which of them get entries)
-    go by group. The groups' key counts (LeastKey's load) are estimates.
+    sample: a key of 150 rows is sampled with 95 % probability, one of 350 rows with
+    99.9 %, and a lighter key that is missed (where it matters little which keys get
+    entries) goes by its group. The groups' key counts (LeastKey's load) are estimates.
 
     Parameters
     ----------
@@ -82,8 +86,8 @@ def fit_table(df: DataFrame, key: str, p: TablePartitioner, fraction: float = 1.
         Fitted in place.
     fraction, seed : float, int
         A Bernoulli sample of the rows to learn from (``fit="sample"``), seeded.
-    how : {"aggregate", "sample"}
-        How the heaviest keys are found (above).
+    how : {"aggregate", "sample"}, optional
+        How the heaviest keys are found (above); default by the strategy's load.
 
     Raises
     ------
@@ -134,6 +138,8 @@ def fit_table(df: DataFrame, key: str, p: TablePartitioner, fraction: float = 1.
                            none_int.alias(_FIT_GROUP), none_long.alias(_FIT_KEYS))
 
     counted = src.groupBy(_FIT_KEY).agg(F.count(F.lit(1)).alias(_FIT_ROWS))
+    if how is None:
+        how = "aggregate" if p.counts_keys else "sample"
     if choice(how, "how", FIT_HOWS) == "aggregate":
         # every key counted once; its exchange serves the three parts (exchange reuse)
         by_key = counted
@@ -179,6 +185,11 @@ def fit_table(df: DataFrame, key: str, p: TablePartitioner, fraction: float = 1.
         if every.num_rows <= len(p) + room:  # every key: the per-key fit, exactly
             _learn(p, every, by_group, key, exact=True)
             return
+    rows = float(pa.compute.sum(by_group.column(_FIT_ROWS)).as_py() or 0)
+    if room and rows * CANDIDATE_SAMPLE < room:
+        # a sample too small to name the entries left: the few rows are counted instead
+        fit_table(df, key, p, fraction, seed, how="aggregate")
+        return
     candidates = summary.filter(pa.array(part == 1)).column(_FIT_KEY).combine_chunks()
     if len(p):
         table_keys = table_frame(spark, p, kind, dtype).select(F.col(TABLE_KEY_COL))

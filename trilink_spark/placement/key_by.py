@@ -10,9 +10,12 @@ How the id is computed, per strategy:
 - Hash: ``pmod(hash(key), n)``, Spark's own placement; Modulo: ``pmod(key, n)``; hash-mode
   Weight: a ``CASE`` over the prefix sums of the weights. All in the JVM.
 - Table strategies (LeastKey, LeastCount, random Weight): the driver plays the paper's
-  coordinator. It learns the keys (``fit``, below), and the table ``{key: pid}`` is joined to the
-  rows with a broadcast hash join (a broadcast, not a shuffle). Keys the table does not know get
-  Spark's hash placement ``pmod(hash(key), n)``.
+  coordinator. It learns the keys (``fit``, below, on the executors:
+  :func:`~trilink_spark.placement.fit.fit_table`), and the table ``{key: pid}`` (at most
+  ``max_keys`` entries) is joined to the rows with a broadcast hash join (a broadcast, not a
+  shuffle). Keys the table does not know get Spark's hash placement ``pmod(hash(key), n)``,
+  or, once the table is bounded, their key group's partition: one JVM expression over the
+  group table.
 """
 
 from __future__ import annotations
@@ -441,9 +444,10 @@ def key_by(
     partition: cost in proportion to the data, not to ``num_partitions``. A compacted frame
     is partitioned by that slot, so a later ``groupBy(PARTITION_COL, ...)`` adds an exchange
     (:func:`keyed_agg` places its rows uncompacted for this reason). Table strategies
-    add a broadcast of the table (one row per distinct key; driver memory O(distinct keys)) and,
-    with ``fit="full"``, one aggregation job over the key column before placement; ``"auto"``
-    adds one job over a sample. Row order inside a partition is not preserved across the shuffle.
+    add a broadcast of their entries (at most ``max_keys``, default 65,536, whatever the
+    number of distinct keys) and, with ``fit="full"``, one aggregation job over the key column
+    before placement (:func:`~trilink_spark.placement.fit.fit_table`: driver memory
+    O(``max_keys`` + 4,096 groups)); ``"auto"`` adds one job over a sample. Row order inside a partition is not preserved across the shuffle.
     Unlike ``groupBy``, rows are not pre-aggregated before the shuffle: the placement is exact,
     so a heavy key still lands whole on one partition.
 
@@ -453,8 +457,9 @@ def key_by(
     built (:mod:`~trilink_spark.placement.plans`): the expressions and the table strategy's
     broadcast frame, about 15 Py4J calls a batch whatever the table's size. The first batch,
     and any batch after the table changed (a new key placed, a swap's new table), turn the
-    table into a DataFrame again: O(distinct keys) on the driver, about 0.1-0.4 s at 100,000
-    keys. Each job still broadcasts the table to the executors (O(distinct keys) per job).
+    table into a DataFrame again: O(entries) on the driver, about 0.1-0.4 s at 100,000
+    entries (a bounded table: at most ``max_keys``, and keys placed by group change no
+    entry). Each job broadcasts the entries to the executors (O(entries) per job).
 
     Examples
     --------

@@ -27,7 +27,7 @@ import hashlib
 import logging
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
@@ -351,7 +351,7 @@ def stored_placement(store: KeyedStateStore, prev: int
     return current, prev_partitions, recorded, unfinished_plan(store, prev)
 
 
-def over_bound(strategy: Partitioner) -> bool:
+def over_bound(strategy: Partitioner) -> TypeGuard[TablePartitioner]:
     """Whether ``strategy`` is a per-key table holding more keys than its ``max_keys`` (a
     placement stored before tables were bounded), which a keyed stream bounds at its next
     batch by a minimal refit. O(1).

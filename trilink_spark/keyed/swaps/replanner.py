@@ -333,8 +333,7 @@ class Replanner(PicklableLock):
                 self._bounding_tried = True
                 logger.info("state at %s: placement %s holds %d keys, past its bound of "
                             "%d; bounding it in batch %d", self.store.path,
-                            type(current).__name__, len(current),  # type: ignore[arg-type]
-                            current.max_keys, batch_id)  # type: ignore[attr-defined]
+                            type(current).__name__, len(current), current.max_keys, batch_id)
                 request = SwapRequest(None, None, "minimal", "sync", None)
         if request is None:
             return Placed(current, prev_partitions, None, None, False, refused, done)
