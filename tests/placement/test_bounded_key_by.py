@@ -11,6 +11,8 @@ import pytest
 import trilink_spark as tl
 from trilink_spark.columns import PARTITION_COL
 from trilink_spark.errors import InvalidArgumentError
+from trilink_spark.partitioners.catalogue import fit_counts
+from trilink_spark.partitioners.keys import to_key_array
 
 key_by_module = sys.modules["trilink_spark.placement.key_by"]
 
@@ -66,7 +68,8 @@ def test_within_the_bound_the_fit_is_the_per_key_fit(spark):
     tl.key_by(df, "k", fitted)
     counts = key_by_module.key_counts(df, "k", 1.0, 0, "group")
     expected = tl.LeastCountPartitioner(4)
-    key_by_module._fit_from_counts(expected, counts)
+    fit_counts(expected, to_key_array(counts.column(0).combine_chunks(), "group"),
+               counts.column(1).to_numpy().astype(np.float64))
     assert not fitted.bounded
     assert fitted.assignments == expected.assignments
     assert fitted.loads.tolist() == expected.loads.tolist()

@@ -35,12 +35,12 @@ from ..columns import SLOT_ID_COL, SLOT_PID_COL, check_user_columns
 from ..columns import column_of, quoted, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
 from ..errors import ReservedColumnError
-from ..partitioners.keys import DEFAULT_NULL_POLICY, NULL_POLICIES, KeyArray, check_null_policy
-from ..partitioners.keys import null_key_error, null_partition, to_key_array
+from ..partitioners.keys import DEFAULT_NULL_POLICY, NULL_POLICIES, check_null_policy
+from ..partitioners.keys import null_key_error, null_partition
 from ..partitioners import HashPartitioner, Partitioner, TablePartitioner
 from ..partitioners.base import resolve_strategy_name
 from ..partitioners.overlay import OverlayPartitioner
-from ..partitioners.catalogue import build, fit_counts
+from ..partitioners.catalogue import build
 from ..partitioners.table import DEFAULT_MAX_KEYS, check_max_keys
 from ..partitioners.evaluation import StrategyScore, choose_best, evaluate_strategies
 from .._internal.spark.compat import frame_of_arrow
@@ -179,13 +179,6 @@ def _jvm_null_message(key: str) -> str:
     """The message a Spark job fails with on a null key under ``"error"``: the name of the
     exception first, so :func:`_used_partitions` and users can tell it apart."""
     return f"trilink_spark.errors.NullKeyError: {null_key_error(f'column {key!r} has null keys')}"
-
-
-def _fit_from_counts(p: Partitioner, counts: Any) -> None:
-    """Teach ``p`` the keys of a :func:`key_counts` table (one catalogue rule for all; a null
-    key's count loads its fixed partition where the strategy counts loads)."""
-    keys: KeyArray = to_key_array(counts.column(0).combine_chunks(), p.null_policy)
-    fit_counts(p, keys, counts.column(1).to_numpy().astype(np.float64))
 
 
 def _check_strategy_for(p: Partitioner, kind: str | None, dtype: DataType, key: str) -> None:
