@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from ...columns import EVENT_TIME_COL
-from ...partitioners import BlockPartitioner
+from ...partitioners import BlockPartitioner, TablePartitioner
 from ...errors import StateCorruptError, StateTypeError, TrilinkError
 from ...state.changelog import DELETED_FIELD, changelog_info, changelog_table, combine
 from ...state.local import NULL_KEY_BYTES, LocalState, head, key_bytes, split_head
@@ -131,9 +131,17 @@ class LocalConfig:
 
     def placed_by(self, placement: Any) -> LocalConfig:
         """These settings for a batch placed by ``placement``: a block table gives each key
-        its block; any other placement keeps the default blocks. O(1)."""
+        its block, a bounded table its key group (so a swap of groups range-scans them);
+        any other placement keeps the default blocks. O(1), O(groups) for a bounded table."""
         if isinstance(placement, BlockPartitioner):
             return replace(self, blocks=placement)
+        if isinstance(placement, TablePartitioner) and placement.bounded \
+                and self.blocks is not None:
+            # only the hashing counts in the key bytes: the default's null policy, so that a
+            # copy of 4,096 long, string or binary groups keeps the default layout
+            return replace(self, blocks=BlockPartitioner(
+                1, placement.num_groups, key_type=placement.fallback_type(self.blocks.key_type),
+                null_policy=self.blocks.null_policy))
         return self
 
 
@@ -599,11 +607,13 @@ class BlockScan:
 
 
 def scan_blocks(local: LocalSync, store: KeyedStateStore, pid: int, version: int,
-                blocks: Sequence[int], loads: bool, where: str) -> BlockScan:
+                blocks: Sequence[int], loads: bool, where: str,
+                named: Any = None) -> BlockScan:
     """Read partition ``pid``'s version ``version`` from its local copy for a swap plan by
     blocks: its key count and counters (O(1)), the keys of ``blocks`` (one range scan each:
-    O(their keys)), and with ``loads`` every block's load (a full scan, O(the partition)).
-    The copy is brought to ``version`` first (:func:`_synced`).
+    O(their keys)), those of ``named`` (an Arrow array of keys, none null) that the copy
+    holds (one point lookup each), and with ``loads`` every block's load (a full scan, O(the
+    partition)). The copy is brought to ``version`` first (:func:`_synced`).
 
     The copy is checked as it is read: each scanned block must hold as many keys as the
     copy's per-block record (:attr:`~trilink_spark.state.local.LocalState.block_keys`), and
@@ -635,6 +645,15 @@ def scan_blocks(local: LocalSync, store: KeyedStateStore, pid: int, version: int
             if table is not None:
                 parts.append(table.select([KEY_FIELD]))
                 block_ids.append(np.full(table.num_rows, int(block), dtype=np.int32))
+        if named is not None and len(named):
+            kbs = _key_bytes(local.config, named)
+            table = _stored_table(copy, [row for row in copy.get(kbs) if row is not None])
+            if table is not None:  # rows come back grouped by schema: blocks from the keys
+                parts.append(table.select([KEY_FIELD]))
+                block_ids.append(np.frombuffer(b"".join(
+                    k[:4] for k in _key_bytes(local.config, table.column(KEY_FIELD)
+                                              .combine_chunks())), dtype=">u4")
+                    .astype(np.int32))
         if parts:
             moved = pa.concat_tables(parts, promote_options="permissive")
             moved = moved.append_column("block", pa.array(np.concatenate(block_ids)))

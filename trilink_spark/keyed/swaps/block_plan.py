@@ -17,6 +17,15 @@ state path):
    (:func:`~trilink_spark.keyed.durable.local_sync.scan_blocks`) and returns their keys: O(the
    moving keys). The driver picks a fluid step's blocks among them, as the key plan does.
 
+A bounded table (:attr:`~trilink_spark.TablePartitioner.bounded`) plans the same way by its
+key groups, which the local store files keys under while it is in force
+(:meth:`~trilink_spark.keyed.durable.local_sync.LocalConfig.placed_by`): a target given whole
+over the same groups (:func:`group_steps`) range-scans the groups whose partition changes and
+looks up the named keys (of either table) whose partition changes, each in the copy that
+holds it; a fluid step moves those keys and the smallest groups that fit its cap. A refit of
+a bounded table (it weighs every key's load, its heaviest keys take the entries) is planned
+by keys.
+
 The plan, its moves table and everything after it (segments, the swap batch, replays) are
 those of :mod:`~trilink_spark.keyed.swaps.plan`. The jobs also bring every copy to the swap's
 starting version, so the segment job and the swap batch find them current.
@@ -33,8 +42,9 @@ from typing import Any
 import numpy as np
 
 from ..._internal.validation import choice
-from ...errors import StateCorruptError, StateStoreError
-from ...partitioners import BlockPartitioner, Partitioner
+from ...errors import InvalidArgumentError, StateCorruptError, StateStoreError
+from ...partitioners import BlockPartitioner, Partitioner, TablePartitioner
+from ...partitioners.base import encode_key
 from ...partitioners.keys import null_partition
 from ...partitioners.overlay import OverlayPartitioner
 from ...partitioners.refit import rebalance_minimal
@@ -42,8 +52,8 @@ from ...state.store import KEY_FIELD, KeyedStateStore
 from ..durable.local_sync import BlockScan, LocalSync, scan_blocks
 from .plan import SwapRequest, block_steps, next_blocks, resized, request_start
 
-__all__ = ["BlockAim", "block_aim", "plan_block_swap", "plans_by_blocks", "BLOCK_PLANS",
-           "GIVEN_BY_BLOCKS_BYTES"]
+__all__ = ["BlockAim", "block_aim", "group_steps", "plan_block_swap", "plans_by_blocks",
+           "BLOCK_PLANS", "GIVEN_BY_BLOCKS_BYTES"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,11 +61,52 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class BlockAim:
     """Where a block swap goes: ``target`` as it is, or, with ``refit`` True, ``target``
-    rebalanced on the state's per-block loads onto ``num_partitions`` partitions."""
+    rebalanced on the state's per-block loads onto ``num_partitions`` partitions.
+    ``target`` is a block table, or a bounded table when the placement in force is one
+    over the same key groups (:func:`group_steps`)."""
 
-    target: BlockPartitioner
+    target: BlockPartitioner | TablePartitioner
     refit: bool
     num_partitions: int
+
+
+def group_steps(base: Partitioner, target: Partitioner, key_type: str | None) -> bool:
+    """Whether a swap from ``base`` to ``target`` moves whole key groups and named keys:
+    both bounded tables over the same groups, hashed alike (:attr:`TablePartitioner.bounded`),
+    with the same null policy. O(1).
+
+    Examples
+    --------
+    >>> import trilink_spark as tl
+    >>> counts = {f"k{i}": i + 1 for i in range(40)}
+    >>> a = tl.LeastCountPartitioner(4, max_keys=8).fit(counts)
+    >>> b = tl.LeastKeyPartitioner(3, max_keys=8).fit(counts)
+    >>> group_steps(a, b, "string"), group_steps(a, tl.LeastCountPartitioner(4), "string")
+    (True, False)
+    """
+    kind = key_type or "auto"
+    return (isinstance(base, TablePartitioner) and isinstance(target, TablePartitioner)
+            and base.bounded and target.bounded and base.num_groups == target.num_groups
+            and base.fallback_type(kind) == target.fallback_type(kind)
+            and base.null_policy == target.null_policy)
+
+
+def _group_aim(current: TablePartitioner, request: SwapRequest, target: Partitioner | None,
+               key_type: str | None) -> BlockAim | None:
+    """:func:`block_aim` for a bounded table in force: a target given whole over the same
+    groups (a fitted table, or a fluid swap's aim). A refit or a new partition count alone
+    needs the keys' loads: it is planned by keys."""
+    if target is None:
+        if request.refit == "minimal":
+            return None
+        _, base = request_start(current, request, key_type)
+        target = base
+    if target is None:
+        return None
+    bound = target.for_column(key_type)
+    return BlockAim(bound, False, bound.num_partitions) \
+        if isinstance(bound, TablePartitioner) and group_steps(current, bound, key_type) \
+        else None
 
 
 def block_aim(current: Partitioner, request: SwapRequest, target: Partitioner | None,
@@ -66,7 +117,10 @@ def block_aim(current: Partitioner, request: SwapRequest, target: Partitioner | 
     ``current`` is the placement in force, bound to ``key_type``; ``target`` the aim of a
     fluid swap under way. By blocks: ``current`` a block table (not a key overlay) and a
     target over the same blocks. The null key has no block: the scans never list it, and
-    the plan moves it when the partition count moves its partition (``"group"``)."""
+    the plan moves it when the partition count moves its partition (``"group"``). A bounded
+    table in force plans by key groups the same way (:func:`_group_aim`)."""
+    if isinstance(current, TablePartitioner) and current.bounded:
+        return _group_aim(current, request, target, key_type)
     if isinstance(current, OverlayPartitioner) or not isinstance(current, BlockPartitioner):
         return None
     if target is not None:
@@ -116,8 +170,8 @@ def plans_by_blocks(setting: str, aim: BlockAim, state_bytes: Callable[[], int])
 
 
 def plan_block_swap(spark: Any, store: KeyedStateStore, batch_id: int, prev: int,
-                    current: BlockPartitioner, request: SwapRequest, aim: BlockAim,
-                    local: LocalSync) -> tuple[dict[str, Any], Any, Partitioner]:
+                    current: BlockPartitioner | TablePartitioner, request: SwapRequest,
+                    aim: BlockAim, local: LocalSync) -> tuple[dict[str, Any], Any, Partitioner]:
     """Decide a block swap for ``batch_id`` from the local copies at version ``prev``
     (module docs); returns what :func:`~trilink_spark.keyed.swaps.plan.plan_swap` returns, the
     same plan for the same state.
@@ -138,8 +192,13 @@ def plan_block_swap(spark: Any, store: KeyedStateStore, batch_id: int, prev: int
     """
     import pyarrow as pa
 
+    if isinstance(current, TablePartitioner):
+        return _plan_group_swap(spark, store, batch_id, prev, current, request, aim, local)
     partitions = current.num_partitions
     target = aim.target
+    if not isinstance(target, BlockPartitioner):
+        raise InvalidArgumentError(f"a swap from a block table by blocks needs a block table "
+                                   f"as its target, got {type(target).__name__}")
     scans: list[BlockScan] | None = None
     if aim.refit:
         scans = _scan(spark, store, batch_id, prev, local, {}, True, partitions)
@@ -185,6 +244,131 @@ def plan_block_swap(spark: Any, store: KeyedStateStore, batch_id: int, prev: int
     return plan, moves, placement
 
 
+def _plan_group_swap(spark: Any, store: KeyedStateStore, batch_id: int, prev: int,
+                     current: TablePartitioner, request: SwapRequest, aim: BlockAim,
+                     local: LocalSync) -> tuple[dict[str, Any], Any, Partitioner]:
+    """:func:`plan_block_swap` between bounded tables (:func:`group_steps`): one Spark job
+    range-scans the key groups whose partition changes, each in the copy that holds it now,
+    and looks up, where they are now, the named keys (of either table) whose partition
+    changes and no scan lists. A scanned key moves when the target places it elsewhere.
+    O(the moving groups' keys + the named keys) read and sent to the driver, no state path
+    read; the same plan as by keys.
+
+    A fluid step under ``max_keys_per_batch`` moves every named key whose partition changes
+    and the smallest moving groups that fit the cap (at least one): its placement is a
+    bounded table with those groups switched and those keys pinned where they went
+    (:func:`_group_step`)."""
+    import pyarrow as pa
+
+    target = aim.target
+    if not isinstance(target, TablePartitioner) or current.groups is None \
+            or target.groups is None:
+        raise InvalidArgumentError("a swap by key groups needs two bounded tables, got "
+                                   f"{type(current).__name__} and {type(target).__name__}")
+    partitions = current.num_partitions
+    now_groups = current.groups.astype(np.int64)
+    moving = np.flatnonzero(now_groups != target.groups)
+    by_source = {p: moving[now_groups[moving] == p].tolist() for p in range(partitions)}
+    names = list(dict.fromkeys([*current.table_arrays()[0], *target.table_arrays()[0]]))
+    key_type = local.key_type
+    named = pa.array(names, key_type) if key_type is not None else pa.array(names)
+    lookups: dict[int, Any] = {}
+    if names:
+        at = current.assign(named).astype(np.int64)
+        changed = at != target.assign(named)
+        group = current.key_groups(named)
+        scanned = np.isin(group, moving) & (at == now_groups[group])
+        for p in np.unique(at[changed & ~scanned]).tolist():
+            lookups[int(p)] = named.filter(pa.array(changed & ~scanned & (at == p)))
+    scans = _scan(spark, store, batch_id, prev, local, by_source, False, partitions, lookups)
+    found = pa.concat_tables(
+        [s.moved.append_column("from", pa.array(np.full(s.moved.num_rows, p, np.int32)))
+         for p, s in enumerate(scans)], promote_options="permissive")
+    keys = found.column(KEY_FIELD)
+    origin = found.column("from").to_numpy()
+    to = target.assign(keys).astype(np.int32) if len(keys) else np.zeros(0, np.int32)
+    leaving = to != origin
+    placement: TablePartitioner = target
+    complete = True
+    cap = request.max_keys_per_batch
+    if request.mode == "fluid" and cap is not None and int(leaving.sum()) > cap:
+        by_name = _named_mask(keys, named)
+        chosen = _step_groups(found.column("block").to_numpy(), leaving & ~by_name,
+                              cap - int((leaving & by_name).sum()))
+        if chosen is not None:
+            placement, complete = _group_step(current, target, chosen, named), False
+            to = placement.assign(keys).astype(np.int32) if len(keys) else to
+            leaving = to != origin
+    mask = pa.array(leaving)
+    moves = pa.table({KEY_FIELD: keys.filter(mask), "from": found.column("from").filter(mask),
+                      "to": pa.array(to[leaving], pa.int32())})
+    moves = _with_null_move(moves, current, placement, any(s.has_null for s in scans))
+    carried: dict[str, int] = {}
+    for p in range(placement.num_partitions, partitions):
+        for name, value in scans[p].counters.items():
+            carried[name] = carried.get(name, 0) + value
+    plan = {
+        "batch_id": batch_id, "prev": prev, "mode": request.mode,
+        "partitions_before": partitions, "partitions_after": placement.num_partitions,
+        "keys_total": int(sum(s.keys for s in scans)), "moved_keys": int(moves.num_rows),
+        "complete": complete, "placement": placement.to_dict(), "target": target.to_dict(),
+        "max_keys_per_batch": cap, "refit": request.refit,
+        "request": request.request_id, "carried_counters": carried, "planned_by": "groups",
+    }
+    return plan, moves, placement
+
+
+def _named_mask(keys: Any, named: Any) -> Any:
+    """Which of ``keys`` are in ``named`` (Arrow arrays), as a numpy mask. O(keys + named)."""
+    import pyarrow.compute as pc
+
+    if not len(keys):
+        return np.zeros(0, dtype=bool)
+    return np.asarray(pc.is_in(keys, value_set=named).to_numpy(zero_copy_only=False), bool)
+
+
+def _step_groups(groups: Any, leaving: Any, room: int) -> Any:
+    """The moving groups a fluid step takes: the smallest (by keys leaving) that fit in
+    ``room`` keys, at least one; None when that is every moving group (the step finishes
+    the swap). O(keys + groups log groups)."""
+    ids, sizes = np.unique(groups[leaving], return_counts=True)
+    if not len(ids):
+        return None
+    order = np.argsort(sizes, kind="stable")
+    fits = np.cumsum(sizes[order]) <= room
+    fits[0] = True  # a group bigger than the room still moves, alone
+    if fits.all():
+        return None
+    return ids[order[fits]]
+
+
+def _group_step(current: TablePartitioner, target: TablePartitioner, chosen: Any,
+                named: Any) -> TablePartitioner:
+    """The placement of a fluid step between bounded tables: ``current``'s groups with
+    ``chosen`` switched to ``target``'s, every named key of either table pinned where
+    ``target`` puts it (it moves in this step), on ``max`` of both partition counts (a
+    partition being removed keeps its groups until they leave). Holds at most both tables'
+    entries. O(groups + named keys)."""
+    groups = current.groups.copy() if current.groups is not None else None
+    if groups is None or target.groups is None:
+        raise InvalidArgumentError("a fluid step by key groups needs two bounded tables")
+    groups[chosen] = target.groups[chosen]
+    n = max(current.num_partitions, target.num_partitions)
+    keys = named.to_pylist()
+    pids = target.assign(named).tolist() if len(keys) else []
+    # the table with n partitions lends the rest of its fields (loads, weights): a step
+    # places every key by its entries and groups and is never fitted
+    fields = (target if target.num_partitions == n else current).to_dict()
+    step = Partitioner.from_dict({
+        **fields, "max_keys": max(target.max_keys, len(keys), 1),
+        "table": [[encode_key(k), int(q)] for k, q in zip(keys, pids)],
+        "groups": groups.astype(int).tolist(),
+        "group_loads": np.zeros(target.num_groups).tolist()})
+    if not isinstance(step, TablePartitioner):
+        raise InvalidArgumentError(f"a fluid step of {target.strategy_name} is not a table")
+    return step
+
+
 def _with_null_move(moves: Any, current: Partitioner, placement: Partitioner,
                     has_null: bool) -> Any:
     """``moves`` plus the null key's move when the state holds it and the batch's placement
@@ -205,9 +389,11 @@ def _with_null_move(moves: Any, current: Partitioner, placement: Partitioner,
 
 
 def _scan(spark: Any, store: KeyedStateStore, batch_id: int, prev: int, local: LocalSync,
-          by_source: dict[int, list[int]], loads: bool, partitions: int) -> list[BlockScan]:
-    """One Spark task per partition of version ``prev``: :func:`scan_blocks` of its copy."""
-    fn = _scan_function(store, batch_id, prev, local, by_source, loads)
+          by_source: dict[int, list[int]], loads: bool, partitions: int,
+          lookups: dict[int, Any] | None = None) -> list[BlockScan]:
+    """One Spark task per partition of version ``prev``: :func:`scan_blocks` of its copy
+    (``lookups``: the keys, an Arrow array per partition, to look up there)."""
+    fn = _scan_function(store, batch_id, prev, local, by_source, loads, lookups or {})
     ids = spark.range(0, partitions, 1, partitions)
     schema = ("partition int, keys long, counters string, loads binary, null_load double, "
               "moved binary, has_null boolean")
@@ -241,7 +427,8 @@ def _decoded(row: Any, where: str) -> BlockScan:
 
 
 def _scan_function(store: KeyedStateStore, batch_id: int, prev: int, local: LocalSync,
-                   by_source: dict[int, list[int]], loads: bool) -> Any:
+                   by_source: dict[int, list[int]], loads: bool,
+                   lookups: dict[int, Any]) -> Any:
     def run(batches: Any) -> Any:
         import pyarrow as pa
 
@@ -253,7 +440,8 @@ def _scan_function(store: KeyedStateStore, batch_id: int, prev: int, local: Loca
             for pid in batch.column(0).to_pylist():
                 pid = int(pid)
                 found = scan_blocks(local, store, pid, prev, by_source.get(pid, []), loads,
-                                    f"partition {pid}'s state before batch {batch_id}")
+                                    f"partition {pid}'s state before batch {batch_id}",
+                                    lookups.get(pid))
                 sink = pa.BufferOutputStream()
                 with pa.ipc.new_stream(sink, found.moved.schema) as writer:
                     writer.write_table(found.moved)
