@@ -32,7 +32,7 @@ from ..._internal.spark.executors import ensure_executors
 from ..._internal.validation import choice, refuse_streaming_batch_function, seconds
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError
 from ...columns import python_input
-from ...partitioners import BlockPartitioner, Partitioner
+from ...partitioners import BlockPartitioner, Partitioner, TablePartitioner
 from ...partitioners.keys import check_null_policy
 from ...eventtime import delay_in_units, event_time_micros
 from ...state.local import LOCAL_KEY_TYPES, supports_key_type
@@ -45,6 +45,7 @@ from ..durable.manifest import start_version
 from ..swaps.placement import KeyColumn, Placed, check_rebalancer, swap_report
 from ..swaps.plan import SwapReport, SwapRequest, write_segments
 from ..swaps.replanner import Replanner
+from ..swaps.units import UnitRows, unit_rows
 from ..records.history import RunHistory
 from ..records.state_reader import read_state_values, read_task_timings, sum_counters
 from .prepare import arrival_order, check_processor, prepare
@@ -121,6 +122,9 @@ class KeyedBatchFunction(StatefulBatchFunction):
         #: recorded processing time yet (:func:`~trilink_spark.keyed.durable.manifest.batch_time`);
         #: replaceable by any picklable callable, a fixed clock in tests.
         self._clock: Callable[[], float] = time.time
+        #: (table, its version, its units) of the last bounded table counted for the
+        #: rebalancer (:meth:`_counted`)
+        self._unit_rows: tuple[Partitioner, int, UnitRows | None] | None = None
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -134,6 +138,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
         self.__dict__.setdefault("_ttl_units", math.inf)
         self.__dict__.setdefault("_processing_ttl_ms", math.inf)
         self.__dict__.setdefault("_clock", time.time)
+        self.__dict__.setdefault("_unit_rows", None)
 
     # ------------------------------------------------------------------ swaps
     def request_swap(self, strategy: str | Partitioner | None = None, *,
@@ -300,12 +305,29 @@ class KeyedBatchFunction(StatefulBatchFunction):
                 self.token, None if local is None else self._sync(batch, local))
             logger.info("batch %d: swap planned in %.3f s, segments written in %.3f s",
                         batch_id, planned - started, time.perf_counter() - planned)
-        blocks = chosen.strategy
         return StateIO(self.store, batch_id, prev, chosen.prev_partitions, plan is not None,
-                       batch.key_type, batch.value_type,
-                       blocks if isinstance(blocks, BlockPartitioner) else None,
+                       batch.key_type, batch.value_type, self._counted(chosen.strategy),
                        carried=None if plan is None else plan.get("carried_counters"),
                        owner=self.token, local=local), moved_bytes
+
+    def _counted(self, strategy: Partitioner | None) -> BlockPartitioner | UnitRows | None:
+        """What the tasks count their rows by for the rebalancer: a block table's blocks; a
+        bounded table's units (groups and named keys, :mod:`~trilink_spark.keyed.swaps.units`)
+        when the run has a rebalancer, built once per table version (O(entries)); else
+        nothing."""
+        if isinstance(strategy, BlockPartitioner):
+            return strategy
+        if self.options.get("rebalancer") is None or not isinstance(strategy, TablePartitioner) \
+                or not strategy.bounded:
+            return None
+        cached = self._unit_rows
+        if cached is not None and cached[0] is strategy and cached[1] == strategy.table_version:
+            return cached[2]
+        column = self.replanner.column
+        counted = unit_rows(strategy, (column.kind if column is not None else None)
+                            or strategy.key_type)
+        self._unit_rows = (strategy, strategy.table_version, counted)
+        return counted
 
     def _tasks(self, batch_df: DataFrame, batch_id: int, batch: PreparedBatch,
                chosen: Placed, io: StateIO, clock: tuple[float, float] | None

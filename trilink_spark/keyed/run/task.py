@@ -30,6 +30,7 @@ from ...state.store import KEY_FIELD, KeyedStateStore
 from ...state.changelog import changelog_table
 from ...state.local import LocalState
 from ..records.history import key_profile
+from ..swaps.units import UnitRows
 from ..durable.local_sync import (MAX_CHAIN_INTERVALS, LocalConfig, SwapIn, load_touched,
                                   local_root, save_touched, sync)
 from .prepare import in_arrival_order
@@ -432,9 +433,11 @@ class StateIO:
         in its incoming segments.
     key_type, value_type : pyarrow.DataType or None
         The key column's type and the processor's declared ``state_schema``.
-    blocks : BlockPartitioner or None
+    blocks : BlockPartitioner, UnitRows or None
         The placement when it is a block table: each task then counts its rows per block,
-        and stores the counts with its timing (:meth:`KeyedStateStore.save_timing`).
+        and stores the counts with its timing (:meth:`KeyedStateStore.save_timing`); for a
+        bounded table under a rebalancer, its units
+        (:class:`~trilink_spark.keyed.swaps.units.UnitRows`: groups and named keys).
     carried : dict or None
         The counters of the partitions the swap removes, which partition 0 adds to its own
         (from the plan, so a replay adds them once again to the same starting version).
@@ -455,7 +458,7 @@ class StateIO:
     swap: bool
     key_type: Any
     value_type: Any
-    blocks: BlockPartitioner | None = None
+    blocks: BlockPartitioner | UnitRows | None = None
     carried: dict[str, int] | None = None
     owner: str | None = None
     local: LocalConfig | None = None
@@ -574,6 +577,8 @@ class StateIO:
         if len(keys) == 0:
             return {"blocks": [], "rows": []}
         try:
+            if isinstance(self.blocks, UnitRows):
+                return self.blocks.rows(keys)
             blocks = self.blocks.blocks(keys)
         except (TrilinkError, ValueError, TypeError, OverflowError) as err:
             # a measurement never fails the batch: the placement itself ran already

@@ -43,6 +43,7 @@ from ...placement.key_by import key_kind, null_policy_of, resolve_strategy
 from ...state.store import KEY_FIELD, KeyedStateStore
 from ...placement.source import in_place
 from .plan import SwapReport, SwapRequest
+from .units import from_units, unit_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -231,14 +232,16 @@ def bound_placement(strategy: Partitioner, kind: str | None, recorded: bool) -> 
 
 def check_rebalancer(rebalancer: Any, strategy: Any) -> None:
     """Refuse a rebalancer without ``observe``, ``decide`` and ``apply``, or one given with a
-    placement other than a :class:`~trilink_spark.BlockPartitioner`.
+    placement other than a :class:`~trilink_spark.BlockPartitioner` or a table strategy
+    (:class:`~trilink_spark.TablePartitioner`, by object or by name), which the rebalancer
+    moves once it is bounded (:mod:`~trilink_spark.keyed.swaps.units`).
 
     Raises
     ------
     InvalidArgumentTypeError
         A method is missing (they are named).
     InvalidArgumentError
-        ``strategy`` is not a BlockPartitioner.
+        ``strategy`` is neither.
     """
     missing = [m for m in ("observe", "decide", "apply")
                if not callable(getattr(rebalancer, m, None))]
@@ -246,10 +249,20 @@ def check_rebalancer(rebalancer: Any, strategy: Any) -> None:
         raise InvalidArgumentTypeError(
             f"rebalancer must have observe, decide and apply (a switching.LoadAwareRebalancer); "
             f"{type(rebalancer).__name__} lacks {', '.join(missing)}")
-    if not isinstance(strategy, BlockPartitioner):
-        raise InvalidArgumentError(
-            "a rebalancer moves key blocks: pass strategy=tl.BlockPartitioner(n), got "
-            f"{strategy if isinstance(strategy, str) else type(strategy).__name__!r}")
+    if isinstance(strategy, (BlockPartitioner, TablePartitioner)):
+        return
+    if isinstance(strategy, str):
+        from ...partitioners.base import resolve_strategy_name, strategy_class
+
+        if strategy.strip().lower() != "auto" and issubclass(  # an unknown name is refused
+                strategy_class(resolve_strategy_name(strategy)),
+                (BlockPartitioner, TablePartitioner)):
+            return
+    raise InvalidArgumentError(
+        "a rebalancer moves key blocks, or a bounded table's key groups and named keys: pass "
+        "strategy=tl.BlockPartitioner(n) or a table strategy (tl.LeastCountPartitioner(n), "
+        "'least_count', ...), got "
+        f"{strategy if isinstance(strategy, str) else type(strategy).__name__!r}")
 
 
 def first_placement(store: KeyedStateStore, batch_df: DataFrame, column: KeyColumn,
@@ -529,12 +542,24 @@ def rebalancer_decision(rebalancer: Any, store: KeyedStateStore, batch_id: int,
     """Show ``rebalancer`` what each task of ``batch_id`` measured (its time, and its rows
     per block summed into block sizes) and return its decision.
 
-    None (logged; nothing decided) without a block placement, when a partition left no
-    timing, or when a timing counts rows of a block the placement does not have.
+    A bounded table is shown as its units (:func:`~trilink_spark.keyed.swaps.units.unit_table`:
+    its key groups and named keys as the blocks of one block table; O(groups + entries)).
+
+    None (logged; nothing decided) without a block placement or a bounded table, when a
+    partition left no timing, or when a timing counts rows of a block the placement does not
+    have.
     """
+    if isinstance(current, TablePartitioner):
+        units = unit_table(current)
+        if units is None:
+            logger.warning("batch %d: the rebalancer moves a table strategy's key groups once "
+                           "it is bounded (more keys than max_keys=%d); nothing decided",
+                           batch_id, current.max_keys)
+            return None
+        current = units
     if not isinstance(current, BlockPartitioner):
-        logger.warning("batch %d: the rebalancer needs a BlockPartitioner placement, the "
-                       "state is placed by %s; nothing decided", batch_id,
+        logger.warning("batch %d: the rebalancer needs a BlockPartitioner placement or a "
+                       "bounded table, the state is placed by %s; nothing decided", batch_id,
                        type(current).__name__)
         return None
     timings = [store.timing(p, batch_id) for p in range(partitions)]
@@ -570,6 +595,12 @@ def rebalance_target(rebalancer: Any, store: KeyedStateStore, batch_id: int,
     never carried out here; its partition count is logged clipped to what the placement can
     take: at most its blocks and :data:`~trilink_spark._internal.validation.MAX_PARTITIONS`.
     """
+    table = current if isinstance(current, TablePartitioner) else None
+    if table is not None:  # the units the decision was made on (rebalancer_decision)
+        units = unit_table(table)
+        if units is None:
+            return None
+        current = units
     advised = getattr(decision, "partitions", None)
     if advised is not None and isinstance(current, BlockPartitioner):
         bound = min(current.num_blocks, MAX_PARTITIONS)
@@ -592,6 +623,8 @@ def rebalance_target(rebalancer: Any, store: KeyedStateStore, batch_id: int,
                        "keeps the placement's %s blocks", batch_id, target,
                        getattr(current, "num_blocks", "?"))
         return None
+    if table is not None:
+        return from_units(table, target)
     out: Partitioner = target
     return out
 
