@@ -46,7 +46,7 @@ from ..partitioners.evaluation import StrategyScore, choose_best, evaluate_strat
 from .._internal.spark.compat import frame_of_arrow
 from .._internal.spark.session import conf_count, conf_get
 from .plans import PartitionPlan, key_kind, partition_plan_of, table_frame, table_frame_of
-from .fit import FIT_HOWS, fit_table
+from .fit import FIT_HOWS, fit_table, key_counts, sampled_counts
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -112,26 +112,6 @@ class KeyedStrategy:
     partitioner: Partitioner
     scores: list[StrategyScore]
     sample_rows: int
-
-
-def key_counts(df: DataFrame, key: str, fraction: float, seed: int, null_policy: str) -> Any:
-    """``{key: count}`` as an Arrow table sorted by key (deterministic; the null key, kept
-    under the null policies ``"group"`` and ``"partition0"``, last). Raises
-    :class:`~trilink_spark.errors.NullKeyError` for a null key under ``"error"``. One Spark
-    aggregation job over the key column (of a ``fraction`` sample)."""
-    from pyspark.sql import functions as F
-
-    refuse_streaming(df, "strategy='auto' (or fitting a table strategy)", "it counts the keys with "
-                     "a job before placing them", "On a stream name a stateless strategy ('hash',"
-                     " 'modulo', 'weight') or pass a fitted one with fit='none'; or place each "
-                     "micro-batch in writeStream.foreachBatch (adaptive_foreach_batch)")
-    src = df.select(column_of(key))
-    if fraction < 1.0:
-        src = src.sample(fraction=fraction, seed=seed)
-    table = src.groupBy(column_of(key)).agg(F.count(F.lit(1)).alias("count")).toArrow()
-    if table.column(0).null_count and check_null_policy(null_policy) == "error":
-        raise null_key_error(f"column {key!r} has null keys")
-    return table.sort_by([(table.column_names[0], "ascending")])
 
 
 def null_policy_of(df: DataFrame, strategy: Any = None, null_policy: str | None = None) -> str:
@@ -214,8 +194,10 @@ def resolve_strategy(
     Notes
     -----
     ``"auto"`` samples the key column (Bernoulli, ``sample_rate``, seeded) and counts the sample
-    per key in one Spark job; when the sample has fewer than ``min_sample`` rows it counts every
-    row instead. Every candidate (hash, modulo for integer keys, least_key, least_count) is scored
+    per key (:func:`~trilink_spark.placement.fit.sampled_counts`: one job for an estimate of
+    its distinct keys, one to count them; past ``spark.trilink.table.maxKeys`` distinct keys
+    the driver gets the heaviest and a uniform share of the rest, never every key); when the
+    sample has fewer than ``min_sample`` rows it counts every row instead. Every candidate (hash, modulo for integer keys, least_key, least_count) is scored
     on those counts, and :func:`~trilink_spark.partitioners.choose_best` picks one: a table
     strategy only if it beats the best stateless one by more than ``min_gain``.
 
@@ -318,18 +300,18 @@ def _choose_auto(
     if kind is None:
         logger.info("auto: key %r is not int/long/string/binary; using hash placement", key)
         return HashPartitioner(n, null_policy=policy), [], 0, False
-    counted_all = rate >= 1.0
-    counts = key_counts(df, key, rate, seed, policy)
-    total = int(pa.compute.sum(counts.column(1)).as_py() or 0)
-    if not counted_all and total < floor:
-        counts = key_counts(df, key, 1.0, seed, policy)
-        total = int(pa.compute.sum(counts.column(1)).as_py() or 0)
-        counted_all = True
+    limit = table_max_keys(df.sparkSession)
+    counts, total, exact = sampled_counts(df, key, rate, seed, policy, limit)
+    counted_all = exact and rate >= 1.0
+    if rate < 1.0 and total < floor:
+        counts, total, exact = sampled_counts(df, key, 1.0, seed, policy, limit)
+        counted_all = exact
     keys = counts.column(0).combine_chunks()
     mapping = dict(zip(keys.to_pylist(), counts.column(1).to_numpy().tolist()))
     if not mapping or list(mapping) == [None]:  # no key, or the null key alone: nothing to weigh
         return HashPartitioner(n, key_type=kind, null_policy=policy), [], 0, counted_all
-    scores = evaluate_strategies(mapping, n, key_type=kind, seed=seed, null_policy=policy)
+    scores = evaluate_strategies(mapping, n, key_type=kind, seed=seed, null_policy=policy,
+                                 max_keys=limit)
     best = choose_best(scores, min_gain)
     logger.info(
         "auto: %s chosen on %d sampled rows (balance degree %.3f; %s)",
