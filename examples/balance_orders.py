@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 
 import trilink_spark as tl
 from trilink_spark.placement import shuffle_exchanges
-from trilink_spark.partitioners.scenarios import make_scenario, scenario_frame
+from trilink_spark.partitioners.choosing.scenarios import make_scenario, scenario_frame
 
 
 def main() -> None:

@@ -270,7 +270,8 @@ def test_no_arrow_table_reaches_spark_but_through_frame_of_arrow() -> None:
 
 
 # ------------------------------------------------------------------ keyed/ in rooms
-_ROOMED = {old: homes for package in ("trilink_spark.keyed", "trilink_spark.merge")
+_ROOMED = {old: homes for package in ("trilink_spark.keyed", "trilink_spark.merge",
+                                       "trilink_spark.partitioners")
            for old, homes in importlib.import_module(package).MOVED_MODULES.items()}
 
 

@@ -19,7 +19,7 @@ from common import median_time, write_json  # noqa: E402
 
 import trilink_spark as tl  # noqa: E402
 from trilink_spark.partitioners import kafka_murmur2  # noqa: E402
-from trilink_spark.partitioners.scenarios import make_scenario, records  # noqa: E402
+from trilink_spark.partitioners.choosing.scenarios import make_scenario, records  # noqa: E402
 
 N = 60
 SIZE = 1_000_000

@@ -20,7 +20,7 @@ from common import RESULTS, write_json  # noqa: E402
 import trilink_spark as tl  # noqa: E402
 from trilink_spark.partitioners import balance_degree, choose_best  # noqa: E402
 from trilink_spark.partitioners import extra_compute_time  # noqa: E402
-from trilink_spark.partitioners.scenarios import PAPER_SCENARIOS, make_scenario, records  # noqa: E402
+from trilink_spark.partitioners.choosing.scenarios import PAPER_SCENARIOS, make_scenario, records  # noqa: E402
 
 N = 60
 RECORDS = 1_000_000

@@ -30,7 +30,7 @@ from common import median_time, write_json  # noqa: E402
 import trilink_spark as tl  # noqa: E402
 from trilink_spark.partitioners import balance_degree, keyed_bound  # noqa: E402
 from trilink_spark.partitioners import BlockPartitioner, moved_units, rebalance_minimal  # noqa: E402
-from trilink_spark.partitioners.scenarios import make_scenario  # noqa: E402
+from trilink_spark.partitioners.choosing.scenarios import make_scenario  # noqa: E402
 
 SEEDS = range(10)
 TARGET = 0.97

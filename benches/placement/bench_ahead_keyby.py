@@ -48,7 +48,7 @@ from trilink_spark.partitioners import keyed_bound  # noqa: E402
 from trilink_spark.placement import ahead_key_by, keyed_by_source, shuffle_exchanges  # noqa: E402
 from trilink_spark import kafka as tl_kafka  # noqa: E402
 from trilink_spark.testing import create_topic, kafka_broker  # noqa: E402
-from trilink_spark.partitioners.scenarios import PAPER_SCENARIOS, make_scenario, records  # noqa: E402
+from trilink_spark.partitioners.choosing.scenarios import PAPER_SCENARIOS, make_scenario, records  # noqa: E402
 
 PARTITIONS = (4, 8)
 PAPER_TABLE4 = {"ahead_keyby_cross_share": 0.0, "keyby_cross_share": "about 1 - 1/n"}

@@ -39,7 +39,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 import trilink_spark as tl  # noqa: E402
 from trilink_spark.partitioners import keyed_bound  # noqa: E402
 from trilink_spark.placement import explain_keyed_agg  # noqa: E402
-from trilink_spark.partitioners.scenarios import make_scenario, scenario_frame  # noqa: E402
+from trilink_spark.partitioners.choosing.scenarios import make_scenario, scenario_frame  # noqa: E402
 
 ROWS = 5_000_000
 SKEW_PARTITIONS = 8

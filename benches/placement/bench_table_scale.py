@@ -237,7 +237,7 @@ def run_balance(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, 
     keys, 60 partitions, as RESULTS section 1) bounded at 1,000 entries, and Zipf 1.1 at
     1,000,000 keys (4 rows per key) bounded at the default 65,536, on 8 and 64 partitions."""
     from trilink_spark.partitioners import balance_degree
-    from trilink_spark.partitioners.scenarios import PAPER_SCENARIOS, make_scenario
+    from trilink_spark.partitioners.choosing.scenarios import PAPER_SCENARIOS, make_scenario
 
     cases: list[tuple[str, Any, Any, int, int]] = []
     for name in PAPER_SCENARIOS:

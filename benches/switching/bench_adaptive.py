@@ -36,7 +36,7 @@ from common import RESULTS, median_time, write_json  # noqa: E402
 import trilink_spark as tl  # noqa: E402
 from trilink_spark.partitioners import balance_degree  # noqa: E402
 from trilink_spark.switching import adaptive_foreach_batch  # noqa: E402
-from trilink_spark.partitioners.scenarios import PAPER_SCENARIOS, make_scenario  # noqa: E402
+from trilink_spark.partitioners.choosing.scenarios import PAPER_SCENARIOS, make_scenario  # noqa: E402
 
 N = 16
 RATE = 100_000

@@ -36,7 +36,7 @@ import pyarrow as pa
 from trilink_spark import Partitioner
 from trilink_spark.errors import BrokerUnavailableError, InvalidArgumentError
 from trilink_spark.errors import InvalidArgumentTypeError, TrilinkError
-from trilink_spark.partitioners.catalogue import build
+from trilink_spark.partitioners.choosing.catalogue import build
 from .catalogue import Catalogue
 
 __all__ = ["AD_TYPES", "EVENT_TYPES", "LOG_SCHEMA", "DEFAULT_TOPIC", "Producer",

@@ -48,7 +48,7 @@ def test_kafka_default_placement(spark):
     import numpy as np
 
     from trilink_spark.partitioners import balance_degree, kafka_default_partition
-    from trilink_spark.partitioners.scenarios import make_scenario
+    from trilink_spark.partitioners.choosing.scenarios import make_scenario
 
     code, text = run(["balance", "--scenario", "skewed_both", "--kafka", "--no-measure", "--json",
                       *SMALL])
@@ -233,7 +233,7 @@ def test_path_format_key_and_plot_errors_come_before_spark_starts(tmp_path):
 
 def test_plot_names_axes_marks_the_chosen_strategy_and_spaces_bars():
     from trilink_spark.cli import BalanceResult, _plot_figure
-    from trilink_spark.partitioners.evaluation import choose_best, evaluate_strategies
+    from trilink_spark.partitioners.choosing.evaluation import choose_best, evaluate_strategies
 
     counts = {f"N{i}": 1 + (i * 37) % 11 * (50 if i < 3 else 1) for i in range(40)}
     scores = evaluate_strategies(counts, 6, key_type="string")

@@ -329,7 +329,7 @@ def test_kafka_murmur2_of_long_keys_and_many_lengths_matches_kafka_python() -> N
     # every length from 0 to 600 bytes, shuffled, and a 1 MB key among short ones
     from kafka.partitioner import murmur2
 
-    from trilink_spark.partitioners.kafka_hash import LONG_BLOCKS
+    from trilink_spark.partitioners.core.kafka_hash import LONG_BLOCKS
 
     rng = random.Random(11)
     keys = [rng.randbytes(n) for n in range(0, 601)] + [b"\xff" * (4 * LONG_BLOCKS + t)
@@ -348,8 +348,8 @@ def test_kafka_murmur2_many_long_keys_chain_in_numpy_and_match_kafka_python(
     # keys of 300 bytes made the call 5x slower than a pass per block of each length)
     from kafka.partitioner import murmur2
 
-    from trilink_spark.partitioners import kafka_hash
-    from trilink_spark.partitioners.kafka_hash import LONG_BLOCKS, MIN_PASS_KEYS
+    from trilink_spark.partitioners.core import kafka_hash
+    from trilink_spark.partitioners.core.kafka_hash import LONG_BLOCKS, MIN_PASS_KEYS
 
     chained: list[int] = []
     chain = kafka_hash._chain_long

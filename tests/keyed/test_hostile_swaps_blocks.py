@@ -392,7 +392,7 @@ def test_fluid_swap_resumed_from_a_key_overlay_over_blocks(tmp_path: Path) -> No
     overrides: the keys they placed would get new rows in one partition, their state in
     another."""
     from trilink_spark.keyed.swaps.plan import SwapRequest, plan_swap
-    from trilink_spark.partitioners.overlay import OverlayPartitioner
+    from trilink_spark.partitioners.tables.overlay import OverlayPartitioner
     from trilink_spark.state.store import KeyedStateStore
 
     keys: list[Any] = [f"key-{i}" for i in range(400)]

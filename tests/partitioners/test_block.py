@@ -16,10 +16,10 @@ from trilink_spark.partitioners import CANDIDATES, strategy_names
 from trilink_spark.placement import physical_plan, shuffle_exchanges
 from trilink_spark.switching import validate_update
 from trilink_spark.partitioners import BlockPartitioner, OverlayPartitioner
-from trilink_spark.partitioners.base import resolve_strategy_name, strategy_class
-from trilink_spark.partitioners.block import MAX_BLOCKS, range_table
-from trilink_spark.partitioners.catalogue import build, candidate_of, default_candidates
-from trilink_spark.partitioners.spark_hash import hash_int_array, hash_long_array
+from trilink_spark.partitioners.core.base import resolve_strategy_name, strategy_class
+from trilink_spark.partitioners.core.block import MAX_BLOCKS, range_table
+from trilink_spark.partitioners.choosing.catalogue import build, candidate_of, default_candidates
+from trilink_spark.partitioners.core.spark_hash import hash_int_array, hash_long_array
 
 N = 7
 

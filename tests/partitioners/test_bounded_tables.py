@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import trilink_spark as tl
 from trilink_spark.errors import InvalidArgumentError, InvalidKeyTypeError
 from trilink_spark.partitioners import balance_degree
-from trilink_spark.partitioners.table import DEFAULT_MAX_KEYS, TablePartitioner, least_units
+from trilink_spark.partitioners.tables.table import DEFAULT_MAX_KEYS, TablePartitioner, least_units
 
 STRATEGIES = {
     "least_count": lambda n, m: tl.LeastCountPartitioner(n, max_keys=m),

@@ -11,9 +11,10 @@ import trilink_spark as tl
 from trilink_spark.errors import ConfigError, InvalidArgumentError, UnknownStrategyError
 from trilink_spark.partitioners import CANDIDATES, strategy_names
 from trilink_spark.switching import validate_update
-from trilink_spark.partitioners import base, catalogue
-from trilink_spark.partitioners.keys import to_key_array
-from trilink_spark.partitioners.catalogue import Candidate, register_candidate
+from trilink_spark.partitioners.choosing import catalogue
+from trilink_spark.partitioners.core import base
+from trilink_spark.partitioners.core.keys import to_key_array
+from trilink_spark.partitioners.choosing.catalogue import Candidate, register_candidate
 
 
 class ReversedModulo(tl.Partitioner):

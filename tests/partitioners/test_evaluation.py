@@ -7,7 +7,7 @@ import pytest
 
 import trilink_spark as tl
 from trilink_spark.partitioners import choose_best
-from trilink_spark.partitioners.scenarios import PAPER_SCENARIOS, make_scenario, records
+from trilink_spark.partitioners.choosing.scenarios import PAPER_SCENARIOS, make_scenario, records
 
 
 def test_scores_match_independent_placement():

@@ -17,7 +17,7 @@ from trilink_spark.errors import InvalidKeyTypeError, NullKeyError, UnknownStrat
 from trilink_spark.partitioners import strategy_names
 from trilink_spark.placement import shuffle_exchanges
 from trilink_spark.partitioners import BlockPartitioner, OverlayPartitioner
-from trilink_spark.partitioners.base import resolve_strategy_name, strategy_class
+from trilink_spark.partitioners.core.base import resolve_strategy_name, strategy_class
 
 N = 6
 

@@ -11,7 +11,7 @@ import pytest
 
 import trilink_spark as tl
 from trilink_spark.partitioners import balance_degree, keyed_bound
-from trilink_spark.partitioners.scenarios import make_scenario, records
+from trilink_spark.partitioners.choosing.scenarios import make_scenario, records
 
 N = 7
 

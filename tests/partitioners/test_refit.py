@@ -16,8 +16,8 @@ from trilink_spark.errors import InvalidKeyTypeError, NullKeyError
 from trilink_spark.partitioners import balance_degree, keyed_bound
 from trilink_spark.partitioners import BlockPartitioner, OverlayPartitioner
 from trilink_spark.partitioners import moved_units, rebalance_minimal
-from trilink_spark.partitioners.refit import _rebalance
-from trilink_spark.partitioners.scenarios import make_scenario
+from trilink_spark.partitioners.choosing.refit import _rebalance
+from trilink_spark.partitioners.choosing.scenarios import make_scenario
 
 
 # ---------------------------------------------------------------------- the invariant checker
@@ -100,7 +100,7 @@ def test_above_the_keyed_bound_it_gets_close_and_says_so(caplog):
     bound = keyed_bound(w, 8)
     assert bound < 0.5
     start = tl.HashPartitioner(8)
-    with caplog.at_level(logging.INFO, logger="trilink_spark.partitioners.refit"):
+    with caplog.at_level(logging.INFO, logger="trilink_spark.partitioners.choosing.refit"):
         p = rebalance_minimal(start, counts)
     assert "above the best whole units allow" in caplog.text
     balance = balance_degree(np.bincount(p.assign(keys), weights=w, minlength=8))
@@ -191,7 +191,7 @@ def test_blocks_per_key_and_per_block_agree():
 def test_max_moved_fraction_caps_units_moved(caplog):
     counts, keys, w = _zipf(0.8, 0)
     start = tl.HashPartitioner(8)
-    with caplog.at_level(logging.INFO, logger="trilink_spark.partitioners.refit"):
+    with caplog.at_level(logging.INFO, logger="trilink_spark.partitioners.choosing.refit"):
         p = rebalance_minimal(start, counts, max_moved_fraction=0.01)
     assert moved_units(start, p, keys).sum() <= 4
     assert "max_moved_fraction" in caplog.text
@@ -332,7 +332,7 @@ def test_empty_counts_and_zero_loads_only_move_what_must_move():
        st.lists(st.tuples(st.integers(0, 3), st.floats(0, 40), st.floats(0, 40),
                           st.floats(0, 60)), max_size=30))
 def test_the_unit_index_finds_what_a_scan_finds(units, queries):
-    from trilink_spark.partitioners.refit import _Units
+    from trilink_spark.partitioners.choosing.refit import _Units
 
     pids = np.array([p for p, _ in units], dtype=np.int64)
     loads = np.array([w for _, w in units], dtype=np.float64)

@@ -10,7 +10,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trilink_spark.partitioners import spark_hash as sh
+from trilink_spark.partitioners.core import spark_hash as sh
 
 TEXTS = [
     "", "a", "ab", "abc", "abcd", "abcde", "abcdefghijklm", "héllo wörld", "日本語", "🙂",

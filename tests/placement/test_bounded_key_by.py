@@ -11,8 +11,8 @@ import pytest
 import trilink_spark as tl
 from trilink_spark.columns import PARTITION_COL
 from trilink_spark.errors import InvalidArgumentError
-from trilink_spark.partitioners.catalogue import fit_counts
-from trilink_spark.partitioners.keys import to_key_array
+from trilink_spark.partitioners.choosing.catalogue import fit_counts
+from trilink_spark.partitioners.core.keys import to_key_array
 
 key_by_module = sys.modules["trilink_spark.placement.key_by"]
 

@@ -131,7 +131,7 @@ def test_plan_cache_follows_a_changed_group_table(spark):
     p = tl.LeastCountPartitioner(4, max_keys=10)
     tl.key_by(df, "k", p)
     first = tl.key_by(df, "k", p, fit="none").select("k", PARTITION_COL).collect()
-    q = tl.partitioners.refit.rebalance_minimal(p, {k: 1 for k in range(1_000)}, 2)
+    q = tl.partitioners.choosing.refit.rebalance_minimal(p, {k: 1 for k in range(1_000)}, 2)
     second = tl.key_by(df, "k", q, fit="none").select("k", PARTITION_COL).collect()
     assert q.assign([r[0] for r in second]).tolist() == [r[1] for r in second]
     assert p.assign([r[0] for r in first]).tolist() == [r[1] for r in first]

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 import trilink_spark as tl
 from trilink_spark.errors import InvalidArgumentError, NullKeyError
 from trilink_spark.partitioners import BlockPartitioner
-from trilink_spark.partitioners.overlay import OverlayPartitioner
+from trilink_spark.partitioners.tables.overlay import OverlayPartitioner
 from trilink_spark.placement import keyed_by_source, resolve_strategy
 from testkit.frames import rows
 

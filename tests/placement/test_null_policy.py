@@ -20,8 +20,8 @@ import trilink_spark as tl
 from trilink_spark.cli import main
 from trilink_spark.errors import InvalidArgumentError, NullKeyError
 from trilink_spark.partitioners import BlockPartitioner, balance_degree, rebalance_minimal
-from trilink_spark.partitioners.keys import NULL_POLICIES, null_partition
-from trilink_spark.partitioners.overlay import OverlayPartitioner
+from trilink_spark.partitioners.core.keys import NULL_POLICIES, null_partition
+from trilink_spark.partitioners.tables.overlay import OverlayPartitioner
 from trilink_spark.placement import ahead_key_by, resolve_strategy
 
 #: What every refusal says: the policy, the argument, the conf and the other choices.

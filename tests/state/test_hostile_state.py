@@ -31,7 +31,7 @@ from trilink_spark.keyed.semantics.keys import PartitionState
 from trilink_spark.keyed.durable.codec import decode_state, encode_state
 from trilink_spark.keyed.durable.codec import merge_in, split_out
 from trilink_spark.keyed.swaps.plan import SwapRequest, plan_swap
-from trilink_spark.partitioners.overlay import OverlayPartitioner
+from trilink_spark.partitioners.tables.overlay import OverlayPartitioner
 from trilink_spark.state.store import KeyedStateStore
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

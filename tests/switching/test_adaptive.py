@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import trilink_spark as tl
 from trilink_spark.errors import InvalidKeyTypeError, NullKeyError
 from trilink_spark.partitioners import CANDIDATES, balance_degree
-from trilink_spark.partitioners.scenarios import make_scenario
+from trilink_spark.partitioners.choosing.scenarios import make_scenario
 
 
 class FakeClock:

@@ -41,10 +41,10 @@ from .inputs import FORMATS, check_input
 from .report import add_report_parser, run_report
 from .state import add_state_parser, run_state
 from ..errors import InvalidArgumentError, TrilinkError
-from ..partitioners.catalogue import ruled_out_by_keys
+from ..partitioners.choosing.catalogue import ruled_out_by_keys
 from .._internal.validation import refuse_streaming
-from ..partitioners.evaluation import StrategyScore, choose_best, evaluate_strategies
-from ..partitioners.scenarios import PAPER_SCENARIOS, SCENARIOS, make_scenario, scenario_frame
+from ..partitioners.choosing.evaluation import StrategyScore, choose_best, evaluate_strategies
+from ..partitioners.choosing.scenarios import PAPER_SCENARIOS, SCENARIOS, make_scenario, scenario_frame
 
 __all__ = ["main", "build_parser", "BalanceResult", "run_balance", "run_advise", "add_advise_parser"]
 
@@ -220,7 +220,7 @@ def _key_column(df: Any, key: str) -> tuple[Any, str]:
 
 
 def _measure(df: Any, key: str, score: StrategyScore) -> dict[str, Any]:
-    from ..partitioners.balance import partition_balance
+    from ..partitioners.core.balance import partition_balance
     from ..placement.key_by import key_by
 
     report = partition_balance(key_by(df, key, score.partitioner.copy(), fit="none"))
@@ -290,8 +290,8 @@ def _kafka_placement(counts: dict[Any, int], partitions: int) -> dict[str, float
     """Balance of Kafka's default partitioner over ``partitions`` Kafka partitions."""
     import numpy as np
 
-    from ..partitioners.balance import balance_degree, extra_compute_time
-    from ..partitioners.kafka_hash import kafka_default_partition
+    from ..partitioners.core.balance import balance_degree, extra_compute_time
+    from ..partitioners.core.kafka_hash import kafka_default_partition
 
     keys = [k for k in counts if k is not None]
     weights = np.array([counts[k] for k in keys], dtype=np.float64)

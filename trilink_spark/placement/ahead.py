@@ -24,7 +24,7 @@ from .._internal.validation import refuse_streaming
 from .._internal.io.files import resolve_filesystem
 from ..kafka.source import register_kafka_source
 from ..partitioners import Partitioner
-from ..partitioners.persistence import read_strategy, write_strategy
+from ..partitioners.core.persistence import read_strategy, write_strategy
 from .key_by import resolve_strategy, with_partition_id
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 :func:`fit_table` is what :func:`~trilink_spark.key_by` (``fit="full"`` or ``"sample"``) does
 for a table strategy (LeastKey, LeastCount, random Weight): it counts the keys with Spark on the
 executors and brings the driver at most ``max_keys`` keys and one load per key group, never
-every key (:mod:`trilink_spark.partitioners.table`, bounded tables).
+every key (:mod:`trilink_spark.partitioners.tables.table`, bounded tables).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from .._internal.spark.compat import frame_of_arrow
 from .._internal.validation import choice, refuse_streaming
 from ..columns import TABLE_KEY_COL, column_of
 from ..errors import InvalidKeyTypeError
-from ..partitioners.keys import check_null_policy, null_key_error
-from ..partitioners.table import TablePartitioner
+from ..partitioners.core.keys import check_null_policy, null_key_error
+from ..partitioners.tables.table import TablePartitioner
 from .plans import key_kind, table_frame
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def fit_table(df: DataFrame, key: str, p: TablePartitioner, fraction: float = 1.
        broadcast semi-join, then Spark's aggregation: at most that many rows back), the
        heaviest candidates get the entries left and every other key goes by its group,
        whose load is its rows less the counted keys' rows
-       (:meth:`~trilink_spark.partitioners.table.TablePartitioner.fit_loads`).
+       (:meth:`~trilink_spark.partitioners.tables.table.TablePartitioner.fit_loads`).
 
     The explicit keys' counts are exact; which keys are the heaviest is found on the
     sample: a key of 150 rows is sampled with 95 % probability, one of 350 rows with

@@ -35,14 +35,14 @@ from ..columns import SLOT_ID_COL, SLOT_PID_COL, check_user_columns
 from ..columns import column_of, quoted, require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
 from ..errors import ReservedColumnError
-from ..partitioners.keys import DEFAULT_NULL_POLICY, NULL_POLICIES, check_null_policy
-from ..partitioners.keys import null_key_error, null_partition
+from ..partitioners.core.keys import DEFAULT_NULL_POLICY, NULL_POLICIES, check_null_policy
+from ..partitioners.core.keys import null_key_error, null_partition
 from ..partitioners import HashPartitioner, Partitioner, TablePartitioner
-from ..partitioners.base import resolve_strategy_name
-from ..partitioners.overlay import OverlayPartitioner
-from ..partitioners.catalogue import build
-from ..partitioners.table import DEFAULT_MAX_KEYS, check_max_keys
-from ..partitioners.evaluation import StrategyScore, choose_best, evaluate_strategies
+from ..partitioners.core.base import resolve_strategy_name
+from ..partitioners.tables.overlay import OverlayPartitioner
+from ..partitioners.choosing.catalogue import build
+from ..partitioners.tables.table import DEFAULT_MAX_KEYS, check_max_keys
+from ..partitioners.choosing.evaluation import StrategyScore, choose_best, evaluate_strategies
 from .._internal.spark.compat import frame_of_arrow
 from .._internal.spark.session import conf_count, conf_get
 from .plans import PartitionPlan, key_kind, partition_plan_of, table_frame, table_frame_of
@@ -275,7 +275,7 @@ def resolve_strategy(
 def table_max_keys(spark: Any) -> int:
     """The conf ``spark.trilink.table.maxKeys``: the entries a table strategy built by name
     holds at most (default
-    :data:`~trilink_spark.partitioners.table.DEFAULT_MAX_KEYS`). One conf read.
+    :data:`~trilink_spark.partitioners.tables.table.DEFAULT_MAX_KEYS`). One conf read.
 
     Raises
     ------
@@ -325,7 +325,7 @@ def _choose_auto(
 
 def _null_guard(pid: Column, key_col: Column, policy: str, nullable: bool, key: str,
                 n: int) -> Column:
-    """The null key's partition (:func:`~trilink_spark.partitioners.keys.null_partition`),
+    """The null key's partition (:func:`~trilink_spark.partitioners.core.keys.null_partition`),
     one rule for every strategy, or the JVM's refusal under ``"error"``."""
     from pyspark.sql import functions as F
 

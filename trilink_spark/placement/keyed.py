@@ -21,10 +21,10 @@ from .._internal.validation import check_num_partitions, choice
 from ..columns import PARTITION_COL, check_user_columns, column_of, python_input
 from ..columns import require_columns
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from ..partitioners.keys import check_null_policy
+from ..partitioners.core.keys import check_null_policy
 from ..merge.algebra.expressions import combinable
 from ..partitioners import Partitioner
-from ..partitioners.base import resolve_strategy_name
+from ..partitioners.core.base import resolve_strategy_name
 from .key_by import check_fit, key_by, null_policy_of, refuse_null_keys
 from .source import check_source_layout, is_keyed_by_source, source_agg, source_apply
 

@@ -63,7 +63,7 @@ from ..columns import INTERNAL_PREFIX, TABLE_KEY_COL, TABLE_PID_COL, require_col
 from ..partitioners import BlockPartitioner, HashPartitioner, LeastCountPartitioner
 from ..partitioners import LeastKeyPartitioner, ModuloPartitioner, Partitioner
 from ..partitioners import TablePartitioner, WeightPartitioner
-from ..partitioners.overlay import OverlayPartitioner
+from ..partitioners.tables.overlay import OverlayPartitioner
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

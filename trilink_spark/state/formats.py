@@ -39,7 +39,7 @@ from .._internal.validation import (INT64_MAX, MAX_KEY_TEXT_CHARS, JsonKey, chec
                                     count, is_count, number, short_repr, text)
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..partitioners import Partitioner
-from ..partitioners.base import KEY_KINDS
+from ..partitioners.core.base import KEY_KINDS
 
 __all__ = ["MANIFEST_FORMAT", "MANIFEST_VERSION", "MAX_RECORD_BYTES", "RECORD_FORMAT",
            "PLAN_FIELDS", "dump", "manifest_bytes", "parse_manifest", "placement_bytes",

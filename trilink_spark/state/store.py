@@ -49,7 +49,7 @@ from ..errors import StateOwnershipError, StateStoreError
 from .._internal.io.files import create_if_absent, resolve_filesystem, write_atomic
 from .._internal.io.files import write_atomic_stream
 from ..partitioners import Partitioner
-from ..partitioners.persistence import read_strategy, write_strategy
+from ..partitioners.core.persistence import read_strategy, write_strategy
 from .formats import MAX_RECORD_BYTES, manifest_bytes, parse_manifest, parse_placement
 from .formats import parse_plan, parse_small_record, placement_bytes, plan_bytes, record_bytes
 from .formats import MAX_TIMING_BYTES, TIMING_SUFFIX, parse_timing, segment_index, SEGMENT_INDEX

@@ -45,12 +45,12 @@ from .._internal.validation import refuse_streaming
 from ..columns import column_of
 from ..errors import ConfigError, InvalidArgumentError, InvalidArgumentTypeError
 from ..errors import InvalidKeyTypeError
-from ..partitioners.keys import DEFAULT_NULL_POLICY, Key, KeyArray, null_key_error, to_counts
-from ..partitioners.keys import to_key_array
+from ..partitioners.core.keys import DEFAULT_NULL_POLICY, Key, KeyArray, null_key_error, to_counts
+from ..partitioners.core.keys import to_key_array
 from ..partitioners import Partitioner, TablePartitioner, WeightPartitioner
-from ..partitioners.catalogue import build, candidate_of, default_candidates, fit_counts
-from ..partitioners.base import decode_key, encode_key
-from ..partitioners.evaluation import StrategyScore, evaluate_strategies, pick_best
+from ..partitioners.choosing.catalogue import build, candidate_of, default_candidates, fit_counts
+from ..partitioners.core.base import decode_key, encode_key
+from ..partitioners.choosing.evaluation import StrategyScore, evaluate_strategies, pick_best
 from ..placement.key_by import key_kind
 from .config_center import ConfigCenter, find_center
 from .monitoring import Decision, denoised_balance, split_counts

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..partitioners.balance import balance_degree
-from ..partitioners.evaluation import StrategyScore
+from ..partitioners.core.balance import balance_degree
+from ..partitioners.choosing.evaluation import StrategyScore
 
 __all__ = ["Decision", "denoised_balance", "split_counts"]
 

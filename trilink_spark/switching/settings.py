@@ -2,7 +2,7 @@
 
 A :class:`~trilink_spark.switching.ConfigCenter` validates every update with
 :func:`validate_update` unless it is given another validator. The strategies an update may pin are
-the catalogue's (:mod:`trilink_spark.partitioners.catalogue`).
+the catalogue's (:mod:`trilink_spark.partitioners.choosing.catalogue`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from .._internal.validation import choice, number
 from ..errors import ConfigError, ConfigTypeError, InvalidArgumentError, InvalidArgumentTypeError
 from ..eventtime import parse_interval
-from ..partitioners.catalogue import configurable_names
+from ..partitioners.choosing.catalogue import configurable_names
 from .wire import MAX_VERSION, short_repr
 
 __all__ = ["MODES", "CONFIG_STRATEGIES", "CONFIG_FIELDS", "MAX_INTEGER", "validate_update"]

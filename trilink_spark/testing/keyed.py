@@ -63,7 +63,7 @@ from ..keyed.run.prepare import carried_columns, check_processor, units
 from ..keyed.run.streaming import check_ttl, check_ttl_time
 from ..keyed.run.task import run_batch, runtime_frame
 from ..keyed.semantics.process import KeyedRuntime, KeyedWatermarkProcessFunction
-from ..partitioners.keys import check_null_policy, null_key_error
+from ..partitioners.core.keys import check_null_policy, null_key_error
 from ..keyed.semantics.keys import PartitionState
 from ..state.local import LOCAL_KEY_TYPES, supports_key_type
 from .ddl import struct_of

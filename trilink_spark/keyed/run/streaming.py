@@ -33,7 +33,7 @@ from ..._internal.validation import choice, refuse_streaming_batch_function, sec
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError
 from ...columns import python_input
 from ...partitioners import BlockPartitioner, Partitioner, TablePartitioner
-from ...partitioners.keys import check_null_policy
+from ...partitioners.core.keys import check_null_policy
 from ...eventtime import delay_in_units, event_time_micros
 from ...state.local import LOCAL_KEY_TYPES, supports_key_type
 from ...state.foreach import StatefulBatchFunction

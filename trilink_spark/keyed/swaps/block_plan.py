@@ -1,6 +1,6 @@
 """Swap plans by blocks: a swap between block tables plans from the executors' local copies.
 
-A swap from one :class:`~trilink_spark.partitioners.block.BlockPartitioner` table to another
+A swap from one :class:`~trilink_spark.partitioners.core.block.BlockPartitioner` table to another
 over the same blocks (a rebalancer's moves, a rescale, a fluid swap's next step) moves whole
 blocks, and the local store files each key under its block first
 (:func:`~trilink_spark.state.local.key_bytes`). So the plan needs no key listing on the
@@ -44,10 +44,10 @@ import numpy as np
 from ..._internal.validation import choice
 from ...errors import InvalidArgumentError, StateCorruptError, StateStoreError
 from ...partitioners import BlockPartitioner, Partitioner, TablePartitioner
-from ...partitioners.base import encode_key
-from ...partitioners.keys import null_partition
-from ...partitioners.overlay import OverlayPartitioner
-from ...partitioners.refit import rebalance_minimal
+from ...partitioners.core.base import encode_key
+from ...partitioners.core.keys import null_partition
+from ...partitioners.tables.overlay import OverlayPartitioner
+from ...partitioners.choosing.refit import rebalance_minimal
 from ...state.store import KEY_FIELD, KeyedStateStore
 from ..durable.local_sync import BlockScan, LocalSync, scan_blocks
 from .plan import SwapRequest, block_steps, next_blocks, resized, request_start

@@ -37,8 +37,8 @@ from ...errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorru
 from ...errors import TrilinkError
 from ...partitioners import BlockPartitioner, HashPartitioner, Partitioner, TablePartitioner
 from ...partitioners import WeightPartitioner
-from ...partitioners.base import KEY_KINDS
-from ...partitioners.overlay import OverlayPartitioner
+from ...partitioners.core.base import KEY_KINDS
+from ...partitioners.tables.overlay import OverlayPartitioner
 from ...placement.key_by import key_kind, null_policy_of, resolve_strategy
 from ...state.store import KEY_FIELD, KeyedStateStore
 from ...placement.source import in_place
@@ -252,7 +252,7 @@ def check_rebalancer(rebalancer: Any, strategy: Any) -> None:
     if isinstance(strategy, (BlockPartitioner, TablePartitioner)):
         return
     if isinstance(strategy, str):
-        from ...partitioners.base import resolve_strategy_name, strategy_class
+        from ...partitioners.core.base import resolve_strategy_name, strategy_class
 
         if strategy.strip().lower() != "auto" and issubclass(  # an unknown name is refused
                 strategy_class(resolve_strategy_name(strategy)),

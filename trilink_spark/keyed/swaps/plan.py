@@ -30,10 +30,10 @@ from ...errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKey
 from ...errors import StateCorruptError, TrilinkError, UnknownStrategyError
 from ...partitioners import BlockPartitioner, Partitioner, TablePartitioner
 from ...partitioners import WeightPartitioner
-from ...partitioners.base import KEY_KINDS
-from ...partitioners.keys import null_partition
-from ...partitioners.overlay import OverlayPartitioner
-from ...partitioners.refit import rebalance_minimal
+from ...partitioners.core.base import KEY_KINDS
+from ...partitioners.core.keys import null_partition
+from ...partitioners.tables.overlay import OverlayPartitioner
+from ...partitioners.choosing.refit import rebalance_minimal
 from ...state.store import KEY_FIELD, KeyedStateStore
 from ..durable.local_sync import LocalSync, read_moved
 from ..durable.codec import decode_keys, read_counters
@@ -161,7 +161,7 @@ class SwapRequest:
                 "request_swap needs a strategy, a num_partitions or refit='minimal'")
         name = None
         if isinstance(strategy, str):
-            from ...partitioners.catalogue import build
+            from ...partitioners.choosing.catalogue import build
 
             try:
                 build(strategy, num_partitions or 1)  # refuse an unknown name now
@@ -193,7 +193,7 @@ def request_start(current: Partitioner, request: SwapRequest, key_type: str | No
                                    if request.strategy is not None else current.num_partitions)
     base = request.strategy
     if request.strategy_name is not None:
-        from ...partitioners.catalogue import build
+        from ...partitioners.choosing.catalogue import build
 
         # by name: built with the null policy in force (the null key stays where it is
         # unless the partition count moves it, under "group")

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from ...partitioners import BlockPartitioner, Partitioner, TablePartitioner
-from ...partitioners.base import encode_key
-from ...partitioners.block import MAX_BLOCKS
+from ...partitioners.core.base import encode_key
+from ...partitioners.core.block import MAX_BLOCKS
 
 __all__ = ["UnitRows", "unit_table", "from_units", "unit_rows"]
 
@@ -34,7 +34,7 @@ def unit_table(p: TablePartitioner) -> BlockPartitioner | None:
     """``p``'s units as a block table (module docs): unit ``g < num_groups`` is key group
     ``g``, unit ``num_groups + i`` the ``i``-th entry of ``p.table_arrays()``; each on the
     partition it is on now. None when ``p`` is not bounded or has more units than a block
-    table holds (:data:`~trilink_spark.partitioners.block.MAX_BLOCKS`). O(groups + entries).
+    table holds (:data:`~trilink_spark.partitioners.core.block.MAX_BLOCKS`). O(groups + entries).
 
     Examples
     --------

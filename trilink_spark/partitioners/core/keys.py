@@ -22,8 +22,8 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
-from .._internal.validation import choice, fits_int64
-from ..errors import InvalidArgumentError, InvalidKeyTypeError, NullKeyError
+from ..._internal.validation import choice, fits_int64
+from ...errors import InvalidArgumentError, InvalidKeyTypeError, NullKeyError
 
 __all__ = [
     "Key",

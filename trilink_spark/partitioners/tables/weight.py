@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from .keys import DEFAULT_NULL_POLICY, Key, KeyArray, normalize_key, to_counts
-from .base import column_key_type
-from .hash import spark_hash_array, spark_hash_of
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..core.keys import DEFAULT_NULL_POLICY, Key, KeyArray, normalize_key, to_counts
+from ..core.base import column_key_type
+from ..core.hash import spark_hash_array, spark_hash_of
 from .table import TablePartitioner, least_units
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ scalar ones.
 
 Examples
 --------
->>> from trilink_spark.partitioners.spark_hash import hash_long, hash_string
+>>> from trilink_spark.partitioners.core.spark_hash import hash_long, hash_string
 >>> hash_long(2**40)
 -1596767687
 >>> hash_string("abc")

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidArgumentTypeError
-from .._internal.validation import check_num_partitions
+from ...errors import InvalidArgumentTypeError
+from ..._internal.validation import check_num_partitions
 
 __all__ = ["kafka_murmur2", "kafka_default_partition"]
 

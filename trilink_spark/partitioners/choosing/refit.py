@@ -3,7 +3,7 @@
 A fresh fit of a table strategy places every key anew, so on ``n`` partitions about
 ``(n - 1) / n`` of the keys change partition, and each move costs a state migration. When the
 current placement is only somewhat off, :func:`rebalance_minimal` keeps every unit (a key of a
-table strategy, a block of a :class:`~trilink_spark.partitioners.block.BlockPartitioner`) where
+table strategy, a block of a :class:`~trilink_spark.partitioners.core.block.BlockPartitioner`) where
 it is and moves only what balance needs:
 
 1. units on partitions that no longer exist (a rescale to fewer partitions) must move: heaviest
@@ -33,16 +33,16 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
-from .._internal.validation import check_num_partitions, choice
-from .._internal.validation import loads as check_loads
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
-from .keys import Key, key_index, null_partition, to_key_array
-from .balance import balance_degree, keyed_bound
-from .base import Partitioner, encode_key
-from .block import DEFAULT_BLOCKS, BlockPartitioner
-from .hash import HashPartitioner
-from .least import LeastCountPartitioner, LeastKeyPartitioner
-from .table import TablePartitioner
+from ..._internal.validation import check_num_partitions, choice
+from ..._internal.validation import loads as check_loads
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
+from ..core.keys import Key, key_index, null_partition, to_key_array
+from ..core.balance import balance_degree, keyed_bound
+from ..core.base import Partitioner, encode_key
+from ..core.block import DEFAULT_BLOCKS, BlockPartitioner
+from ..core.hash import HashPartitioner
+from ..tables.least import LeastCountPartitioner, LeastKeyPartitioner
+from ..tables.table import TablePartitioner
 
 __all__ = ["rebalance_minimal", "moved_units", "UNITS"]
 
@@ -308,7 +308,7 @@ def rebalance_minimal(
         The placement now. A :class:`~trilink_spark.LeastKeyPartitioner` or
         :class:`~trilink_spark.LeastCountPartitioner` (units: the keys of its table and of
         ``counts``; a key ``counts`` lists and the table does not starts where the hash
-        fallback puts it); a :class:`~trilink_spark.partitioners.block.BlockPartitioner`
+        fallback puts it); a :class:`~trilink_spark.partitioners.core.block.BlockPartitioner`
         (units: its blocks); or any stateless strategy, such as
         :class:`~trilink_spark.HashPartitioner` (units: the keys of ``counts``, starting where
         ``current`` places them). An adaptive partitioner stands for its current strategy.
@@ -318,7 +318,7 @@ def rebalance_minimal(
         ``None`` entry of the mapping is the null keys' load (they have no block).
         The null key (null policies ``"group"`` and ``"partition0"``) is a fixed load on its
         partition under the result's partition count (``pmod(42, n)``, or 0; see
-        :func:`~trilink_spark.partitioners.keys.null_partition`): the other units are
+        :func:`~trilink_spark.partitioners.core.keys.null_partition`): the other units are
         balanced around it, and it is never counted as a moved unit.
     num_partitions : int, optional
         Partitions of the result (default: ``current``'s). Fewer: the units of the removed

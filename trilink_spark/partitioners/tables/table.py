@@ -17,7 +17,7 @@ holds at most ``max_keys`` entries (default :data:`DEFAULT_MAX_KEYS`, the conf
 ``spark.trilink.table.maxKeys`` where :func:`~trilink_spark.key_by` builds the strategy). When a
 fit would pass that bound, the heaviest keys keep entries of their own and every other key goes
 by its **key group** ``pmod(hash(key), num_groups)`` (Spark's hash, as the fallback hashes it,
-as :class:`~trilink_spark.partitioners.block.BlockPartitioner` places its blocks), through a
+as :class:`~trilink_spark.partitioners.core.block.BlockPartitioner` places its blocks), through a
 group table fitted by the same strategy on the groups' loads. Keys and groups are placed as one
 sequence of units, heaviest first (longest processing time first), onto the partition the
 strategy finds least loaded. Once a table is bounded, a new key goes by its group: it never
@@ -39,14 +39,14 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
-from .._internal.validation import count, fits_int64, short_repr
-from .._internal.validation import loads as check_loads
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
-from .keys import DEFAULT_NULL_POLICY, Key, KeyArray, key_index, normalize_key
-from .keys import to_key_array
-from .base import Partitioner, decode_key, encode_key
-from .hash import check_key_type, spark_hash_array, spark_hash_of
-from .block import DEFAULT_BLOCKS, MAX_BLOCKS, BlockPartitioner
+from ..._internal.validation import count, fits_int64, short_repr
+from ..._internal.validation import loads as check_loads
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
+from ..core.keys import DEFAULT_NULL_POLICY, Key, KeyArray, key_index, normalize_key
+from ..core.keys import to_key_array
+from ..core.base import Partitioner, decode_key, encode_key
+from ..core.hash import check_key_type, spark_hash_array, spark_hash_of
+from ..core.block import DEFAULT_BLOCKS, MAX_BLOCKS, BlockPartitioner
 
 __all__ = ["TablePartitioner", "in_spark_task", "DEFAULT_MAX_KEYS", "MAX_TABLE_KEYS",
            "check_max_keys", "least_units"]
@@ -143,8 +143,8 @@ class TablePartitioner(Partitioner):
     Notes
     -----
     Memory: one dict entry per key with an entry (at most ``max_keys``; about 100-150 bytes
-    each in CPython) and, bounded, 12 bytes per key group (about 100-150 bytes each in CPython), plus a
-    pandas index built lazily for vectorised lookups. A known key costs an O(1) expected lookup.
+    each in CPython), bounded 12 bytes per key group (two numpy arrays), and a pandas index
+    built lazily for vectorised lookups. A known key costs an O(1) expected lookup.
 
     A bounded table places a key without an entry by its group, in Python and in the JVM
     alike, and never records it: ``partition`` and ``assign`` change nothing then, and only
@@ -221,7 +221,7 @@ class TablePartitioner(Partitioner):
         return out
 
     def group_placement(self, kind: str) -> BlockPartitioner | None:
-        """The key groups as a :class:`~trilink_spark.partitioners.block.BlockPartitioner`
+        """The key groups as a :class:`~trilink_spark.partitioners.core.block.BlockPartitioner`
         hashing keys of ``kind`` as the table does (None: not bounded). O(num_groups)."""
         if self._groups is None:
             return None
@@ -663,6 +663,9 @@ class TablePartitioner(Partitioner):
         values = check_loads(loads if isinstance(loads, list) else [None], "stored group_loads")
         if values.size != b:
             raise InvalidArgumentError(f"stored group_loads must list {b} loads")
+        if len(self._table) > self._max_keys:
+            raise InvalidArgumentError(f"a stored bounded table holds at most max_keys="
+                                       f"{self._max_keys} entries, got {len(self._table)}")
         self._set_groups(np.asarray(groups, dtype=np.int32), values)
 
     def _load_table(self, rows: Any) -> None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidKeyTypeError
+from ...errors import InvalidKeyTypeError
 from .keys import Key, KeyArray
 from .base import Partitioner
 

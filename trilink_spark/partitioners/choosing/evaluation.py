@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._internal.validation import check_num_partitions
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from .keys import DEFAULT_NULL_POLICY, to_counts
-from .balance import balance_degree, extra_compute_time, keyed_bound
-from .base import Partitioner
+from ..._internal.validation import check_num_partitions
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..core.keys import DEFAULT_NULL_POLICY, to_counts
+from ..core.balance import balance_degree, extra_compute_time, keyed_bound
+from ..core.base import Partitioner
 from .catalogue import build, candidate_names, default_candidates, fit_counts
-from .table import MAX_TABLE_KEYS, TablePartitioner
+from ..tables.table import MAX_TABLE_KEYS, TablePartitioner
 
 __all__ = ["StrategyScore", "evaluate_strategies", "choose_best", "pick_best", "CANDIDATES"]
 
@@ -150,7 +150,7 @@ def evaluate_strategies(
     null_policy : {"group", "error", "partition0"}
     max_keys : int, optional
         Entries of the table strategies (default
-        :data:`~trilink_spark.partitioners.table.DEFAULT_MAX_KEYS`). With more distinct keys
+        :data:`~trilink_spark.partitioners.tables.table.DEFAULT_MAX_KEYS`). With more distinct keys
         they are scored in their bounded form, as :func:`~trilink_spark.key_by` would place
         them, and each such score also holds the per-key form's balance
         (:attr:`StrategyScore.per_key_balance`, :attr:`StrategyScore.bounded_gap`).

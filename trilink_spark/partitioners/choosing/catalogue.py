@@ -9,7 +9,7 @@ call here.
 
 Examples
 --------
->>> from trilink_spark.partitioners.catalogue import build, candidate_names
+>>> from trilink_spark.partitioners.choosing.catalogue import build, candidate_names
 >>> candidate_names()[:4]
 ('hash', 'modulo', 'least_key', 'least_count')
 >>> build("least_key", 4).num_partitions
@@ -25,15 +25,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidArgumentError, UnknownStrategyError
-from .keys import DEFAULT_NULL_POLICY, KeyArray
-from .base import Partitioner
-from .block import DEFAULT_BLOCKS, BlockPartitioner
-from .hash import HashPartitioner
-from .least import LeastCountPartitioner, LeastKeyPartitioner
-from .modulo import ModuloPartitioner
-from .table import TablePartitioner
-from .weight import WeightPartitioner
+from ...errors import InvalidArgumentError, UnknownStrategyError
+from ..core.keys import DEFAULT_NULL_POLICY, KeyArray
+from ..core.base import Partitioner
+from ..core.block import DEFAULT_BLOCKS, BlockPartitioner
+from ..core.hash import HashPartitioner
+from ..tables.least import LeastCountPartitioner, LeastKeyPartitioner
+from ..core.modulo import ModuloPartitioner
+from ..tables.table import TablePartitioner
+from ..tables.weight import WeightPartitioner
 
 __all__ = [
     "Candidate",
@@ -175,7 +175,7 @@ def build(
     max_keys: int | None = None,
 ) -> Partitioner:
     """An unfitted strategy of candidate ``name`` on ``n`` partitions (``max_keys``: a table
-    strategy's bound on entries, default :data:`~trilink_spark.partitioners.table.DEFAULT_MAX_KEYS`).
+    strategy's bound on entries, default :data:`~trilink_spark.partitioners.tables.table.DEFAULT_MAX_KEYS`).
     O(n).
 
     Raises :class:`~trilink_spark.errors.UnknownStrategyError` for a name not in the catalogue and

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from .._internal.validation import check_num_partitions
-from .._internal.validation import refuse_streaming
-from .._internal.spark.compat import is_connect, num_partitions, partition_counts
-from .._internal.spark.executors import ensure_executors
-from ..columns import PARTITION_COL, strategy_partitions
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..._internal.validation import check_num_partitions
+from ..._internal.validation import refuse_streaming
+from ..._internal.spark.compat import is_connect, num_partitions, partition_counts
+from ..._internal.spark.executors import ensure_executors
+from ...columns import PARTITION_COL, strategy_partitions
 
 logger = logging.getLogger(__name__)
 

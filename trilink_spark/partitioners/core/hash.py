@@ -1,7 +1,7 @@
 """Hash: Spark's own placement, the baseline every other strategy is compared with.
 
 ``HashPartitioner`` reproduces exactly where Spark puts a row of ``df.repartition(n, key)``:
-``pmod(murmur3(key, seed=42), n)`` (:mod:`trilink_spark.partitioners.spark_hash`). With
+``pmod(murmur3(key, seed=42), n)`` (:mod:`trilink_spark.partitioners.core.spark_hash`). With
 ``hash_function="portable"`` it reproduces instead the PySpark RDD default,
 ``portable_hash(key) % n`` of ``rdd.partitionBy(n)``.
 """
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from .._internal.validation import choice
-from ..errors import InvalidArgumentError, InvalidKeyTypeError
+from ..._internal.validation import choice
+from ...errors import InvalidArgumentError, InvalidKeyTypeError
 from .keys import DEFAULT_NULL_POLICY, Key, KeyArray
 from .spark_hash import (
     hash_binary_array,

@@ -20,8 +20,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import StateCorruptError
-from .._internal.io.files import write_atomic
+from ...errors import StateCorruptError
+from ..._internal.io.files import write_atomic
 from .base import Partitioner
 
 __all__ = ["read_strategy", "write_strategy"]

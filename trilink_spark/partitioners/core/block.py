@@ -1,10 +1,10 @@
 """Block: Spark's hash into a fixed number of blocks, then a table from block to partition.
 
 A key goes to block ``pmod(hash(key), num_blocks)``, Spark's own ``hash`` (Murmur3, seed 42,
-:mod:`trilink_spark.partitioners.spark_hash`), then to partition ``table[block]``. The key-to-block
+:mod:`trilink_spark.partitioners.core.spark_hash`), then to partition ``table[block]``. The key-to-block
 step never changes, so changing the number of partitions, or moving load, only rewrites the small
 table: a block moves with all its keys, and every other block stays where it was
-(:func:`~trilink_spark.partitioners.refit.rebalance_minimal` computes such a table). In a DataFrame
+(:func:`~trilink_spark.partitioners.choosing.refit.rebalance_minimal` computes such a table). In a DataFrame
 the id is one JVM expression: ``element_at(<table literal>, pmod(hash(key), B) + 1)``.
 """
 
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from .._internal.validation import check_num_partitions
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, NullKeyError
+from ..._internal.validation import check_num_partitions
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError, NullKeyError
 from .keys import DEFAULT_NULL_POLICY, Key, KeyArray, normalize_key, to_key_array
 from .base import Partitioner
 from .hash import check_key_type, spark_hash_array, spark_hash_of
@@ -98,7 +98,7 @@ class BlockPartitioner(Partitioner):
 
     Key ``k`` goes to block ``pmod(hash(k), num_blocks)`` (exactly Spark's ``hash``) and to
     partition ``table[block]``. The table is configuration, not learned: change it with
-    :meth:`with_table` or :func:`~trilink_spark.partitioners.refit.rebalance_minimal`, which
+    :meth:`with_table` or :func:`~trilink_spark.partitioners.choosing.refit.rebalance_minimal`, which
     moves as few blocks as it can when the load or the number of partitions changes.
 
     Parameters
@@ -116,7 +116,7 @@ class BlockPartitioner(Partitioner):
         ``"int"`` or ``"long"`` is cast to it before hashing.
     null_policy : {"group", "error", "partition0"}
         The null key has no block: its partition is the null policy's
-        (:func:`~trilink_spark.partitioners.keys.null_partition`), whatever the table.
+        (:func:`~trilink_spark.partitioners.core.keys.null_partition`), whatever the table.
 
     Notes
     -----

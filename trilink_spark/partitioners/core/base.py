@@ -7,7 +7,7 @@ interface is: ``fit``, ``partition``, ``__call__`` (so that
 Stateless strategies (Hash, Modulo, hash-mode Weight) compute the id from the key alone, so Spark
 can compute it in the JVM (:meth:`Partitioner.spark_column`). Table strategies (LeastKey,
 LeastCount, random-mode Weight) remember every decision in a history map; see
-:mod:`trilink_spark.partitioners.table`.
+:mod:`trilink_spark.partitioners.tables.table`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 import numpy.typing as npt
 
-from .._internal.validation import check_num_partitions, choice
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
-from ..errors import TrilinkError, UnknownStrategyError
+from ..._internal.validation import check_num_partitions, choice
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
+from ...errors import TrilinkError, UnknownStrategyError
 from .keys import DEFAULT_NULL_POLICY, Key, KeyArray, check_null_policy, normalize_key
 from .keys import null_partition, to_counts, to_key_array
 
@@ -176,7 +176,7 @@ class Partitioner(ABC):
         ``"group"`` (default): the null key (``None``) is a key of its own, as in Spark's
         ``groupBy``, on partition ``pmod(42, num_partitions)``, where Spark's hash
         partitioning puts it, whatever the strategy (a table, block table or weights never
-        move it; :func:`~trilink_spark.partitioners.keys.null_partition`). ``"error"``
+        move it; :func:`~trilink_spark.partitioners.core.keys.null_partition`). ``"error"``
         refuses it with :class:`~trilink_spark.errors.NullKeyError`; ``"partition0"`` places
         it on partition 0.
 
@@ -184,10 +184,10 @@ class Partitioner(ABC):
     -----
     Subclasses set ``strategy_name`` (which registers them: :func:`strategy_class`) and
     implement ``_partition`` (one normalised, non-null key) and ``_assign`` (a
-    :class:`~trilink_spark.partitioners.keys.KeyArray`). What a strategy learns is listed in
+    :class:`~trilink_spark.partitioners.core.keys.KeyArray`). What a strategy learns is listed in
     ``learned_fields`` (the :meth:`to_dict` fields that :meth:`fresh` drops). To offer a new
     strategy to ``"auto"``, the adaptive partitioner and the config center, add it to the
-    catalogue (:mod:`trilink_spark.partitioners.catalogue`).
+    catalogue (:mod:`trilink_spark.partitioners.choosing.catalogue`).
     """
 
     strategy_name: ClassVar[str] = ""
@@ -296,7 +296,7 @@ class Partitioner(ABC):
         return self
 
     def _null_partition(self) -> int:
-        """The null key's partition (:func:`~trilink_spark.partitioners.keys.null_partition`)."""
+        """The null key's partition (:func:`~trilink_spark.partitioners.core.keys.null_partition`)."""
         return null_partition(self._null_policy, self._num_partitions)
 
     @abstractmethod

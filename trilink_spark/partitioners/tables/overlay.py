@@ -16,11 +16,11 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from .._internal.validation import check_num_partitions
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
-from .keys import DEFAULT_NULL_POLICY, Key, KeyArray, key_index, normalize_key, to_counts
-from .keys import to_key_array
-from .base import Partitioner, decode_key, encode_key
+from ..._internal.validation import check_num_partitions
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidKeyTypeError
+from ..core.keys import DEFAULT_NULL_POLICY, Key, KeyArray, key_index, normalize_key, to_counts
+from ..core.keys import to_key_array
+from ..core.base import Partitioner, decode_key, encode_key
 from .table import TablePartitioner
 
 if TYPE_CHECKING:

@@ -19,8 +19,8 @@ from typing import Any, Self
 import numpy as np
 import pandas as pd
 
-from ..errors import InvalidArgumentError, InvalidArgumentTypeError
-from .keys import DEFAULT_NULL_POLICY, Key, normalize_key, to_counts, to_key_array
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..core.keys import DEFAULT_NULL_POLICY, Key, normalize_key, to_counts, to_key_array
 from .table import TablePartitioner, least_units
 
 __all__ = ["LeastKeyPartitioner", "LeastCountPartitioner"]
@@ -232,7 +232,7 @@ class LeastCountPartitioner(_LeastPartitioner):
     over the records in Python, O(records + new keys * log n); a known key's lookup is O(1)
     expected. A key placed by ``partition``/``assign`` (not by ``fit``) counts one record.
     The null key (null policies ``"group"`` and ``"partition0"``) is never in the table: it
-    has a fixed partition (:func:`~trilink_spark.partitioners.keys.null_partition`), and
+    has a fixed partition (:func:`~trilink_spark.partitioners.core.keys.null_partition`), and
     ``fit`` counts its records there, so the other keys are balanced around it.
 
     Examples

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from .._internal.spark.compat import frame_of_arrow
-from ..errors import InvalidArgumentError
+from ..._internal.spark.compat import frame_of_arrow
+from ...errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
