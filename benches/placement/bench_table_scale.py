@@ -59,7 +59,12 @@ the ratio ours / baseline. Parts (``--parts``, default all four):
    (``run(batch_df, batch_id)``, no streaming query, as in ``benches/state/bench_keep_open.py``):
    batch 0 brings every key once (``spark.range(K)``), then ``--stream-batches`` (5) batches of
    ``--stream-rows`` (20,000) rows with keys drawn uniformly from ``range(K)``
-   (``rand(seed) * K``, the same rows for both strategies). The two runners alternate batch by
+   (``rand(seed) * K``, the same rows for both strategies), or with ``--stream-touched N``
+   from N keys spread evenly over ``range(K)`` (every ``K // N``-th key), so that a batch
+   touches about the same keys at every K and only the state's size differs (over all K, a
+   20,000-row batch touches 8,675 distinct keys at K = 10,000 and about 19,800 at a
+   million). Each batch's keys read (its tasks' ``keys_read``) are reported, and the
+   seconds per key read. The two runners alternate batch by
    batch (the order flips each batch) on fresh temporary state paths and local store
    directories (``spark.trilink.state.localDir``). Reported: the median wall seconds of the
    20,000-row batches for both, ratio least_count / hash at each K, and each strategy's
@@ -580,11 +585,18 @@ def run_stream_size(spark: SparkSession, keys: int, args: argparse.Namespace, wo
             noop_sink, "k", "t", long_count(), STREAM_DELAY, str(dirs[strategy]["state"]),
             strategy=strategy, num_partitions=args.stream_partitions)
         out["strategies"][strategy] = {"batch_seconds": [], "state_bytes_per_batch": [],
-                                       "local_bytes_per_batch": []}
+                                       "local_bytes_per_batch": [], "keys_read_per_batch": []}
     snaps: dict[str, dict[str, Snapshot]] = {}
     for b in range(1 + args.stream_batches):
         if b == 0:
             df = spark.range(keys).selectExpr("id AS k", "id AS t")
+        elif args.stream_touched and args.stream_touched < keys:
+            # rows over ``stream_touched`` keys spread evenly over the K in state: the same
+            # keys touched per batch at every K, so only the state's size differs
+            stride = keys // args.stream_touched
+            df = spark.range(args.stream_rows).selectExpr(
+                f"CAST(FLOOR(rand({args.seed + b}) * {args.stream_touched}) * {stride} "
+                "AS BIGINT) AS k", f"id + {keys + b * args.stream_rows} AS t")
         else:
             df = spark.range(args.stream_rows).selectExpr(
                 f"CAST(rand({args.seed + b}) * {keys} AS BIGINT) AS k",
@@ -609,6 +621,10 @@ def run_stream_size(spark: SparkSession, keys: int, args: argparse.Namespace, wo
                 row["load_seconds"] = wall
                 continue
             row["batch_seconds"].append(wall)
+            # the distinct keys the batch touched (its tasks' reads of the local store): a
+            # batch of the same rows touches more keys over a larger key space
+            row["keys_read_per_batch"].append(
+                int(runs[strategy].task_timings(b)["keys_read"].sum()))
             for where in ("state", "local"):
                 after = snapshot(dirs[strategy][where])
                 row[f"{where}_bytes_per_batch"].append(
@@ -626,6 +642,10 @@ def run_stream_size(spark: SparkSession, keys: int, args: argparse.Namespace, wo
                 row["state_bytes_per_batch"])
             row["median_local_bytes_per_batch"] = statistics.median(
                 row["local_bytes_per_batch"])
+            row["median_keys_read_per_batch"] = statistics.median(row["keys_read_per_batch"])
+            row["median_ms_per_key_read"] = statistics.median(
+                1000.0 * t / max(k, 1)
+                for t, k in zip(row["batch_seconds"], row["keys_read_per_batch"]))
     lc, h = (out["strategies"][s].get("median_batch_seconds") for s in STREAM_STRATEGIES)
     out["ratio_least_count_over_hash"] = lc / h if lc and h else None
     return out
@@ -635,6 +655,7 @@ def run_stream(spark: SparkSession, args: argparse.Namespace, payload: dict[str,
                ) -> dict[str, Any]:
     part: dict[str, Any] = {"partitions": args.stream_partitions, "delay": STREAM_DELAY,
                             "batches": args.stream_batches, "rows": args.stream_rows,
+                            "touched": args.stream_touched or "all",
                             "bytes_source": "os.walk snapshots of the state path and the "
                                             "local store directory (the run object exposes "
                                             "no byte counts)",
@@ -674,7 +695,8 @@ def stream_ratios(sizes: dict[str, Any]) -> dict[str, Any]:
 
 def print_stream(part: dict[str, Any]) -> None:
     head = (f"{'K':>10} {'strategy':<11} {'load s':>7} {'median s':>8} {'x smallest':>10} "
-            f"{'state B/batch':>13} {'local B/batch':>13} {'lc/hash':>7}")
+            f"{'state B/batch':>13} {'local B/batch':>13} {'lc/hash':>7} {'keys read':>9} "
+            f"{'ms/key':>7}")
     print(head)
     print("-" * len(head))
     ratios = part.get("ratios_to_smallest", {})
@@ -691,7 +713,8 @@ def print_stream(part: dict[str, Any]) -> None:
             lc_h = size["ratio_least_count_over_hash"] if strategy == "least_count" else None
             print(f"{lead} {r['load_seconds']:>7.2f} {r['median_batch_seconds']:>8.3f} "
                   f"{_fmt(rel, '.3f'):>10} {r['median_state_bytes_per_batch']:>13.0f} "
-                  f"{r['median_local_bytes_per_batch']:>13.0f} {_fmt(lc_h, '.3f'):>7}")
+                  f"{r['median_local_bytes_per_batch']:>13.0f} {_fmt(lc_h, '.3f'):>7} "
+                  f"{r['median_keys_read_per_batch']:>9.0f} {r['median_ms_per_key_read']:>7.3f}")
 
 
 # ------------------------------------------------------------------ main
@@ -733,6 +756,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="time the per-key table (max_keys=K+1) at K up to this")
     parser.add_argument("--stream-rows", type=int, default=STREAM_ROWS)
     parser.add_argument("--stream-batches", type=int, default=STREAM_BATCHES)
+    parser.add_argument("--stream-touched", type=int, default=0,
+                        help="the keys a batch's rows are drawn from, spread over the K in "
+                             "state (0: all K; a larger K then touches more keys per batch)")
     parser.add_argument("--stream-partitions", type=int, default=STREAM_PARTITIONS)
     parser.add_argument("--drain-timeout", type=float, default=DRAIN_TIMEOUT_S,
                         help="most seconds to wait for snapshot writers after the load")

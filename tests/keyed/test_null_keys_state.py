@@ -70,7 +70,7 @@ def test_the_policy_is_a_keyword_and_fixed_with_the_placement(spark: Any,
                                                               tmp_path: Path) -> None:
     df, counts = make_batch(spark, 0)
     refused = make_run(tmp_path, "refused", num_partitions=3, null_policy="error")
-    with pytest.raises(Exception, match="NullKeyError"):
+    with pytest.raises(NullKeyError):
         refused(df, 0)
     with pytest.raises(tl.errors.InvalidArgumentError, match="null_policy"):
         make_run(tmp_path, "bad", null_policy="drop")
@@ -84,7 +84,7 @@ def test_the_policy_is_a_keyword_and_fixed_with_the_placement(spark: Any,
         grouped(df, 0)
         assert null_owner(grouped) == 42 % 3
         strict = make_run(tmp_path, "strict", num_partitions=3)
-        with pytest.raises(Exception, match="NullKeyError"):
+        with pytest.raises(NullKeyError):
             strict(df, 0)
     finally:
         spark.conf.unset("spark.trilink.nullPolicy")

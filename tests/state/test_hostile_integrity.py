@@ -123,8 +123,8 @@ def test_a_flipped_value_byte_in_a_committed_state_file_fails_the_next_batch(
     assert data.count(marker) == 1
     Path(path).write_bytes(data.replace(marker, (MARK + 4).to_bytes(8, "little")))
     # the task that loads it refuses it (Spark reports the task's error)
-    with pytest.raises(Exception, match=r"StateCorruptError: \S*partition=0000\d/000000000000"
-                                        r"\.state fails its checksum"):
+    with pytest.raises(StateCorruptError, match=r"\S*partition=0000\d/000000000000"
+                                                r"\.state fails its checksum"):
         run(frame(spark, ["a"], 3), 1)
     assert run.store.read_manifest()["committed"] == [0]  # nothing committed on it
 
@@ -148,8 +148,8 @@ def test_a_flipped_value_byte_in_a_changelog_is_never_read_as_a_count(
         run(frame(spark, ["a"], 3), 1)  # from the local copy: 3 + 1, not the damaged 4 + 1
         assert out[-1]["n"] - MARK == 4
         shutil.rmtree(local)  # another executor: it rebuilds from the state path
-        with pytest.raises(Exception, match=r"StateCorruptError: \S*partition=0000\d/"
-                                            r"000000000000\.log fails its checksum"):
+        with pytest.raises(StateCorruptError, match=r"\S*partition=0000\d/"
+                                                    r"000000000000\.log fails its checksum"):
             run(frame(spark, ["a"], 5), 2)
         assert run.store.read_manifest()["committed"] == [0, 1]  # nothing committed on it
     finally:

@@ -52,7 +52,8 @@ from .._internal.validation import is_count
 from .held import ASK_TIMEOUT_S, ask_release, hold, identity, take
 
 __all__ = ["LocalState", "key_bytes", "LOCAL_KEY_TYPES", "wake_bytes", "supports_key_type",
-           "head", "split_head", "iter_rows", "open_checkpoint", "NULL_KEY_BYTES"]
+           "head", "split_head", "iter_rows", "open_checkpoint", "NULL_KEY_BYTES",
+           "storage_fault", "STORAGE_FAULTS"]
 
 logger = logging.getLogger(__name__)
 
@@ -165,6 +166,28 @@ def wake_bytes(times: Any) -> list[bytes]:
     ordered = np.where(negative, ~bits, bits | np.uint64(1 << 63)).astype(">u8")
     raw = ordered.tobytes()
     return [raw[i:i + 8] for i in range(0, len(raw), 8)]
+
+
+#: What RocksDB's I/O errors say when the local disk, not the copy, is at fault.
+STORAGE_FAULTS = (("no space left on device", "the disk is full"),
+                  ("read-only file system", "the disk is read-only"),
+                  ("permission denied", "the directory is not writable"),
+                  ("disk quota exceeded", "the disk quota is used up"))
+
+
+def storage_fault(err: BaseException) -> str | None:
+    """What is wrong with the local disk when RocksDB's error ``err`` says so (a full,
+    read-only or unwritable disk: no rebuild mends it), else None. O(len(str(err))).
+
+    Examples
+    --------
+    >>> storage_fault(Exception("IO error: No space left on device: While appending"))
+    'the disk is full'
+    >>> storage_fault(Exception("Corruption: block checksum mismatch")) is None
+    True
+    """
+    text = str(err).lower()
+    return next((what for marker, what in STORAGE_FAULTS if marker in text), None)
 
 
 class LocalState:
@@ -304,11 +327,12 @@ class LocalState:
 
     def close(self) -> None:
         """Close the database and release the lock (idempotent; the lock is released even
-        when closing the database fails)."""
+        when closing the database fails, which raises as :meth:`_guard` says)."""
         try:
             if self._db is not None:
                 db, self._db = self._db, None
-                db.close()
+                with self._guard("close"):
+                    db.close()
         finally:
             if self._lock_fd >= 0:
                 fd, self._lock_fd = self._lock_fd, -1
@@ -407,12 +431,19 @@ class LocalState:
     @contextmanager
     def _guard(self, what: str) -> Iterator[None]:
         """RocksDB's own errors (a damaged file, an I/O error) as a StateCorruptError naming
-        the copy: the task then rebuilds it from the state path."""
+        the copy: the task then rebuilds it from the state path. A full or read-only disk
+        (:func:`storage_fault`) is a StateStoreError instead, which no rebuild mends."""
         try:
             yield
-        except StateCorruptError:
+        except (StateCorruptError, StateStoreError):
             raise
         except Exception as err:  # noqa: BLE001 - rocksdict raises plain Exceptions
+            fault = storage_fault(err)
+            if fault is not None:
+                raise StateStoreError(
+                    f"{self.directory}: cannot {what}: {fault} ({err}); free space on that "
+                    "disk or make it writable, or point spark.trilink.state.localDir at "
+                    "another") from None
             raise StateCorruptError(f"{self.directory}: cannot {what} ({err})") from None
 
     def due(self, upto: float) -> list[bytes]:

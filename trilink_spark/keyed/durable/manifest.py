@@ -148,7 +148,7 @@ def claim(store: KeyedStateStore, manifest: dict[str, Any] | None, token: str,
 
 
 def start_version(store: KeyedStateStore, manifest: dict[str, Any] | None,
-                  batch_id: int) -> int | None:
+                  batch_id: int, allow_gaps: bool = False) -> int | None:
     """The committed version batch ``batch_id`` starts from (None: empty state).
 
     A replayed batch starts again from the version before it, never from its own.
@@ -156,10 +156,14 @@ def start_version(store: KeyedStateStore, manifest: dict[str, Any] | None,
     Raises
     ------
     StateCorruptError
-        The state is at a batch after ``batch_id`` (the query's checkpoint is older), or
+        The state is at a batch after ``batch_id`` (the query's checkpoint is older); or
         holds versions after the last committed one and before ``batch_id``, which the
         manifest does not know (the manifest is older than the state: restored from an older
-        copy, or a commit lost): starting from the manifest's version would drop them.
+        copy, or a commit lost): starting from the manifest's version would drop them; or
+        (unless ``allow_gaps``, ``spark.trilink.state.allowBatchGaps``) ``batch_id`` is past
+        the last committed batch plus one: Spark's micro-batch ids are consecutive, so the
+        batches between were committed to a state path this one is older than (restored
+        from an earlier copy) and would be lost.
 
     Notes
     -----
@@ -182,6 +186,17 @@ def start_version(store: KeyedStateStore, manifest: dict[str, Any] | None,
             f"a commit), and starting from {'empty state' if prev is None else prev} would "
             "drop those batches. Restore the manifest that committed them, or start from a "
             "new state_path")
+    if committed and batch_id > committed[-1] + 1 and not allow_gaps:
+        missing = (f"{committed[-1] + 1}" if batch_id == committed[-1] + 2
+                   else f"{committed[-1] + 1} to {batch_id - 1}")
+        raise StateCorruptError(
+            f"state at {store.path} last committed batch {committed[-1]}, and batch {batch_id} "
+            f"comes next: batch(es) {missing} are missing. Spark's micro-batch ids are "
+            "consecutive, so the state path is older than the query (restored from an "
+            "earlier copy, or rolled back), and going on would lose those batches' rows. "
+            "Restore the state path that committed them, or start from a new state_path; a "
+            "runner fed by hand with ids that skip on purpose sets "
+            "spark.trilink.state.allowBatchGaps=true")
     return prev
 
 

@@ -244,10 +244,7 @@ def read_state(spark: SparkSession, state_path: str, batch_id: int | None = None
     >>> read_state(spark, "/tmp/state").filter("rows > 100").show()  # doctest: +SKIP
     """
     store = KeyedStateStore.open_existing(state_path)
-    manifest = store.read_manifest()
-    if manifest is None:
-        raise StateCorruptError(
-            f"{store.path} holds no manifest.json: not a keyed state path, or nothing committed")
+    manifest = _manifest_of(store)
     version = _version(store, manifest, batch_id)
     table = _state_arrow(store, manifest, version)
     logger.info("read_state: %d keys of batch %d under %s", table.num_rows, version, store.path)
@@ -255,6 +252,17 @@ def read_state(spark: SparkSession, state_path: str, batch_id: int | None = None
     # Python object per key
     # one chunk per column: Spark reads the table's record batches, which must align
     return frame_of_arrow(spark, table, _spark_schema(table))
+
+
+def _manifest_of(store: KeyedStateStore) -> dict[str, Any]:
+    """The state path's manifest; a path without one is refused by :func:`read_state` and
+    :func:`state_summary` (``trilink-spark state``) alike. One read."""
+    manifest = store.read_manifest()
+    if manifest is None:
+        raise StateCorruptError(
+            f"{store.path} holds no manifest.json: not a keyed state path, or one no batch "
+            "was ever run on (the first batch writes it)")
+    return manifest
 
 
 def _spark_schema(table: Any) -> Any:
@@ -302,7 +310,8 @@ def state_summary(state_path: str) -> dict[str, Any]:
     InvalidArgumentError
         The path is not a directory.
     StateCorruptError
-        A stored file is missing, damaged or foreign.
+        The path holds no manifest (as :func:`read_state` says), or a stored file is
+        missing, damaged or foreign.
 
     Notes
     -----
@@ -310,11 +319,11 @@ def state_summary(state_path: str) -> dict[str, Any]:
     plan (O(state)); nothing is written.
     """
     store = KeyedStateStore.open_existing(state_path)
-    manifest = store.read_manifest()
+    manifest = _manifest_of(store)
     out: dict[str, Any] = {"path": store.path, "last_committed": None, "committed": [],
                            "placement": None, "partitions": [], "keys": 0, "bytes": 0,
                            "swaps": []}
-    if manifest is None or not manifest.get("committed"):
+    if not manifest.get("committed"):
         return out
     committed = [int(v) for v in manifest["committed"]]
     version = committed[-1]

@@ -29,6 +29,7 @@ from ..._internal.optiming import operator_timer
 from ..._internal.spark.session import conf_count, conf_get
 from ..._internal.spark.compat import streaming_query_id
 from ..._internal.spark.executors import ensure_executors
+from ..._internal.spark.task_errors import typed_task_errors
 from ..._internal.validation import choice, refuse_streaming_batch_function, seconds
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError
 from ...columns import python_input
@@ -221,6 +222,11 @@ class KeyedBatchFunction(StatefulBatchFunction):
     # ------------------------------------------------------------------ the batch
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         refuse_streaming_batch_function(batch_df, "KeyedBatchFunction", "keyed_foreach_batch")
+        with typed_task_errors():  # a task's TrilinkError reaches the caller as itself
+            self._run(batch_df, batch_id)
+
+    def _run(self, batch_df: DataFrame, batch_id: int) -> None:
+        """One micro-batch (:meth:`__call__`)."""
         started = time.perf_counter()
         batch = self._prepare(batch_df)
         manifest, prev, clock = self._claim(batch_df, batch_id, batch)
@@ -274,7 +280,9 @@ class KeyedBatchFunction(StatefulBatchFunction):
         o = self.options
         manifest = claim(self.store, self.store.read_manifest(), self.token, batch.query,
                          batch.config, o["takeover"])
-        prev = start_version(self.store, manifest, batch_id)
+        gaps = choice(conf_get(batch_df.sparkSession, "state.allowBatchGaps", "false").strip()
+                      .lower(), "spark.trilink.state.allowBatchGaps", ("true", "false"))
+        prev = start_version(self.store, manifest, batch_id, gaps == "true")
         clock: tuple[float, float] | None = None
         if math.isfinite(self._processing_ttl_ms):  # fixed before any task runs
             manifest, at, since = batch_time(self.store, manifest, batch_id,

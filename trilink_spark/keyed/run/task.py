@@ -402,7 +402,7 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
             local.settle()  # the copy's compaction runs while it is open
         done = True
     finally:  # held open for this worker's next task of the partition, or closed
-        held = local.release(keep=done and config.keep_open)
+        held = _released(local, done and config.keep_open, done, pid, io.batch_id)
     settled = time.perf_counter() - started
     logger.debug("partition %d, batch %d: %s local state, %d keys read, %d bytes logged%s%s",
                  pid, io.batch_id, synced, len(before), written,
@@ -412,6 +412,21 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
     extra = {"sync": synced, "keys_read": len(before), "snapshot": snapshot_ms is not None,
              "upkeep_ms": round(upkeep_ms, 3), **late}
     return batches_out, extra, upkeep_ms
+
+
+def _released(local: LocalState, keep: bool, done: bool, pid: int, batch_id: int) -> bool:
+    """:meth:`LocalState.release` at the end of a task; whether the copy is held. When the
+    task failed (not ``done``), a copy that then fails to close too (a disk that filled up
+    says "Writer has previous error") is logged, so the task's own error is what the batch
+    fails with; after a task that succeeded, a failed close is the batch's error."""
+    try:
+        return local.release(keep=keep)
+    except TrilinkError as err:
+        if done:
+            raise
+        logger.warning("partition %d, batch %d: the local copy did not close after the task "
+                       "failed (%s)", pid, batch_id, err)
+        return False
 
 
 @dataclass(frozen=True)

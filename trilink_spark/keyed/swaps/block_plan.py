@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._internal.spark.task_errors import task_error
 from ..._internal.validation import choice
 from ...errors import InvalidArgumentError, StateCorruptError, StateStoreError
 from ...partitioners import BlockPartitioner, Partitioner, TablePartitioner
@@ -400,6 +401,10 @@ def _scan(spark: Any, store: KeyedStateStore, batch_id: int, prev: int, local: L
     try:
         rows = ids.mapInArrow(fn, schema).collect()
     except Exception as err:  # noqa: BLE001 - a failed job is a state read that failed
+        typed = task_error(err)
+        if typed is not None:  # what the task found (a corrupt changelog, ...), typed
+            raise type(typed)(f"batch {batch_id}: the swap plan could not read the local "
+                              f"copies of {store.path} at version {prev}: {typed}") from err
         raise StateStoreError(
             f"batch {batch_id}: the swap plan could not read the local copies of "
             f"{store.path} at version {prev} ({type(err).__name__}: {str(err)[:2000]})"
