@@ -17,9 +17,16 @@ the request to the stored plan), the whole swap batch's seconds (``SwapReport.se
 moved keys, and the state bytes the key plan reads (every partition's version on the state
 path). Both runners' plans are checked equal.
 
+With ``--strategy bounded`` the runners place by ``tl.LeastCountPartitioner(4)``, whose table
+is bounded past 65,536 keys (the heaviest keys by name, the rest by 4,096 key groups): the
+rescale is a minimal refit of the bounded table (planned by keys by both runners: it weighs
+every key's load), and the target given whole is that table with every 16th key group sent to
+the next partition (by groups: one job range-scans the moving groups and looks up the named
+keys that move).
+
 Run: ``PYSPARK_PYTHON=.venv/bin/python .venv/bin/python benches/keyed/bench_swap_plan.py``
 (writes benches/results/swap_plan.json; ``--keys 100000,1000000,3000000`` by default, about
-4 minutes on 2 cores).
+4 minutes on 2 cores; ``--strategy bounded --out swap_plan_bounded`` for bounded tables).
 """
 
 from __future__ import annotations
@@ -76,16 +83,25 @@ def in_force(run: Any, batch: int) -> Any:
     return run.store.placement_at(batch)[0]
 
 
-def moved_table(run: Any, batch: int) -> tl.BlockPartitioner:
-    """The placement in force with every 16th block sent to the next partition."""
+def moved_table(run: Any, batch: int) -> tl.Partitioner:
+    """The placement in force with every 16th block (of a bounded table: key group) sent to
+    the next partition."""
+    from trilink_spark.keyed.swaps.units import from_units, unit_table
+
     current = in_force(run, batch)
-    table = np.asarray(current.table).copy()
-    picked = np.arange(0, len(table), 16)
+    units = unit_table(current) if isinstance(current, tl.TablePartitioner) else current
+    if units is None:
+        raise SystemExit(f"the placement in force is a table of one entry per key ({len(current)}"
+                         " keys): bounded tables need more keys than max_keys (65,536)")
+    table = np.asarray(units.table).copy()
+    picked = np.arange(0, current.num_groups if units is not current else len(table), 16)
     table[picked] = (table[picked] + 1) % current.num_partitions
-    return current.with_table(table)
+    moved = units.with_table(table)
+    return from_units(current, moved) if units is not current else moved
 
 
-def run_size(spark: Any, keys: int, work: Path, plans: Plans) -> dict[str, Any]:
+def run_size(spark: Any, keys: int, work: Path, plans: Plans, strategy: str
+             ) -> dict[str, Any]:
     batches = frames(spark, keys)
     out: dict[str, Any] = {}
     runners: dict[str, Any] = {}
@@ -94,7 +110,8 @@ def run_size(spark: Any, keys: int, work: Path, plans: Plans) -> dict[str, Any]:
         run = tl.keyed_foreach_batch(lambda df, b: df.write.format("noop").mode("overwrite")
                                      .save(), "k", "t", long_count(), 10**15,
                                      str(work / how / "state"),
-                                     strategy=tl.BlockPartitioner(4))
+                                     strategy=tl.BlockPartitioner(4) if strategy == "block"
+                                     else tl.LeastCountPartitioner(4))
         for b, df in enumerate(batches):
             run(df, b)
         b = len(batches)
@@ -135,6 +152,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--keys", default="100000,1000000,3000000")
     parser.add_argument("--out", default="swap_plan")
+    parser.add_argument("--strategy", choices=("block", "bounded"), default="block")
     args = parser.parse_args()
     sizes = [int(k.replace("_", "")) for k in args.keys.split(",") if k.strip()]
     from pyspark.sql import SparkSession
@@ -147,13 +165,13 @@ def main() -> None:
     plans = Plans()
     logging.getLogger("trilink_spark.keyed.run.streaming").addHandler(plans)
     logging.getLogger("trilink_spark.keyed.run.streaming").setLevel(logging.INFO)
-    results: dict[str, Any] = {"sizes": {}}
+    results: dict[str, Any] = {"strategy": args.strategy, "sizes": {}}
     try:
         for keys in sizes:
             work = Path(tempfile.mkdtemp(prefix="swap-plan-"))
             spark.conf.set("spark.trilink.state.localDir", str(work / "local"))
             try:
-                results["sizes"][str(keys)] = run_size(spark, keys, work, plans)
+                results["sizes"][str(keys)] = run_size(spark, keys, work, plans, args.strategy)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
     finally:

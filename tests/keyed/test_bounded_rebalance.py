@@ -130,7 +130,9 @@ def test_a_rebalancer_takes_a_table_strategy_and_refuses_the_rest() -> None:
     for strategy in (tl.BlockPartitioner(2), tl.LeastCountPartitioner(2),
                      tl.LeastKeyPartitioner(2), "least_count", "least-key", "block"):
         check_rebalancer(rb, strategy)
-    for strategy in ("hash", tl.HashPartitioner(2), "auto", 3):
+    check_rebalancer(rb, tl.WeightPartitioner([50, 50], mode="random"))
+    for strategy in ("hash", tl.HashPartitioner(2), "auto", 3, "weight",
+                     tl.WeightPartitioner([50, 50])):
         with pytest.raises(ValueError, match="BlockPartitioner"):
             check_rebalancer(rb, strategy)
     with pytest.raises(ValueError, match="unknown strategy 'no such'"):

@@ -113,7 +113,7 @@ def test_a_state_path_older_than_the_query_is_refused_before_it_loses_batches(
                                    str(path), takeover=True)  # the old runner has stopped
     with pytest.raises(StateCorruptError, match=r"batch\(es\) 2 are missing") as caught:
         fresh(frame(spark, 3)[0], 3)
-    assert "Restore the state path" in str(caught.value)
+    assert "restore the state path" in str(caught.value)
     assert "spark.trilink.state.allowBatchGaps" in str(caught.value)
     with pytest.raises(StateCorruptError, match=r"2 to 4 are missing"):
         fresh(frame(spark, 5)[0], 5)

@@ -24,7 +24,7 @@ from .plans import key_kind, table_frame
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["fit_table", "key_counts", "sampled_counts", "FIT_HOWS", "CANDIDATE_SAMPLE", "EXACT_MARGIN"]
+__all__ = ["fit_table", "key_counts", "FIT_HOWS", "CANDIDATE_SAMPLE", "EXACT_MARGIN"]
 
 
 _FIT_KEY, _FIT_ROWS, _FIT_PART, _FIT_GROUP, _FIT_KEYS = (
@@ -219,75 +219,6 @@ def key_counts(df: DataFrame, key: str, fraction: float, seed: int, null_policy:
     if table.column(0).null_count and check_null_policy(null_policy) == "error":
         raise null_key_error(f"column {key!r} has null keys")
     return table.sort_by([(table.column_names[0], "ascending")])
-
-
-def sampled_counts(df: DataFrame, key: str, fraction: float, seed: int, null_policy: str,
-                   max_keys: int) -> tuple[Any, int, bool]:
-    """Rows per key of a ``fraction`` sample of ``df``'s column ``key`` (what
-    ``strategy="auto"`` scores its candidates on), bringing the driver at most about twice
-    ``max_keys`` keys, never every key.
-
-    Returns ``(table, rows, exact)``: an Arrow table ``(key, count)`` sorted by key (the null
-    key, kept under ``"group"`` and ``"partition0"``, last), the sample's rows, and whether
-    every key of the sample is in it with its count.
-
-    With at most about ``max_keys`` distinct keys in the sample (estimated by
-    ``approx_count_distinct``, 5 %), every key is counted
-    (:func:`key_counts`). With more, the ``max_keys``
-    heaviest keys keep their exact counts, and of the others only those with
-    ``pmod(xxhash64(key), step) == 0`` are kept, each count times ``step`` (``step`` =
-    distinct keys / ``max_keys``, rounded up): a uniform sample of the light keys, which is
-    what a balance degree of the light keys needs, beside the heavy keys that decide it. The
-    null key keeps its exact count.
-
-    Raises
-    ------
-    NullKeyError
-        A null key under the null policy ``"error"``.
-
-    Notes
-    -----
-    Cost: one job over the sample for the estimate; then one aggregation job (its exchange
-    shared by the top-k and the light keys' sample, ``takeOrdered`` of ``max_keys`` rows per
-    task). Driver memory O(``max_keys``).
-    """
-    import math
-
-    from pyspark.sql import functions as F
-
-    src = df.select(column_of(key).alias(_FIT_KEY))
-    if fraction < 1.0:
-        src = src.sample(fraction=fraction, seed=seed)
-    k, c = F.col(_FIT_KEY), F.col(_FIT_ROWS)
-    refuse_streaming(df, "strategy='auto'", "it counts the keys with a job before placing "
-                     "them", "On a stream name a stateless strategy ('hash', 'modulo', "
-                     "'weight') or pass a fitted one with fit='none'")
-    stats = src.agg(F.count(F.lit(1)).alias("rows"),
-                    F.approx_count_distinct(k, 0.05).alias("keys")).toArrow()
-    rows = int(stats.column("rows")[0].as_py() or 0)
-    distinct = int(stats.column("keys")[0].as_py() or 0)
-    if distinct <= max_keys * EXACT_MARGIN:
-        return key_counts(df, key, fraction, seed, null_policy), rows, True
-    step = math.ceil(distinct / max_keys)
-    counted = src.groupBy(_FIT_KEY).agg(F.count(F.lit(1)).alias(_FIT_ROWS))
-    top = counted.where(k.isNotNull()).orderBy(c.desc(), k.asc()).limit(max_keys) \
-        .select(k, c, F.lit(1).alias(_FIT_PART))
-    light = counted.where(k.isNull() | (F.pmod(F.xxhash64(k), F.lit(step)) == 0)) \
-        .select(k, c, F.lit(2).alias(_FIT_PART))
-    found = top.unionByName(light).toArrow()
-    keys = found.column(_FIT_KEY).combine_chunks()
-    if keys.null_count and null_policy == "error":
-        raise null_key_error(f"column {key!r} has null keys")
-    part = found.column(_FIT_PART).to_numpy()
-    heavy = keys.filter(pa.array(part == 1))
-    sampled = (part == 2) & ~np.asarray(pa.compute.is_in(keys, value_set=heavy)
-                                        .to_numpy(zero_copy_only=False), bool)
-    null = np.asarray(keys.is_null().to_numpy(zero_copy_only=False), bool)
-    counts = found.column(_FIT_ROWS).to_numpy().astype(np.int64)
-    counts = np.where(sampled & ~null, counts * step, counts)
-    keep = pa.array((part == 1) | sampled)
-    table = pa.table({key: keys.filter(keep), "count": pa.array(counts).filter(keep)})
-    return table.sort_by([(key, "ascending")]), rows, False
 
 
 #: The share of rows :func:`fit_table` samples to find the candidates for a table's entries.

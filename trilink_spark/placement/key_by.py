@@ -46,7 +46,7 @@ from ..partitioners.choosing.evaluation import StrategyScore, choose_best, evalu
 from .._internal.spark.compat import frame_of_arrow
 from .._internal.spark.session import conf_count, conf_get
 from .plans import PartitionPlan, key_kind, partition_plan_of, table_frame, table_frame_of
-from .fit import FIT_HOWS, fit_table, key_counts, sampled_counts
+from .fit import FIT_HOWS, fit_table, key_counts
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -194,10 +194,10 @@ def resolve_strategy(
     Notes
     -----
     ``"auto"`` samples the key column (Bernoulli, ``sample_rate``, seeded) and counts the sample
-    per key (:func:`~trilink_spark.placement.fit.sampled_counts`: one job for an estimate of
-    its distinct keys, one to count them; past ``spark.trilink.table.maxKeys`` distinct keys
-    the driver gets the heaviest and a uniform share of the rest, never every key); when the
-    sample has fewer than ``min_sample`` rows it counts every row instead. Every candidate (hash, modulo for integer keys, least_key, least_count) is scored
+    per key in one Spark job (every sampled key's count comes to the driver: O(distinct
+    sampled keys) there); when the sample has fewer than ``min_sample`` rows it counts every
+    row instead. Every candidate (hash, modulo for integer keys, least_key, least_count; the
+    table strategies bounded at ``spark.trilink.table.maxKeys``) is scored
     on those counts, and :func:`~trilink_spark.partitioners.choose_best` picks one: a table
     strategy only if it beats the best stateless one by more than ``min_gain``.
 
@@ -301,11 +301,13 @@ def _choose_auto(
         logger.info("auto: key %r is not int/long/string/binary; using hash placement", key)
         return HashPartitioner(n, null_policy=policy), [], 0, False
     limit = table_max_keys(df.sparkSession)
-    counts, total, exact = sampled_counts(df, key, rate, seed, policy, limit)
-    counted_all = exact and rate >= 1.0
-    if rate < 1.0 and total < floor:
-        counts, total, exact = sampled_counts(df, key, 1.0, seed, policy, limit)
-        counted_all = exact
+    counted_all = rate >= 1.0
+    counts = key_counts(df, key, rate, seed, policy)
+    total = int(pa.compute.sum(counts.column(1)).as_py() or 0)
+    if not counted_all and total < floor:
+        counts = key_counts(df, key, 1.0, seed, policy)
+        total = int(pa.compute.sum(counts.column(1)).as_py() or 0)
+        counted_all = True
     keys = counts.column(0).combine_chunks()
     mapping = dict(zip(keys.to_pylist(), counts.column(1).to_numpy().tolist()))
     if not mapping or list(mapping) == [None]:  # no key, or the null key alone: nothing to weigh

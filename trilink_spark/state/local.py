@@ -317,8 +317,8 @@ class LocalState:
                     memtables = self._db.property_int_value("rocksdb.cur-size-all-mem-tables")
                     if (memtables or 0) > HELD_MEMTABLE_BYTES:  # else the log keeps them
                         self._db.flush()
-            except StateCorruptError as err:
-                logger.warning("%s; the local copy is closed", err)
+            except (StateCorruptError, StateStoreError) as err:  # a full disk too: closed,
+                logger.warning("%s; the local copy is closed", err)  # its lock released
             else:
                 if hold(self.directory, self._lock_path, self, self.close, self._opened):
                     return True

@@ -3,9 +3,11 @@ driver.
 
 Spark hands a task's exception to the driver as text: a ``PythonException`` (classic and
 Connect) or a ``Py4JJavaError`` whose message holds the Python worker's traceback, and a JVM
-``raise_error`` as a ``SparkRuntimeException`` holding its message. :func:`task_error` finds
-the last ``trilink_spark.errors.<Name>: <message>`` in that text (the exception that left the
-task) and builds the same class with the same message; :func:`typed_task_errors` raises it in
+``raise_error`` as a ``SparkRuntimeException`` holding its message. :func:`task_error` reads
+the exception line that ends the text's last traceback (the exception that left the task,
+not one it handled or was raised from) or, without a traceback, a ``raise_error``'s message;
+when that line is ``trilink_spark.errors.<Name>: <message>`` it builds the same class with
+the same message (Spark's ``SQLSTATE`` suffix left off); :func:`typed_task_errors` raises it in
 place of Spark's exception, which stays chained (``__cause__``) with the task's traceback.
 Nothing is evaluated or unpickled: the class is looked up by name among the package's own
 error classes, and any other name leaves Spark's exception as it is.
@@ -22,9 +24,15 @@ from ...errors import TrilinkError
 
 __all__ = ["task_error", "typed_task_errors"]
 
-_NAMED = re.compile(r"trilink_spark\.errors\.([A-Z][A-Za-z]*): ")
-#: Where a task's message ends in Spark's text: the JVM's frames or its stack trace section.
-_END = re.compile(r"\n\s*\n|\n\tat |\n\s*JVM stacktrace:|\n\s*at [a-z]+\.[a-z]")
+#: A Python traceback's start: the exception that left the task ends the last one.
+_TRACEBACK = "Traceback (most recent call last):"
+#: The exception line that ends a traceback, or a JVM raise_error's message: at a line's start.
+_NAMED = re.compile(r"^(?:\[USER_RAISED_EXCEPTION\] )?trilink_spark\.errors\.([A-Z][A-Za-z]*): ",
+                    re.MULTILINE)
+#: Where a task's message ends in Spark's text: the JVM's frames or its stack trace section,
+#: or the SQLSTATE Spark appends to a raised error.
+_END = re.compile(r"\n\s*\n|\n\tat |\n\s*JVM stacktrace:|\n\s*at [a-z]+\.[a-z]|"
+                  r"\s*SQLSTATE: [0-9A-Z]{5}")
 #: The longest message kept (a task's message is short; Spark's text may hold megabytes).
 MAX_MESSAGE = 8_000
 
@@ -50,9 +58,14 @@ def task_error(err: BaseException) -> TrilinkError | None:
         text = str(err)
     except Exception:  # noqa: BLE001 - an exception whose text fails names nothing
         return None
-    found = None
-    for found in _NAMED.finditer(text):
-        pass
+    at = text.rfind(_TRACEBACK)
+    if at >= 0:  # the last traceback's exception line: the first unindented line after it
+        tail = text[at + len(_TRACEBACK):]
+        last = re.search(r"^\S.*$", tail, re.MULTILINE)
+        found = _NAMED.match(tail, last.start()) if last is not None else None
+        text = tail
+    else:  # no Python traceback: a JVM raise_error's message
+        found = _NAMED.search(text)
     if found is None:
         return None
     cls = getattr(errors, found.group(1), None)

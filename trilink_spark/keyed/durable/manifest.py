@@ -192,10 +192,11 @@ def start_version(store: KeyedStateStore, manifest: dict[str, Any] | None,
         raise StateCorruptError(
             f"state at {store.path} last committed batch {committed[-1]}, and batch {batch_id} "
             f"comes next: batch(es) {missing} are missing. Spark's micro-batch ids are "
-            "consecutive, so the state path is older than the query (restored from an "
-            "earlier copy, or rolled back), and going on would lose those batches' rows. "
-            "Restore the state path that committed them, or start from a new state_path; a "
-            "runner fed by hand with ids that skip on purpose sets "
+            "consecutive, so either the state path is older than the query (restored from "
+            "an earlier copy, or rolled back), and going on would lose those batches' rows: "
+            "restore the state path that committed them, or start from a new state_path; or "
+            "the batch function skips the runner for some batches (if df.isEmpty(): return "
+            "before run(df, batch_id)), or ids are fed by hand with gaps: then set "
             "spark.trilink.state.allowBatchGaps=true")
     return prev
 

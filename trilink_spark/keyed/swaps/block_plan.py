@@ -402,7 +402,8 @@ def _scan(spark: Any, store: KeyedStateStore, batch_id: int, prev: int, local: L
         rows = ids.mapInArrow(fn, schema).collect()
     except Exception as err:  # noqa: BLE001 - a failed job is a state read that failed
         typed = task_error(err)
-        if typed is not None:  # what the task found (a corrupt changelog, ...), typed
+        if isinstance(typed, (StateCorruptError, StateStoreError)):  # what the task found (a
+            # corrupt changelog, a full disk), typed; both fail the batch and keep the request
             raise type(typed)(f"batch {batch_id}: the swap plan could not read the local "
                               f"copies of {store.path} at version {prev}: {typed}") from err
         raise StateStoreError(

@@ -249,19 +249,19 @@ def check_rebalancer(rebalancer: Any, strategy: Any) -> None:
         raise InvalidArgumentTypeError(
             f"rebalancer must have observe, decide and apply (a switching.LoadAwareRebalancer); "
             f"{type(rebalancer).__name__} lacks {', '.join(missing)}")
-    if isinstance(strategy, (BlockPartitioner, TablePartitioner)):
-        return
-    if isinstance(strategy, str):
-        from ...partitioners.core.base import resolve_strategy_name, strategy_class
+    if isinstance(strategy, BlockPartitioner) or (
+            isinstance(strategy, TablePartitioner) and strategy.is_stateful):
+        return  # a hash-mode WeightPartitioner holds no table: nothing to move
+    if isinstance(strategy, str) and strategy.strip().lower() != "auto":
+        from ...partitioners.core.base import resolve_strategy_name
 
-        if strategy.strip().lower() != "auto" and issubclass(  # an unknown name is refused
-                strategy_class(resolve_strategy_name(strategy)),
-                (BlockPartitioner, TablePartitioner)):
-            return
+        # by name, as built: block, least_key, least_count (weight by name is hash-mode)
+        if resolve_strategy_name(strategy) in ("block", "least_key", "least_count"):
+            return  # (an unknown name is refused by resolve_strategy_name)
     raise InvalidArgumentError(
         "a rebalancer moves key blocks, or a bounded table's key groups and named keys: pass "
         "strategy=tl.BlockPartitioner(n) or a table strategy (tl.LeastCountPartitioner(n), "
-        "'least_count', ...), got "
+        "'least_count', 'least_key', tl.WeightPartitioner(weights, mode='random')), got "
         f"{strategy if isinstance(strategy, str) else type(strategy).__name__!r}")
 
 

