@@ -5,7 +5,6 @@ to is a bounded table again."""
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from pyspark import cloudpickle
 
 import trilink_spark as tl
 from conftest import RunningCount
+from testkit.slow import SlowCount
 from trilink_spark.keyed.swaps.placement import (check_rebalancer, rebalance_target,
                                                  rebalancer_decision)
 from trilink_spark.keyed.swaps.units import from_units, unit_rows, unit_table
@@ -139,24 +139,7 @@ def test_a_rebalancer_takes_a_table_strategy_and_refuses_the_rest() -> None:
         check_rebalancer(rb, "no such")
 
 
-SLOW_MS_PER_ROW = 1.0
 ROWS = 600
-
-
-class SlowCount(RunningCount):
-    """A running count that costs ``SLOW_MS_PER_ROW`` per row for the ``slow`` keys."""
-
-    def __init__(self, slow: frozenset[str]) -> None:
-        super().__init__()
-        self.slow = slow
-
-    def process_on_time(self, key: Any, rows: Any, ctx: Any) -> Any:
-        if key in self.slow:
-            time.sleep(SLOW_MS_PER_ROW / 1000.0 * len(rows))
-        return super().process_on_time(key, rows, ctx)
-
-    def state_config(self) -> dict[str, Any]:
-        return {"slow": sorted(self.slow)}
 
 
 def test_a_stream_on_a_bounded_table_rebalances_with_exact_results(

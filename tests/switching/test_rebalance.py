@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from trilink_spark.errors import InvalidArgumentError
 from trilink_spark.measurement import TASK_METRIC_COLUMNS, task_metrics
 from trilink_spark.switching import LoadAwareRebalancer, REBALANCE_STATES, RebalanceDecision
 from conftest import RunningCount
+from testkit.slow import SlowCount
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -257,24 +257,7 @@ def test_task_metrics_of_nothing_and_bad_arguments(spark: Any) -> None:
 
 
 # ---------------------------------------------------------------------- a stream
-SLOW_MS_PER_ROW = 1.0
 ROWS = 600  # per batch, over 120 keys
-
-
-class SlowCount(RunningCount):
-    """A running count that costs ``SLOW_MS_PER_ROW`` per row for the ``slow`` keys."""
-
-    def __init__(self, slow: frozenset[str]) -> None:
-        super().__init__()
-        self.slow = slow
-
-    def process_on_time(self, key: Any, rows: Any, ctx: Any) -> Any:
-        if key in self.slow:
-            time.sleep(SLOW_MS_PER_ROW / 1000.0 * len(rows))
-        return super().process_on_time(key, rows, ctx)
-
-    def state_config(self) -> dict[str, Any]:
-        return {"slow": sorted(self.slow)}
 
 
 def test_a_stream_rebalances_a_slowed_partition_with_exact_results(

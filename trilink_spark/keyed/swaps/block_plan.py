@@ -230,19 +230,8 @@ def plan_block_swap(spark: Any, store: KeyedStateStore, batch_id: int, prev: int
                       "from": moved.column("from"),
                       "to": pa.array(target.table[blocks].astype(np.int32), pa.int32())})
     moves = _with_null_move(moves, current, placement, any(s.has_null for s in scans))
-    carried: dict[str, int] = {}
-    for p in range(placement.num_partitions, partitions):
-        for name, value in scans[p].counters.items():
-            carried[name] = carried.get(name, 0) + value
-    plan = {
-        "batch_id": batch_id, "prev": prev, "mode": request.mode,
-        "partitions_before": partitions, "partitions_after": placement.num_partitions,
-        "keys_total": int(sum(s.keys for s in scans)), "moved_keys": int(moves.num_rows),
-        "complete": complete, "placement": placement.to_dict(), "target": target.to_dict(),
-        "max_keys_per_batch": cap, "refit": request.refit, "request": request.request_id,
-        "carried_counters": carried, "planned_by": "blocks",
-    }
-    return plan, moves, placement
+    return _scanned_plan(batch_id, prev, request, current, placement, target, moves, scans,
+                         complete, "blocks"), moves, placement
 
 
 def _plan_group_swap(spark: Any, store: KeyedStateStore, batch_id: int, prev: int,
@@ -304,18 +293,8 @@ def _plan_group_swap(spark: Any, store: KeyedStateStore, batch_id: int, prev: in
     moves = pa.table({KEY_FIELD: keys.filter(mask), "from": found.column("from").filter(mask),
                       "to": pa.array(to[leaving], pa.int32())})
     moves = _with_null_move(moves, current, placement, any(s.has_null for s in scans))
-    carried: dict[str, int] = {}
-    for p in range(placement.num_partitions, partitions):
-        for name, value in scans[p].counters.items():
-            carried[name] = carried.get(name, 0) + value
-    plan = {
-        "batch_id": batch_id, "prev": prev, "mode": request.mode,
-        "partitions_before": partitions, "partitions_after": placement.num_partitions,
-        "keys_total": int(sum(s.keys for s in scans)), "moved_keys": int(moves.num_rows),
-        "complete": complete, "placement": placement.to_dict(), "target": target.to_dict(),
-        "max_keys_per_batch": cap, "refit": request.refit,
-        "request": request.request_id, "carried_counters": carried, "planned_by": "groups",
-    }
+    plan = _scanned_plan(batch_id, prev, request, current, placement, target, moves, scans,
+                         complete, "groups")
     return plan, moves, placement
 
 
@@ -368,6 +347,27 @@ def _group_step(current: TablePartitioner, target: TablePartitioner, chosen: Any
     if not isinstance(step, TablePartitioner):
         raise InvalidArgumentError(f"a fluid step of {target.strategy_name} is not a table")
     return step
+
+
+def _scanned_plan(batch_id: int, prev: int, request: SwapRequest, current: Partitioner,
+                  placement: Partitioner, target: Partitioner, moves: Any,
+                  scans: list[BlockScan], complete: bool, planned_by: str) -> dict[str, Any]:
+    """The plan record of a swap planned from the scans: the key plan's fields, the removed
+    partitions' counters (partition 0 takes them over) from the scans, and ``planned_by``.
+    O(partitions)."""
+    partitions = current.num_partitions
+    carried: dict[str, int] = {}
+    for p in range(placement.num_partitions, partitions):
+        for name, value in scans[p].counters.items():
+            carried[name] = carried.get(name, 0) + value
+    return {
+        "batch_id": batch_id, "prev": prev, "mode": request.mode,
+        "partitions_before": partitions, "partitions_after": placement.num_partitions,
+        "keys_total": int(sum(s.keys for s in scans)), "moved_keys": int(moves.num_rows),
+        "complete": complete, "placement": placement.to_dict(), "target": target.to_dict(),
+        "max_keys_per_batch": request.max_keys_per_batch, "refit": request.refit,
+        "request": request.request_id, "carried_counters": carried, "planned_by": planned_by,
+    }
 
 
 def _with_null_move(moves: Any, current: Partitioner, placement: Partitioner,
