@@ -45,13 +45,14 @@ from ..._internal.spark.task_errors import task_error
 from ..._internal.validation import choice
 from ...errors import InvalidArgumentError, StateCorruptError, StateStoreError
 from ...partitioners import BlockPartitioner, Partitioner, TablePartitioner
-from ...partitioners.core.base import encode_key
 from ...partitioners.core.keys import null_partition
 from ...partitioners.tables.overlay import OverlayPartitioner
 from ...partitioners.choosing.refit import rebalance_minimal
 from ...state.store import KEY_FIELD, KeyedStateStore
 from ..durable.local_sync import BlockScan, LocalSync, scan_blocks
 from .plan import SwapRequest, block_steps, next_blocks, resized, request_start
+from .plan import smallest_within
+from .units import bounded_with
 
 __all__ = ["BlockAim", "block_aim", "group_steps", "plan_block_swap", "plans_by_blocks",
            "BLOCK_PLANS", "GIVEN_BY_BLOCKS_BYTES"]
@@ -263,9 +264,10 @@ def _plan_group_swap(spark: Any, store: KeyedStateStore, batch_id: int, prev: in
     key_type = local.key_type
     named = pa.array(names, key_type) if key_type is not None else pa.array(names)
     lookups: dict[int, Any] = {}
+    wanted = target.assign(named) if names else np.zeros(0, np.int32)
     if names:
         at = current.assign(named).astype(np.int64)
-        changed = at != target.assign(named)
+        changed = at != wanted
         group = current.key_groups(named)
         scanned = np.isin(group, moving) & (at == now_groups[group])
         for p in np.unique(at[changed & ~scanned]).tolist():
@@ -286,7 +288,7 @@ def _plan_group_swap(spark: Any, store: KeyedStateStore, batch_id: int, prev: in
         chosen = _step_groups(found.column("block").to_numpy(), leaving & ~by_name,
                               cap - int((leaving & by_name).sum()))
         if chosen is not None:
-            placement, complete = _group_step(current, target, chosen, named), False
+            placement, complete = _group_step(current, target, chosen, named, wanted), False
             to = placement.assign(keys).astype(np.int32) if len(keys) else to
             leaving = to != origin
     mask = pa.array(leaving)
@@ -311,42 +313,31 @@ def _step_groups(groups: Any, leaving: Any, room: int) -> Any:
     """The moving groups a fluid step takes: the smallest (by keys leaving) that fit in
     ``room`` keys, at least one; None when that is every moving group (the step finishes
     the swap). O(keys + groups log groups)."""
-    ids, sizes = np.unique(groups[leaving], return_counts=True)
-    if not len(ids):
+    moving = groups[leaving]
+    if not len(moving):
         return None
-    order = np.argsort(sizes, kind="stable")
-    fits = np.cumsum(sizes[order]) <= room
-    fits[0] = True  # a group bigger than the room still moves, alone
-    if fits.all():
-        return None
-    return ids[order[fits]]
+    chosen = smallest_within(moving, room)
+    return None if len(chosen) == len(np.unique(moving)) else chosen
 
 
 def _group_step(current: TablePartitioner, target: TablePartitioner, chosen: Any,
-                named: Any) -> TablePartitioner:
+                named: Any, wanted: Any) -> TablePartitioner:
     """The placement of a fluid step between bounded tables: ``current``'s groups with
-    ``chosen`` switched to ``target``'s, every named key of either table pinned where
-    ``target`` puts it (it moves in this step), on ``max`` of both partition counts (a
-    partition being removed keeps its groups until they leave). Holds at most both tables'
-    entries. O(groups + named keys)."""
-    groups = current.groups.copy() if current.groups is not None else None
-    if groups is None or target.groups is None:
+    ``chosen`` switched to ``target``'s, every named key of either table (``named``) pinned
+    where ``target`` puts it (``wanted``: it moves in this step), on ``max`` of both partition
+    counts (a partition being removed keeps its groups until they leave). Holds at most both
+    tables' entries. O(groups + named keys)."""
+    if current.groups is None or target.groups is None:
         raise InvalidArgumentError("a fluid step by key groups needs two bounded tables")
+    groups = current.groups.copy()
     groups[chosen] = target.groups[chosen]
     n = max(current.num_partitions, target.num_partitions)
     keys = named.to_pylist()
-    pids = target.assign(named).tolist() if len(keys) else []
     # the table with n partitions lends the rest of its fields (loads, weights): a step
     # places every key by its entries and groups and is never fitted
-    fields = (target if target.num_partitions == n else current).to_dict()
-    step = Partitioner.from_dict({
-        **fields, "max_keys": max(target.max_keys, len(keys), 1),
-        "table": [[encode_key(k), int(q)] for k, q in zip(keys, pids)],
-        "groups": groups.astype(int).tolist(),
-        "group_loads": np.zeros(target.num_groups).tolist()})
-    if not isinstance(step, TablePartitioner):
-        raise InvalidArgumentError(f"a fluid step of {target.strategy_name} is not a table")
-    return step
+    return bounded_with(target if target.num_partitions == n else current, keys, wanted,
+                        groups, max(target.max_keys, len(keys), 1),
+                        np.zeros(target.num_groups))
 
 
 def _scanned_plan(batch_id: int, prev: int, request: SwapRequest, current: Partitioner,

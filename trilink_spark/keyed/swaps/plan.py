@@ -39,7 +39,7 @@ from ..durable.local_sync import LocalSync, read_moved
 from ..durable.codec import decode_keys, read_counters
 
 __all__ = ["SwapReport", "SwapRequest", "SWAP_MODES", "REFITS", "check_request", "plan_swap",
-           "block_steps", "next_blocks", "resized", "request_start",
+           "block_steps", "next_blocks", "smallest_within", "resized", "request_start",
            "write_segments"]
 
 logger = logging.getLogger(__name__)
@@ -231,6 +231,23 @@ def block_steps(base: Partitioner, target: Partitioner) -> bool:
             and base.null_policy == target.null_policy)
 
 
+def smallest_within(units: Any, cap: int) -> Any:
+    """The units (blocks, key groups) of a fluid step, given each moving key's unit
+    (``units``, not empty): the smallest by keys, as many as fit in ``cap`` keys, and at least
+    one (a unit bigger than the cap still moves, alone). O(keys + units log units).
+
+    Examples
+    --------
+    >>> smallest_within(np.array([3, 3, 3, 1, 2, 2]), 3).tolist()
+    [1, 2]
+    """
+    ids, sizes = np.unique(units, return_counts=True)
+    order = np.argsort(sizes, kind="stable")
+    fits = np.cumsum(sizes[order]) <= cap
+    fits[0] = True
+    return ids[order[fits]]
+
+
 def next_blocks(base: BlockPartitioner, target: BlockPartitioner, blocks: Any,
                  cap: int) -> tuple[Any, BlockPartitioner]:
     """Which moving keys go next, given each one's block (``blocks``): the keys of the
@@ -238,11 +255,7 @@ def next_blocks(base: BlockPartitioner, target: BlockPartitioner, blocks: Any,
     ``blocks``), and the block table placing them: ``base``'s table with those blocks
     switched to ``target``'s partitions, on ``max`` of both partition counts (a partition
     being removed keeps its blocks until they leave). O(keys + num_blocks log num_blocks)."""
-    ids, sizes = np.unique(blocks, return_counts=True)
-    order = np.argsort(sizes, kind="stable")
-    fits = np.cumsum(sizes[order]) <= cap
-    fits[0] = True  # a block bigger than the cap still moves, alone
-    chosen = ids[order[fits]]
+    chosen = smallest_within(blocks, cap)
     table = base.table.copy()
     table[chosen] = target.table[chosen]
     hybrid = base.with_table(table, max(base.num_partitions, target.num_partitions))

@@ -25,7 +25,7 @@ from ...partitioners import BlockPartitioner, Partitioner, TablePartitioner
 from ...partitioners.core.base import encode_key
 from ...partitioners.core.block import MAX_BLOCKS
 
-__all__ = ["UnitRows", "unit_table", "from_units", "unit_rows"]
+__all__ = ["UnitRows", "unit_table", "from_units", "unit_rows", "bounded_with"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,12 +76,34 @@ def from_units(p: TablePartitioner, units: BlockPartitioner) -> TablePartitioner
             f"a unit table of {units.num_blocks} units on {units.num_partitions} partitions "
             f"is not over this table's {g} groups and {len(keys)} entries on "
             f"{p.num_partitions} partitions")
-    table = units.table
-    out = Partitioner.from_dict({
-        **p.to_dict(), "groups": table[:g].astype(int).tolist(),
-        "table": [[encode_key(k), int(q)] for k, q in zip(keys, table[g:].tolist())]})
+    return bounded_with(p, keys, units.table[g:], units.table[:g])
+
+
+def bounded_with(base: TablePartitioner, keys: Any, pids: Any, groups: Any,
+                 max_keys: int | None = None, group_loads: Any = None) -> TablePartitioner:
+    """``base`` (its strategy and every other stored field) with the entries ``keys`` ->
+    ``pids`` and the key groups on ``groups``: a bounded table placed by a swap or the
+    rebalancer, never fitted. ``max_keys`` and ``group_loads`` replace ``base``'s when
+    given. Built through the stored form, so every field is checked. O(groups + entries).
+
+    Raises
+    ------
+    InvalidArgumentError
+        A field the stored form refuses (a partition out of range, more entries than
+        ``max_keys``, ...).
+    """
+    from ...errors import InvalidArgumentError
+
+    fields = base.to_dict()
+    fields.update(table=[[encode_key(k), int(q)] for k, q in zip(keys, np.asarray(pids).tolist())],
+                  groups=np.asarray(groups).astype(int).tolist())
+    if max_keys is not None:
+        fields["max_keys"] = max_keys
+    if group_loads is not None:
+        fields["group_loads"] = np.asarray(group_loads, dtype=float).tolist()
+    out = Partitioner.from_dict(fields)
     if not isinstance(out, TablePartitioner):
-        raise InvalidArgumentError(f"{p.strategy_name} did not come back as a table")
+        raise InvalidArgumentError(f"{base.strategy_name} did not come back as a table")
     return out
 
 
