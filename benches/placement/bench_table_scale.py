@@ -1,7 +1,7 @@
 """Table strategies at millions of keys: key_by, the driver's memory for a fit, and keyed state.
 
 Each part runs our code and Spark's (or the stateless) baseline in the same run, and reports
-the ratio ours / baseline. Parts (``--parts``, default all four):
+the ratio ours / baseline. Parts (``--parts``, default all five):
 
 0. ``balance``. No Spark: the balance degree of the bounded form against the per-key
    algorithm (the same strategy with ``max_keys`` above the key count) and hash, from
@@ -75,13 +75,23 @@ the ratio ours / baseline. Parts (``--parts``, default all four):
    the load batch the bench waits (at most ``--drain-timeout`` s) until no snapshot writer runs
    on the machine, so the load's snapshot is not in the steady batches.
 
+4. ``auto``. For each K in ``--sizes`` and distribution, at the first of ``--partitions``:
+   ``resolve_strategy(df, "k", "auto", n, fit="none")`` (ours: the sample's keys counted
+   in one job that returns at most ``maxKeys`` + 1 of them; past ``maxKeys`` sampled keys,
+   each candidate scored on the executors) against what it replaces, in the same run: every
+   sampled key's count brought to the driver (``key_counts`` of the same seeded sample, every
+   row when it has fewer than ``minSample`` rows) and ``evaluate_strategies`` on that
+   mapping. Median seconds of ``--repeat`` runs after a warm-up, the ratio, both choices,
+   the candidates' balance on each side and the distinct sampled keys the baseline brings
+   the driver.
+
 Everything (the figures, the command line, Spark's version, the date, the load average) goes
 to ``benches/results/<--out>.json`` (default ``table_scale``), written after every part;
 a compact table per part is printed.
 
 Run from the repository root: ``PYSPARK_PYTHON=.venv/bin/python .venv/bin/python -m
 benches.placement.bench_table_scale [--quick] [--sizes 100000,1000000,10000000]
-[--partitions 8,64] [--parts key_by,driver_rss,stream] [--state-sizes 10000,1000000,10000000]
+[--partitions 8,64] [--parts key_by,driver_rss,stream,auto] [--state-sizes 10000,1000000,10000000]
 [--out NAME]``. The full run wants a quiet machine with room for one JVM of
 ``--driver-memory`` (default 8g) holding the 40,000,000-row input; the driver_rss children run
 first, one at a time, before this process starts its own JVM. A smoke run (about 3 minutes on
@@ -130,7 +140,7 @@ if TYPE_CHECKING:
 # the module, not the function the package exports under the same name
 KEY_BY_MODULE = importlib.import_module("trilink_spark.placement.key_by")
 
-PARTS = ("balance", "key_by", "driver_rss", "stream")
+PARTS = ("balance", "key_by", "driver_rss", "stream", "auto")
 SIZES = (100_000, 1_000_000, 10_000_000)
 QUICK_SIZES = (100_000, 1_000_000)
 STATE_SIZES = (10_000, 1_000_000, 10_000_000)
@@ -555,6 +565,61 @@ def print_driver_rss(part: dict[str, Any]) -> None:
     print(f"({part['note']}; MB = 2**20 bytes)")
 
 
+# ------------------------------------------------------------------ part 4: auto
+def per_key_auto(df: DataFrame, n: int, limit: int, seed: int) -> dict[str, Any]:
+    """What ``"auto"`` did before it scored on the executors: every sampled key's count on
+    the driver, then :func:`trilink_spark.evaluate_strategies` there."""
+    rate = float(df.sparkSession.conf.get("spark.trilink.sampleRate", "0.01") or 0.01)
+    counts = KEY_BY_MODULE.key_counts(df, "k", rate, seed, "group")
+    if int(np.sum(counts.column(1).to_numpy())) < 10_000:
+        counts = KEY_BY_MODULE.key_counts(df, "k", 1.0, seed, "group")
+    mapping = dict(zip(counts.column(0).to_pylist(), counts.column(1).to_numpy().tolist()))
+    scores = tl.evaluate_strategies(mapping, n, key_type="long", seed=seed, max_keys=limit)
+    best = tl.partitioners.choose_best(scores)
+    return {"chosen": best.name, "keys_to_driver": len(mapping),
+            "scores": {s.name: s.balance_degree for s in scores}}
+
+
+def run_auto(spark: SparkSession, args: argparse.Namespace, payload: dict[str, Any]
+             ) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = payload.setdefault("auto", [])
+    limit = KEY_BY_MODULE.table_max_keys(spark)
+    n = args.partitions[0]
+    for keys in args.sizes:
+        for dist in args.dists:
+            print(f"auto: K = {keys:,}, {dist}", flush=True)
+            df, facts = cached_frame(spark, keys, dist, args)
+            try:
+                row: dict[str, Any] = {"keys": keys, "distribution": dist, "partitions": n,
+                                       "max_keys": limit, **facts}
+                ours: list[Any] = []
+                base: list[dict[str, Any]] = []
+                row["seconds"] = median_time(lambda: ours.append(KEY_BY_MODULE.resolve_strategy(
+                    df, "k", "auto", n, fit="none", seed=args.seed + 1)), repeat=args.repeat,
+                    warmup=1)
+                row["baseline_seconds"] = median_time(
+                    lambda: base.append(per_key_auto(df, n, limit, args.seed + 1)),
+                    repeat=args.repeat, warmup=1)
+                row["ratio"] = row["seconds"] / row["baseline_seconds"]
+                got = ours[-1]
+                row["ours"] = {"chosen": got.partitioner.strategy_name,
+                               "sample_rows": got.sample_rows,
+                               "scores": {s.name: s.balance_degree for s in got.scores}}
+                row["baseline"] = base[-1]
+                rows.append(row)
+                print(f"  ours {row['seconds']:.2f} s ({row['ours']['chosen']}), every sampled "
+                      f"key {row['baseline_seconds']:.2f} s ({row['baseline']['chosen']}, "
+                      f"{row['baseline']['keys_to_driver']:,} keys to the driver), ratio "
+                      f"{row['ratio']:.2f}", flush=True)
+                for name, bal in row["ours"]["scores"].items():
+                    print(f"    {name:<12} ours {bal:.3f}  per key "
+                          f"{row['baseline']['scores'].get(name, float('nan')):.3f}")
+                write_json(args.out, payload)
+            finally:
+                df.unpersist()
+    return rows
+
+
 # ------------------------------------------------------------------ part 3: stream
 def drain_snapshot_writers(timeout: float) -> tuple[float, bool]:
     """Wait until no snapshot writer process runs (any on this machine), at most
@@ -804,7 +869,7 @@ def main(argv: list[str] | None = None) -> None:
         run_driver_rss(args, payload)
     spark = None
     try:
-        if "key_by" in args.parts or "stream" in args.parts:
+        if {"key_by", "stream", "auto"} & set(args.parts):
             spark = tl.get_session("local[2]", shuffle_partitions=max(args.partitions),
                                    extra_conf={"spark.driver.memory": args.driver_memory,
                                                "spark.ui.enabled": "false"})
@@ -816,6 +881,8 @@ def main(argv: list[str] | None = None) -> None:
             print_key_by(rows)
         if spark is not None and "stream" in args.parts:
             run_stream(spark, args, payload)
+        if spark is not None and "auto" in args.parts:
+            run_auto(spark, args, payload)
     finally:
         payload["bench_seconds"] = time.perf_counter() - started
         payload["load_average_end"] = list(os.getloadavg())

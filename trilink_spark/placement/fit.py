@@ -8,23 +8,29 @@ every key (:mod:`trilink_spark.partitioners.tables.table`, bounded tables).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from .._internal.spark.compat import frame_of_arrow
 from .._internal.validation import choice, refuse_streaming
 from ..columns import TABLE_KEY_COL, column_of
 from ..errors import InvalidKeyTypeError
-from ..partitioners.core.keys import check_null_policy, null_key_error
+from ..partitioners.core.keys import check_null_policy, null_key_error, null_partition
 from ..partitioners.tables.table import TablePartitioner
 from .plans import key_kind, table_frame
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType
 
-__all__ = ["fit_table", "key_counts", "FIT_HOWS", "CANDIDATE_SAMPLE", "EXACT_MARGIN"]
+__all__ = ["fit_table", "key_counts", "key_head", "KeyHead", "scan_sample", "SampleScan",
+           "FIT_HOWS",
+           "CANDIDATE_SAMPLE", "EXACT_MARGIN"]
 
 
 _FIT_KEY, _FIT_ROWS, _FIT_PART, _FIT_GROUP, _FIT_KEYS = (
@@ -113,7 +119,6 @@ def fit_table(df: DataFrame, key: str, p: TablePartitioner, fraction: float = 1.
     True
     """
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 
     refuse_streaming(df, "strategy='auto' (or fitting a table strategy)", "it counts the keys with "
                      "a job before placing them", "On a stream name a stateless strategy ('hash',"
@@ -127,43 +132,14 @@ def fit_table(df: DataFrame, key: str, p: TablePartitioner, fraction: float = 1.
     if fraction < 1.0:
         src = src.sample(fraction=fraction, seed=seed)
     k, c = F.col(_FIT_KEY), F.col(_FIT_ROWS)
-    spark_type = {"int": "int", "long": "bigint"}.get(p.fallback_type(kind))
-    hashed = F.hash(k.cast(spark_type)) if spark_type is not None else F.hash(k)
-    group = F.when(k.isNull(), F.lit(-1)).otherwise(F.pmod(hashed, F.lit(p.num_groups)))
-    none_int, none_long = F.lit(None).cast(T.IntegerType()), F.lit(None).cast(T.LongType())
-    room = 0 if p.bounded else max(0, p.max_keys - len(p))
-
-    def listed(part: int, rows: DataFrame) -> DataFrame:
-        return rows.select(F.lit(part).alias(_FIT_PART), k, c.cast("bigint").alias(_FIT_ROWS),
-                           none_int.alias(_FIT_GROUP), none_long.alias(_FIT_KEYS))
-
+    group = _group_of(p, kind)
+    room = _room(p)
     counted = src.groupBy(_FIT_KEY).agg(F.count(F.lit(1)).alias(_FIT_ROWS))
     if how is None:
         how = "aggregate" if p.counts_keys else "sample"
     if choice(how, "how", FIT_HOWS) == "aggregate":
-        # every key counted once; its exchange serves the three parts (exchange reuse)
-        by_key = counted
-        parts = [by_key.groupBy(group.alias(_FIT_GROUP)).agg(
-            F.sum(c).cast("bigint").alias(_FIT_ROWS), F.count(F.lit(1)).alias(_FIT_KEYS))
-            .select(F.lit(2).alias(_FIT_PART), F.lit(None).cast(dtype).alias(_FIT_KEY),
-                    F.col(_FIT_ROWS), F.col(_FIT_GROUP), F.col(_FIT_KEYS))]
-        unknown = by_key.where(k.isNotNull())
-        if len(p):
-            frame = table_frame(spark, p, kind, dtype)
-            parts.append(listed(1, by_key.join(frame, k == F.col(TABLE_KEY_COL), "left_semi")))
-            unknown = unknown.join(frame, k == F.col(TABLE_KEY_COL), "left_anti")
-        if room:
-            parts.append(listed(1, unknown.orderBy(c.desc(), k.asc()).limit(room)))
-        query = parts[0]
-        for extra in parts[1:]:
-            query = query.unionByName(extra)
-        result = query.toArrow()
-        part = result.column(_FIT_PART).to_numpy()
-        by_group = result.filter(pa.array(part == 2))
-        named = result.filter(pa.array(part == 1))
-        nonnull = pa.compute.greater_equal(by_group.column(_FIT_GROUP), 0)
-        total = int(pa.compute.sum(by_group.filter(nonnull).column(_FIT_KEYS)).as_py() or 0)
-        _learn(p, named, by_group, key, exact=named.num_rows >= total)
+        named, by_group, _ = _aggregated(_union(_aggregate_parts(counted, p, kind, dtype)))
+        _learn(p, named, by_group, key, exact=named.num_rows >= _distinct(by_group))
         return
     groups = src.groupBy(group.alias(_FIT_GROUP)).agg(
         F.count(F.lit(1)).alias(_FIT_ROWS),
@@ -174,14 +150,14 @@ def fit_table(df: DataFrame, key: str, p: TablePartitioner, fraction: float = 1.
         sampled = src.where(k.isNotNull()).sample(fraction=CANDIDATE_SAMPLE, seed=seed + 1)
         top = sampled.groupBy(_FIT_KEY).agg(F.count(F.lit(1)).alias(_FIT_ROWS)) \
             .orderBy(c.desc(), k.asc()).limit(room)
-        first = first.unionByName(listed(1, top))
+        first = first.unionByName(_listed(1, top))
     summary = first.toArrow()
     part = summary.column(_FIT_PART).to_numpy()
     by_group = summary.filter(pa.array(part == 2))
     estimate = float(pa.compute.sum(by_group.filter(pa.compute.greater_equal(
         by_group.column(_FIT_GROUP), 0)).column(_FIT_KEYS)).as_py() or 0)
     if room and estimate <= room * EXACT_MARGIN:
-        every = listed(1, counted.where(k.isNotNull()).limit(len(p) + room + 1)).toArrow()
+        every = _listed(1, counted.where(k.isNotNull()).limit(len(p) + room + 1)).toArrow()
         if every.num_rows <= len(p) + room:  # every key: the per-key fit, exactly
             _learn(p, every, by_group, key, exact=True)
             return
@@ -198,7 +174,7 @@ def fit_table(df: DataFrame, key: str, p: TablePartitioner, fraction: float = 1.
     if len(p):
         names = names.unionByName(table_keys)
     exact = counted.join(F.broadcast(names.distinct()), k == F.col(TABLE_KEY_COL), "left_semi")
-    _learn(p, listed(1, exact).toArrow(), by_group, key, exact=False)
+    _learn(p, _listed(1, exact).toArrow(), by_group, key, exact=False)
 
 
 def key_counts(df: DataFrame, key: str, fraction: float, seed: int, null_policy: str) -> Any:
@@ -226,6 +202,233 @@ CANDIDATE_SAMPLE = 0.02
 #: :func:`fit_table` counts every key exactly when its estimate of the new keys is at most
 #: this many times the entries the table has left.
 EXACT_MARGIN = 1.1
+
+
+def _room(p: TablePartitioner) -> int:
+    """The entries table ``p`` has left."""
+    return 0 if p.bounded else max(0, p.max_keys - len(p))
+
+
+def _group_of(p: TablePartitioner, kind: str) -> Column:
+    """A key's group as ``p`` hashes it (``-1`` for the null key), over :data:`_FIT_KEY`."""
+    from pyspark.sql import functions as F
+
+    k = F.col(_FIT_KEY)
+    spark_type = {"int": "int", "long": "bigint"}.get(p.fallback_type(kind))
+    hashed = F.hash(k.cast(spark_type)) if spark_type is not None else F.hash(k)
+    return F.when(k.isNull(), F.lit(-1)).otherwise(F.pmod(hashed, F.lit(p.num_groups)))
+
+
+def _listed(part: int, rows: DataFrame) -> DataFrame:
+    """Counted keys as rows of the fit's result (part ``part``)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    return rows.select(F.lit(part).alias(_FIT_PART), F.col(_FIT_KEY),
+                       F.col(_FIT_ROWS).cast("bigint").alias(_FIT_ROWS),
+                       F.lit(None).cast(T.IntegerType()).alias(_FIT_GROUP),
+                       F.lit(None).cast(T.LongType()).alias(_FIT_KEYS))
+
+
+def _aggregate_parts(counted: DataFrame, p: TablePartitioner, kind: str, dtype: DataType,
+                     placements: Sequence[Callable[[Column], Column]] = ()) -> list[DataFrame]:
+    """The parts of the ``"aggregate"`` fit over ``counted`` (every key's rows, one
+    aggregation whose exchange the parts share): every group's rows and keys (part 2), the
+    counts of the keys ``p`` holds and of the heaviest it does not, as many as it has
+    entries left (part 1); and the rows per partition of each of ``placements`` (part
+    ``3 + i``), summed by the groups' own aggregation (one exchange for all)."""
+    from pyspark.sql import functions as F
+
+    k, c = F.col(_FIT_KEY), F.col(_FIT_ROWS)
+    units = [F.struct(F.lit(2).alias(_FIT_PART), _group_of(p, kind).alias(_FIT_GROUP),
+                      F.lit(1).alias(_FIT_KEYS))]
+    units += [F.struct(F.lit(3 + i).alias(_FIT_PART), place(k).cast("int").alias(_FIT_GROUP),
+                       F.lit(0).alias(_FIT_KEYS)) for i, place in enumerate(placements)]
+    unit = F.col("_tl_fit_unit")
+    parts = [counted.select(c, F.explode(F.array(*units)).alias("_tl_fit_unit"))
+             .groupBy(unit[_FIT_PART].alias(_FIT_PART), unit[_FIT_GROUP].alias(_FIT_GROUP))
+             .agg(F.sum(c).cast("bigint").alias(_FIT_ROWS),
+                  F.sum(unit[_FIT_KEYS]).cast("bigint").alias(_FIT_KEYS))
+             .select(F.col(_FIT_PART), F.lit(None).cast(dtype).alias(_FIT_KEY),
+                     F.col(_FIT_ROWS), F.col(_FIT_GROUP), F.col(_FIT_KEYS))]
+    unknown = counted.where(k.isNotNull())
+    if len(p):
+        frame = table_frame(counted.sparkSession, p, kind, dtype)
+        parts.append(_listed(1, counted.join(frame, k == F.col(TABLE_KEY_COL), "left_semi")))
+        unknown = unknown.join(frame, k == F.col(TABLE_KEY_COL), "left_anti")
+    room = _room(p)
+    if room:
+        parts.append(_listed(1, unknown.orderBy(c.desc(), k.asc()).limit(room)))
+    return parts
+
+
+def _union(parts: list[DataFrame]) -> DataFrame:
+    query = parts[0]
+    for extra in parts[1:]:
+        query = query.unionByName(extra)
+    return query
+
+
+def _aggregated(query: DataFrame) -> tuple[Any, Any, Any]:
+    """The fit's result, run: the listed keys (part 1), the groups (part 2), the rest."""
+    result = query.toArrow()
+    part = result.column(_FIT_PART).to_numpy()
+    return (result.filter(pa.array(part == 1)), result.filter(pa.array(part == 2)),
+            result.filter(pa.array(part > 2)))
+
+
+def _distinct(by_group: Any) -> int:
+    """The distinct non-null keys over the groups' key counts."""
+    nonnull = pa.compute.greater_equal(by_group.column(_FIT_GROUP), 0)
+    return int(pa.compute.sum(by_group.filter(nonnull).column(_FIT_KEYS)).as_py() or 0)
+
+
+@dataclass(frozen=True)
+class SampleScan:
+    """What one Spark job learns of a key column for ``strategy="auto"``
+    (:func:`scan_sample`): every count the driver may hold, never every key.
+
+    Attributes
+    ----------
+    rows, nulls, distinct, heaviest : int
+        The rows, the null key's rows, the distinct non-null keys and the heaviest key's
+        rows (the null key counted as one key).
+    listed : pyarrow.Table
+        The heaviest non-null keys (at most the template table's ``max_keys``) and their
+        exact rows, sorted by key: every key when ``distinct <= max_keys``.
+    loads : list of numpy.ndarray
+        Rows per partition of every placement given to :func:`scan_sample`, in order.
+    """
+
+    key: str
+    rows: int
+    nulls: int
+    distinct: int
+    heaviest: int
+    listed: Any = field(repr=False)
+    by_group: Any = field(repr=False)
+    loads: list[npt.NDArray[np.float64]] = field(repr=False)
+
+    @property
+    def complete(self) -> bool:
+        """Whether :attr:`listed` holds every non-null key."""
+        return bool(self.listed.num_rows >= self.distinct)
+
+    def counts(self) -> tuple[Any, npt.NDArray[np.float64]]:
+        """:attr:`listed`'s keys (an Arrow array) and rows."""
+        return (self.listed.column(_FIT_KEY).combine_chunks(),
+                self.listed.column(_FIT_ROWS).to_numpy().astype(np.float64))
+
+    def fit(self, p: TablePartitioner) -> npt.NDArray[np.float64]:
+        """Fit fresh table ``p`` (the template's kind: same groups, hashing and entries) as
+        :func:`fit_table` with ``how="aggregate"`` would on the scanned data, and return the
+        rows per partition it gives them. O(``max_keys`` log + groups), on the driver."""
+        _learn(p, self.listed, self.by_group, self.key, exact=self.complete)
+        keys, rows = self.counts()
+        n = p.num_partitions
+        loads = np.bincount(p.lookup(keys), weights=rows, minlength=n).astype(np.float64)
+        groups = p.groups
+        if groups is not None:  # every key not listed goes by its group
+            gid = pa.compute.fill_null(self.by_group.column(_FIT_GROUP), -2).to_numpy()
+            g_rows = self.by_group.column(_FIT_ROWS).to_numpy().astype(np.float64)
+            ok = gid >= 0
+            rest = np.bincount(gid[ok], weights=g_rows[ok], minlength=p.num_groups)
+            rest -= np.bincount(p.key_groups(keys), weights=rows, minlength=p.num_groups)
+            loads += np.bincount(groups, weights=np.maximum(rest, 0.0), minlength=n)
+        if self.nulls:
+            loads[null_partition(p.null_policy, n)] += self.nulls
+        return loads
+
+
+@dataclass(frozen=True)
+class KeyHead:
+    """Every key of a key column when it has at most ``limit`` (:func:`key_head`).
+
+    Attributes
+    ----------
+    complete : bool
+        Whether the column has at most ``limit`` distinct non-null keys; only then do the
+        other fields hold anything.
+    keys, rows : pyarrow.Array, numpy.ndarray
+        The non-null keys, sorted, and their rows.
+    nulls : int
+        The null key's rows.
+    """
+
+    complete: bool
+    keys: Any = field(repr=False)
+    rows: npt.NDArray[np.float64] = field(repr=False)
+    nulls: int
+
+    @property
+    def total(self) -> int:
+        """Every row counted."""
+        return int(self.rows.sum()) + self.nulls
+
+
+def key_head(df: DataFrame, key: str, limit: int) -> KeyHead:
+    """The keys of ``df[key]`` and their rows, if there are at most ``limit`` of them.
+
+    One Spark aggregation job whose result stops at ``limit + 2`` keys: the driver never
+    holds more, whatever the column holds. Cost: one scan of the key column and one
+    map-side combined exchange, as ``groupBy(key).count()``.
+    """
+    from pyspark.sql import functions as F
+
+    refuse_streaming(df, "strategy='auto'", "it counts the keys with a job before placing them",
+                     "On a stream name a stateless strategy ('hash', 'modulo', 'weight')")
+    got = df.select(column_of(key).alias(_FIT_KEY)).groupBy(_FIT_KEY).agg(
+        F.count(F.lit(1)).alias(_FIT_ROWS)).limit(limit + 2).toArrow()
+    is_null = pa.compute.is_null(got.column(_FIT_KEY)).to_numpy(zero_copy_only=False)
+    rows = got.column(_FIT_ROWS).to_numpy().astype(np.float64)
+    nulls = int(rows[is_null].sum())
+    kept = got.filter(pa.array(~is_null)).sort_by([(_FIT_KEY, "ascending")])
+    if got.num_rows > limit + 1 or kept.num_rows > limit:
+        return KeyHead(False, pa.array([], got.schema.field(_FIT_KEY).type),
+                       np.zeros(0), nulls)
+    return KeyHead(True, kept.column(_FIT_KEY).combine_chunks(),
+                   kept.column(_FIT_ROWS).to_numpy().astype(np.float64), nulls)
+
+
+def scan_sample(df: DataFrame, key: str, template: TablePartitioner,
+                placements: Sequence[Callable[[Column], Column]]) -> SampleScan:
+    """Count ``df[key]`` for ``strategy="auto"`` in one Spark job: the ``"aggregate"`` fit of
+    fresh table ``template`` (the heaviest ``max_keys`` keys exactly and every group's rows
+    and keys), and the rows per partition of each of ``placements`` (a stateless
+    strategy's partition of a key column, ``-1`` for a row it does not place).
+
+    Notes
+    -----
+    One job: one aggregation exchange of the key column (map-side combined), whose output
+    every part reads. The driver receives at most ``max_keys`` keys, ``num_groups`` + 1
+    group rows and ``n`` loads per placement: memory O(``max_keys`` + groups).
+    """
+    from pyspark.sql import functions as F
+
+    refuse_streaming(df, "strategy='auto'", "it counts the keys with a job before placing them",
+                     "On a stream name a stateless strategy ('hash', 'modulo', 'weight')")
+    kind, dtype = key_kind(df, key)
+    if kind is None:  # pragma: no cover - the caller scores only placeable keys
+        raise InvalidKeyTypeError(f"key column {key!r} cannot be placed through a table")
+    counted = df.select(column_of(key).alias(_FIT_KEY)).groupBy(_FIT_KEY).agg(
+        F.count(F.lit(1)).alias(_FIT_ROWS))
+    parts = _aggregate_parts(counted, template, kind, dtype, placements)
+    listed, by_group, rest = _aggregated(_union(parts))
+    listed = listed.sort_by([(_FIT_KEY, "ascending")])
+    gid = pa.compute.fill_null(by_group.column(_FIT_GROUP), -2).to_numpy()
+    g_rows = by_group.column(_FIT_ROWS).to_numpy()
+    nulls = int(g_rows[gid == -1].sum())
+    top = listed.column(_FIT_ROWS).to_numpy()
+    n = template.num_partitions
+    which = rest.column(_FIT_PART).to_numpy()
+    pid = rest.column(_FIT_GROUP).to_numpy()
+    got = rest.column(_FIT_ROWS).to_numpy().astype(np.float64)
+    loads = []
+    for i in range(len(placements)):
+        mine = (which == 3 + i) & (pid >= 0)
+        loads.append(np.bincount(pid[mine], weights=got[mine], minlength=n).astype(np.float64))
+    return SampleScan(key, int(g_rows.sum()), nulls, _distinct(by_group),
+                      max(int(top.max()) if top.size else 0, nulls), listed, by_group, loads)
 
 
 def _learn(p: TablePartitioner, listed: Any, by_group: Any, key: str, exact: bool) -> None:

@@ -21,6 +21,7 @@ How the id is computed, per strategy:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,13 +41,14 @@ from ..partitioners.core.keys import null_key_error, null_partition
 from ..partitioners import HashPartitioner, Partitioner, TablePartitioner
 from ..partitioners.core.base import resolve_strategy_name
 from ..partitioners.tables.overlay import OverlayPartitioner
-from ..partitioners.choosing.catalogue import build
+from ..partitioners.choosing.catalogue import build, default_candidates
 from ..partitioners.tables.table import DEFAULT_MAX_KEYS, check_max_keys
 from ..partitioners.choosing.evaluation import StrategyScore, choose_best, evaluate_strategies
+from ..partitioners.core.balance import keyed_bound_of
 from .._internal.spark.compat import frame_of_arrow
 from .._internal.spark.session import conf_count, conf_get
 from .plans import PartitionPlan, key_kind, partition_plan_of, table_frame, table_frame_of
-from .fit import FIT_HOWS, fit_table, key_counts
+from .fit import FIT_HOWS, fit_table, key_counts, key_head, scan_sample
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -193,13 +195,29 @@ def resolve_strategy(
 
     Notes
     -----
-    ``"auto"`` samples the key column (Bernoulli, ``sample_rate``, seeded) and counts the sample
-    per key in one Spark job (every sampled key's count comes to the driver: O(distinct
-    sampled keys) there); when the sample has fewer than ``min_sample`` rows it counts every
-    row instead. Every candidate (hash, modulo for integer keys, least_key, least_count; the
-    table strategies bounded at ``spark.trilink.table.maxKeys``) is scored
-    on those counts, and :func:`~trilink_spark.partitioners.choose_best` picks one: a table
-    strategy only if it beats the best stateless one by more than ``min_gain``.
+    ``"auto"`` samples the key column (Bernoulli, ``sample_rate``, seeded) and scores every
+    candidate (hash, modulo for integer keys, least_key, least_count; the table strategies
+    bounded at ``spark.trilink.table.maxKeys``) from at most two Spark jobs over the sample.
+    The first (:func:`~trilink_spark.placement.fit.key_head`) brings at most ``maxKeys`` + 2
+    keys with their counts; when the sample has no more distinct keys than that, those are
+    all of them. Otherwise a second
+    (:func:`~trilink_spark.placement.fit.scan_sample`) aggregates the sample's keys once and
+    returns the heaviest ``maxKeys`` keys with exact counts, every key group's rows and keys,
+    and each stateless candidate's rows per partition. The driver never holds every sampled
+    key: memory O(``maxKeys`` + 4,096 groups). When the sample has fewer than ``min_sample``
+    rows the jobs run again over every row.
+
+    - At most ``maxKeys`` distinct sampled keys: those are every key, and the candidates are
+      scored on their counts on the driver, the tables one entry per key, exactly as the
+      paper's algorithms.
+    - More: each table candidate is fitted on the job's result as
+      :func:`~trilink_spark.placement.fit.fit_table` (``how="aggregate"``) fits it, and
+      scored by the rows it gives each partition: its keys by name, every other key by its
+      group. These are the sample's real loads (as :func:`key_by` would place the sample),
+      so stateless and table strategies are judged alike.
+
+    :func:`~trilink_spark.partitioners.choose_best` picks one: a table strategy only if it
+    beats the best stateless one by more than ``min_gain``.
 
     A strategy object samples nothing and, with ``fit="none"``, runs no job: it costs the
     schema of ``df`` and at most one conf read (``spark.trilink.fit`` when ``fit`` is not
@@ -297,32 +315,63 @@ def _choose_auto(
     policy: str,
     min_gain: float,
 ) -> tuple[Partitioner, list[StrategyScore], int, bool]:
+    """``"auto"``'s choice on a ``rate`` sample of ``df[key]`` (:func:`resolve_strategy`):
+    the scores, the sampled rows, and whether every row was counted."""
     if kind is None:
         logger.info("auto: key %r is not int/long/string/binary; using hash placement", key)
         return HashPartitioner(n, null_policy=policy), [], 0, False
     limit = table_max_keys(df.sparkSession)
     counted_all = rate >= 1.0
-    counts = key_counts(df, key, rate, seed, policy)
-    total = int(pa.compute.sum(counts.column(1)).as_py() or 0)
-    if not counted_all and total < floor:
-        counts = key_counts(df, key, 1.0, seed, policy)
-        total = int(pa.compute.sum(counts.column(1)).as_py() or 0)
-        counted_all = True
-    keys = counts.column(0).combine_chunks()
-    mapping = dict(zip(keys.to_pylist(), counts.column(1).to_numpy().tolist()))
-    if not mapping or list(mapping) == [None]:  # no key, or the null key alone: nothing to weigh
-        return HashPartitioner(n, key_type=kind, null_policy=policy), [], 0, counted_all
-    scores = evaluate_strategies(mapping, n, key_type=kind, seed=seed, null_policy=policy,
-                                 max_keys=limit)
+    src = df.select(column_of(key))
+    sample = src if counted_all else src.sample(fraction=rate, seed=seed)
+    head = key_head(sample, key, limit)
+    names = default_candidates(kind)
+    built = [build(name, n, key_type=kind, null_policy=policy, seed=seed, max_keys=limit)
+             for name in names]
+    scan = None
+    if not head.complete:  # more than maxKeys sampled keys: one scan for every score
+        tables = [p for p in built if isinstance(p, TablePartitioner) and p.is_stateful]
+        stateless = [p for p in built if not p.is_stateful]
+        scan = scan_sample(sample, key, tables[0], [_placement_of(p, policy) for p in stateless])
+    rows, nulls = (head.total, head.nulls) if scan is None else (scan.rows, scan.nulls)
+    if not counted_all and rows < floor:
+        return _choose_auto(df, key, kind, n, 1.0, floor, seed, policy, min_gain)
+    if nulls and check_null_policy(policy) == "error":
+        raise null_key_error(f"column {key!r} has null keys")
+    if scan is None:  # every sampled key: scored one by one, as ever
+        if not len(head.keys):  # no key, or the null key alone: nothing to weigh
+            return HashPartitioner(n, key_type=kind, null_policy=policy), [], 0, counted_all
+        mapping = dict(zip(head.keys.to_pylist() + [None] * bool(nulls),
+                           head.rows.tolist() + [float(nulls)] * bool(nulls)))
+        scores = evaluate_strategies(mapping, n, key_type=kind, seed=seed, null_policy=policy,
+                                     max_keys=limit)
+    else:  # the bounded tables fitted on the scan, every load from the same job
+        bound = keyed_bound_of(scan.rows, scan.heaviest, n)
+        loads = iter(scan.loads)
+        scores = [StrategyScore(name, p, scan.fit(p) if isinstance(p, TablePartitioner)
+                                and p.is_stateful else next(loads), bound)
+                  for name, p in zip(names, built)]
     best = choose_best(scores, min_gain)
     logger.info(
         "auto: %s chosen on %d sampled rows (balance degree %.3f; %s)",
         best.name,
-        total,
+        rows,
         best.balance_degree,
         ", ".join(f"{s.name}={s.balance_degree:.3f}" for s in scores),
     )
-    return best.partitioner, scores, total, counted_all
+    return best.partitioner, scores, rows, counted_all
+
+
+def _placement_of(p: Partitioner, policy: str) -> Callable[[Column], Column]:
+    """A stateless strategy's partition of a key column, the null key's as its policy says
+    (``-1`` under ``"error"``, where the driver refuses it)."""
+    from pyspark.sql import functions as F
+
+    null_pid = -1 if policy == "error" else null_partition(policy, p.num_partitions)
+
+    def place(col: Column) -> Column:
+        return F.when(col.isNull(), F.lit(null_pid)).otherwise(p.spark_column(col))
+    return place
 
 
 def _null_guard(pid: Column, key_col: Column, policy: str, nullable: bool, key: str,

@@ -32,6 +32,7 @@ __all__ = [
     "balance_degree",
     "extra_compute_time",
     "keyed_bound",
+    "keyed_bound_of",
     "BalanceReport",
     "partition_balance",
 ]
@@ -126,10 +127,21 @@ def keyed_bound(counts: Any, n: int) -> float:
         return 1.0
     if not np.all(np.isfinite(arr)) or arr.min() < 0:
         raise InvalidArgumentError("counts must be finite and non-negative")
-    total = float(arr.sum())
-    if n == 1 or total == 0:
+    return keyed_bound_of(float(arr.sum()), float(arr.max()), n)
+
+
+def keyed_bound_of(total: float, heaviest: float, n: int) -> float:
+    """:func:`keyed_bound` from the two numbers it depends on: the records ``total`` and the
+    heaviest key's ``heaviest`` (what an aggregation on the executors returns). O(1).
+
+    Examples
+    --------
+    >>> keyed_bound_of(100.0, 70.0, 2)
+    0.42857142857142855
+    """
+    if n == 1 or total <= 0:
         return 1.0
-    top = max(total / n, float(arr.max()))
+    top = max(total / n, heaviest)
     return min(1.0, (total - top) / ((n - 1) * top))
 
 
