@@ -42,6 +42,10 @@ __all__ = [
     "COMPACTED_META",
     "SLOT_ID_COL",
     "SLOT_PID_COL",
+    "SCORE_KEY_COL",
+    "SCORE_ROWS_COL",
+    "SCORE_PART_COL",
+    "SCORE_PID_COL",
     "strategy_partitions",
     "require_columns",
     "check_user_columns",
@@ -86,6 +90,12 @@ SLOT_ID_COL = "_tl_slot_id"
 SLOT_PID_COL = "_tl_slot_partition"
 #: The constant event time of Global Merge without an event-time column.
 CONST_TIME_COL = "_tl_gm_time"
+#: ``trilink-spark balance``'s counts on the executors: a key, its rows, which score a row
+#: belongs to, and a partition id.
+SCORE_KEY_COL = "_tl_score_key"
+SCORE_ROWS_COL = "_tl_score_rows"
+SCORE_PART_COL = "_tl_score_part"
+SCORE_PID_COL = "_tl_score_pid"
 
 
 def require_columns(df: Any, columns: Iterable[Any], role: str = "column") -> None:

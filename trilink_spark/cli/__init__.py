@@ -67,6 +67,10 @@ class BalanceResult:
     skipped: dict[str, str] = field(default_factory=dict)
     #: Records whose key is null (counted in ``records``, one key of ``distinct_keys``).
     null_rows: int = 0
+    #: Set when the column has more distinct keys than this (``spark.trilink.table.maxKeys``):
+    #: every score was then counted on the executors (:mod:`trilink_spark.cli.wide`), the
+    #: tables in their bounded form, and one entry per key was not computed.
+    max_keys: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         extra = {"kafka_murmur2": self.kafka} if self.kafka is not None else {}
@@ -81,6 +85,8 @@ class BalanceResult:
             "strategies": [s.to_dict() for s in self.scores],
             "skipped": dict(self.skipped),
             "measured": self.measured,
+            "counted_on_executors": self.max_keys is not None,
+            "max_keys": self.max_keys,
             **extra,
         }
 
@@ -246,7 +252,12 @@ def run_balance(
     Null keys follow ``null_policy``: under ``"group"`` and ``"partition0"`` their records
     are counted and placed like every other key's (``null_rows`` says how many), under
     ``"error"`` they are refused (:class:`~trilink_spark.errors.NullKeyError`)."""
-    from ..placement.key_by import key_counts, key_kind
+    import numpy as np
+
+    from ..partitioners.core.keys import check_null_policy, null_key_error
+    from ..placement.fit import key_head
+    from ..placement.key_by import key_counts, key_kind, table_max_keys
+    from .wide import loads_balance, wide_balance
 
     refuse_streaming(df, "run_balance", "it counts every key of the frame with a job")
     kind, dtype = key_kind(df, key)
@@ -255,34 +266,50 @@ def run_balance(
             f"key column {key!r} is {dtype.simpleString()}; balance needs int, long, string or "
             "binary keys"
         )
-    full = key_counts(df, key, 1.0, seed, null_policy)
-    full_map = dict(zip(full.column(0).to_pylist(), full.column(1).to_numpy().tolist()))
-    fit_map = full_map
-    if sample_rate < 1.0:
-        sample = key_counts(df, key, sample_rate, seed, null_policy)
-        fit_map = dict(zip(sample.column(0).to_pylist(), sample.column(1).to_numpy().tolist()))
-        if not fit_map:
-            raise InvalidArgumentError(f"a {sample_rate} sample of {name} has no rows")
-    scores = evaluate_strategies(
-        fit_map, partitions, evaluate_on=full_map, key_type=kind, seed=seed,
-        null_policy=null_policy,
-    )
-    best = choose_best(scores)
-    result = BalanceResult(
-        name=name,
-        records=int(sum(full_map.values())),
-        distinct_keys=len(full_map),
-        sampled_records=int(sum(fit_map.values())),
-        scores=scores,
-        best=best.name,
-        skipped=ruled_out_by_keys(kind),
-        null_rows=int(full_map.get(None, 0)),
-    )
+    limit = table_max_keys(df.sparkSession)
+    head = key_head(df, key, limit)
+    if not head.complete:  # more keys than a table names: counted on the executors
+        wide = wide_balance(df, key, kind, partitions, sample_rate, seed, null_policy, limit,
+                            kafka=kafka)
+        best = choose_best(wide.scores)
+        result = BalanceResult(
+            name=name, records=wide.records, distinct_keys=wide.distinct_keys,
+            sampled_records=wide.sampled_records, scores=wide.scores, best=best.name,
+            skipped=ruled_out_by_keys(kind), null_rows=wide.null_rows, max_keys=limit)
+        if wide.kafka_loads is not None:
+            result.kafka = loads_balance(wide.kafka_loads)
+    else:
+        if head.nulls and check_null_policy(null_policy) == "error":
+            raise null_key_error(f"column {key!r} has null keys")
+        full_map = dict(zip(head.keys.to_pylist() + [None] * bool(head.nulls),
+                            head.rows.astype(np.int64).tolist() + [head.nulls] * bool(head.nulls)))
+        fit_map = full_map
+        if sample_rate < 1.0:
+            sample = key_counts(df, key, sample_rate, seed, null_policy)
+            fit_map = dict(zip(sample.column(0).to_pylist(),
+                               sample.column(1).to_numpy().tolist()))
+            if not fit_map:
+                raise InvalidArgumentError(f"a {sample_rate} sample of {name} has no rows")
+        scores = evaluate_strategies(
+            fit_map, partitions, evaluate_on=full_map, key_type=kind, seed=seed,
+            null_policy=null_policy,
+        )
+        best = choose_best(scores)
+        result = BalanceResult(
+            name=name,
+            records=int(sum(full_map.values())),
+            distinct_keys=len(full_map),
+            sampled_records=int(sum(fit_map.values())),
+            scores=scores,
+            best=best.name,
+            skipped=ruled_out_by_keys(kind),
+            null_rows=int(full_map.get(None, 0)),
+        )
+        if kafka:
+            result.kafka = _kafka_placement(full_map, partitions)
     if measure:
-        for score in {s.name: s for s in (scores[0], best)}.values():
+        for score in {s.name: s for s in (result.scores[0], best)}.values():
             result.measured[score.name] = _measure(df, key, score)
-    if kafka:
-        result.kafka = _kafka_placement(full_map, partitions)
     return result
 
 
@@ -290,14 +317,14 @@ def _kafka_placement(counts: dict[Any, int], partitions: int) -> dict[str, float
     """Balance of Kafka's default partitioner over ``partitions`` Kafka partitions."""
     import numpy as np
 
-    from ..partitioners.core.balance import balance_degree, extra_compute_time
     from ..partitioners.core.kafka_hash import kafka_default_partition
+    from .wide import loads_balance
 
     keys = [k for k in counts if k is not None]
     weights = np.array([counts[k] for k in keys], dtype=np.float64)
     loads = np.bincount(kafka_default_partition(keys, partitions), weights=weights,
-                        minlength=partitions)
-    return {"balance_degree": balance_degree(loads), "extra_compute_time": extra_compute_time(loads)}
+                        minlength=partitions).astype(np.float64)
+    return loads_balance(loads)
 
 
 def _format_table(results: Sequence[BalanceResult], partitions: int, out: TextIO) -> None:
@@ -328,6 +355,11 @@ def _format_table(results: Sequence[BalanceResult], partitions: int, out: TextIO
                     f"  {s.name}: bounded ({len(p):,} keys by name, the rest by "  # type: ignore[arg-type]
                     f"{p.num_groups:,} key groups); one entry per key would give "  # type: ignore[attr-defined]
                     f"{s.per_key_balance:.3f} ({s.bounded_gap:+.3f})\n")
+        if res.max_keys is not None:
+            out.write(
+                f"  more than {res.max_keys:,} keys (spark.trilink.table.maxKeys): counted on "
+                "the executors; tables scored in their bounded form (heaviest keys by name, "
+                "the rest by key group), one entry per key not computed\n")
         for name, m in res.measured.items():
             out.write(
                 f"  measured with Spark, {name}: balance {m['balance_degree']:.3f}, "

@@ -120,10 +120,7 @@ def fit_table(df: DataFrame, key: str, p: TablePartitioner, fraction: float = 1.
     """
     from pyspark.sql import functions as F
 
-    refuse_streaming(df, "strategy='auto' (or fitting a table strategy)", "it counts the keys with "
-                     "a job before placing them", "On a stream name a stateless strategy ('hash',"
-                     " 'modulo', 'weight') or pass a fitted one with fit='none'; or place each "
-                     "micro-batch in writeStream.foreachBatch (adaptive_foreach_batch)")
+    _refuse_stream(df)
     kind, dtype = key_kind(df, key)
     if kind is None:  # pragma: no cover - _check_strategy_for refused it already
         raise InvalidKeyTypeError(f"key column {key!r} cannot be placed through a table")
@@ -177,6 +174,14 @@ def fit_table(df: DataFrame, key: str, p: TablePartitioner, fraction: float = 1.
     _learn(p, _listed(1, exact).toArrow(), by_group, key, exact=False)
 
 
+def _refuse_stream(df: DataFrame) -> None:
+    """Refuse a streaming frame: every count here is a job over the whole frame."""
+    refuse_streaming(df, "strategy='auto' (or fitting a table strategy)", "it counts the keys with "
+                     "a job before placing them", "On a stream name a stateless strategy ('hash',"
+                     " 'modulo', 'weight') or pass a fitted one with fit='none'; or place each "
+                     "micro-batch in writeStream.foreachBatch (adaptive_foreach_batch)")
+
+
 def key_counts(df: DataFrame, key: str, fraction: float, seed: int, null_policy: str) -> Any:
     """``{key: count}`` as an Arrow table sorted by key (deterministic; the null key, kept
     under the null policies ``"group"`` and ``"partition0"``, last). Raises
@@ -184,10 +189,7 @@ def key_counts(df: DataFrame, key: str, fraction: float, seed: int, null_policy:
     aggregation job over the key column (of a ``fraction`` sample)."""
     from pyspark.sql import functions as F
 
-    refuse_streaming(df, "strategy='auto' (or fitting a table strategy)", "it counts the keys with "
-                     "a job before placing them", "On a stream name a stateless strategy ('hash',"
-                     " 'modulo', 'weight') or pass a fitted one with fit='none'; or place each "
-                     "micro-batch in writeStream.foreachBatch (adaptive_foreach_batch)")
+    _refuse_stream(df)
     src = df.select(column_of(key))
     if fraction < 1.0:
         src = src.sample(fraction=fraction, seed=seed)
@@ -375,8 +377,7 @@ def key_head(df: DataFrame, key: str, limit: int) -> KeyHead:
     """
     from pyspark.sql import functions as F
 
-    refuse_streaming(df, "strategy='auto'", "it counts the keys with a job before placing them",
-                     "On a stream name a stateless strategy ('hash', 'modulo', 'weight')")
+    _refuse_stream(df)
     got = df.select(column_of(key).alias(_FIT_KEY)).groupBy(_FIT_KEY).agg(
         F.count(F.lit(1)).alias(_FIT_ROWS)).limit(limit + 2).toArrow()
     is_null = pa.compute.is_null(got.column(_FIT_KEY)).to_numpy(zero_copy_only=False)
@@ -405,8 +406,7 @@ def scan_sample(df: DataFrame, key: str, template: TablePartitioner,
     """
     from pyspark.sql import functions as F
 
-    refuse_streaming(df, "strategy='auto'", "it counts the keys with a job before placing them",
-                     "On a stream name a stateless strategy ('hash', 'modulo', 'weight')")
+    _refuse_stream(df)
     kind, dtype = key_kind(df, key)
     if kind is None:  # pragma: no cover - the caller scores only placeable keys
         raise InvalidKeyTypeError(f"key column {key!r} cannot be placed through a table")
