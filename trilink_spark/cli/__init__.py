@@ -42,7 +42,7 @@ from .report import add_report_parser, run_report
 from .state import add_state_parser, run_state
 from ..errors import InvalidArgumentError, TrilinkError
 from ..partitioners.choosing.catalogue import ruled_out_by_keys
-from .._internal.validation import refuse_streaming
+from .._internal.validation import fraction, refuse_streaming
 from ..partitioners.choosing.evaluation import StrategyScore, choose_best, evaluate_strategies
 from ..partitioners.choosing.scenarios import PAPER_SCENARIOS, SCENARIOS, make_scenario, scenario_frame
 
@@ -260,11 +260,12 @@ def run_balance(
     from .wide import loads_balance, wide_balance
 
     refuse_streaming(df, "run_balance", "it counts every key of the frame with a job")
+    sample_rate = fraction(sample_rate, "sample_rate")
     kind, dtype = key_kind(df, key)
     if kind is None:
         raise InvalidArgumentError(
-            f"key column {key!r} is {dtype.simpleString()}; balance needs int, long, string or "
-            "binary keys"
+            f"key column {key!r} is {dtype.simpleString()}; balance needs int, long, string "
+            "(UTF8_BINARY collation) or binary keys"
         )
     limit = table_max_keys(df.sparkSession)
     head = key_head(df, key, limit)

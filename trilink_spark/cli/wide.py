@@ -19,6 +19,7 @@ import pyarrow as pa
 from .._internal.spark.executors import ensure_executors
 from ..columns import PARTITION_COL, SCORE_KEY_COL, SCORE_PART_COL, SCORE_PID_COL
 from ..columns import SCORE_ROWS_COL, column_of
+from ..errors import InvalidArgumentError
 from ..partitioners.choosing.catalogue import build, default_candidates
 from ..partitioners.choosing.evaluation import StrategyScore
 from ..partitioners.core.balance import keyed_bound_of
@@ -104,11 +105,14 @@ def wide_balance(df: DataFrame, key: str, kind: str, n: int, sample_rate: float,
     names = default_candidates(kind)
     built = [build(name, n, key_type=kind, null_policy=policy, seed=seed, max_keys=max_keys)
              for name in names]
+    sampled = (None if sample_rate >= 1.0
+               else df.select(column_of(key)).sample(fraction=sample_rate, seed=seed).count())
+    if sampled == 0:
+        raise InvalidArgumentError(f"a {sample_rate} sample of column {key!r} has no rows; "
+                                   "raise the sample rate (at most 1.0: every row)")
     for p in built:
         if isinstance(p, TablePartitioner) and p.is_stateful:
             fit_table(df, key, p, fraction=sample_rate, seed=seed)
-    sampled = (None if sample_rate >= 1.0
-               else df.select(column_of(key)).sample(fraction=sample_rate, seed=seed).count())
     counted = df.select(column_of(key).alias(_KEY)).groupBy(_KEY).agg(
         F.count(F.lit(1)).alias(_ROWS))
     keyed = counted.where(F.col(_KEY).isNotNull())  # the null key is placed on the driver

@@ -171,7 +171,8 @@ def _check_strategy_for(p: Partitioner, kind: str | None, dtype: DataType, key: 
     if kind is None and (p.is_stateful or p.strategy_name != "hash"):
         raise InvalidKeyTypeError(
             f"key column {key!r} is {dtype.simpleString()}; {p.strategy_name} supports int, "
-            "long, string and binary keys (hash supports every type Spark hashes)"
+            "long, string (UTF8_BINARY collation) and binary keys (hash supports every type "
+            "Spark hashes)"
         )
 
 

@@ -60,6 +60,7 @@ import pyarrow as pa
 from .._internal.deprecation import warn_moved
 from .._internal.spark.compat import frame_of_arrow, is_connect
 from ..columns import INTERNAL_PREFIX, TABLE_KEY_COL, TABLE_PID_COL, require_columns
+from ..errors import InvalidArgumentError
 from ..partitioners import BlockPartitioner, HashPartitioner, LeastCountPartitioner
 from ..partitioners import LeastKeyPartitioner, ModuloPartitioner, Partitioner
 from ..partitioners import TablePartitioner, WeightPartitioner
@@ -434,18 +435,34 @@ def key_kind(df: DataFrame, key: str) -> tuple[str | None, DataType]:
     """The key kind a strategy sees for column ``key`` (``"int"``, ``"long"``, ``"string"``,
     ``"binary"``, or ``None`` for any other type) and the column's Spark type.
 
-    Raises :class:`~trilink_spark.errors.MissingColumnError` when ``key`` is not a column.
+    A string column under a collation other than ``UTF8_BINARY`` is ``None``: its equality
+    (``groupBy``'s) and ``hash()`` disagree, so only Hash places it.
+
+    Raises :class:`~trilink_spark.errors.MissingColumnError` when ``key`` is not a column,
+    :class:`~trilink_spark.errors.InvalidArgumentError` when Spark would resolve it as more
+    than one (a duplicate name, or another case while ``spark.sql.caseSensitive`` is off).
     O(columns).
     """
     from pyspark.sql import types as T
 
     require_columns(df, [key], "key column")
+    same = [c for c in df.columns if c.lower() == key.lower()]
+    if len(same) > 1 and (same.count(key) > 1 or str(df.sparkSession.conf.get(
+            "spark.sql.caseSensitive", "false")).lower() != "true"):
+        raise InvalidArgumentError(
+            f"key column {key!r} is ambiguous: the DataFrame has the columns {same}, which "
+            "Spark resolves as the same name; rename or drop all but one first "
+            "(df.withColumnRenamed, df.drop)")
     dtype = df.schema[key].dataType
     if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType)):
         return "int", dtype
     if isinstance(dtype, T.LongType):
         return "long", dtype
     if isinstance(dtype, T.StringType):
+        # under another collation Spark's equality (and so its counts) and hash() disagree:
+        # such keys can be hashed, never counted into a table
+        if getattr(dtype, "collation", "UTF8_BINARY") != "UTF8_BINARY":
+            return None, dtype
         return "string", dtype
     if isinstance(dtype, T.BinaryType):
         return "binary", dtype
