@@ -16,7 +16,7 @@ DEMO   := $(VENV)/.installed-demo
 TEST_WORKERS ?= 2
 XDIST  := $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile)
 
-.PHONY: demo test test-fast typecheck wheel-check bench clean
+.PHONY: demo test test-fast typecheck wheel-check jar bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,9 @@ test: $(STAMP) typecheck
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not spark and not slow" $(XDIST)
+
+jar: $(STAMP)
+	$(BIN)/python tools/build_jar.py
 
 wheel-check: $(STAMP)
 	$(BIN)/python tools/check_wheel.py

@@ -87,7 +87,8 @@ SDIST_FORBIDDEN_PARTS = frozenset(
 SDIST_REQUIRED = (
     "PKG-INFO", "pyproject.toml", "setup.cfg", "MANIFEST.in", "README.md", "LICENSE",
     f"{PACKAGE}/__init__.py", f"{PACKAGE}/py.typed",
-    "tests/conftest.py", "tools/import_graph.py", "examples/balance_orders.py",
+    f"{PACKAGE}/_internal/spark/jars/trilink-spark-jvm.jar", "jvm/src/trilinkspark/PreferredRDD.java",
+    "tools/build_jar.py", "tests/conftest.py", "tools/import_graph.py", "examples/balance_orders.py",
     "benches/ysb/__init__.py",
 )
 MARKER = "<!-- wheel-check -->"
@@ -355,10 +356,11 @@ def check_wheel_names(names: Iterable[str], package: str, dist_info: str) -> lis
     """Problems of a wheel's file list: required files, stray top-level entries, forbidden paths."""
     names = list(names)
     have = set(names)
-    problems = [f"missing {req}" for req in
-                (f"{package}/__init__.py", f"{package}/py.typed", f"{dist_info}/METADATA",
-                 f"{dist_info}/WHEEL", f"{dist_info}/RECORD")
-                if req not in have]
+    required = [f"{package}/__init__.py", f"{package}/py.typed", f"{dist_info}/METADATA",
+                f"{dist_info}/WHEEL", f"{dist_info}/RECORD"]
+    if package == PACKAGE:  # the JVM helper the keyed stage's locality needs
+        required.append(f"{package}/_internal/spark/jars/trilink-spark-jvm.jar")
+    problems = [f"missing {req}" for req in required if req not in have]
     for name in names:
         parts = PurePosixPath(name).parts
         if not parts:

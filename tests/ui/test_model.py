@@ -69,6 +69,9 @@ def malformed() -> dict[str, dict[str, object]]:
         "run empty": bad(run=""),
         "run not a str": bad(run=7),
         "strategy too long": bad(strategy="s" * 10_000),
+        "executor too short": bad(executor=["0"]),
+        "executor an int": bad(executor=[0, "1", "1", "0"]),
+        "sync too long a text": bad(sync=["current", "x" * 10_000, "", ""]),
     }
 
 
@@ -337,3 +340,15 @@ def test_a_request_naming_a_run_shows_on_that_runs_view_only():
     assert [w.split(",")[0] for w in what["a"]] == ["request r-None"]
     assert sorted(w.split(",")[0] for w in what["b"]) == ["request r-None", "request r-b"]
     assert sorted(w.split(",")[0] for w in what["c"]) == ["request r-None", "request r-c"]
+
+
+def test_where_each_partition_ran_reaches_the_heat_map_cells():
+    model = DashboardModel()
+    assert model.add_record(record(0, rows=[1, 2, 3, 4]))  # written before the fields existed
+    assert model.add_record(record(1, rows=[1, 2, 3, 4], executor=["0", "1", "1", ""],
+                                   sync=["current", "current", "catch-up", ""]))
+    cells = model.snapshot()["cells"]
+    by_batch = [(b, e, s) for b, e, s in zip(cells["batch"], cells["executor"], cells["sync"])]
+    assert by_batch[:4] == [(0, "", "")] * 4
+    assert by_batch[4:] == [(1, "0", "current"), (1, "1", "current"), (1, "1", "catch-up"),
+                            (1, "", "")]

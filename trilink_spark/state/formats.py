@@ -326,6 +326,10 @@ def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
     upkeep = value.get("upkeep_ms") if isinstance(value, dict) else None
     if ok and upkeep is not None:
         ok = _is_milliseconds(upkeep)
+    ran_on = {name: value.get(name) for name in ("executor", "host")
+              if isinstance(value, dict) and value.get(name) is not None}
+    if ok:
+        ok = all(isinstance(v, str) and 0 < len(v) <= 256 for v in ran_on.values())
     late = {name: value.get(name) for name in ("late", "late_partition")
             if isinstance(value, dict) and value.get(name) is not None}
     if ok:
@@ -338,7 +342,7 @@ def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
     if not ok:
         logger.warning("%s: timing record is not well-formed; ignored", where)
         return None
-    out: dict[str, Any] = {**late, 
+    out: dict[str, Any] = {**late, **ran_on,
         "rows": int(value["rows"]), "process_ms": float(value["process_ms"]),
         "block_rows": None if blocks is None else
         {"blocks": [int(b) for b in blocks["blocks"]], "rows": [int(r) for r in blocks["rows"]]}}
@@ -444,7 +448,9 @@ MAX_NAME_CHARS = 200
 #: longer one is refused (the page shows the first few hundred characters).
 MAX_TEXT_CHARS = 10_000
 #: The fields of the layout, as a run writes every one of them (``complete=True`` requires
-#: each; a record given to the dashboard may leave out those after ``rows``).
+#: each; a record given to the dashboard may leave out those after ``rows``). A record may
+#: also hold ``executor`` and ``sync``, one text per partition (where each task ran, what
+#: its local copy needed), which records written before them lack.
 HISTORY_FIELDS = ("v", "batch", "time", "seconds", "strategy", "partitions", "rows",
                   "task_ms", "late", "late_partition", "hot_keys", "sample", "swap",
                   "request", "rebalance")
@@ -506,6 +512,19 @@ def _figures(value: Any, name: str, partitions: int) -> list[float]:
                 f"{short_repr(item)}")
         out.append(figure)
     return out
+
+
+def _labels(value: Any, name: str, partitions: int) -> list[str] | None:
+    """One short text per partition ("" where there is none), or None (left out: a record
+    written before the field existed)."""
+    if value is None:
+        return None
+    items = _list(value, name, MAX_HISTORY_PARTITIONS)
+    if len(items) != partitions:
+        raise InvalidArgumentError(
+            f"{name} holds {len(items)} entries for {partitions} partitions; give one per "
+            'partition ("" where there is none)')
+    return [text(item, f"{name}[{i}]", MAX_NAME_CHARS) for i, item in enumerate(items)]
 
 
 def _hot_keys(value: Any, partitions: int) -> list[tuple[JsonKey, float, int]]:
@@ -620,6 +639,8 @@ def _checked_history(record: Any, complete: bool) -> dict[str, Any]:
         "rows": _figures(rec.get("rows"), "record.rows", partitions),
         **{name: None if rec.get(name) is None else
            _figures(rec.get(name), f"record.{name}", partitions) for name in _FIGURES[1:]},
+        "executor": _labels(rec.get("executor"), "record.executor", partitions),
+        "sync": _labels(rec.get("sync"), "record.sync", partitions),
         "hot_keys": _hot_keys(rec.get("hot_keys") or [], partitions),
         "sample": None if sample is None else _sample(sample),
         "swap": _swap(rec.get("swap")),

@@ -56,7 +56,7 @@ __all__ = ["SOURCE_COLUMNS", "HOT_KEYS_SHOWN", "HEATMAP_CELLS", "TIMELINE_LANES"
 SOURCE_COLUMNS: dict[str, tuple[str, ...]] = {
     "headline": ("run", "batch", "partitions", "strategy", "balance_degree", "batches",
                  "shown"),
-    "cells": ("batch", "partition", "rows", "task_ms"),
+    "cells": ("batch", "partition", "rows", "task_ms", "executor", "sync"),
     "latest_rows": ("partition", "rows"),
     "balance": ("batch", "balance_degree", "extra_compute_time"),
     "bound": ("batch", "keyed_bound"),
@@ -506,6 +506,9 @@ class DashboardModel:
             out["partition"].extend(range(record.partitions))
             out["rows"].extend(record.rows.tolist())
             out["task_ms"].extend(task.tolist())
+            none = ("",) * record.partitions
+            out["executor"].extend(record.executor or none)
+            out["sync"].extend(record.sync or none)
 
     @staticmethod
     def _latest(snap: Snapshot, entry: tuple[BatchRecord, BatchFigures]) -> None:

@@ -174,7 +174,8 @@ def _heat_map(cells: ColumnDataSource, field: str, title: str, unit: str,
     plot.rect(x="batch", y="partition", width=1, height=1, source=cells, line_color=None,
               fill_color={"field": field, "transform": mapper})
     plot.add_tools(HoverTool(tooltips=[("batch", "@batch"), ("partition", "@partition"),
-                                       ("rows", "@rows{0,0}"), ("task ms", "@task_ms{0.0}")]))
+                                       ("rows", "@rows{0,0}"), ("task ms", "@task_ms{0.0}"),
+                                       ("executor", "@executor"), ("local copy", "@sync")]))
     plot.add_layout(ColorBar(color_mapper=mapper, title=unit, width=10), "right")
     plot.xgrid.visible = plot.ygrid.visible = False
     return plot

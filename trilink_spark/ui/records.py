@@ -143,6 +143,10 @@ class BatchRecord:
     swap: Swap | None
     request: SwapRequestView | None
     rebalance: Rebalance | None
+    #: Per partition, the executor its task ran on and what its local copy needed (``sync``),
+    #: "" where unknown; None in a record written before these were kept.
+    executor: tuple[str, ...] | None = None
+    sync: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -219,6 +223,8 @@ def _view(checked: Mapping[str, Any], run: str | None) -> BatchRecord:
         request=None if request is None else SwapRequestView(**request),
         rebalance=None if rebalance is None else Rebalance(
             reason=_cut(rebalance["reason"]) or "", moves=rebalance["moves"]),
+        executor=None if checked["executor"] is None else tuple(checked["executor"]),
+        sync=None if checked["sync"] is None else tuple(checked["sync"]),
     )
 
 

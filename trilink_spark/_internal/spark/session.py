@@ -136,8 +136,8 @@ def conf_get(spark: SparkSession, name: str, default: str) -> str:
     return default if value is None else str(value)
 
 
-def conf_count(spark: SparkSession, name: str, default: int) -> int:
-    """``spark.trilink.<name>`` as a whole number >= 1 (unset or blank: ``default``).
+def conf_count(spark: SparkSession, name: str, default: int, low: int = 1) -> int:
+    """``spark.trilink.<name>`` as a whole number >= ``low`` (unset or blank: ``default``).
 
     Raises
     ------
@@ -149,5 +149,5 @@ def conf_count(spark: SparkSession, name: str, default: int) -> int:
         return default
     if not (raw.isascii() and raw.isdigit()):
         raise InvalidArgumentError(
-            f"{CONF_PREFIX}{name} must be a whole number >= 1, got {raw!r}")
-    return count(int(raw), CONF_PREFIX + name, plain=True)
+            f"{CONF_PREFIX}{name} must be a whole number >= {low}, got {raw!r}")
+    return count(int(raw), CONF_PREFIX + name, low, plain=True)

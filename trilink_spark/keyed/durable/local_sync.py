@@ -110,6 +110,10 @@ class LocalConfig:
         Whether a batch's task leaves its copy open in its Python worker for the partition's
         next task there (``spark.trilink.state.keepOpen``;
         :meth:`~trilink_spark.state.local.LocalState.release`).
+    drop_after : int
+        A copy under ``root`` that no task updated for more than this many batches is
+        dropped by a later task of the run there (``spark.trilink.state.dropCopiesAfter``;
+        :func:`~trilink_spark.state.sweep.sweep`); 0: never.
     """
 
     root: str
@@ -121,6 +125,7 @@ class LocalConfig:
     batch_time: float | None = None
     ttl_since: float | None = None
     keep_open: bool = True
+    drop_after: int = 10
 
     @property
     def layout(self) -> str:

@@ -162,7 +162,7 @@ def record_name(batch: int) -> str:
 def _figures(store: KeyedStateStore, batch_id: int, partitions: int
              ) -> tuple[dict[str, list[Any]], list[list[Any]], dict[str, list[Any]]]:
     columns: dict[str, list[Any]] = {"rows": [], "task_ms": [], "late": [],
-                                     "late_partition": []}
+                                     "late_partition": [], "executor": [], "sync": []}
     hot: list[list[Any]] = []
     sample: dict[str, list[Any]] = {"keys": [], "weights": []}
     for p in range(partitions):
@@ -172,6 +172,8 @@ def _figures(store: KeyedStateStore, batch_id: int, partitions: int
         unknown = 0 if t.get("rows") == 0 else -1  # a task without rows judged none late
         columns["late"].append(int(t.get("late", unknown)))
         columns["late_partition"].append(int(t.get("late_partition", unknown)))
+        columns["executor"].append(str(t.get("executor", "")))
+        columns["sync"].append(str(t.get("sync", "")))
         profile = t.get("keys") or {}
         hot.extend([k, n, p] for k, n in profile.get("hot", ()))
         for k, w in [*profile.get("hot", ()), *profile.get("sample", ())]:

@@ -358,7 +358,8 @@ def read_task_timings(store: KeyedStateStore, version: int | None = None) -> Any
     -------
     pandas.DataFrame
         Columns ``partition``, ``rows``, ``process_ms``, ``blocks``, ``sync``, ``keys_read``,
-        ``snapshot``, ``upkeep_ms`` (:meth:`~trilink_spark.keyed.KeyedBatchFunction.task_timings`).
+        ``snapshot``, ``upkeep_ms``, ``executor``, ``host``
+        (:meth:`~trilink_spark.keyed.KeyedBatchFunction.task_timings`).
 
     Raises
     ------
@@ -387,18 +388,19 @@ def read_task_timings(store: KeyedStateStore, version: int | None = None) -> Any
     for p in range(partitions):
         t = store.timing(p, at)
         if t is None:
-            rows.append((p, -1, -1.0, -1, "", -1, False, -1.0))
+            rows.append((p, -1, -1.0, -1, "", -1, False, -1.0, "", ""))
             continue
         per_block = t.get("block_rows")
         rows.append((p, int(t["rows"]), float(t["process_ms"]),
                      -1 if per_block is None else len(per_block["blocks"]),
                      t.get("sync") or "", int(t.get("keys_read", -1)),
-                     bool(t.get("snapshot", False)), float(t.get("upkeep_ms", -1.0))))
+                     bool(t.get("snapshot", False)), float(t.get("upkeep_ms", -1.0)),
+                     str(t.get("executor", "")), str(t.get("host", ""))))
     return pd.DataFrame(rows, columns=list(_TIMING_COLUMNS))
 
 
 _TIMING_COLUMNS = ("partition", "rows", "process_ms", "blocks", "sync", "keys_read",
-                   "snapshot", "upkeep_ms")
+                   "snapshot", "upkeep_ms", "executor", "host")
 
 
 def sum_counters(store: KeyedStateStore) -> dict[str, int]:

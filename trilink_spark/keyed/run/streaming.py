@@ -29,6 +29,7 @@ from ..._internal.optiming import operator_timer
 from ..._internal.spark.session import conf_count, conf_get
 from ..._internal.spark.compat import streaming_query_id
 from ..._internal.spark.executors import ensure_executors
+from ..._internal.spark.locality import Preferred, Where, locality_enabled, prefer
 from ..._internal.spark.task_errors import typed_task_errors
 from ..._internal.validation import choice, refuse_streaming_batch_function, seconds
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError
@@ -126,6 +127,12 @@ class KeyedBatchFunction(StatefulBatchFunction):
         #: (table, its version, its units) of the last bounded table counted for the
         #: rebalancer (:meth:`_counted`)
         self._unit_rows: tuple[Partitioner, int, UnitRows | None] | None = None
+        #: Where each partition's task ran last (its local copy), asked for by the next
+        #: batch's task (:meth:`_preferring`).
+        self._where: dict[int, Where] = {}
+        #: Tasks that ran where their copy was (``stayed``), that ran elsewhere
+        #: (``moved``), and of those, away from an executor that was gone (``lost``).
+        self.locality: dict[str, int] = {"stayed": 0, "moved": 0, "lost": 0}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -138,6 +145,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
         self.__dict__.setdefault("_warned_files", False)
         self.__dict__.setdefault("_ttl_units", math.inf)
         self.__dict__.setdefault("_processing_ttl_ms", math.inf)
+        self.__dict__.setdefault("_where", {})
+        self.__dict__.setdefault("locality", {"stayed": 0, "moved": 0, "lost": 0})
         self.__dict__.setdefault("_clock", time.time)
         self.__dict__.setdefault("_unit_rows", None)
 
@@ -344,7 +353,9 @@ class KeyedBatchFunction(StatefulBatchFunction):
         task ran for (their keys may still expire, or move in a swap). Returns each
         partition's versions."""
         o = self.options
-        placed, aliases = python_input(arrival_order(chosen.rows, o["order_by"]))
+        seen = self._preferring(batch_df, chosen, io)
+        rows = chosen.rows if seen is None else seen.frame
+        placed, aliases = python_input(arrival_order(rows, o["order_by"]))
         fn = partition_function(o["processor"], o["key"], batch.delay, batch.idle,
                                 batch.arrow_schema, io,
                                 operator_timer(batch_df.sparkSession, "keyed"), aliases)
@@ -355,10 +366,47 @@ class KeyedBatchFunction(StatefulBatchFunction):
         listed = self._ensure_written(out, batch_id, chosen.partitions,
                                       fill=untouched.append if own_task else io.carry_forward,
                                       snapshots=io.local is None)
+        if seen is not None:
+            self._located(batch_df, batch_id, seen, chosen.partitions)
         if untouched:
             run_without_rows(batch_df.sparkSession, io, untouched, o["processor"], o["key"],
                              batch.delay, batch.idle, batch.arrow_schema)
+            for p in untouched:  # their copies are where that job ran them
+                self._where.pop(p, None)
         return listed
+
+    def _preferring(self, batch_df: DataFrame, chosen: Placed, io: StateIO) -> Preferred | None:
+        """The batch's placed rows with each partition's task asking for the executor that
+        ran it last (:mod:`~trilink_spark._internal.spark.locality`), where its local copy
+        is; None for the file store, on Spark Connect, with ``spark.trilink.state.locality``
+        off (by default in local mode), and where the helper jar cannot be loaded.
+        About 10 Py4J calls."""
+        if io.local is None or not locality_enabled(batch_df.sparkSession):
+            return None
+        return prefer(chosen.rows, [self._where.get(p) for p in range(chosen.partitions)])
+
+    def _located(self, batch_df: DataFrame, batch_id: int, seen: Preferred,
+                 partitions: int) -> None:
+        """Remember where each partition ran (its copy is there now); count and log the
+        partitions that ran away from their copies, naming the executors that are gone."""
+        ran = seen.ran()
+        away = {p: (self._where[p], w) for p, w in ran.items()
+                if p in self._where and self._where[p] != w}
+        if away:
+            self.locality["moved"] += len(away)
+            alive = _executor_ids(batch_df)
+            gone = sorted({old.executor for old, _ in away.values()
+                           if alive is not None and old.executor not in alive})
+            self.locality["lost"] += sum(1 for old, _ in away.values()
+                                         if old.executor in gone)
+            logger.info("batch %d: %d partition(s) ran away from their local copies (%s)%s; "
+                        "they caught up or rebuilt from %s", batch_id, len(away),
+                        ", ".join(f"{p}: executor {old.executor} -> {new.executor}"
+                                  for p, (old, new) in sorted(away.items())),
+                        f", executor(s) {', '.join(gone)} gone" if gone else "",
+                        self.store.path)
+        self.locality["stayed"] += sum(1 for p, w in ran.items() if self._where.get(p) == w)
+        self._where = {p: w for p, w in {**self._where, **ran}.items() if p < partitions}
 
     def _commit(self, batch_df: DataFrame, batch_id: int, prev: int | None,
                 batch: PreparedBatch, manifest: dict[str, Any], chosen: Placed,
@@ -431,8 +479,10 @@ class KeyedBatchFunction(StatefulBatchFunction):
         keep = choice(conf_get(spark, "state.keepOpen", "true").strip().lower(),
                       "spark.trilink.state.keepOpen", ("true", "false"))
         at, since = clock or (None, None)
+        drop_after = conf_count(spark, "state.dropCopiesAfter", 10, low=0)  # 0: never
         return LocalConfig(root, store_id, interval, self._ttl_units, blocks,
-                           self._processing_ttl_ms, at, since, keep_open=keep == "true")
+                           self._processing_ttl_ms, at, since, keep_open=keep == "true",
+                           drop_after=drop_after)
 
     # ------------------------------------------------------------------ inspection
     def task_timings(self, version: int | None = None) -> Any:
@@ -457,7 +507,9 @@ class KeyedBatchFunction(StatefulBatchFunction):
             ``snapshot`` (whether the task had the version it started from written as a
             snapshot, off its path). ``process_ms`` leaves out the local copy's upkeep
             (starting a snapshot, waiting for RocksDB's compaction): it is not load;
-            ``upkeep_ms`` is that upkeep (-1 without the local store).
+            ``upkeep_ms`` is that upkeep (-1 without the local store). ``executor`` and
+            ``host``: where the task ran, when the stage asked for its copies' executors
+            (``spark.trilink.state.locality``; "" otherwise).
 
         Raises
         ------
@@ -703,3 +755,13 @@ def check_ttl_time(value: Any, state_ttl: Any) -> str:
                 "row before its state expires)")
         seconds(state_ttl, "state_ttl")
     return clock
+
+
+def _executor_ids(batch_df: DataFrame) -> set[str] | None:
+    """The ids of the session's live executors (None where they cannot be read). One Py4J
+    call."""
+    try:
+        ids = batch_df.sparkSession.sparkContext._jsc.sc().getExecutorIds().mkString("\t")
+    except Exception:  # noqa: BLE001 - only the log line's detail depends on it
+        return None
+    return {i for i in str(ids).split("\t") if i}

@@ -23,12 +23,14 @@ import numpy as np
 
 from ..._internal.memory import release_unused_memory
 from ..._internal.optiming import OperatorTimer, Stopwatch
+from ..._internal.spark.locality import task_executor
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ...errors import TrilinkError
 from ...partitioners import BlockPartitioner
 from ...state.store import KEY_FIELD, KeyedStateStore
 from ...state.changelog import changelog_table
 from ...state.local import LocalState
+from ...state.sweep import mark, sweep
 from ..records.history import key_profile
 from ..swaps.units import UnitRows
 from ..durable.local_sync import (MAX_CHAIN_INTERVALS, LocalConfig, SwapIn, load_touched,
@@ -403,6 +405,7 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
         done = True
     finally:  # held open for this worker's next task of the partition, or closed
         held = _released(local, done and config.keep_open, done, pid, io.batch_id)
+    _upkeep(config, pid, io.batch_id)
     settled = time.perf_counter() - started
     logger.debug("partition %d, batch %d: %s local state, %d keys read, %d bytes logged%s%s",
                  pid, io.batch_id, synced, len(before), written,
@@ -411,7 +414,22 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
     upkeep_ms = (snapshot_ms or 0.0) + settled * 1000.0
     extra = {"sync": synced, "keys_read": len(before), "snapshot": snapshot_ms is not None,
              "upkeep_ms": round(upkeep_ms, 3), **late}
+    ran_on = task_executor()  # known when the stage asked for its copies' executors
+    if ran_on is not None:
+        extra["executor"] = ran_on.executor
+        extra["host"] = ran_on.host
     return batches_out, extra, upkeep_ms
+
+
+def _upkeep(config: LocalConfig, pid: int, batch_id: int) -> None:
+    """After a task committed ``batch_id``: mark its copy's version, and in one batch of
+    every ``drop_after`` (by partition) drop the copies here that no task updated for more
+    than ``drop_after`` batches (:mod:`~trilink_spark.state.sweep`). O(1), and O(copies
+    here) in a sweep."""
+    root = local_root(config)
+    mark(root, config.store_id, pid, batch_id)
+    if config.drop_after > 0 and (batch_id + pid) % config.drop_after == 0:
+        sweep(root, config.store_id, pid, batch_id, config.drop_after)
 
 
 def _released(local: LocalState, keep: bool, done: bool, pid: int, batch_id: int) -> bool:

@@ -1,0 +1,101 @@
+"""The driver of ``test_locality.py``: a keyed run fed by hand on a standalone cluster.
+
+Usage: ``python locality_driver.py MASTER_URL WORK LOCALITY KILL_AFTER``. Runs
+``keyed_foreach_batch`` with a running count per key on 4 partitions for ``BATCHES`` batches
+with ``spark.trilink.state.locality=LOCALITY``. With ``KILL_AFTER`` > 0, after that batch it
+kills (SIGKILL) the executor that ran partition 0, and the run goes on. Prints one JSON line:
+per batch the tasks' sync kinds and executors, the runner's locality counts, and whether the
+final state equals the input's counts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+import trilink_spark as tl
+from trilink_spark.keyed.run.streaming import read_state_values
+
+BATCHES = 8
+KEYS = 2000
+ROWS = 3000
+
+
+class Count(tl.KeyedWatermarkProcessFunction):
+    output_schema = "k string, n long"
+    state_schema = "n long"
+
+    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: Any) -> Any:
+        n = ctx.get_state("n", 0) + len(rows)
+        ctx.set_state("n", n)
+        return [(key, n)]
+
+
+def executor_pid(app: str, executor: str) -> int | None:
+    """The pid of this application's executor JVM ``executor`` (from /proc)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [w.decode(errors="replace") for w in argv]
+        if "org.apache.spark.executor.CoarseGrainedExecutorBackend" not in words:
+            continue
+        if app in words and executor in words and \
+                words[words.index("--executor-id") + 1] == executor:
+            return int(entry.name)
+    return None
+
+
+def main() -> None:
+    master, work, locality, kill_after = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    spark = (SparkSession.builder.master(master).appName("locality")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
+             .config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.trilink.state.locality", locality).getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    app = spark.sparkContext.applicationId
+    run = tl.keyed_foreach_batch(lambda df, b: df.write.format("noop").mode("overwrite").save(),
+                                 "k", "t", Count(), 1000.0, os.path.join(work, "state"),
+                                 num_partitions=4)
+    truth: Counter[str] = Counter()
+    batches = []
+    killed = None
+    for b in range(BATCHES):
+        pdf = pd.DataFrame({"k": [f"k{(b * 7919 + i * 31) % KEYS}" for i in range(ROWS)],
+                            "t": [float(b)] * ROWS})
+        truth.update(pdf["k"])
+        started = time.perf_counter()
+        run(spark.createDataFrame(pdf).repartition(3), b)
+        t = run.task_timings()
+        batches.append({"batch": b, "seconds": round(time.perf_counter() - started, 3),
+                        "sync": [str(s) for s in t["sync"]],
+                        "executors": [str(e) for e in t["executor"]]})
+        if kill_after and b == kill_after:
+            victim = batches[-1]["executors"][0]
+            pid = executor_pid(app, victim)
+            if pid is not None:
+                os.kill(pid, signal.SIGKILL)
+                killed = victim
+            time.sleep(2)
+    final = {k: v["n"] for k, v in read_state_values(run.store).items()}
+    print(json.dumps({"batches": batches, "locality": dict(run.locality), "killed": killed,
+                      "exact": final == dict(truth), "keys": len(final)}))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
