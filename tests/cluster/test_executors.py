@@ -162,3 +162,24 @@ def test_the_cluster_launcher_checks_its_arguments():
         SparkStandalone(workers=0)
     with pytest.raises(InvalidArgumentError, match="Spark's notation"):
         SparkStandalone(memory="lots")
+
+
+def test_a_missing_mmh3_is_named_and_never_sent_to_tl_ship():
+    # after tl.ship the package imports from its zip and fails on mmh3, compiled code
+    shipped = dict(REPORT, missing={
+        "mmh3": "ModuleNotFoundError: No module named 'mmh3'",
+        "trilink_spark": "ModuleNotFoundError: No module named 'mmh3'"})
+    message = judge_reports([shipped], "0.1.0")
+    assert message is not None and "cannot import mmh3" in message
+    assert "mmh3 holds compiled code" in message and "tl.ship" not in message
+    # before tl.ship: every missing module in one message, each with the fix of its kind
+    bare = dict(REPORT, missing={
+        "mmh3": "ModuleNotFoundError: No module named 'mmh3'",
+        "rocksdict": "ModuleNotFoundError: No module named 'rocksdict'",
+        "sortedcontainers": "ModuleNotFoundError: No module named 'sortedcontainers'",
+        "trilink_spark": "ModuleNotFoundError: No module named 'trilink_spark'"})
+    message = judge_reports([bare], "0.1.0", None, ("rocksdict",))
+    assert message is not None
+    for name in ("mmh3", "rocksdict", "sortedcontainers", "trilink_spark"):
+        assert f"{name} (ModuleNotFoundError" in message
+    assert "tl.ship(spark)" in message and "mmh3, rocksdict hold compiled code" in message

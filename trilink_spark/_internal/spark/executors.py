@@ -46,12 +46,12 @@ logger = logging.getLogger(__name__)
 
 #: What an executor's Python must import besides the package: what ``import trilink_spark``
 #: imports.
-DEPENDENCIES = ("numpy", "pandas", "pyarrow", "sortedcontainers")
+DEPENDENCIES = ("numpy", "pandas", "pyarrow", "mmh3", "sortedcontainers")
 #: What only some tasks import, required where a caller names it (``needs``): rocksdict for
 #: the executor-local copies of keyed state.
 OPTIONAL = ("rocksdict",)
 #: The dependencies with compiled code: no zip on the Python path can bring them.
-COMPILED = ("numpy", "pandas", "pyarrow", "rocksdict")
+COMPILED = ("numpy", "pandas", "pyarrow", "mmh3", "rocksdict")
 #: Where the README explains it all.
 README_SECTION = "the README section 'Running on a cluster'"
 #: Rows of the check's job: spread over the session's default number of partitions, each
@@ -431,6 +431,10 @@ def _probe(driver_version: str, marker: str | None,
             import pyarrow  # noqa: F401
         except Exception as err:
             missing["pyarrow"] = why(err)
+        try:
+            import mmh3  # noqa: F401
+        except Exception as err:
+            missing["mmh3"] = why(err)
         try:
             import sortedcontainers  # noqa: F401
         except Exception as err:
