@@ -286,21 +286,19 @@ def test_forged_timing_records_in_a_run_are_ignored_not_fatal(located: Any,
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("length", [200, 230])
 def test_an_executor_name_the_timing_accepts_is_accepted_by_the_history(
-        located: Any, tmp_path: Path) -> None:
-    # DEFECT: parse_timing accepts executor/host texts up to 256 characters, but the history
-    # record's per-partition "executor" labels are checked against MAX_NAME_CHARS (200):
-    # a timing record the reader accepts (executor of 201-256 characters) makes
-    # record_batch refuse the whole batch's history record (returns None, logged), so the
-    # dashboard loses the batch. Expected: one limit, or the label cut to fit.
+        located: Any, tmp_path: Path, length: int) -> None:
+    # the timing reader and the history record bound a task's executor name alike
+    # (MAX_NAME_CHARS): a name the reader takes never costs the batch its history record
     run = tl.keyed_foreach_batch(lambda df, b: df.count(), "k", "t", RunningCount(), 10,
                                  str(tmp_path / "s"), num_partitions=2)
     run(_frame(located, _pdf(0)), 0)
     files = sorted(glob.glob(str(tmp_path / "s" / "**" / "*.timing.json"), recursive=True))
-    name = "e" * 230
+    name = "e" * length
     Path(files[-1]).write_bytes(_timing(executor=name, host="h"))
     t = run.task_timings()
-    assert name in set(t["executor"])  # the reader takes it
+    assert (name in set(t["executor"])) == (length <= 200)  # a longer one is ignored
     body = record_batch(run.store, 0, 2, "x", seconds=0.1, keep=10)
     assert body is not None, "the history record of the batch was refused"
 
@@ -366,3 +364,65 @@ def test_sweep_touches_only_its_own_store(tmp_path: Path) -> None:
     _copy(tmp_path, 2, 1)
     assert sweep(str(tmp_path), "s", 0, 50, behind=10) == [2]
     assert other.exists()
+
+
+# ------------------------------------------------------------------ shapes and paths
+@pytest.mark.spark
+@pytest.mark.parametrize("partitions", [1, 64])
+def test_locality_on_with_one_or_many_partitions_and_an_empty_batch(
+        located: Any, tmp_path: Path, partitions: int) -> None:
+    run = tl.keyed_foreach_batch(lambda df, b: df.count(), "k", "t", RunningCount(), 10,
+                                 str(tmp_path / "s"), num_partitions=partitions)
+    truth: Counter[str] = Counter()
+    for b in range(4):
+        pdf = _pdf(b) if b != 1 else _pdf(b).iloc[:0]
+        truth.update(pdf["k"])
+        run(_frame(located, pdf), b)
+    assert _counts(run) == dict(truth)
+    assert len(run.task_timings()) == partitions
+
+
+@pytest.mark.spark
+def test_locality_on_in_a_streaming_query_is_exact(located: Any, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    truth: Counter[str] = Counter()
+    for b in range(3):
+        pdf = _pdf(b)
+        truth.update(pdf["k"])
+        src.mkdir(exist_ok=True)
+        pdf.to_parquet(src / f"part-{b}.parquet")
+    run = tl.keyed_foreach_batch(lambda df, b: df.count(), "k", "t", RunningCount(), 10,
+                                 str(tmp_path / "s"), num_partitions=4)
+    query = (located.readStream.schema("k string, t long").option("maxFilesPerTrigger", 1)
+             .parquet(str(src)).writeStream.foreachBatch(run)
+             .option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(availableNow=True).start())
+    try:
+        query.awaitTermination(180)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert _counts(run) == dict(truth)
+    ran = [e for e, r in zip(run.task_timings()["executor"], run.task_timings()["rows"]) if r]
+    assert ran and set(ran) == {"driver"}
+
+
+@pytest.mark.spark
+def test_the_file_store_runs_exact_whatever_the_locality_conf(spark: Any,
+                                                             tmp_path: Path) -> None:
+    """The file store has no local copies: the locality confs are not read (as keepOpen is
+    not); the run stays exact."""
+    spark.conf.set("spark.trilink.state.locality", "true")
+    try:
+        run = tl.keyed_foreach_batch(lambda df, b: df.count(), "k", "t", RunningCount(), 10,
+                                     str(tmp_path / "s"), num_partitions=2,
+                                     state_store="files")
+        truth: Counter[str] = Counter()
+        for b in range(2):
+            pdf = _pdf(b)
+            truth.update(pdf["k"])
+            run(_frame(spark, pdf), b)
+        assert _counts(run) == dict(truth)
+        assert set(run.task_timings()["executor"]) == {""}
+    finally:
+        spark.conf.unset("spark.trilink.state.locality")

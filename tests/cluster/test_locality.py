@@ -7,8 +7,6 @@ other, which rebuild or catch up from the state path, with exact counts."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,17 +16,7 @@ import pytest
 import trilink_spark
 from trilink_spark.testing import SparkStandalone
 
-
-
-def java_missing() -> bool:
-    home = os.environ.get("JAVA_HOME")
-    return not ((home and Path(home, "bin", "java").is_file()) or shutil.which("java"))
-
-
-def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items()
-            if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
-
+from test_standalone import clean_env, java_missing  # beside this file
 
 pytestmark = [pytest.mark.cluster,
               pytest.mark.skipif(java_missing(), reason="a Spark standalone cluster needs Java")]

@@ -329,7 +329,8 @@ def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
     ran_on = {name: value.get(name) for name in ("executor", "host")
               if isinstance(value, dict) and value.get(name) is not None}
     if ok:
-        ok = all(isinstance(v, str) and 0 < len(v) <= 256 for v in ran_on.values())
+        # the history record keeps them as names: the same bound (MAX_NAME_CHARS)
+        ok = all(isinstance(v, str) and 0 < len(v) <= MAX_NAME_CHARS for v in ran_on.values())
     late = {name: value.get(name) for name in ("late", "late_partition")
             if isinstance(value, dict) and value.get(name) is not None}
     if ok:
