@@ -26,7 +26,16 @@ from pyspark.sql import functions as F
 import trilink_spark as tl
 from trilink_spark.keyed.run.streaming import read_state_values
 
-from cluster_driver import Count  # beside this file: each key's running count
+class Count(tl.KeyedWatermarkProcessFunction):
+    """Defined here, not imported: the executors unpickle it by value from ``__main__``."""
+
+    output_schema = "k string, n long"
+    state_schema = "n long"
+
+    def process_on_time(self, key: Any, rows: pd.DataFrame, ctx: Any) -> Any:
+        n = ctx.get_state("n", 0) + len(rows)
+        ctx.set_state("n", n)
+        return [(key, n)]
 
 BATCHES = 8
 KEYS = 2000

@@ -27,7 +27,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import shutil
+import sys
 import threading
 import uuid
 import warnings
@@ -139,18 +142,46 @@ def ensure_executors(spark: Any, state_path: str | None = None, filesystem: Any 
     and state path the check's Spark job (and a conf read on Connect).
     """
     connect = is_connect(spark)
+    local_python = None
     if not always and not connect and is_local_master(_master(spark)):
-        return False
+        local_python = other_worker_python(spark)
+        if local_python is None:
+            return False
     key = (executor_environment_key(spark), state_path, tuple(sorted(needs)))
+    if local_python is not None:  # one filesystem: the workers' imports only, once per app
+        state_path = filesystem = None
+        key = (key[0], None, key[2])
     with _lock:
         if key in _passed:
             return False
         master = _master(spark)
         if state_path is not None and not is_local_master(master):
             _warn_local_path(key[0], master, state_path, filesystem)
-        check_executors(spark, state_path, filesystem, needs=needs)
+        try:
+            check_executors(spark, state_path, filesystem, needs=needs)
+        except ExecutorEnvironmentError as err:
+            if local_python is None:
+                raise
+            raise ExecutorEnvironmentError(
+                f"{err} On this local master the tasks run in {local_python!r} (PySpark's "
+                f"PYSPARK_PYTHON, or python3), not in this Python ({sys.executable}): set "
+                f"PYSPARK_PYTHON={sys.executable} (or spark.pyspark.python) before the "
+                "SparkSession starts") from None
         _passed.add(key)
         return True
+
+
+def other_worker_python(spark: Any) -> str | None:
+    """On a local classic master: the Python that runs the session's tasks when it is not
+    this interpreter (PySpark starts ``PYSPARK_PYTHON``, else ``python3`` from ``PATH``, which
+    may lack what this one imports); None when it is this one. O(1): a ``PATH`` lookup."""
+    worker = str(getattr(spark.sparkContext, "pythonExec", "") or "")
+    if not worker:
+        return None
+    found = shutil.which(worker) or worker
+    if os.path.abspath(found) == os.path.abspath(sys.executable):
+        return None
+    return worker
 
 
 def _warn_local_path(key: str, master: str | None, state_path: str, filesystem: Any) -> None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...errors import InvalidArgumentError
+from ..validation import choice
 from .compat import is_connect
 from .session import conf_get
 
@@ -99,11 +99,8 @@ def locality_enabled(spark: Any) -> bool:
     """
     if is_connect(spark):
         return False
-    mode = conf_get(spark, "state.locality", "auto").strip().lower()
-    if mode not in LOCALITY_MODES:
-        raise InvalidArgumentError(
-            f"spark.trilink.state.locality must be one of {', '.join(LOCALITY_MODES)}, got "
-            f"{mode!r}")
+    mode = choice(conf_get(spark, "state.locality", "auto").strip().lower(),
+                  "spark.trilink.state.locality", LOCALITY_MODES)
     if mode == "auto":
         return not str(spark.sparkContext.master).startswith("local")
     return mode == "true"
