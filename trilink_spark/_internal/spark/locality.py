@@ -36,7 +36,7 @@ from .compat import is_connect
 from .session import conf_get
 
 __all__ = ["JAR", "EXECUTOR_PROPERTY", "LOCALITY_MODES", "Where", "Preferred", "prefer",
-           "locality_enabled", "task_executor"]
+           "locality_enabled", "task_executor", "live_executors", "new_counts"]
 
 logger = logging.getLogger(__name__)
 
@@ -210,3 +210,19 @@ def task_executor() -> Where | None:
         return None
     executor, host = raw.split("\t", 1)
     return Where(executor, host)
+
+
+def live_executors(spark: Any) -> set[str] | None:
+    """The ids of the session's live executors (None where they cannot be read: Spark
+    Connect, or a JVM without the call). One Py4J call."""
+    try:
+        ids = spark.sparkContext._jsc.sc().getExecutorIds().mkString("\t")
+    except Exception:  # noqa: BLE001 - callers only name lost executors with it
+        return None
+    return {i for i in str(ids).split("\t") if i}
+
+
+def new_counts() -> dict[str, int]:
+    """A runner's locality counts: tasks that ran where their copy was (``stayed``), that ran
+    elsewhere (``moved``), and of those, away from an executor that was gone (``lost``)."""
+    return {"stayed": 0, "moved": 0, "lost": 0}

@@ -29,7 +29,8 @@ from ..._internal.optiming import operator_timer
 from ..._internal.spark.session import conf_count, conf_get
 from ..._internal.spark.compat import streaming_query_id
 from ..._internal.spark.executors import ensure_executors
-from ..._internal.spark.locality import Preferred, Where, locality_enabled, prefer
+from ..._internal.spark.locality import Preferred, Where, live_executors, locality_enabled
+from ..._internal.spark.locality import new_counts, prefer
 from ..._internal.spark.task_errors import typed_task_errors
 from ..._internal.validation import choice, refuse_streaming_batch_function, seconds
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError
@@ -132,7 +133,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
         self._where: dict[int, Where] = {}
         #: Tasks that ran where their copy was (``stayed``), that ran elsewhere
         #: (``moved``), and of those, away from an executor that was gone (``lost``).
-        self.locality: dict[str, int] = {"stayed": 0, "moved": 0, "lost": 0}
+        self.locality: dict[str, int] = new_counts()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -146,7 +147,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
         self.__dict__.setdefault("_ttl_units", math.inf)
         self.__dict__.setdefault("_processing_ttl_ms", math.inf)
         self.__dict__.setdefault("_where", {})
-        self.__dict__.setdefault("locality", {"stayed": 0, "moved": 0, "lost": 0})
+        self.__dict__.setdefault("locality", new_counts())
         self.__dict__.setdefault("_clock", time.time)
         self.__dict__.setdefault("_unit_rows", None)
 
@@ -394,7 +395,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
                 if p in self._where and self._where[p] != w}
         if away:
             self.locality["moved"] += len(away)
-            alive = _executor_ids(batch_df)
+            alive = live_executors(batch_df.sparkSession)
             gone = sorted({old.executor for old, _ in away.values()
                            if alive is not None and old.executor not in alive})
             self.locality["lost"] += sum(1 for old, _ in away.values()
@@ -755,13 +756,3 @@ def check_ttl_time(value: Any, state_ttl: Any) -> str:
                 "row before its state expires)")
         seconds(state_ttl, "state_ttl")
     return clock
-
-
-def _executor_ids(batch_df: DataFrame) -> set[str] | None:
-    """The ids of the session's live executors (None where they cannot be read). One Py4J
-    call."""
-    try:
-        ids = batch_df.sparkSession.sparkContext._jsc.sc().getExecutorIds().mkString("\t")
-    except Exception:  # noqa: BLE001 - only the log line's detail depends on it
-        return None
-    return {i for i in str(ids).split("\t") if i}
