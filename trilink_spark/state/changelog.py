@@ -29,14 +29,14 @@ Examples
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..errors import StateCorruptError
 
-__all__ = ["CHANGELOG_KIND", "SNAPSHOT_KIND", "DELETED_FIELD", "changelog_table",
+__all__ = ["attempt_token", "CHANGELOG_KIND", "SNAPSHOT_KIND", "DELETED_FIELD", "changelog_table",
            "changelog_info", "combine", "ChangelogInfo"]
 
 #: Format tag of a changelog (see :mod:`trilink_spark._internal.io.arrowio`).
@@ -173,3 +173,25 @@ def combine(base: Any | None, logs: Sequence[Any], where: str) -> Any:
     table = table.filter(pc.invert(pc.fill_null(deleted, False)))
     table = table.drop_columns([DELETED_FIELD])
     return table.replace_schema_metadata(meta or None)
+
+
+def attempt_token(read: Callable[[int], bytes | None], limit: int) -> str | None:
+    """The attempt token of a changelog file from its head only (its schema): ``read(n)``
+    returns at most ``n`` + 1 of its first bytes (None: no such file); a schema longer than
+    ``limit`` bytes is not read. None when there is no file or no token, or the head is
+    damaged (the caller then reads the chain, and refuses it). O(1)."""
+    import pyarrow as pa
+
+    head = read(1 << 16)
+    if head is None or len(head) < 16:
+        return None
+    # after the magic: a continuation marker, then the schema message's length
+    need = 16 + int.from_bytes(head[12:16], "little", signed=True)
+    if len(head) < need <= limit:  # a long schema (partition-wide values)
+        head = read(need) or head
+    try:
+        schema = pa.ipc.read_schema(pa.py_buffer(head[8:]))
+    except (pa.ArrowInvalid, OSError, ValueError):
+        return None
+    attempt = (schema.metadata or {}).get(b"trilink.attempt")
+    return None if attempt is None else attempt.decode("utf-8", "replace")

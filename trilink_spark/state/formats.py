@@ -47,7 +47,8 @@ __all__ = ["MANIFEST_FORMAT", "MANIFEST_VERSION", "MAX_RECORD_BYTES", "RECORD_FO
            "is_count", "parse_timing", "TIMING_SUFFIX", "MAX_TIMING_BYTES", "segment_index",
            "SEGMENT_INDEX", "MAX_PROFILE_KEYS", "MAX_PROFILE_KEY_CHARS", "HISTORY_VERSION",
            "MAX_HISTORY_PARTITIONS", "MAX_HOT_KEYS", "MAX_SAMPLE_KEYS", "MAX_NAME_CHARS",
-           "MAX_TEXT_CHARS", "HISTORY_FIELDS", "check_history_record", "check_swap_request"]
+           "MAX_TEXT_CHARS", "HISTORY_FIELDS", "check_history_record", "check_swap_request",
+           "TABLES_FORMAT", "TABLES_VERSION", "MAX_TABLE_FILES", "tables_bytes", "parse_tables"]
 
 MANIFEST_FORMAT = "trilink-keyed-state-manifest"
 MANIFEST_VERSION = 1
@@ -721,6 +722,80 @@ def check_history_record(record: Any, where: str | None = None, *,
             raise
         raise StateCorruptError(
             f"{where}: not a history record of version {HISTORY_VERSION} ({err})") from None
+
+
+# ---------------------------------------------------------------------- table snapshots
+#: Format tag of an incremental snapshot's record (:mod:`trilink_spark.state.incremental`).
+TABLES_FORMAT = "trilink-table-snapshot"
+#: Its version.
+TABLES_VERSION = 1
+#: The most files one snapshot record may list.
+MAX_TABLE_FILES = 100_000
+_FILE_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+_HEX = frozenset("0123456789abcdef")
+_TABLES_FIX = ("restore the file from a copy of the state path, or start over with a new state "
+               "path")
+
+
+def tables_bytes(record: Mapping[str, Any]) -> bytes:
+    """An incremental snapshot's record as written (sealed, tagged with its format)."""
+    return dump({**record, "format": TABLES_FORMAT, "format_version": TABLES_VERSION})
+
+
+def _file_name(value: Any) -> bool:
+    return (isinstance(value, str) and 0 < len(value) <= 200 and value not in (".", "..")
+            and set(value) <= _FILE_NAME_CHARS)
+
+
+def parse_tables(data: bytes, path: str, partition: int, version: int) -> dict[str, Any]:
+    """The record of ``partition``'s incremental snapshot ``version`` stored as ``data``:
+    ``lineage``, ``files`` (each ``name``, ``blob``, ``size``, ``sha256``), ``uploaded``,
+    ``schema`` (base64 Arrow IPC) and ``meta``. O(its size).
+
+    Raises
+    ------
+    StateCorruptError
+        Not JSON, failing its checksum, not such a record, another partition's or version's,
+        or a field out of its bounds (a file name that could leave its directory included).
+    """
+    try:
+        doc = unseal(json.loads(data.decode("utf-8")), path)
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        if isinstance(err, StateCorruptError):
+            raise
+        raise StateCorruptError(f"{path} is not JSON: not a snapshot record of this store; "
+                                f"{_TABLES_FIX}") from None
+    problem = None
+    if not isinstance(doc, dict) or doc.get("format") != TABLES_FORMAT:
+        problem = "not a table snapshot record of this store"
+    elif doc.get("format_version") != TABLES_VERSION:
+        problem = (f"table snapshot version {doc.get('format_version')!r}; this trilink-spark "
+                   f"reads version {TABLES_VERSION}")
+    elif doc.get("partition") != partition or doc.get("version") != version:
+        problem = (f"it records partition {doc.get('partition')!r} version "
+                   f"{doc.get('version')!r}, not partition {partition} version {version}")
+    elif not _tables_fields(doc):
+        problem = "malformed lineage, files, schema or meta"
+    if problem is not None:
+        raise StateCorruptError(f"{path}: {problem}; {_TABLES_FIX}")
+    out: dict[str, Any] = doc
+    return out
+
+
+def _tables_fields(doc: dict[str, Any]) -> bool:
+    """Whether a table snapshot record's fields are within their bounds."""
+    files, meta, line = doc.get("files"), doc.get("meta"), doc.get("lineage")
+    if not (isinstance(line, str) and len(line) == 32 and set(line) <= _HEX
+            and isinstance(files, list) and len(files) <= MAX_TABLE_FILES
+            and is_count(doc.get("uploaded"), 0) and isinstance(doc.get("schema"), str)
+            and isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
+        return False
+    for f in files:
+        if not (isinstance(f, dict) and _file_name(f.get("name")) and _file_name(f.get("blob"))
+                and is_count(f.get("size"), 0) and isinstance(f.get("sha256"), str)
+                and len(f["sha256"]) == 64 and set(f["sha256"]) <= _HEX):
+            return False
+    return len({f["name"] for f in files}) == len(files)
 
 
 def __getattr__(name: str) -> Any:

@@ -50,6 +50,7 @@ import numpy as np
 from ..errors import StateCorruptError, StateStoreError
 from .._internal.validation import is_count
 from .held import ASK_TIMEOUT_S, ask_release, hold, identity, take
+from .sweep import remove_stale_checkpoints
 
 __all__ = ["LocalState", "key_bytes", "LOCAL_KEY_TYPES", "wake_bytes", "supports_key_type",
            "head", "split_head", "iter_rows", "open_checkpoint", "NULL_KEY_BYTES",
@@ -286,7 +287,7 @@ class LocalState:
                 raise StateStoreError(f"local state {directory} cannot be created ({again}); "
                                       "set spark.trilink.state.localDir to a writable "
                                       "directory") from None
-        _remove_stale_checkpoints(base, partition)
+        remove_stale_checkpoints(base, partition)
         try:
             return cls(directory, db, fd)
         except Exception as err:  # noqa: BLE001 - a cache: emptied, then rebuilt by its caller
@@ -700,6 +701,30 @@ class LocalState:
         self.meta = previous
         return True
 
+    def restore(self, source: str) -> None:
+        """Replace this copy by the database at ``source`` (a snapshot's table files,
+        :func:`~trilink_spark.state.incremental.download`), moved into place under the lock
+        this copy holds. O(1) beyond RocksDB's open.
+
+        Raises
+        ------
+        StateStoreError, StateCorruptError
+            As :meth:`_guard` says; the copy is then empty, to be rebuilt.
+        """
+        from rocksdict import Options, Rdict
+
+        if self._db is not None:
+            db, self._db = self._db, None
+            with self._guard("close"):
+                db.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+        with self._guard("open the restored copy"):
+            os.replace(source, self.directory)
+            self._db = Rdict(self.directory, Options(raw_mode=True))
+        self._opened = (identity(self.directory, self._lock_path)[0], self._opened[1])
+        self._schemas.clear()
+        self.meta = self._read_meta(_META) or {"version": None}
+
     def reset(self) -> None:
         """Empty this copy (before a rebuild)."""
         from rocksdict import WriteBatch
@@ -746,28 +771,6 @@ class LocalState:
         from rocksdict import Checkpoint
 
         Checkpoint(self._db).create_checkpoint(directory)
-
-
-#: A checkpoint directory older than this (seconds) belongs to a snapshot whose writer died.
-STALE_CHECKPOINT_SECONDS = 3600.0
-
-
-def _remove_stale_checkpoints(base: str, partition: int) -> None:
-    """Remove snapshot checkpoints of ``partition`` left by writers that died (their
-    hard links would pin old files)."""
-    try:
-        names = os.listdir(base)
-    except OSError:
-        return
-    now = time.time()
-    for name in names:
-        if name.startswith(f"snap-{partition}-"):
-            path = os.path.join(base, name)
-            try:
-                if now - os.stat(path).st_mtime > STALE_CHECKPOINT_SECONDS:
-                    shutil.rmtree(path, ignore_errors=True)
-            except OSError:
-                pass
 
 
 def _counted(blocks: dict[str, int], added: Sequence[bytes], gone: Sequence[bytes]

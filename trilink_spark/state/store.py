@@ -9,6 +9,9 @@ Layout under the state path::
                                            column's type it hashes keys as (immutable)
     partition=00003/000000000042.state     partition 3's state after batch 42 (Arrow IPC)
     partition=00003/000000000043.log       or what batch 43 changed (changelog.py)
+    partition=00003/000000000044.tables    or a local copy's snapshot: its RocksDB table
+                                           files under partition=00003/tables/, shared
+                                           between snapshots (incremental.py)
     swaps/000000000042/plan.json           the swap decided for batch 42 (immutable)
     swaps/000000000042/moves.state         its moved keys: key, from, to (Arrow IPC)
     swaps/000000000042/segment-00001.state moved keys' state leaving partition 1 (Arrow IPC,
@@ -42,18 +45,18 @@ from typing import Any
 
 import numpy as np
 
-from .._internal.io.arrowio import open_table, read_table, write_batches, write_table
+from .._internal.io.arrowio import open_table, read_table, write_table
 from .._internal.io.sealed import seal
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ..errors import StateOwnershipError, StateStoreError
 from .._internal.io.files import create_if_absent, resolve_filesystem, write_atomic
-from .._internal.io.files import write_atomic_stream
 from ..partitioners import Partitioner
 from ..partitioners.core.persistence import read_strategy, write_strategy
 from .formats import MAX_RECORD_BYTES, manifest_bytes, parse_manifest, parse_placement
 from .formats import parse_plan, parse_small_record, placement_bytes, plan_bytes, record_bytes
 from .formats import MAX_TIMING_BYTES, TIMING_SUFFIX, parse_timing, segment_index, SEGMENT_INDEX
-from .changelog import CHANGELOG_KIND, changelog_info, combine
+from .changelog import CHANGELOG_KIND, attempt_token, changelog_info, combine
+from .incremental import TABLES_SUFFIX, collect, load_tables_table, read_record, referenced_bytes
 
 __all__ = ["KeyedStateStore", "KEY_FIELD", "STATE_KIND", "TIMING_SUFFIX",
            "MAX_RECORD_BYTES", "parse_timing"]
@@ -174,12 +177,13 @@ class KeyedStateStore:
         store.fs, store.path, store.keep_versions = filesystem, inner.rstrip("/"), 1
         return store
 
-    def _dir(self, partition: int) -> str:
+    def partition_dir(self, partition: int) -> str:
+        """The directory of ``partition``'s files."""
         return f"{self.path}/partition={partition:05d}"
 
     def version_path(self, partition: int, version: int) -> str:
         """Where ``partition``'s state ``version`` lives."""
-        return f"{self._dir(partition)}/{_version_name(version)}"
+        return f"{self.partition_dir(partition)}/{_version_name(version)}"
 
     def _list(self, directory: str) -> list[Any]:
         from pyarrow import fs
@@ -234,11 +238,12 @@ class KeyedStateStore:
 
         snapshots: set[int] = set()
         logs: set[int] = set()
-        for info in self._list(self._dir(partition)):
+        for info in self._list(self.partition_dir(partition)):
             name = info.base_name
             if info.type != fs.FileType.File:
                 continue
-            for suffix, found in ((_SUFFIX, snapshots), (_LOG_SUFFIX, logs)):
+            for suffix, found in ((_SUFFIX, snapshots), (TABLES_SUFFIX, snapshots),
+                                  (_LOG_SUFFIX, logs)):
                 if name.endswith(suffix):
                     stem = name[: -len(suffix)]
                     if not stem.isdigit():
@@ -289,19 +294,6 @@ class KeyedStateStore:
         self.save(partition, version, data)
         return len(data)
 
-    def save_snapshot_stream(self, partition: int, version: int, schema: Any,
-                             batches: Callable[[], Any]) -> None:
-        """Write a snapshot of ``partition``'s ``version`` from record batches of ``schema``
-        (``batches()`` is called twice, :func:`~trilink_spark._internal.io.arrowio.write_batches`),
-        atomically, one batch in memory at a time."""
-        path = self.version_path(partition, version)
-        try:
-            self.fs.create_dir(self._dir(partition), recursive=True)
-            write_atomic_stream(self.fs, path,
-                                lambda f: write_batches(f, schema, batches, STATE_KIND))
-        except OSError as err:
-            raise StateStoreError(f"cannot write {path} ({type(err).__name__}: {err})") from None
-
     def load_table(self, partition: int, version: int) -> Any:
         """``partition``'s state table ``version``: its snapshot, or the snapshot before it
         with the changelogs since replayed (:func:`~trilink_spark.state.changelog.combine`).
@@ -317,16 +309,12 @@ class KeyedStateStore:
         Cost: the snapshot's bytes plus those of the changelogs since it, O(bytes read).
         """
         path = self.version_path(partition, version)
-        data = self._read(path)
-        if data is not None:
-            return read_table(data, STATE_KIND, path)
         logs: list[Any] = []
         at: int | None = version
         while at is not None:
-            snap_path = self.version_path(partition, at)
-            data = self._read(snap_path) if logs else None  # the first was just read
-            if data is not None:
-                return combine(read_table(data, STATE_KIND, snap_path), logs[::-1], path)
+            found = self._snapshot(partition, at)
+            if found is not None:
+                return combine(found, logs[::-1], path) if logs else found
             log_path = self.changelog_path(partition, at)
             raw = self._read(log_path)
             if raw is None:
@@ -352,24 +340,41 @@ class KeyedStateStore:
         from pyarrow import fs
 
         sizes: dict[tuple[str, int], int] = {}
-        for info in self._list(self._dir(partition)):
-            for suffix in (_SUFFIX, _LOG_SUFFIX):
+        for info in self._list(self.partition_dir(partition)):
+            for suffix in (_SUFFIX, TABLES_SUFFIX, _LOG_SUFFIX):
                 stem = info.base_name[: -len(suffix)]
                 if info.type == fs.FileType.File and info.base_name.endswith(suffix) \
                         and stem.isdigit():
                     sizes[(suffix, int(stem))] = int(info.size or 0)
-        base = max((v for s, v in sizes if s == _SUFFIX and v <= version), default=-1)
+        base = max((v for s, v in sizes if s != _LOG_SUFFIX and v <= version), default=-1)
+        if (TABLES_SUFFIX, base) in sizes and (_SUFFIX, base) not in sizes:
+            record = read_record(self, partition, base)  # the files it lists, shared or not
+            sizes[(_SUFFIX, base)] = referenced_bytes(record) if record else 0
         return sum(size for (s, v), size in sizes.items()
                    if (s == _SUFFIX and v == base) or (s == _LOG_SUFFIX and base < v <= version))
 
     def load_snapshot(self, partition: int, version: int) -> Any:
         """``partition``'s snapshot ``version`` (StateCorruptError when it is missing)."""
+        found = self._snapshot(partition, version)
+        if found is None:
+            raise StateCorruptError(f"{self.version_path(partition, version)} is missing: "
+                                    f"partition {partition} needs its snapshot of version "
+                                    f"{version}")
+        return found
+
+    def _snapshot(self, partition: int, version: int) -> Any:
+        """The snapshot ``version`` as a table, in either form (None: there is none)."""
         path = self.version_path(partition, version)
         data = self._read(path)
-        if data is None:
-            raise StateCorruptError(f"{path} is missing: partition {partition} needs its "
-                                    f"snapshot of version {version}")
-        return read_table(data, STATE_KIND, path)
+        if data is not None:
+            return read_table(data, STATE_KIND, path)
+        if self._read(self.tables_path(partition, version), 0) is None:
+            return None
+        return load_tables_table(self, partition, version)
+
+    def tables_path(self, partition: int, version: int) -> str:
+        """Where the record of ``partition``'s incremental snapshot ``version`` lives."""
+        return f"{self.partition_dir(partition)}/{version:012d}{TABLES_SUFFIX}"
 
     def delete_changelog(self, partition: int, version: int, snapshot: bool = False) -> None:
         """Delete ``partition``'s changelog ``version`` (before a whole version replaces it,
@@ -378,10 +383,11 @@ class KeyedStateStore:
         self._delete(self.changelog_path(partition, version))
         if snapshot:
             self._delete(self.version_path(partition, version))
+            self._delete(self.tables_path(partition, version))
 
     def changelog_path(self, partition: int, version: int) -> str:
         """Where ``partition``'s changelog of ``version`` lives."""
-        return f"{self._dir(partition)}/{version:012d}{_LOG_SUFFIX}"
+        return f"{self.partition_dir(partition)}/{version:012d}{_LOG_SUFFIX}"
 
     def save_changelog(self, partition: int, version: int, table: Any) -> int:
         """Write a changelog (:func:`~trilink_spark.state.changelog.changelog_table`) as
@@ -389,6 +395,7 @@ class KeyedStateStore:
         deleted first, or it would be read instead); returns the bytes written. O(bytes)."""
         data = write_table(table, CHANGELOG_KIND)
         self._delete(self.version_path(partition, version))
+        self._delete(self.tables_path(partition, version))
         self._write(self.changelog_path(partition, version), data)
         return len(data)
 
@@ -401,22 +408,8 @@ class KeyedStateStore:
     def changelog_attempt(self, partition: int, version: int) -> str | None:
         """The attempt token of ``partition``'s changelog ``version`` (None: there is none,
         or it is a snapshot), read from the head of the file only (its schema), O(1)."""
-        import pyarrow as pa
-
         path = self.changelog_path(partition, version)
-        head = self._read(path, 1 << 16)
-        if head is None or len(head) < 16:
-            return None
-        # after the magic: a continuation marker, then the schema message's length
-        need = 16 + int.from_bytes(head[12:16], "little", signed=True)
-        if len(head) < need <= MAX_TIMING_BYTES:  # a long schema (partition-wide values)
-            head = self._read(path, need) or head
-        try:
-            schema = pa.ipc.read_schema(pa.py_buffer(head[8:]))
-        except (pa.ArrowInvalid, OSError, ValueError):
-            return None  # damaged: no token, so the caller reads the chain (and refuses it)
-        attempt = (schema.metadata or {}).get(b"trilink.attempt")
-        return None if attempt is None else attempt.decode("utf-8", "replace")
+        return attempt_token(lambda limit: self._read(path, limit), MAX_TIMING_BYTES)
 
     def key_table(self, version: int | None = None, extra: Sequence[str] = ()) -> Any:
         """Every key of a committed version with its partition: an Arrow table (key, partition,
@@ -761,7 +754,7 @@ class KeyedStateStore:
 
     def timing_path(self, partition: int, version: int) -> str:
         """Where the timing of ``partition``'s ``version`` lives, beside the version."""
-        return f"{self._dir(partition)}/{version:012d}{TIMING_SUFFIX}"
+        return f"{self.partition_dir(partition)}/{version:012d}{TIMING_SUFFIX}"
 
     def save_timing(self, partition: int, version: int, timing: Mapping[str, Any]) -> None:
         """Write what the task that wrote ``partition``'s ``version`` measured (JSON,
@@ -858,9 +851,15 @@ class KeyedStateStore:
             for v in versions:
                 if v < base:
                     self._delete(self.version_path(p, v))
+                    self._delete(self.tables_path(p, v))
                     self._delete(self.changelog_path(p, v))
                 if v < floor and v not in kept:  # a measurement, not part of any chain
                     self._delete(self.timing_path(p, v))
+            if any(v < base for v in snapshots):
+                try:  # the table files no kept snapshot lists (incremental.collect)
+                    collect(self, p)
+                except StateCorruptError as err:
+                    logger.warning("partition %d: table files not collected (%s)", p, err)
         if keep_from is not None:
             for batch in self.swap_batches():
                 if batch < keep_from:

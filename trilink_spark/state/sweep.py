@@ -22,10 +22,11 @@ import os
 import re
 import shutil
 import tempfile
+import time
 
 from .held import ask_release
 
-__all__ = ["mark", "sweep"]
+__all__ = ["mark", "sweep", "remove_stale_checkpoints", "STALE_CHECKPOINT_SECONDS"]
 
 logger = logging.getLogger(__name__)
 
@@ -117,3 +118,25 @@ def _drop(base: str, pid: int) -> bool:
         return not os.path.exists(directory)
     finally:
         os.close(fd)
+
+
+#: A checkpoint directory older than this (seconds) belongs to a snapshot whose writer died.
+STALE_CHECKPOINT_SECONDS = 3600.0
+
+
+def remove_stale_checkpoints(base: str, partition: int) -> None:
+    """Remove snapshot checkpoints and restore downloads of ``partition`` under ``base``
+    left by processes that died (a checkpoint's hard links would pin old files)."""
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    now = time.time()
+    for name in names:
+        if name.startswith(f"snap-{partition}-"):
+            path = os.path.join(base, name)
+            try:
+                if now - os.stat(path).st_mtime > STALE_CHECKPOINT_SECONDS:
+                    shutil.rmtree(path, ignore_errors=True)
+            except OSError:
+                pass

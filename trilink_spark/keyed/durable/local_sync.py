@@ -36,6 +36,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import tempfile
 import time
 import uuid
@@ -49,6 +50,7 @@ from ...columns import EVENT_TIME_COL
 from ...partitioners import BlockPartitioner, TablePartitioner
 from ...errors import StateCorruptError, StateTypeError, TrilinkError
 from ...state.changelog import DELETED_FIELD, changelog_info, changelog_table, combine
+from ...state.incremental import download, restorable
 from ...state.local import NULL_KEY_BYTES, LocalState, head, key_bytes, split_head
 from ...state.rows import decode_rows, encode_rows
 from ...state.store import KEY_FIELD, STATE_KIND, KeyedStateStore
@@ -420,6 +422,15 @@ def sync(local: LocalState, store: KeyedStateStore, config: LocalConfig, pid: in
             raise StateCorruptError(f"{path} applies to version {prev}, not an earlier one: "
                                     "not a changelog of this partition")
         at = prev
+    if at is not None and at in snapshots and _restored(local, store, config, pid, at):
+        for version, log in reversed(chain):
+            info = changelog_info(log, store.changelog_path(pid, version))
+            _apply_table(local, config, version, info.attempt, log, info.inherit,
+                         processor, delay, idle)
+        logger.info("partition %d: local state rebuilt at version %d from snapshot %d's "
+                    "table files and %d changelogs in %s", pid, target, at, len(chain),
+                    store.path)
+        return "rebuild"
     if at is None or at in snapshots:  # the chain is read: replay it, not read it again
         base = None if at is None else store.load_snapshot(pid, at)
         table = combine(base, [log for _, log in reversed(chain)],
@@ -436,6 +447,28 @@ def sync(local: LocalState, store: KeyedStateStore, config: LocalConfig, pid: in
     logger.info("partition %d: local state rebuilt at version %d from %s (%d keys)", pid,
                 target, store.path, table.num_rows)
     return "rebuild"
+
+
+def _restored(local: LocalState, store: KeyedStateStore, config: LocalConfig, pid: int,
+              at: int) -> bool:
+    """Whether ``local`` now holds snapshot ``at`` restored from its table files (False: the
+    snapshot is not incremental, or was kept in another layout, and ``local`` is as it was
+    or empty). O(the snapshot's bytes)."""
+    if not restorable(store, pid, at):
+        return False
+    target = tempfile.mkdtemp(prefix=f"snap-{pid}-restore-", dir=os.path.dirname(local.directory))
+    os.rmdir(target)
+    try:
+        download(store, pid, at, target)
+        local.restore(target)
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
+    if local.timed != _timed(config) or not _matches(local, store, config, pid, at):
+        local.reset()  # kept for another run's layout: rebuilt from rows instead
+        return False
+    local.apply(at, str(local.meta.get("attempt")), local.meta.get("meta") or {}, [], [], {},
+                undo=False, chain={"at": at, "logged": 0}, times=[] if local.timed else None)
+    return True
 
 
 def _matches(local: LocalState, store: KeyedStateStore, config: LocalConfig, pid: int,

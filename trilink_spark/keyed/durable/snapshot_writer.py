@@ -3,12 +3,12 @@
 When a snapshot is due (:func:`~trilink_spark.keyed.durable.local_sync.snapshot_due`) the task of a
 partition takes a RocksDB checkpoint of its
 local copy (hard links: milliseconds) at the version the batch started from, which is
-committed, and hands it to a writer that turns it into the snapshot ``<version>.state`` on the
-state path: a separate, low-priority Python process when the state path is a local filesystem
-(its own interpreter, so neither the task's GIL nor its memory carries the work), else a
-low-priority thread. The writer reads the checkpoint a chunk of rows at a time, twice
-(checksums, then the file: :func:`~trilink_spark._internal.io.arrowio.write_batches`), never
-overwrites a snapshot already there, and removes the checkpoint. A snapshot only shortens a
+committed, and hands it to a writer that stores it as the incremental snapshot
+``<version>.tables`` on the state path (:mod:`trilink_spark.state.incremental`: the table files
+that the last snapshot does not hold, then a record that lists every file): a separate,
+low-priority Python process when the state path is a local filesystem (its own interpreter,
+so neither the task's GIL nor its memory carries the work), else a low-priority thread. The
+writer never overwrites a snapshot already there, and removes the checkpoint. A snapshot only shortens a
 rebuild: a failure is logged, never raised, and a checkpoint whose writer died is removed by
 the next open of the copy (:mod:`trilink_spark.state.local`).
 
@@ -29,8 +29,8 @@ import tempfile
 import threading
 from typing import Any
 
-from ...state.local import LocalState, iter_rows, open_checkpoint, split_head
-from ...state.rows import decode_rows
+from ...state.incremental import checkpoint_schemas, stamp_checkpoint, upload
+from ...state.local import LocalState
 from ...state.store import KeyedStateStore
 from ..semantics.keys import PartitionState
 from .codec import encode_state
@@ -41,8 +41,6 @@ logger = logging.getLogger(__name__)
 
 _TABLES = "trilink.shared_tables"
 _SNAPSHOT_LOCK = threading.Lock()
-#: Rows decoded at a time while a snapshot is written.
-_SNAPSHOT_CHUNK = 65536
 
 
 def with_meta(table: Any, meta: dict[str, Any]) -> Any:
@@ -68,6 +66,7 @@ def start_snapshot(local: LocalState, store: KeyedStateStore, pid: int, version:
     os.rmdir(directory)
     try:
         local.checkpoint(directory)
+        stamp_checkpoint(local.directory, directory)
     except Exception as err:  # noqa: BLE001 - a snapshot is optional
         logger.warning("partition %d: no snapshot of version %d (%s)", pid, version, err)
         shutil.rmtree(directory, ignore_errors=True)
@@ -122,71 +121,24 @@ def _in_thread(directory: str, store: KeyedStateStore, pid: int, version: int,
 
 
 def write_snapshot(directory: str, store: KeyedStateStore, pid: int, version: int,
-                   meta: dict[str, Any], key_type: Any = None) -> None:
-    """Write the checkpoint at ``directory`` as ``pid``'s snapshot ``version`` (unless one is
-    there), a chunk of rows at a time, then remove the checkpoint. O(state) time, O(chunk)
-    memory."""
+                   meta: dict[str, Any], key_type: Any = None) -> dict[str, int] | None:
+    """Store the checkpoint at ``directory`` as ``pid``'s snapshot ``version`` (unless one is
+    there): its table files that the last snapshot does not hold, then its record
+    (:func:`~trilink_spark.state.incremental.upload`); then remove the checkpoint. Returns
+    what was uploaded (None: a snapshot was there). O(changed table files) time and I/O."""
     import pyarrow as pa
 
     try:
         if version in store.listing(pid)[0]:
-            return  # never over a snapshot already there (a swap's, say)
-        schemas = _schemas(directory)
+            return None  # never over a snapshot already there (a swap's, say)
+        schemas = checkpoint_schemas(directory)
         base = encode_state(PartitionState(), key_type, None).schema.remove_metadata()
         unified = pa.unify_schemas(list(schemas.values()) or [base],
                                    promote_options="permissive")
-
-        def chunks() -> Any:
-            db = open_checkpoint(directory)
-            try:
-                groups: dict[int, list[bytes]] = {}
-                held = 0
-                for _, row in iter_rows(db):
-                    _, sid, body = split_head(row, directory)
-                    groups.setdefault(sid, []).append(body)
-                    held += 1
-                    if held >= _SNAPSHOT_CHUNK:
-                        yield from _conformed(groups, schemas, unified)
-                        groups, held = {}, 0
-                yield from _conformed(groups, schemas, unified)
-            finally:
-                db.close()
-
         schema = with_meta(unified.empty_table(), meta).schema
-        store.save_snapshot_stream(pid, version, schema, chunks)
+        return upload(store, pid, version, directory, schema, meta)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-
-
-def _conformed(groups: dict[int, list[bytes]], schemas: dict[int, Any], unified: Any) -> Any:
-    """The grouped rows decoded as record batches of ``unified`` (absent columns null)."""
-    import pyarrow as pa
-
-    for sid, bodies in groups.items():
-        table = decode_rows(bodies, schemas[sid])
-        columns = [table.column(f.name).cast(f.type) if f.name in table.column_names
-                   else pa.nulls(table.num_rows, f.type) for f in unified]
-        yield from pa.table(columns, schema=unified).combine_chunks().to_batches()
-
-
-def _schemas(directory: str) -> dict[int, Any]:
-    """The row schemas a checkpoint holds, by id."""
-    import struct
-
-    import pyarrow as pa
-
-    db = open_checkpoint(directory)
-    try:
-        out = {}
-        it = db.iter()
-        it.seek(b"s")
-        while it.valid() and it.key().startswith(b"s"):
-            out[struct.unpack(">I", it.key()[1:5])[0]] = pa.ipc.read_schema(
-                pa.py_buffer(it.value()))
-            it.next()
-        return out
-    finally:
-        db.close()
 
 
 def main() -> int:
