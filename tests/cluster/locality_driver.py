@@ -4,8 +4,9 @@ Usage: ``python locality_driver.py MASTER_URL WORK LOCALITY KILL_AFTER``. Runs
 ``keyed_foreach_batch`` with a running count per key on 4 partitions for ``BATCHES`` batches
 with ``spark.trilink.state.locality=LOCALITY``. With ``KILL_AFTER`` > 0, after that batch it
 kills (SIGKILL) the executor that ran partition 0, and the run goes on. Prints one JSON line:
-per batch the tasks' sync kinds and executors, the runner's locality counts, and whether the
-final state equals the input's counts.
+per batch the tasks' sync kinds and executors and each partition's newest incremental snapshot
+(``spark.trilink.state.snapshotInterval=2``), the runner's locality counts, whether the final
+state equals the input's counts and whether every file a kept snapshot lists is there.
 """
 
 from __future__ import annotations
@@ -25,6 +26,28 @@ from pyspark.sql import functions as F
 
 import trilink_spark as tl
 from trilink_spark.keyed.run.streaming import read_state_values
+from trilink_spark.state.incremental import TABLES_DIR, read_record
+
+
+def tables(store: Any) -> list[int | None]:
+    """Each partition's newest incremental snapshot (None: none yet)."""
+    out: list[int | None] = []
+    for p in range(4):
+        found = [v for v in store.listing(p)[0] if read_record(store, p, v) is not None]
+        out.append(max(found, default=None))
+    return out
+
+
+def referenced_present(store: Any) -> bool:
+    """Whether every file each remaining snapshot record lists is there with its size."""
+    for p in range(4):
+        for v in store.listing(p)[0]:
+            record = read_record(store, p, v)
+            for f in (record or {"files": []})["files"]:
+                path = Path(store.partition_dir(p)) / TABLES_DIR / f["blob"]
+                if not path.exists() or path.stat().st_size != f["size"]:
+                    return False
+    return True
 
 class Count(tl.KeyedWatermarkProcessFunction):
     """Defined here, not imported: the executors unpickle it by value from ``__main__``."""
@@ -66,7 +89,8 @@ def main() -> None:
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
              .config("spark.driver.host", "127.0.0.1")
              .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.trilink.state.locality", locality).getOrCreate())
+             .config("spark.trilink.state.locality", locality)
+             .config("spark.trilink.state.snapshotInterval", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     app = spark.sparkContext.applicationId
     run = tl.keyed_foreach_batch(lambda df, b: df.write.format("noop").mode("overwrite").save(),
@@ -84,7 +108,8 @@ def main() -> None:
         t = run.task_timings()
         batches.append({"batch": b, "seconds": round(time.perf_counter() - started, 3),
                         "sync": [str(s) for s in t["sync"]],
-                        "executors": [str(e) for e in t["executor"]]})
+                        "executors": [str(e) for e in t["executor"]],
+                        "tables": tables(run.store)})
         if kill_after and b == kill_after:
             victim = batches[-1]["executors"][0]
             pid = executor_pid(app, victim)
@@ -94,7 +119,8 @@ def main() -> None:
             time.sleep(2)
     final = {k: v["n"] for k, v in read_state_values(run.store).items()}
     print(json.dumps({"batches": batches, "locality": dict(run.locality), "killed": killed,
-                      "exact": final == dict(truth), "keys": len(final)}))
+                      "exact": final == dict(truth), "keys": len(final),
+                      "referenced_present": referenced_present(run.store)}))
     spark.stop()
 
 

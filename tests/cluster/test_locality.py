@@ -2,7 +2,8 @@
 with ``spark.trilink.state.locality=true`` every task after the first batches runs on the
 executor that ran its partition last and finds its copy ``current``; without it, Spark's own
 placement leaves tasks catching up; an executor killed mid-run hands its partitions to the
-other, which rebuild or catch up from the state path, with exact counts."""
+other, which rebuild (from incremental snapshots' table files) or catch up from the state
+path, with exact counts."""
 
 from __future__ import annotations
 
@@ -68,4 +69,8 @@ def test_a_lost_executor_hands_its_partitions_on(tmp_path: Path) -> None:
     assert all(victim not in b["executors"] for b in after), batches
     moved = [p for p, e in enumerate(batches[3]["executors"]) if e == victim]
     assert {after[0]["sync"][p] for p in moved} <= {"catch-up", "rebuild"}, batches
+    # snapshots are incremental on the cluster too (every partition took one, written off the
+    # task: seen a batch or two later), and pruning kept every file a snapshot lists
+    assert all(t is not None for t in batches[-1]["tables"]), batches
+    assert found["referenced_present"]
     assert found["locality"]["moved"] >= len(moved) and found["locality"]["lost"] >= len(moved)
