@@ -123,6 +123,39 @@ def test_a_state_path_older_than_the_query_is_refused_before_it_loses_batches(
     check_invariants(fresh, total.add(counts, fill_value=0))
 
 
+def test_a_rolled_back_state_path_is_seen_by_the_copy_that_is_ahead(
+        spark: Any, tmp_path: Path) -> None:
+    """With gaps allowed the batch id check lets batch 3 through after a rollback to batch 1;
+    the local copy still holds batch 2, which the state path lost: refused, nothing written.
+    A replay of batch 2 (the same id) is a legitimate undo and goes on."""
+    path = tmp_path / "state"
+    run = tl.keyed_foreach_batch(lambda df, b: df.count(), "k", "t", RunningCount(), 10**9,
+                                 str(path))
+    total = pd.Series(dtype=np.int64)
+    for b in (0, 1):
+        df, counts = frame(spark, b)
+        run(df, b)
+        total = total.add(counts, fill_value=0)
+    shutil.copytree(path, tmp_path / "after-1")
+    run(frame(spark, 2)[0], 2)
+    shutil.rmtree(path)
+    shutil.copytree(tmp_path / "after-1", path)
+    spark.conf.set("spark.trilink.state.allowBatchGaps", "true")
+    try:
+        fresh = tl.keyed_foreach_batch(lambda df, b: df.count(), "k", "t", RunningCount(),
+                                       10**9, str(path), takeover=True)
+        with pytest.raises(StateCorruptError, match="rolled back") as caught:
+            fresh(frame(spark, 3)[0], 3)
+        assert "holds state version 2" in str(caught.value)
+        assert "restore the state path" in str(caught.value).lower()
+        check_invariants(fresh, total)  # nothing was written
+        df, counts = frame(spark, 2)  # the lost batch, replayed: the copy undoes it
+        fresh(df, 2)
+        check_invariants(fresh, total.add(counts, fill_value=0))
+    finally:
+        spark.conf.unset("spark.trilink.state.allowBatchGaps")
+
+
 def test_a_runner_fed_by_hand_may_skip_ids_when_it_says_so(spark: Any, tmp_path: Path) -> None:
     run = tl.keyed_foreach_batch(lambda df, b: df.count(), "k", "t", RunningCount(), 10**9,
                                  str(tmp_path / "s"))

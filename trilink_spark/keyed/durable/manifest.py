@@ -22,9 +22,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from ...errors import InvalidArgumentError, StateCorruptError, StateOwnershipError
+from ...state.local import LocalState
 from ...state.store import KeyedStateStore
 
-__all__ = ["runner_config", "claim", "start_version", "commit_batch", "batch_time",
+__all__ = ["runner_config", "claim", "start_version", "check_not_rolled_back", "commit_batch", "batch_time",
            "processing_time_after", "PROCESSING_RECORD"]
 
 logger = logging.getLogger(__name__)
@@ -199,6 +200,37 @@ def start_version(store: KeyedStateStore, manifest: dict[str, Any] | None,
             "before run(df, batch_id)), or ids are fed by hand with gaps: then set "
             "spark.trilink.state.allowBatchGaps=true")
     return prev
+
+
+def check_not_rolled_back(local: LocalState, store: KeyedStateStore, pid: int,
+                          target: int | None, batch_id: int) -> None:
+    """Refuse a state path that lost a version this copy holds: the copy is at a version
+    after the one batch ``batch_id`` starts from, the batch is past that version (so not a
+    replay of it, which would undo it), and the state path no longer has it. A task writes
+    its changelog to the state path before it applies it to the copy, so the state path
+    held that version once: it was rolled back (replaced by an earlier copy), and going on
+    would drop the batches after ``target``. This catches what the batch id check
+    (:func:`start_version`) lets through with
+    ``spark.trilink.state.allowBatchGaps``. O(1), one listing when the copy is ahead.
+
+    Raises
+    ------
+    StateCorruptError
+        The state path was rolled back past this copy's version.
+    """
+    held = local.version
+    if held is None or target is None or held <= target or batch_id <= held:
+        return  # (a partition new in this layout starts empty: its old copies are stale)
+    if held in store.versions(pid):
+        return
+    raise StateCorruptError(
+        f"partition {pid}'s local copy ({local.directory}) holds state version {held}, which "
+        f"its task wrote to {store.path}, but the state path no longer has it and its last "
+        f"commit before batch {batch_id} is batch {target}: the state path was rolled back "
+        "(replaced by an earlier copy), and going on would lose the batches after it. Restore "
+        "the state path that committed them, or start from a new state_path (a state path "
+        "restored on purpose: delete the executors' local copies under "
+        "spark.trilink.state.localDir first)")
 
 
 def commit_batch(store: KeyedStateStore, batch_id: int, prev: int | None, token: str,

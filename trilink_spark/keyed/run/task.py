@@ -35,6 +35,7 @@ from ..records.history import key_profile
 from ..swaps.units import UnitRows
 from ..durable.local_sync import (MAX_CHAIN_INTERVALS, LocalConfig, SwapIn, load_touched,
                                   local_root, save_touched, sync)
+from ..durable.manifest import check_not_rolled_back
 from .prepare import in_arrival_order
 from ..semantics.process import KeyedRuntime, KeyedWatermarkProcessFunction
 from ..semantics.keys import PartitionState
@@ -379,6 +380,7 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
     local = LocalState.open(local_root(config), config.store_id, pid)
     done = False
     try:
+        check_not_rolled_back(local, io.store, pid, target, io.batch_id)
         for attempt in (1, 2):
             try:
                 synced = sync(local, io.store, config, pid, target, processor, delay,
