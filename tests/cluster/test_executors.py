@@ -183,3 +183,34 @@ def test_a_missing_mmh3_is_named_and_never_sent_to_tl_ship():
     for name in ("mmh3", "rocksdict", "sortedcontainers", "trilink_spark"):
         assert f"{name} (ModuleNotFoundError" in message
     assert "tl.ship(spark)" in message and "mmh3, rocksdict hold compiled code" in message
+
+
+def test_after_tl_ship_the_fix_is_never_tl_ship_again():
+    # tl.ship brought the package but sortedcontainers is not installed on the driver
+    after = dict(REPORT, missing={
+        "sortedcontainers": "ModuleNotFoundError: No module named 'sortedcontainers'",
+        "trilink_spark": "ModuleNotFoundError: No module named 'sortedcontainers'"})
+    message = judge_reports([after], "0.1.0", shipped=frozenset({"trilink_spark"}))
+    assert message is not None and "cannot import sortedcontainers" in message
+    assert "call tl.ship(spark) before" not in message
+    assert "could not bring sortedcontainers" in message
+    assert "pip install sortedcontainers here" in message
+    # shipped, and still not imported from the zip: an older copy on the executors wins
+    older = dict(REPORT, missing={}, version="0.0.9", file="/env/site-packages/trilink_spark")
+    message = judge_reports([older], "0.1.0", shipped=frozenset({"trilink_spark"}))
+    assert message is not None and "already added trilink_spark" in message
+    assert "call tl.ship(spark) before" not in message
+    # never shipped: tl.ship is the fix
+    message = judge_reports([after], "0.1.0")
+    assert message is not None and "call tl.ship(spark) before" in message
+
+
+def test_tl_ship_records_what_it_added(spark):
+    from trilink_spark._internal.spark.executors import executor_environment_key, note_shipped
+    from trilink_spark._internal.spark import executors
+
+    tl.ship(spark, check=False)
+    key = executor_environment_key(spark)
+    assert {"trilink_spark", "sortedcontainers"} <= executors.shipped_packages(key)
+    note_shipped(key, ["extra"])
+    assert "extra" in executors.shipped_packages(key)

@@ -42,6 +42,7 @@ from ..io.files import resolve_filesystem
 from .compat import is_connect
 
 __all__ = ["check_executors", "ensure_executors", "judge_reports", "is_local_master",
+           "note_shipped", "shipped_packages",
            "executor_environment_key", "DEPENDENCIES", "OPTIONAL", "COMPILED",
            "README_SECTION"]
 
@@ -68,8 +69,23 @@ _PACKAGE = "trilink_spark"
 #: there, and the dependency is what to fix.
 _NO_MODULE = re.compile(r"No module named '([^'.]+)")
 _passed: set[tuple[str, str | None, tuple[str, ...]]] = set()
+_shipped: dict[str, set[str]] = {}  # session key -> the packages tl.ship added to it
 _warned: set[tuple[str, str]] = set()
 _lock = threading.Lock()
+
+
+def note_shipped(key: str, packages: list[str]) -> None:
+    """Record that ``tl.ship`` added ``packages`` to the session ``key``
+    (:func:`executor_environment_key`), so that a failed check never advises it again for
+    them."""
+    with _lock:
+        _shipped.setdefault(key, set()).update(packages)
+
+
+def shipped_packages(key: str) -> frozenset[str]:
+    """The packages ``tl.ship`` added to the session ``key`` (empty: none). Read without
+    the check's lock, which its caller may hold (one dictionary read)."""
+    return frozenset(_shipped.get(key, ()))
 
 
 def is_local_master(master: str | None) -> bool:
@@ -302,7 +318,8 @@ def check_executors(spark: Any, state_path: str | None = None, filesystem: Any =
             except OSError:
                 logger.warning("could not delete the check's file %s", marker)
     reports = [json.loads(row[0]) for row in rows]
-    message = judge_reports(reports, version, shown, needs)
+    message = judge_reports(reports, version, shown, needs,
+                            shipped_packages(executor_environment_key(spark)))
     if message is not None:
         raise ExecutorEnvironmentError(message)
     hosts = sorted({f"{r['host']} ({r['python']})" for r in reports})
@@ -328,7 +345,8 @@ def _python_version() -> str:
 
 
 def judge_reports(reports: list[dict[str, Any]], version: str,
-                  state_path: str | None = None, needs: tuple[str, ...] = ()) -> str | None:
+                  state_path: str | None = None, needs: tuple[str, ...] = (),
+                  shipped: frozenset[str] = frozenset()) -> str | None:
     """The message of the :class:`~trilink_spark.errors.ExecutorEnvironmentError` that the
     tasks' reports (:func:`check_executors`) call for, or None when every task is fine.
 
@@ -342,6 +360,9 @@ def judge_reports(reports: list[dict[str, Any]], version: str,
         The state path the tasks looked for the driver's file in, as the message shows it.
     needs : tuple of str
         The modules of :data:`OPTIONAL` that count (a report's other optional ones do not).
+    shipped : frozenset of str
+        The packages ``tl.ship`` already added to this session: for them, and once it was
+        called for any, the fix is never ``tl.ship`` again.
 
     Notes
     -----
@@ -392,7 +413,24 @@ def judge_reports(reports: list[dict[str, Any]], version: str,
         return None
     fixes = []
     compiled = sorted(missing & set(COMPILED))
-    if missing - set(COMPILED) or other_version:
+    pure = missing - set(COMPILED)
+    again = sorted(pure & shipped)
+    if again or (other_version and _PACKAGE in shipped):
+        names = ", ".join(again) or _PACKAGE
+        fixes.append(
+            f"tl.ship(spark) already added {names} to this session, and the executors still "
+            "do not import it from there: an older copy in the executors' own Python comes "
+            "first, or they dropped the files (an executor started since: call tl.ship on a "
+            f"new session). Remove that copy there, or pip install {names} in the executors' "
+            "Python")
+    unshippable = sorted(pure - shipped) if shipped else []
+    if unshippable:
+        fixes.append(
+            f"tl.ship(spark) was called but could not bring {', '.join(unshippable)}: it is "
+            "not installed in this (the driver's) Python, and ship carries only what is "
+            f"installed here: pip install {' '.join(unshippable)} here and call tl.ship(spark) "
+            "again, or install it in the executors' Python")
+    if not shipped and (pure or other_version):
         fixes.append(
             "call tl.ship(spark) before the first operator: it adds the package and its "
             "pure-Python dependencies to the executors' Python path (or pass the package as a "

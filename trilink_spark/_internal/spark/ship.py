@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import ExecutorEnvironmentError, InvalidArgumentError
 from ...errors import InvalidArgumentTypeError
 from .compat import is_connect
-from .executors import ensure_executors, executor_environment_key
+from .executors import ensure_executors, executor_environment_key, note_shipped
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -324,6 +324,7 @@ def ship(spark: SparkSession, *, packages: Sequence[str] = (), check: bool = Tru
                 spark.sparkContext.addPyFile(path)
             have.append(path)
         shipped = list(have)
+    note_shipped(key, [os.path.basename(z).rsplit("-", 1)[0] for z in shipped])
     if new:
         logger.info("shipped to the executors of %s: %s", key,
                     ", ".join(os.path.basename(z) for z in new))
