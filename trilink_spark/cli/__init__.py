@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, TextIO
 
+from .._internal.install import install_hint
 from .config import add_config_parser, run_config
 from .inputs import FORMATS, check_input
 from .report import add_report_parser, run_report
@@ -394,7 +395,7 @@ def _check_plot(path: str) -> None:
         from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:
         raise InvalidArgumentError(
-            "--plot needs matplotlib: pip install 'trilink-spark[plot]'") from None
+            "--plot needs matplotlib: " + install_hint("plot", "matplotlib>=3.7")) from None
     if os.path.isdir(path):
         raise InvalidArgumentError(f"--plot {path!r} is a directory; give a file name (.png)")
     folder = os.path.dirname(os.path.abspath(path))
@@ -434,7 +435,7 @@ def _plot_figure(results: Sequence[BalanceResult]) -> Any:
         from matplotlib.ticker import EngFormatter, MaxNLocator
     except ImportError:
         raise InvalidArgumentError(
-            "--plot needs matplotlib: pip install 'trilink-spark[plot]'"
+            "--plot needs matplotlib: " + install_hint("plot", "matplotlib>=3.7")
         ) from None
     cols = max(len(r.scores) for r in results)
     fig, axes = plt.subplots(

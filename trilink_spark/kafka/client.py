@@ -18,6 +18,7 @@ from typing import Any, cast
 
 import pyarrow as pa
 
+from .._internal.install import install_hint
 from ..errors import BrokerUnavailableError, DataLossError, InvalidArgumentError
 from ..errors import MissingDependencyError, PartitionCountError
 
@@ -210,7 +211,7 @@ def _kafka() -> Any:
         import kafka
     except ImportError:  # pragma: no cover - depends on the environment
         raise MissingDependencyError(
-            "trilink-kafka needs kafka-python: pip install 'trilink-spark[kafka]'"
+            "trilink-kafka needs kafka-python: " + install_hint("kafka", "kafka-python")
         ) from None
     return kafka
 

@@ -39,6 +39,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from .._internal.install import install_hint
 from .._internal.validation import count, positive
 from ..errors import BrokerUnavailableError, InvalidArgumentError, MissingDependencyError
 from ..errors import ServerStartError
@@ -476,7 +477,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout_ms: int = 
     InvalidArgumentError
         ``partitions`` is below 1, or the topic exists with another partition count.
     MissingDependencyError
-        kafka-python is not installed (``pip install 'trilink-spark[kafka]'``).
+        kafka-python is not installed (``pip install kafka-python``, the ``[kafka]`` extra).
 
     Notes
     -----
@@ -494,7 +495,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout_ms: int = 
         from kafka.errors import KafkaError, TopicAlreadyExistsError
     except ImportError:
         raise MissingDependencyError(
-            "create_topic needs kafka-python: pip install 'trilink-spark[kafka]'") from None
+            "create_topic needs kafka-python: " + install_hint("kafka", "kafka-python")) from None
 
     try:
         admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","),
@@ -619,8 +620,8 @@ class SparkStandalone(_Launched):
         self.timeout_s = positive(timeout_s, "timeout_s")
         spec = importlib.util.find_spec("pyspark")
         if spec is None or not spec.submodule_search_locations:
-            raise MissingDependencyError("a Spark standalone cluster needs PySpark: pip install "
-                                         "'trilink-spark[spark]'")
+            raise MissingDependencyError("a Spark standalone cluster needs PySpark: "
+                                         + install_hint("spark", "pyspark>=4.1,<5"))
         self.spark_home = Path(list(spec.submodule_search_locations)[0])
         self.spark_class = self.spark_home / "bin" / "spark-class"
         if not self.spark_class.is_file():

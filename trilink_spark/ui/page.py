@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from .._internal.install import install_hint
 from .._internal.validation import count
 from ..errors import InvalidArgumentError, InvalidArgumentTypeError, MissingDependencyError
 
@@ -45,7 +46,7 @@ try:
     import bokeh  # noqa: F401 - the dashboard's one optional dependency
 except ImportError:  # pragma: no cover - depends on the environment
     raise MissingDependencyError(
-        "the dashboard page needs Bokeh 3.4 or later: pip install 'trilink-spark[ui]'"
+        "the dashboard page needs Bokeh 3.4 or later: " + install_hint("ui", "bokeh>=3.4,<4")
     ) from None
 
 from bokeh.document import Document

@@ -6,6 +6,7 @@ import logging
 import os
 from typing import Any
 
+from .._internal.install import install_hint
 from .._internal.validation import count
 from ..errors import InvalidArgumentError, StateCorruptError
 from ..keyed.records.history import history_batches
@@ -32,7 +33,7 @@ def require_ui() -> None:
         import bokeh  # noqa: F401
     except ImportError:
         raise MissingDependencyError(
-            "the dashboard and HTML reports need Bokeh: pip install 'trilink-spark[ui]'"
+            "the dashboard and HTML reports need Bokeh: " + install_hint("ui", "bokeh>=3.4,<4")
         ) from None
 
 

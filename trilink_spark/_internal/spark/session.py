@@ -47,6 +47,10 @@ from typing import TYPE_CHECKING
 
 from ...errors import InvalidArgumentError
 from ..validation import count
+from .executors import is_local_master
+
+#: The address local sessions bind.
+LOOPBACK = "127.0.0.1"
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -94,7 +98,11 @@ def get_session(
     Notes
     -----
     Python workers use the running interpreter (``PYSPARK_PYTHON`` is set to it when unset),
-    so a virtual environment's packages reach the tasks (on a local Connect server too).
+    so a virtual environment's packages reach the tasks (on a local Connect server too). A
+    local master binds the loopback address, 127.0.0.1 (``SPARK_LOCAL_IP`` is set to it when
+    unset, and ``spark.driver.host`` and ``spark.driver.bindAddress`` to it unless
+    ``extra_conf`` says otherwise), so that a local job opens no port on the machine's network
+    and Spark does not warn that it picked another interface's address.
     Cost: starting a JVM (or connecting to a server) when no session is active.
 
     Examples
@@ -110,6 +118,9 @@ def get_session(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     remote = remote if remote is not None else os.environ.get("SPARK_REMOTE") or None
+    local = is_local_master(remote if remote is not None else master)
+    if local:  # nothing leaves the machine: bind the loopback, not the first interface
+        os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
     if remote is not None:
         builder = SparkSession.builder.remote(remote)
     else:
@@ -120,6 +131,9 @@ def get_session(
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         )
+        if local:
+            builder = (builder.config("spark.driver.host", LOOPBACK)
+                       .config("spark.driver.bindAddress", LOOPBACK))
     if shuffle_partitions is not None:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     for key, value in (extra_conf or {}).items():
