@@ -349,3 +349,24 @@ def test_read_state_refuses_a_manifest_with_a_foreign_delay(spark: Any, tmp_path
         run.store.write_manifest({**manifest, "config": {**manifest["config"], "delay": bad}})
         with pytest.raises(StateCorruptError, match="manifest.json"):
             read_state(spark, str(tmp_path / "state"))
+
+
+def test_a_timestamp_event_time_gives_timestamp_watermarks(spark: Any, tmp_path: Path) -> None:
+    run = tl.keyed_foreach_batch(lambda df, b: df.count(), "k", "t", RunningCount(),
+                                 "10 seconds", str(tmp_path / "state"), num_partitions=2)
+    base = pd.Timestamp("2026-12-03 10:00:00", tz="UTC")
+    frame = pd.DataFrame({"k": ["a", "b", "a"],
+                          "t": [base, base + pd.Timedelta(seconds=30),
+                                base + pd.Timedelta(seconds=90)]})
+    run(spark.createDataFrame(frame, "k string, t timestamp"), 0)
+    state = read_state(spark, str(tmp_path / "state"))
+    assert dict(state.dtypes)["watermark"] == "timestamp"
+    assert dict(state.dtypes)["last_seen"] == "timestamp"
+    rows = {r.key: r for r in state.collect()}
+    as_utc = {k: (pd.Timestamp(r.watermark).tz_localize(None), pd.Timestamp(r.last_seen)
+                  .tz_localize(None)) for k, r in rows.items()}
+    # Spark gives session-local wall times: compare as the session's zone sees them
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    local = (base + pd.Timedelta(seconds=80)).tz_convert(zone).tz_localize(None)
+    assert as_utc["a"][0] == local  # highest event time 90 s less the 10 s delay
+    assert as_utc["b"][1] == (base + pd.Timedelta(seconds=30)).tz_convert(zone).tz_localize(None)

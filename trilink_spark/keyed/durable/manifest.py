@@ -25,7 +25,12 @@ from ...errors import InvalidArgumentError, StateCorruptError, StateOwnershipErr
 from ...state.local import LocalState
 from ...state.store import KeyedStateStore
 
-__all__ = ["runner_config", "claim", "start_version", "check_not_rolled_back", "commit_batch", "batch_time",
+#: The manifest entry naming the event-time column's kind (``"timestamp"``, ``"date"``,
+#: ``"integral"`` or ``"fractional"``), recorded with each commit: how
+#: :func:`~trilink_spark.keyed.read_state` gives a key's watermark back.
+EVENT_TIME_KIND = "event_time_kind"
+
+__all__ = ["EVENT_TIME_KIND", "runner_config", "claim", "start_version", "check_not_rolled_back", "commit_batch", "batch_time",
            "processing_time_after", "PROCESSING_RECORD"]
 
 logger = logging.getLogger(__name__)

@@ -29,6 +29,7 @@ from ...partitioners import BlockPartitioner
 from ...state.store import KEY_FIELD, KeyedStateStore
 from ..swaps.placement import bound_placement, stored_key_type
 from ..durable.codec import decode_keys, decode_state, read_counters
+from ..durable.manifest import EVENT_TIME_KIND
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -207,10 +208,11 @@ def read_state(spark: SparkSession, state_path: str, batch_id: int | None = None
     -------
     DataFrame
         ``key`` (the key column's type), ``partition`` (int), ``block`` (int: the key's block
-        under a :class:`~trilink_spark.BlockPartitioner`, else null), ``watermark`` (double:
-        the key's watermark, its highest event time less the delay, in the event-time column's
-        unit, microseconds for timestamps; null before any on-time row), ``last_seen``
-        (double, same unit), ``rows`` (long: rows the key has sent), then one column per
+        under a :class:`~trilink_spark.BlockPartitioner`, else null), ``watermark`` (the
+        key's watermark, its highest event time less the delay; null before any on-time row)
+        and ``last_seen`` (its last event time): timestamps where the event-time column is a
+        timestamp, else doubles in the column's unit (a path last committed by a release that
+        did not record the column's kind: doubles, microseconds for timestamps), ``rows`` (long: rows the key has sent), then one column per
         field of the processor's declared ``state_schema`` (or ``values``, the JSON text of
         each key's values, without one); a field named like one of the columns before it
         comes as ``state_<name>``. A null key (null policies ``"group"`` and
@@ -247,11 +249,29 @@ def read_state(spark: SparkSession, state_path: str, batch_id: int | None = None
     manifest = _manifest_of(store)
     version = _version(store, manifest, batch_id)
     table = _state_arrow(store, manifest, version)
+    if manifest.get(EVENT_TIME_KIND) == "timestamp":
+        table = as_timestamps(table)
     logger.info("read_state: %d keys of batch %d under %s", table.num_rows, version, store.path)
     # the Arrow table itself (classic and Connect take it whole): no pandas round trip, no
     # Python object per key
     # one chunk per column: Spark reads the table's record batches, which must align
     return frame_of_arrow(spark, table, _spark_schema(table))
+
+
+def as_timestamps(table: Any) -> Any:
+    """``table`` (:func:`state_rows`) with ``watermark`` and ``last_seen``, microseconds,
+    as UTC timestamps (a value out of a timestamp's range: null). O(keys), vectorised."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for name in ("watermark", "last_seen"):
+        at = table.schema.get_field_index(name)
+        values = table.column(name).combine_chunks()
+        ok = pc.and_(pc.is_finite(values), pc.less_equal(pc.abs(values), 2.0**62))
+        whole = pc.if_else(ok, values, pa.scalar(None, pa.float64()))
+        stamps = pc.floor(whole).cast(pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+        table = table.set_column(at, pa.field(name, stamps.type), stamps)
+    return table
 
 
 def _manifest_of(store: KeyedStateStore) -> dict[str, Any]:

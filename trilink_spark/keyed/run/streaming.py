@@ -38,13 +38,14 @@ from ...columns import python_input
 from ...partitioners import BlockPartitioner, Partitioner, TablePartitioner
 from ...partitioners.core.keys import check_null_policy
 from ...eventtime import delay_in_units, event_time_micros
+from ...eventtime import time_kind as column_time_kind
 from ...state.local import LOCAL_KEY_TYPES, supports_key_type
 from ...state.foreach import StatefulBatchFunction
 from ...state.store import KeyedStateStore
 from ..semantics.process import KeyedWatermarkProcessFunction
 from ..durable.local_sync import LocalConfig, LocalSync
 from ..durable.manifest import PROCESSING_RECORD, batch_time, claim, commit_batch, runner_config
-from ..durable.manifest import start_version
+from ..durable.manifest import EVENT_TIME_KIND, start_version
 from ..swaps.placement import KeyColumn, Placed, check_rebalancer, swap_report
 from ..swaps.plan import SwapReport, SwapRequest, write_segments
 from ..swaps.replanner import Replanner
@@ -117,6 +118,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
         self.swaps: list[SwapReport] = []
         self.replanner = Replanner(store, options)
         self._types: tuple[Any, Any] | None = None
+        self._time_kind: str | None = None  # the event-time column's kind, once
         self.history = RunHistory()
         self._warned_files = False  # logged once that the key type keeps the file store
         self._ttl_units = math.inf  # state_ttl in the event-time column's units
@@ -268,6 +270,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
         )
         if self._types is None:  # a stream's schema is fixed: parse the state types once
             self._types = state_types(batch_df, o["key"], o["processor"])
+            self._time_kind = column_time_kind(batch_df, o["event_time"])
             if o.get("state_ttl_time") == "processing":
                 self._processing_ttl_ms = seconds(o["state_ttl"], "state_ttl") * 1000.0
             elif o.get("state_ttl") is not None:
@@ -423,6 +426,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
             extra["started_with"] = self.replanner.started_with
         if done is not None:  # a stored request is never carried out twice
             extra["swap_request_done"] = done
+        if self._time_kind is not None:  # how read_state gives watermarks back
+            extra[EVENT_TIME_KIND] = self._time_kind
         if clock is None and manifest.get(PROCESSING_RECORD) is not None:
             extra[PROCESSING_RECORD] = None  # a later processing-time TTL starts afresh
         commit_batch(self.store, batch_id, prev, self.token, batch.query, batch.config,
