@@ -48,7 +48,8 @@ __all__ = ["MANIFEST_FORMAT", "MANIFEST_VERSION", "MAX_RECORD_BYTES", "RECORD_FO
            "SEGMENT_INDEX", "MAX_PROFILE_KEYS", "MAX_PROFILE_KEY_CHARS", "HISTORY_VERSION",
            "MAX_HISTORY_PARTITIONS", "MAX_HOT_KEYS", "MAX_SAMPLE_KEYS", "MAX_NAME_CHARS",
            "MAX_TEXT_CHARS", "HISTORY_FIELDS", "check_history_record", "check_swap_request",
-           "TABLES_FORMAT", "TABLES_VERSION", "MAX_TABLE_FILES", "tables_bytes", "parse_tables"]
+           "TABLES_FORMAT", "TABLES_VERSION", "MAX_TABLE_FILES", "tables_bytes", "parse_tables",
+           "valid_table_files"]
 
 MANIFEST_FORMAT = "trilink-keyed-state-manifest"
 MANIFEST_VERSION = 1
@@ -771,7 +772,8 @@ def parse_tables(data: bytes, path: str, partition: int, version: int) -> dict[s
     elif doc.get("format_version") != TABLES_VERSION:
         problem = (f"table snapshot version {doc.get('format_version')!r}; this trilink-spark "
                    f"reads version {TABLES_VERSION}")
-    elif doc.get("partition") != partition or doc.get("version") != version:
+    elif type(doc.get("partition")) is not int or type(doc.get("version")) is not int \
+            or doc["partition"] != partition or doc["version"] != version:
         problem = (f"it records partition {doc.get('partition')!r} version "
                    f"{doc.get('version')!r}, not partition {partition} version {version}")
     elif not _tables_fields(doc):
@@ -784,11 +786,18 @@ def parse_tables(data: bytes, path: str, partition: int, version: int) -> dict[s
 
 def _tables_fields(doc: dict[str, Any]) -> bool:
     """Whether a table snapshot record's fields are within their bounds."""
-    files, meta, line = doc.get("files"), doc.get("meta"), doc.get("lineage")
-    if not (isinstance(line, str) and len(line) == 32 and set(line) <= _HEX
-            and isinstance(files, list) and len(files) <= MAX_TABLE_FILES
+    meta, line = doc.get("meta"), doc.get("lineage")
+    return (isinstance(line, str) and len(line) == 32 and set(line) <= _HEX
             and is_count(doc.get("uploaded"), 0) and isinstance(doc.get("schema"), str)
-            and isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
+            and isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())
+            and valid_table_files(doc.get("files")))
+
+
+def valid_table_files(files: Any) -> bool:
+    """Whether ``files`` is a list of table file entries (``name``, ``blob``: plain file
+    names; ``size``; ``sha256``: 64 hex digits) with no name twice, at most
+    :data:`MAX_TABLE_FILES` of them."""
+    if not isinstance(files, list) or len(files) > MAX_TABLE_FILES:
         return False
     for f in files:
         if not (isinstance(f, dict) and _file_name(f.get("name")) and _file_name(f.get("blob"))

@@ -29,8 +29,13 @@ Nothing is unpickled or evaluated: RocksDB reads its own files, rows are Arrow.
 
 **Pruning keeps what a kept snapshot refers to.** :func:`collect` deletes a blob only when no
 remaining record lists it and it is older than the newest record (a writer still uploading
-for a newer snapshot writes newer blobs); :func:`upload` checks after writing its record that
-every blob it lists is there, and uploads again any that is not.
+for a newer snapshot writes newer blobs), in two steps: it sets the blob aside (renamed
+``.aside-<name>``), lists the records again, and then deletes it, or puts it back when a record
+written meanwhile lists it. :func:`upload` checks after writing its record that every blob it
+lists is there, and uploads again any that is not. So a record written before a blob is set
+aside is seen by the second listing, and one written after it finds the blob missing: either
+way no kept snapshot loses a file. A blob left aside by a collect that stopped is still read
+by :func:`download`, and deleted or put back by the next collect.
 
 Cost: a snapshot uploads the table files written since the last one (what the batches since
 changed, after compaction), plus RocksDB's small files: O(changed files), not O(state). Its
@@ -52,9 +57,10 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from .._internal.io.files import write_atomic_stream
+from .._internal.io.files import create_if_absent, write_atomic_stream
 from ..errors import StateCorruptError, StateStoreError
-from .formats import parse_tables, tables_bytes
+from .._internal.io.sealed import unseal
+from .formats import dump, parse_tables, tables_bytes, valid_table_files
 from .local import iter_rows, open_checkpoint, split_head
 from .rows import decode_rows
 from .sweep import STALE_CHECKPOINT_SECONDS
@@ -76,27 +82,54 @@ _LINEAGE = "TRILINK-LINEAGE"
 _INHERITED = "TRILINK-INHERITED.json"
 _OWN = (_LINEAGE, _INHERITED)
 _CHUNK = 1 << 20
+#: Prefix of a blob that :func:`collect` set aside before deleting it.
+_ASIDE = ".aside-"
 #: Rows decoded at a time when a snapshot is read as a table.
 _ROWS_CHUNK = 65536
 
 
-def _valid_lineage(text: str) -> bool:
-    return len(text) == 32 and all(c in "0123456789abcdef" for c in text)
+def _valid_lineage(text: object) -> bool:
+    return isinstance(text, str) and len(text) == 32 and set(text) <= set("0123456789abcdef")
+
+
+def _identity(directory: str) -> list[int]:
+    st = os.stat(directory)
+    return [st.st_dev, st.st_ino]
 
 
 def lineage(directory: str) -> str:
-    """The lineage of the RocksDB directory ``directory`` (created on first use). O(1)."""
+    """The lineage of the RocksDB directory ``directory``: created on first use, and again
+    when the file was written for another directory (a copied directory: its inode differs),
+    so that two databases never share one. O(1)."""
     path = os.path.join(directory, _LINEAGE)
     try:
         with open(path, encoding="ascii") as f:
-            found = f.read().strip()
-        if _valid_lineage(found):
-            return found
-    except (OSError, UnicodeDecodeError):
+            doc = json.loads(f.read(4096))
+        if isinstance(doc, dict) and _valid_lineage(doc.get("lineage")) \
+                and doc.get("at") == _identity(directory):
+            return str(doc["lineage"])
+    except (OSError, UnicodeDecodeError, ValueError):
         pass
+    return _new_lineage(directory)
+
+
+def _new_lineage(directory: str) -> str:
     found = uuid.uuid4().hex
-    _write_small(path, found)
+    _write_small(os.path.join(directory, _LINEAGE),
+                 json.dumps({"lineage": found, "at": _identity(directory)}))
     return found
+
+
+def _stamped(checkpoint: str) -> str | None:
+    """The lineage :func:`stamp_checkpoint` wrote into ``checkpoint`` (None: none, or not
+    one)."""
+    try:
+        with open(os.path.join(checkpoint, _LINEAGE), encoding="ascii") as f:
+            doc = json.loads(f.read(4096))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    found = doc.get("lineage") if isinstance(doc, dict) else None
+    return str(found) if _valid_lineage(found) else None
 
 
 def _write_small(path: str, text: str) -> None:
@@ -109,23 +142,29 @@ def _write_small(path: str, text: str) -> None:
 def stamp_checkpoint(database: str, checkpoint: str) -> None:
     """Copy the lineage (and what it inherited) of the copy at ``database`` into its fresh
     ``checkpoint``, so the snapshot writer knows which of its files are already stored. O(1)."""
-    _write_small(os.path.join(checkpoint, _LINEAGE), lineage(database))
+    line = lineage(database)
+    _write_small(os.path.join(checkpoint, _LINEAGE), json.dumps({"lineage": line}))
     inherited = os.path.join(database, _INHERITED)
     if os.path.exists(inherited):
         shutil.copyfile(inherited, os.path.join(checkpoint, _INHERITED))
 
 
 def _inherited(directory: str, line: str) -> dict[str, dict[str, Any]]:
-    """The files a restored copy took from its snapshot (empty when unknown or not its own)."""
+    """The files a restored copy took from its snapshot: empty when unknown, not its own,
+    damaged (the file is sealed) or holding an entry out of bounds, so a doubt costs an
+    upload, never a wrong reference."""
+    where = os.path.join(directory, _INHERITED)
     try:
-        with open(os.path.join(directory, _INHERITED), encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
+        with open(where, encoding="utf-8") as f:
+            doc = unseal(json.loads(f.read()), where)
+    except (OSError, ValueError, RecursionError):  # StateCorruptError is a ValueError
         return {}
-    if not isinstance(doc, dict) or doc.get("lineage") != line \
-            or not isinstance(doc.get("files"), list):
+    if not isinstance(doc, dict) or doc.get("lineage") != line:
         return {}
-    return {f["name"]: f for f in doc["files"] if isinstance(f, dict) and "name" in f}
+    files = doc.get("files")
+    if not isinstance(files, list) or not valid_table_files(files):
+        return {}
+    return {f["name"]: f for f in files if f["name"].endswith(".sst")}
 
 
 def checkpoint_schemas(directory: str) -> dict[int, Any]:
@@ -199,7 +238,7 @@ def upload(store: KeyedStateStore, partition: int, version: int, checkpoint: str
     StateStoreError
         The state path cannot be written.
     """
-    line = lineage(checkpoint)
+    line = _stamped(checkpoint) or uuid.uuid4().hex  # unstamped: shares nothing
     known = dict(_inherited(checkpoint, line))
     snapshots = [v for v in store.listing(partition)[0] if v < version]
     for v in sorted(snapshots, reverse=True)[:1]:
@@ -214,6 +253,7 @@ def upload(store: KeyedStateStore, partition: int, version: int, checkpoint: str
     blobs = _blob_dir(store, partition)
     files: list[dict[str, Any]] = []
     uploaded = shared = 0
+    upload_id = uuid.uuid4().hex[:12]
     try:
         store.fs.create_dir(blobs, recursive=True)
         for name in sorted(os.listdir(checkpoint)):
@@ -226,7 +266,10 @@ def upload(store: KeyedStateStore, partition: int, version: int, checkpoint: str
                 files.append({k: old[k] for k in ("name", "blob", "size", "sha256")})
                 shared += size
                 continue
-            blob = f"{line}-{name}" if name.endswith(".sst") else f"{line}-{version:012d}-{name}"
+            # a table file's bytes are fixed by its database and number; RocksDB's small files
+            # are rewritten, so each writer's get names of their own (a retried task's too)
+            blob = f"{line}-{name}" if name.endswith(".sst") else \
+                f"{line}-{version:012d}-{upload_id}-{name}"
             files.append({"name": name, "blob": blob, "size": size,
                           "sha256": _upload_file(store, local, f"{blobs}/{blob}")})
             uploaded += size
@@ -234,8 +277,14 @@ def upload(store: KeyedStateStore, partition: int, version: int, checkpoint: str
                   "uploaded": uploaded, "meta": meta,
                   "schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")}
         path = _record_path(store, partition, version)
-        write_atomic_stream(store.fs, path, lambda out: out.write(tables_bytes(record)))
-        for f in _missing(store, partition, files):  # pruned while this one was written
+        data = tables_bytes(record)
+        parse_tables(data, path, partition, version)  # never a record the store refuses
+        if not create_if_absent(store.fs, path, data):
+            logger.info("partition %d: snapshot %d was written by another attempt", partition,
+                        version)
+            return {"files": len(files), "uploaded": uploaded, "shared": shared}
+        # a blob collect set aside (or deleted) meanwhile is uploaded again (collect docs)
+        for f in _missing(store, partition, files):
             _upload_file(store, os.path.join(checkpoint, f["name"]), f"{blobs}/{f['blob']}")
             uploaded += f["size"]
     except OSError as err:
@@ -288,6 +337,10 @@ def download(store: KeyedStateStore, partition: int, version: int, target: str
     os.makedirs(target)
     for f in record["files"]:
         remote = f"{blobs}/{f['blob']}"
+        if store.fs.get_file_info(remote).type.name == "NotFound":
+            aside = f"{blobs}/{_ASIDE}{f['blob']}"  # set aside by a collect that died
+            if store.fs.get_file_info(aside).type.name == "File":
+                remote = aside
         digest = hashlib.sha256()
         size = 0
         try:
@@ -303,17 +356,17 @@ def download(store: KeyedStateStore, partition: int, version: int, target: str
                 "state path, or start over with a new state path") from None
         except OSError as err:
             raise StateStoreError(f"cannot copy {remote} to {target} ({type(err).__name__}: "
-                                  f"{err}); free space there or point "
-                                  "spark.trilink.state.localDir at another disk") from None
+                                  f"{err}); free space on that disk or make it writable (for "
+                                  "a task's copy: spark.trilink.state.localDir)") from None
         if size != f["size"] or digest.hexdigest() != f["sha256"]:
             raise StateCorruptError(
                 f"{remote} fails its checksum ({size} bytes, {f['size']} recorded in {where}): "
                 "a damaged table file; restore it from a copy of the state path, or start "
                 "over with a new state path")
-    line = uuid.uuid4().hex
-    _write_small(os.path.join(target, _LINEAGE), line)
-    _write_small(os.path.join(target, _INHERITED), json.dumps(
-        {"lineage": line, "files": [f for f in record["files"] if f["name"].endswith(".sst")]}))
+    line = _new_lineage(target)  # its inode goes along when it is moved into place
+    _write_small(os.path.join(target, _INHERITED), dump(
+        {"lineage": line, "files": [f for f in record["files"] if f["name"].endswith(".sst")]}
+    ).decode("ascii"))
     return record
 
 
@@ -335,11 +388,24 @@ def load_tables_table(store: KeyedStateStore, partition: int, version: int) -> A
         where = _record_path(store, partition, version)
         try:
             schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(record["schema"])))
-        except (ValueError, pa.ArrowInvalid, OSError) as err:
-            raise StateCorruptError(f"{where}: its schema is not an Arrow schema ({err})") \
-                from None
+            # the rows' own schemas decide the columns; the record adds partition-wide values
+            unified = pa.unify_schemas([schema.remove_metadata(),
+                                        *checkpoint_schemas(target).values()],
+                                       promote_options="permissive")
+        except (ValueError, TypeError, pa.ArrowInvalid, OSError) as err:
+            raise StateCorruptError(f"{where}: its schema is not an Arrow schema of its rows "
+                                    f"({err})") from None
+        except Exception as err:  # noqa: BLE001 - RocksDB raises plain Exceptions
+            raise StateCorruptError(f"{where}: its table files do not open ({err})") from None
+        rows = set(unified.names) - set(schema.names)
+        if "key" not in schema.names or rows:
+            raise StateCorruptError(
+                f"{where}: its schema does not describe its rows (it lacks "
+                f"{', '.join(sorted(rows | ({'key'} - set(schema.names))))}); "
+                "restore the state path from a copy, or start over with a new one")
+        schema = unified.with_metadata(schema.metadata)
         try:
-            batches = list(_batches(target, schema.remove_metadata(), where))
+            batches = list(_batches(target, unified, where))
         except StateCorruptError:
             raise
         except Exception as err:  # noqa: BLE001 - RocksDB raises plain Exceptions
@@ -415,24 +481,44 @@ def collect(store: KeyedStateStore, partition: int) -> list[str]:
         and info.mtime_ns is not None and info.mtime_ns < bound]
     if not candidates:
         return []
+    blobs = _blob_dir(store, partition)
+    aside: list[tuple[str, str]] = []  # (where it is now, its name)
+    for info in candidates:
+        name = info.base_name
+        if name.startswith(_ASIDE):  # left by a collect that stopped midway
+            aside.append((info.path, name[len(_ASIDE):]))
+            continue
+        try:
+            store.fs.move(info.path, f"{blobs}/{_ASIDE}{name}")
+        except FileNotFoundError:
+            continue
+        except OSError as err:
+            raise StateStoreError(f"cannot move {info.path} ({type(err).__name__}: {err})") \
+                from None
+        aside.append((f"{blobs}/{_ASIDE}{name}", name))
+    # look again: a record written before a blob was set aside lists it, and one written
+    # after finds it missing and uploads it again (upload)
     seen = {i.base_name for i in records}
     for info in store.fs.get_file_info(fs.FileSelector(directory, allow_not_found=True)):
         stem = info.base_name[: -len(TABLES_SUFFIX)]
         if info.base_name.endswith(TABLES_SUFFIX) and info.base_name not in seen \
-                and stem.isdigit():  # written meanwhile: what it lists stays
+                and stem.isdigit():
             record = read_record(store, partition, int(stem))
             if record is not None:
                 keep.update(f["blob"] for f in record["files"])
     gone = []
-    for info in candidates:
-        if info.base_name in keep:
-            continue
+    for path, name in aside:
         try:
-            store.fs.delete_file(info.path)
+            if name in keep:  # listed after all: put back, unless uploaded again meanwhile
+                if store.fs.get_file_info(f"{blobs}/{name}").type == fs.FileType.NotFound:
+                    store.fs.move(path, f"{blobs}/{name}")
+                    continue
+            store.fs.delete_file(path)
         except FileNotFoundError:
             continue
         except OSError as err:
-            raise StateStoreError(f"cannot delete {info.path} ({type(err).__name__}: {err})") \
+            raise StateStoreError(f"cannot delete {path} ({type(err).__name__}: {err})") \
                 from None
-        gone.append(info.base_name)
+        if name not in keep:
+            gone.append(name)
     return gone

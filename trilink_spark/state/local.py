@@ -709,7 +709,7 @@ class LocalState:
         Raises
         ------
         StateStoreError, StateCorruptError
-            As :meth:`_guard` says; the copy is then empty, to be rebuilt.
+            As :meth:`_guard` says; the copy is then empty (and open), to be rebuilt.
         """
         from rocksdict import Options, Rdict
 
@@ -718,12 +718,21 @@ class LocalState:
             with self._guard("close"):
                 db.close()
         shutil.rmtree(self.directory, ignore_errors=True)
-        with self._guard("open the restored copy"):
-            os.replace(source, self.directory)
-            self._db = Rdict(self.directory, Options(raw_mode=True))
-        self._opened = (identity(self.directory, self._lock_path)[0], self._opened[1])
         self._schemas.clear()
-        self.meta = self._read_meta(_META) or {"version": None}
+        self.meta = {"version": None}
+        try:
+            with self._guard("open the restored copy"):
+                os.replace(source, self.directory)
+                self._db = Rdict(self.directory, Options(raw_mode=True))
+            self.meta = self._read_meta(_META) or {"version": None}
+        except (StateCorruptError, StateStoreError):
+            shutil.rmtree(self.directory, ignore_errors=True)  # an empty copy, still locked
+            options = Options(raw_mode=True)
+            options.create_if_missing(True)
+            self._db = Rdict(self.directory, options)
+            raise
+        finally:
+            self._opened = (identity(self.directory, self._lock_path)[0], self._opened[1])
 
     def reset(self) -> None:
         """Empty this copy (before a rebuild)."""

@@ -460,7 +460,12 @@ def _restored(local: LocalState, store: KeyedStateStore, config: LocalConfig, pi
     os.rmdir(target)
     try:
         download(store, pid, at, target)
-        local.restore(target)
+        try:
+            local.restore(target)
+        except StateCorruptError as err:
+            raise StateCorruptError(
+                f"{store.tables_path(pid, at)}: its table files do not open as a copy ({err}); "
+                "restore the state path from a copy, or start over with a new one") from None
     finally:
         shutil.rmtree(target, ignore_errors=True)
     if local.timed != _timed(config) or not _matches(local, store, config, pid, at):
