@@ -404,12 +404,24 @@ def drain_snapshot_writers() -> float:
 
 
 def latest_snapshots(state: Path) -> dict[str, int]:
-    """Each partition's newest snapshot file and its bytes."""
+    """Each partition's newest snapshot and its bytes: a whole-partition ``.state`` file, or
+    an incremental ``.tables`` record with the bytes of the table files it lists."""
+    from trilink_spark.state import KeyedStateStore
+    from trilink_spark.state.incremental import read_record, referenced_bytes
+
     out: dict[str, int] = {}
+    store = None
     for part in sorted(state.glob("partition=*")):
-        found = sorted(part.glob("*.state"))
-        if found:
-            out[str(found[-1])] = found[-1].stat().st_size
+        found = sorted([*part.glob("*.state"), *part.glob("*.tables")], key=lambda p: p.stem)
+        if not found:
+            continue
+        newest = found[-1]
+        if newest.suffix == ".tables":
+            store = store or KeyedStateStore(str(state))
+            record = read_record(store, int(part.name.split("=")[1]), int(newest.stem))
+            out[str(newest)] = referenced_bytes(record) if record else 0
+        else:
+            out[str(newest)] = newest.stat().st_size
     return out
 
 
@@ -522,7 +534,7 @@ def run_ours(spark: Any, files: Files, work: Path, store: str) -> dict[str, Any]
         out["memory"] = memory
         out["steady_snapshot_files"] = sorted(
             os.path.basename(f) for f in snaps["state"]
-            if f.endswith(".state") and f not in loaded and os.path.exists(f))
+            if f.endswith((".state", ".tables")) and f not in loaded and os.path.exists(f))
         out["steady_snapshot_drain_seconds"] = drain_snapshot_writers()
         newest = latest_snapshots(state)
         out["snapshot_bytes"] = sum(newest.values())
