@@ -55,7 +55,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .._internal.io.files import create_if_absent, write_atomic_stream
 from ..errors import StateCorruptError, StateStoreError
@@ -65,10 +65,22 @@ from .local import iter_rows, open_checkpoint, split_head
 from .rows import decode_rows
 from .sweep import STALE_CHECKPOINT_SECONDS
 
-if TYPE_CHECKING:
-    from .store import KeyedStateStore
 
-__all__ = ["TABLES_SUFFIX", "TABLES_DIR", "lineage", "stamp_checkpoint", "checkpoint_schemas",
+
+class TableStore(Protocol):
+    """What this module needs of a :class:`~trilink_spark.state.KeyedStateStore` (which
+    imports this module, so it is named by its shape here)."""
+
+    fs: Any
+    path: str
+
+    def partition_dir(self, partition: int) -> str: ...
+
+    def version_path(self, partition: int, version: int) -> str: ...
+
+    def listing(self, partition: int) -> tuple[set[int], set[int]]: ...
+
+__all__ = ["TableStore", "TABLES_SUFFIX", "TABLES_DIR", "lineage", "stamp_checkpoint", "checkpoint_schemas",
            "upload", "read_record", "restorable", "download", "load_tables_table", "collect",
            "referenced_bytes"]
 
@@ -187,15 +199,15 @@ def checkpoint_schemas(directory: str) -> dict[int, Any]:
         db.close()
 
 
-def _blob_dir(store: KeyedStateStore, partition: int) -> str:
+def _blob_dir(store: TableStore, partition: int) -> str:
     return f"{store.partition_dir(partition)}/{TABLES_DIR}"
 
 
-def _record_path(store: KeyedStateStore, partition: int, version: int) -> str:
+def _record_path(store: TableStore, partition: int, version: int) -> str:
     return f"{store.partition_dir(partition)}/{version:012d}{TABLES_SUFFIX}"
 
 
-def read_record(store: KeyedStateStore, partition: int, version: int) -> dict[str, Any] | None:
+def read_record(store: TableStore, partition: int, version: int) -> dict[str, Any] | None:
     """``partition``'s snapshot record ``version`` (None: there is none). O(its size)."""
     path = _record_path(store, partition, version)
     try:
@@ -212,7 +224,7 @@ def read_record(store: KeyedStateStore, partition: int, version: int) -> dict[st
     return parse_tables(data, path, partition, version)
 
 
-def _upload_file(store: KeyedStateStore, local: str, remote: str) -> str:
+def _upload_file(store: TableStore, local: str, remote: str) -> str:
     """Copy ``local`` to ``remote`` atomically; its SHA-256, computed on the way."""
     digest = hashlib.sha256()
 
@@ -226,7 +238,7 @@ def _upload_file(store: KeyedStateStore, local: str, remote: str) -> str:
     return digest.hexdigest()
 
 
-def upload(store: KeyedStateStore, partition: int, version: int, checkpoint: str,
+def upload(store: TableStore, partition: int, version: int, checkpoint: str,
            schema: Any, meta: dict[str, str]) -> dict[str, int]:
     """Store the checkpoint at ``checkpoint`` as ``partition``'s snapshot ``version`` (module
     docs): the files not already stored, then the record. ``schema``: the Arrow schema the
@@ -295,7 +307,7 @@ def upload(store: KeyedStateStore, partition: int, version: int, checkpoint: str
     return {"files": len(files), "uploaded": uploaded, "shared": shared}
 
 
-def _missing(store: KeyedStateStore, partition: int, files: list[dict[str, Any]]
+def _missing(store: TableStore, partition: int, files: list[dict[str, Any]]
              ) -> list[dict[str, Any]]:
     from pyarrow import fs
 
@@ -304,7 +316,7 @@ def _missing(store: KeyedStateStore, partition: int, files: list[dict[str, Any]]
     return [f for f, info in zip(files, infos) if info.type != fs.FileType.File]
 
 
-def restorable(store: KeyedStateStore, partition: int, version: int) -> bool:
+def restorable(store: TableStore, partition: int, version: int) -> bool:
     """Whether ``partition``'s snapshot ``version`` is incremental (a record, no Arrow
     snapshot beside it, which readers would take first). One metadata call."""
     from pyarrow import fs
@@ -314,7 +326,7 @@ def restorable(store: KeyedStateStore, partition: int, version: int) -> bool:
     return bool(found[0].type == fs.FileType.File and found[1].type == fs.FileType.NotFound)
 
 
-def download(store: KeyedStateStore, partition: int, version: int, target: str
+def download(store: TableStore, partition: int, version: int, target: str
              ) -> dict[str, Any]:
     """Fetch ``partition``'s snapshot ``version`` into the new directory ``target`` (a RocksDB
     database once done, with a lineage of its own and the files it inherited); returns the
@@ -370,7 +382,7 @@ def download(store: KeyedStateStore, partition: int, version: int, target: str
     return record
 
 
-def load_tables_table(store: KeyedStateStore, partition: int, version: int) -> Any:
+def load_tables_table(store: TableStore, partition: int, version: int) -> Any:
     """``partition``'s snapshot ``version`` as a state table (one row per key, the
     partition-wide values in its schema metadata), read through a temporary local copy.
     O(the snapshot's bytes) time and local disk.
@@ -451,7 +463,7 @@ def referenced_bytes(record: dict[str, Any]) -> int:
     return sum(int(f["size"]) for f in record["files"])
 
 
-def collect(store: KeyedStateStore, partition: int) -> list[str]:
+def collect(store: TableStore, partition: int) -> list[str]:
     """Delete ``partition``'s blobs that no remaining snapshot record lists and that are
     older than its newest record (module docs); returns their names. One listing of the
     partition and of its blobs, one read per record.
