@@ -150,7 +150,7 @@ def test_timestamp_event_times_are_microseconds_and_intervals_parse() -> None:
     tester.run(frame(["a", "a"], seconds))
     out = tester.run(frame(["a", "a"], pd.to_datetime([5, 11], unit="s", utc=True)))
     assert out.values.tolist() == [["a", 3, 1, 10_000_000.0]]
-    assert tester.state()["watermark"].tolist() == [10_000_000.0]
+    assert tester.state()["watermark"].tolist() == [pd.Timestamp(10_000_000, unit="us", tz="UTC")]
 
 
 def test_timers_fire_once_the_watermark_passes_and_at_the_end() -> None:

@@ -58,7 +58,7 @@ from ..eventtime import MAX_EXACT, delay_in_units, time_kind
 from ..keyed.durable.codec import decode_state, encode_state, read_counters
 from ..keyed.durable.local_sync import LocalConfig, expire, expire_processed
 from ..keyed.durable.manifest import processing_time_after
-from ..keyed.records.state_reader import STATE_COLUMNS, state_rows
+from ..keyed.records.state_reader import STATE_COLUMNS, as_timestamps, state_rows
 from ..keyed.run.prepare import carried_columns, check_processor, units
 from ..keyed.run.streaming import check_ttl, check_ttl_time
 from ..keyed.run.task import run_batch, runtime_frame
@@ -407,8 +407,8 @@ class KeyedTester(PicklableLock):
             ``key`` (exact: an integer key column with a null as pandas' ``Int64``, a
             floating one as ``Float64``, where the null key and the NaN key are two rows),
             ``partition`` (0), ``block`` (null: no block placement), ``watermark`` (the
-            key's highest event time less the delay, in internal units: microseconds for
-            timestamps; null before its first on-time row), ``last_seen``, ``rows``, then one
+            key's highest event time less the delay: a timestamp for a timestamp event time,
+            else in its unit; null before its first on-time row), ``last_seen``, ``rows``, then one
             column per field of the ``state_schema`` (a field named like a column before it
             as ``state_<name>``), or ``values`` (each key's values as JSON text) without one.
 
@@ -419,8 +419,10 @@ class KeyedTester(PicklableLock):
         with self._lock:
             table = self._table if self._table is not None else encode_state(
                 PartitionState(), self._key_type, self._value_type)
-            delay = self._units[0]
+            delay, kind = self._units[0], self._kind
         out = state_rows(table, delay)  # as read_state reads a stream's
+        if kind == "timestamp":
+            out = as_timestamps(out)
         frame: pd.DataFrame = runtime_frame(out, "key")
         return frame
 
