@@ -36,22 +36,11 @@ from trilink_spark.state.incremental import (TABLES_DIR, collect, download, line
                                              read_record, stamp_checkpoint)
 from trilink_spark.state.local import LocalState, head
 from trilink_spark.state.rows import encode_rows
+from test_incremental import SCHEMA, put  # beside this file: one way to fill a copy
 
-SCHEMA = pa.schema([("key", pa.string()), ("n", pa.int64())])
 
 
 # ---------------------------------------------------------------------- helpers
-def put(local: LocalState, version: int, values: dict[str, int]) -> None:
-    """Apply ``values`` (key -> n) as ``version`` and flush it into a table file."""
-    table = pa.table({"key": list(values), "n": list(values.values())}, schema=SCHEMA)
-    sid = local.register(table.schema)
-    rows = [head(float("inf"), sid) + body for body in encode_rows(table)]
-    puts = [(k.encode(), r) for k, r in zip(values, rows)]
-    before = dict(zip([k for k, _ in puts], local.get([k for k, _ in puts])))
-    local.apply(version, f"a{version}", {"shared": "x"}, puts, [], before)
-    local.settle()
-
-
 def checkpoint(local: LocalState) -> str:
     directory = tempfile.mkdtemp(dir=os.path.dirname(local.directory))
     os.rmdir(directory)

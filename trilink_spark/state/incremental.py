@@ -80,6 +80,10 @@ class TableStore(Protocol):
 
     def listing(self, partition: int) -> tuple[set[int], set[int]]: ...
 
+    def tables_path(self, partition: int, version: int) -> str: ...
+
+    def read_bytes(self, path: str, limit: int | None = None) -> bytes | None: ...
+
 __all__ = ["TableStore", "TABLES_SUFFIX", "TABLES_DIR", "lineage", "stamp_checkpoint", "checkpoint_schemas",
            "upload", "read_record", "restorable", "download", "load_tables_table", "collect",
            "referenced_bytes"]
@@ -203,25 +207,11 @@ def _blob_dir(store: TableStore, partition: int) -> str:
     return f"{store.partition_dir(partition)}/{TABLES_DIR}"
 
 
-def _record_path(store: TableStore, partition: int, version: int) -> str:
-    return f"{store.partition_dir(partition)}/{version:012d}{TABLES_SUFFIX}"
-
-
 def read_record(store: TableStore, partition: int, version: int) -> dict[str, Any] | None:
     """``partition``'s snapshot record ``version`` (None: there is none). O(its size)."""
-    path = _record_path(store, partition, version)
-    try:
-        with store.fs.open_input_stream(path) as f:
-            data = f.read()
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        from pyarrow import fs
-
-        if store.fs.get_file_info(path).type == fs.FileType.NotFound:
-            return None
-        raise StateStoreError(f"cannot read {path} ({type(err).__name__}: {err})") from None
-    return parse_tables(data, path, partition, version)
+    path = store.tables_path(partition, version)
+    data = store.read_bytes(path)
+    return None if data is None else parse_tables(data, path, partition, version)
 
 
 def _upload_file(store: TableStore, local: str, remote: str) -> str:
@@ -288,7 +278,7 @@ def upload(store: TableStore, partition: int, version: int, checkpoint: str,
         record = {"partition": partition, "version": version, "lineage": line, "files": files,
                   "uploaded": uploaded, "meta": meta,
                   "schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")}
-        path = _record_path(store, partition, version)
+        path = store.tables_path(partition, version)
         data = tables_bytes(record)
         parse_tables(data, path, partition, version)  # never a record the store refuses
         if not create_if_absent(store.fs, path, data):
@@ -321,7 +311,7 @@ def restorable(store: TableStore, partition: int, version: int) -> bool:
     snapshot beside it, which readers would take first). One metadata call."""
     from pyarrow import fs
 
-    found = store.fs.get_file_info([_record_path(store, partition, version),
+    found = store.fs.get_file_info([store.tables_path(partition, version),
                                     store.version_path(partition, version)])
     return bool(found[0].type == fs.FileType.File and found[1].type == fs.FileType.NotFound)
 
@@ -341,7 +331,7 @@ def download(store: TableStore, partition: int, version: int, target: str
         The state path cannot be read or ``target`` cannot be written.
     """
     record = read_record(store, partition, version)
-    where = _record_path(store, partition, version)
+    where = store.tables_path(partition, version)
     if record is None:
         raise StateCorruptError(f"{where} is missing: partition {partition} needs its "
                                 f"snapshot of version {version}")
@@ -397,7 +387,7 @@ def load_tables_table(store: TableStore, partition: int, version: int) -> Any:
     with tempfile.TemporaryDirectory(prefix="trilink-snapshot-") as tmp:
         target = os.path.join(tmp, "db")
         record = download(store, partition, version, target)
-        where = _record_path(store, partition, version)
+        where = store.tables_path(partition, version)
         try:
             schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(record["schema"])))
             # the rows' own schemas decide the columns; the record adds partition-wide values

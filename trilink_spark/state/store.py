@@ -196,7 +196,7 @@ class KeyedStateStore:
                 f"cannot list {directory} ({type(err).__name__}: {err})") from None
         return infos
 
-    def _read(self, path: str, limit: int | None = None) -> bytes | None:
+    def read_bytes(self, path: str, limit: int | None = None) -> bytes | None:
         """The file's bytes (at most ``limit`` + 1 of them when given), None when it is
         missing; another read failure is a StateStoreError naming it."""
         try:
@@ -272,7 +272,7 @@ class KeyedStateStore:
 
     def load(self, partition: int, version: int) -> bytes | None:
         """The bytes of ``partition``'s state ``version`` (None when there is no such file)."""
-        return self._read(self.version_path(partition, version))
+        return self.read_bytes(self.version_path(partition, version))
 
     def load_before(self, partition: int, version: int) -> bytes | None:
         """The newest state of ``partition`` older than ``version`` (None: start empty)."""
@@ -316,7 +316,7 @@ class KeyedStateStore:
             if found is not None:
                 return combine(found, logs[::-1], path) if logs else found
             log_path = self.changelog_path(partition, at)
-            raw = self._read(log_path)
+            raw = self.read_bytes(log_path)
             if raw is None:
                 present = self.versions(partition)
                 raise StateCorruptError(
@@ -365,10 +365,10 @@ class KeyedStateStore:
     def _snapshot(self, partition: int, version: int) -> Any:
         """The snapshot ``version`` as a table, in either form (None: there is none)."""
         path = self.version_path(partition, version)
-        data = self._read(path)
+        data = self.read_bytes(path)
         if data is not None:
             return read_table(data, STATE_KIND, path)
-        if self._read(self.tables_path(partition, version), 0) is None:
+        if self.read_bytes(self.tables_path(partition, version), 0) is None:
             return None
         return load_tables_table(self, partition, version)
 
@@ -402,14 +402,14 @@ class KeyedStateStore:
     def load_changelog(self, partition: int, version: int) -> Any:
         """``partition``'s changelog ``version`` (None: there is none). O(its bytes)."""
         path = self.changelog_path(partition, version)
-        raw = self._read(path)
+        raw = self.read_bytes(path)
         return None if raw is None else read_table(raw, CHANGELOG_KIND, path)
 
     def changelog_attempt(self, partition: int, version: int) -> str | None:
         """The attempt token of ``partition``'s changelog ``version`` (None: there is none,
         or it is a snapshot), read from the head of the file only (its schema), O(1)."""
         path = self.changelog_path(partition, version)
-        return attempt_token(lambda limit: self._read(path, limit), MAX_TIMING_BYTES)
+        return attempt_token(lambda limit: self.read_bytes(path, limit), MAX_TIMING_BYTES)
 
     def key_table(self, version: int | None = None, extra: Sequence[str] = ()) -> Any:
         """Every key of a committed version with its partition: an Arrow table (key, partition,
@@ -514,7 +514,7 @@ class KeyedStateStore:
         partition directory, only when there are some).
         """
         path = self._manifest_path()
-        data = self._read(path)
+        data = self.read_bytes(path)
         if data is None:
             self._refuse_orphans(path)
             return None
@@ -625,7 +625,7 @@ class KeyedStateStore:
         Reads and parses one record: O(its size), a table strategy's table included.
         """
         path = self._placement_path(from_batch)
-        data = self._read(path)
+        data = self.read_bytes(path)
         if data is None:
             if missing_ok:
                 return None, 0, None
@@ -665,7 +665,7 @@ class KeyedStateStore:
     def load_plan(self, batch: int) -> dict[str, Any] | None:
         """The swap plan of ``batch`` (None when that batch swapped nothing)."""
         path = f"{self._swap_dir(batch)}/plan.json"
-        data = self._read(path)
+        data = self.read_bytes(path)
         if data is None:
             return None
         return parse_plan(data, path, batch)
@@ -673,7 +673,7 @@ class KeyedStateStore:
     def load_moves(self, batch: int) -> Any:
         """The moves table (key, from, to) of ``batch``'s plan."""
         path = f"{self._swap_dir(batch)}/moves{_SUFFIX}"
-        data = self._read(path)
+        data = self.read_bytes(path)
         if data is None:
             raise StateCorruptError(f"{path} is missing; batch {batch}'s plan needs it")
         return read_table(data, _MOVES_KIND, path)
@@ -821,7 +821,7 @@ class KeyedStateStore:
             names it (:func:`~trilink_spark.state.formats.parse_small_record`).
         """
         path = self.record_path(name)
-        data = self._read(path, MAX_RECORD_BYTES)
+        data = self.read_bytes(path, MAX_RECORD_BYTES)
         return None if data is None else parse_small_record(data, name, path)
 
     def delete_record(self, name: str) -> None:
@@ -888,7 +888,7 @@ class KeyedStateStore:
     def state_bytes(self) -> int:
         """Total size of the newest committed version's files (for state-cost measurements;
         a store without a manifest, a merge buffer's: each partition's newest file)."""
-        has_manifest = self._read(self._manifest_path()) is not None
+        has_manifest = self.read_bytes(self._manifest_path()) is not None
         manifest = self.read_manifest() if has_manifest else None
         if manifest is None or not manifest.get("committed"):
             return sum(len(self.latest(p) or b"") for p in self.partitions())
