@@ -470,3 +470,19 @@ def test_json_offsets_select_ranges(spark: Any, kafka_broker: Any, placed_topic:
     with pytest.raises(Exception, match="ending offset 1 is before starting offset 5"):
         read_kafka(spark, kafka_broker.bootstrap, topic, starting_offsets=json.dumps(start),
                    ending_offsets=json.dumps({topic: {"0": 1}})).count()
+
+
+def test_readers_never_ask_the_broker_to_create_a_topic(kafka_broker: Any) -> None:
+    """A broker with auto.create.topics.enable would create a mistyped or deleted topic that a
+    consumer's metadata request asks for; the source's consumers never ask."""
+    from trilink_spark.kafka.client import open_consumer
+
+    opts = KafkaOptions.from_options({"kafka.bootstrap.servers": kafka_broker.bootstrap,
+                                      "subscribe": "no-such-topic"}, False)
+    for source in (False, True):
+        consumer = open_consumer(opts, source=source)
+        try:
+            assert consumer.config["allow_auto_create_topics"] is False
+            assert consumer.partitions_for_topic("no-such-topic") in (None, set())
+        finally:
+            consumer.close()

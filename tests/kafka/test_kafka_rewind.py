@@ -36,23 +36,35 @@ def _topic(broker: Any, partitions: int) -> str:
 
 
 def _recreate(broker: Any, topic: str, partitions: int) -> None:
-    """Delete ``topic`` and create it again, empty, with ``partitions`` partitions."""
+    """Delete ``topic`` and create it again, empty, with ``partitions`` partitions.
+
+    A broker deletes a topic in the background (over 10 s seen with a query reading it), and a
+    create sent before the deletion is done fails, or leaves the old topic in place; so it
+    waits until the topic is gone from the listing, creates it, and checks its partitions,
+    deleting it again while they are not the ones asked for.
+    """
     from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=5_000)
     try:
-        admin.delete_topics([topic], timeout_ms=5_000)
-        deadline = time.monotonic() + 30  # over 10 s seen with a query reading it
-        while True:  # a broker may still be deleting it
+        deadline = time.monotonic() + 60
+        while True:
+            if topic in admin.list_topics():
+                admin.delete_topics([topic], timeout_ms=5_000)
+                while topic in admin.list_topics() and time.monotonic() < deadline:
+                    time.sleep(0.1)
             try:
                 admin.create_topics([NewTopic(topic, num_partitions=partitions,
                                               replication_factor=1)])
-                return
             except TopicAlreadyExistsError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+                pass
+            described = admin.describe_topics([topic])
+            if described and len(described[0]["partitions"]) == partitions:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"could not re-create {topic}: {described}")
+            time.sleep(0.1)
     finally:
         admin.close()
 

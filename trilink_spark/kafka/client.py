@@ -234,7 +234,8 @@ def _unreachable(opts: KafkaOptions) -> BrokerUnavailableError:
 
 
 def open_consumer(opts: KafkaOptions, source: bool = False) -> Any:
-    """A ``KafkaConsumer`` with no group and no auto commit (offsets are Spark's to keep).
+    """A ``KafkaConsumer`` with no group, no auto commit (offsets are Spark's to keep) and no
+    topic creation (its metadata requests never ask the broker to create a missing topic).
 
     ``source=True`` gives the readers' consumer (:func:`fetch_range`): the fetch sizes of
     :data:`FETCH_CONFIG`, and no automatic offset reset (an offset out of range is raised, so
@@ -244,6 +245,10 @@ def open_consumer(opts: KafkaOptions, source: bool = False) -> Any:
     config: dict[str, Any] = (
         {**FETCH_CONFIG, "auto_offset_reset": "none"} if source
         else {"auto_offset_reset": "earliest", "max_poll_records": 10_000})
+    if "allow_auto_create_topics" in kafka.KafkaConsumer.DEFAULT_CONFIG:
+        # a reader never creates a topic: a broker with auto.create.topics.enable would make a
+        # mistyped or deleted topic exist, with the broker's default partition count
+        config["allow_auto_create_topics"] = False
     try:
         return kafka.KafkaConsumer(
             bootstrap_servers=opts.bootstrap.split(","),
