@@ -21,7 +21,7 @@ def run(args):
 
 
 def test_scenarios_json(spark):
-    code, text = run(["balance", "--scenario", "skewed_records", "--scenario", "zipf", "--zipf", "1.1", "--json", *SMALL])
+    code, text = run(["balance", "--scenario", "skewed_records", "--scenario", "zipf", "--zipf", "1.1", "--json", "--measure", *SMALL])
     assert code == 0
     data = json.loads(text)
     assert [d["name"] for d in data["datasets"]] == ["skewed_records", "zipf(s=1.1)"]
@@ -205,8 +205,10 @@ def test_path_format_key_and_plot_errors_come_before_spark_starts(tmp_path):
         "mixed": (["balance", str(mixed), "--key", "tailnum"], "holds csv and json files"),
         "plot": (["balance", str(good), "--key", "tailnum", "--plot",
                   str(tmp_path / "no" / "such" / "dir.png")], "cannot write into"),
-        # the control: good input, so Spark starts, and cannot without Java
-        "spark": (["balance", str(good), "--key", "tailnum", "--no-measure"], None),
+        # good input is scored with Arrow: no Java needed, and none started
+        "local": (["balance", str(good), "--key", "tailnum", "--no-measure"], None),
+        # the control: --measure places the data with Spark, which cannot start without Java
+        "spark": (["balance", str(good), "--key", "tailnum", "--measure"], None),
     }
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_HOME")}
     env["JAVA_HOME"] = str(tmp_path / "no-java")
@@ -227,7 +229,9 @@ def test_path_format_key_and_plot_errors_come_before_spark_starts(tmp_path):
         assert got[name]["seconds"] < 5, (name, got[name])
     assert "did you mean 'tailnum'?" in got["csv key"]["err"]
     assert "--format parquet|csv|json" in got["format"]["err"]
-    # good input reaches Spark, which cannot start without Java: the checks are all that ran
+    # a local file is scored without a JVM; --measure reaches Spark, which cannot start
+    # without Java: the checks are all that ran before it
+    assert got["local"]["rc"] == 0, got["local"]
     assert got["spark"]["rc"] not in (0, 2) and not report["context"]
 
 

@@ -138,10 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
         "partitioning place it; 'error' refuse them; 'partition0' place them on partition 0",
     )
     bal.add_argument(
-        "--no-measure",
+        "--measure",
         action="store_true",
-        help="skip placing the data with Spark to measure hash and the best strategy",
+        help="also place the data with Spark and measure hash and the best strategy (starts "
+        "Spark; without it a local file that fits in memory is scored with Arrow, no Spark)",
     )
+    bal.add_argument("--no-measure", action="store_false", dest="measure",
+                     help="do not measure with Spark (the default)")
     bal.add_argument(
         "--kafka",
         action="store_true",
@@ -255,7 +258,6 @@ def run_balance(
     ``"error"`` they are refused (:class:`~trilink_spark.errors.NullKeyError`)."""
     import numpy as np
 
-    from ..partitioners.core.keys import check_null_policy, null_key_error
     from ..placement.fit import key_head
     from ..placement.key_by import key_counts, key_kind, table_max_keys
     from .wide import loads_balance, wide_balance
@@ -281,8 +283,6 @@ def run_balance(
         if wide.kafka_loads is not None:
             result.kafka = loads_balance(wide.kafka_loads)
     else:
-        if head.nulls and check_null_policy(null_policy) == "error":
-            raise null_key_error(f"column {key!r} has null keys")
         full_map = dict(zip(head.keys.to_pylist() + [None] * bool(head.nulls),
                             head.rows.astype(np.int64).tolist() + [head.nulls] * bool(head.nulls)))
         fit_map = full_map
@@ -290,29 +290,86 @@ def run_balance(
             sample = key_counts(df, key, sample_rate, seed, null_policy)
             fit_map = dict(zip(sample.column(0).to_pylist(),
                                sample.column(1).to_numpy().tolist()))
-            if not fit_map:
-                raise InvalidArgumentError(f"a {sample_rate} sample of {name} has no rows")
-        scores = evaluate_strategies(
-            fit_map, partitions, evaluate_on=full_map, key_type=kind, seed=seed,
-            null_policy=null_policy,
-        )
-        best = choose_best(scores)
-        result = BalanceResult(
-            name=name,
-            records=int(sum(full_map.values())),
-            distinct_keys=len(full_map),
-            sampled_records=int(sum(fit_map.values())),
-            scores=scores,
-            best=best.name,
-            skipped=ruled_out_by_keys(kind),
-            null_rows=int(full_map.get(None, 0)),
-        )
-        if kafka:
-            result.kafka = _kafka_placement(full_map, partitions)
+        result = score_counts(name, kind, full_map, fit_map, partitions, seed, kafka,
+                              null_policy, sample_rate)
+        best = next(s for s in result.scores if s.name == result.best)
     if measure:
         for score in {s.name: s for s in (result.scores[0], best)}.values():
             result.measured[score.name] = _measure(df, key, score)
     return result
+
+
+def score_counts(name: str, kind: str, full_map: dict[Any, int], fit_map: dict[Any, int],
+                 partitions: int, seed: int, kafka: bool = False, null_policy: str = "group",
+                 sample_rate: float = 1.0) -> BalanceResult:
+    """Score every strategy on counted keys: the one scoring of ``balance``, whoever counted.
+
+    Parameters
+    ----------
+    name : str
+        The data set's name in the result.
+    kind : str
+        The key kind (``"int"``, ``"long"``, ``"string"``, ``"binary"``).
+    full_map : dict
+        ``{key: rows}`` of every row, sorted by key with the null key (``None``) last.
+    fit_map : dict
+        ``{key: rows}`` the table strategies are fitted on (``full_map``, or a sample's).
+    partitions, seed, kafka, null_policy, sample_rate
+        As :func:`run_balance` takes them (``sample_rate`` names an empty sample).
+
+    Returns
+    -------
+    BalanceResult
+
+    Examples
+    --------
+    >>> counts = {1: 5, 2: 3, 3: 1}
+    >>> score_counts("tiny", "long", counts, counts, 2, 0).records
+    9
+
+    Notes
+    -----
+    Cost: no Spark; O(keys x strategies) on the driver.
+    """
+    from ..partitioners.core.keys import check_null_policy, null_key_error
+
+    if None in full_map and check_null_policy(null_policy) == "error":
+        raise null_key_error(f"{name!r} has null keys")
+    if not fit_map:
+        raise InvalidArgumentError(f"a {sample_rate} sample of {name} has no rows")
+    scores = evaluate_strategies(fit_map, partitions, evaluate_on=full_map, key_type=kind,
+                                 seed=seed, null_policy=null_policy)
+    result = BalanceResult(
+        name=name, records=int(sum(full_map.values())), distinct_keys=len(full_map),
+        sampled_records=int(sum(fit_map.values())), scores=scores,
+        best=choose_best(scores).name, skipped=ruled_out_by_keys(kind),
+        null_rows=int(full_map.get(None, 0)))
+    if kafka:
+        result.kafka = _kafka_placement(full_map, partitions)
+    return result
+
+
+def thinned(counts: dict[Any, int], rate: float, seed: int) -> dict[Any, int]:
+    """A ``rate`` sample of counted rows without Spark: each key keeps a seeded binomial
+    share of its rows (keys left with none are dropped). It draws other rows than Spark's
+    ``DataFrame.sample`` with the same seed, so fitted figures differ from a Spark read's.
+
+    Examples
+    --------
+    >>> thinned({"a": 1000, "b": 0}, 0.5, 1)["a"] in range(400, 600)
+    True
+
+    Notes
+    -----
+    Cost: O(keys), numpy.
+    """
+    import numpy as np
+
+    if rate >= 1.0:
+        return counts
+    drawn = np.random.default_rng(seed).binomial(
+        np.fromiter(counts.values(), np.int64, len(counts)), rate)
+    return {k: n for k, n in zip(counts, drawn.tolist()) if n}
 
 
 def _kafka_placement(counts: dict[Any, int], partitions: int) -> dict[str, float]:
@@ -473,49 +530,110 @@ def _plot_figure(results: Sequence[BalanceResult]) -> Any:
     return fig
 
 
-def _balance(args: argparse.Namespace, out: TextIO) -> int:
+def _balance_spark(args: argparse.Namespace, checked: Any,
+                   scenarios: list[tuple[str, Any]]) -> list[BalanceResult]:
+    """Read and score with Spark: to ``--measure``, or where Arrow cannot read as Spark."""
     from .._internal.spark.session import get_session
 
+    spark = get_session(args.master, shuffle_partitions=max(2, args.partitions),
+                        remote=args.remote)
+    if checked is not None:
+        with _spark_reading(args.path, checked.format):
+            df, key = _key_column(_read(spark, checked.spark_path or args.path,
+                                        checked.format), args.key)
+            return [run_balance(df, key, args.path, args.partitions, args.sample_rate,
+                                args.seed, args.measure, args.kafka, args.null_policy)]
+    return [run_balance(scenario_frame(spark, sc), "key", label, args.partitions,
+                        args.sample_rate, args.seed, args.measure, args.kafka,
+                        args.null_policy) for label, sc in scenarios]
+
+
+def _check_balance_args(args: argparse.Namespace) -> None:
+    """Refuse bad ``balance`` flags by their names, before any file is read or engine starts."""
     if args.partitions < 1:
         raise InvalidArgumentError(f"--partitions must be >= 1, got {args.partitions}")
     if not 0.0 < args.sample_rate <= 1.0:
         raise InvalidArgumentError(f"--sample-rate must be in (0, 1], got {args.sample_rate}")
+    if args.seed < 0:
+        raise InvalidArgumentError(f"--seed must be >= 0, got {args.seed}")
     if args.path and not args.key:
         raise InvalidArgumentError("a PATH needs --key COLUMN")
     if args.path and args.scenario:
         raise InvalidArgumentError("give either PATH --key or --scenario, not both")
+    if not args.path:
+        for flag, given in (("--key", args.key), ("--format", args.format)):
+            if given is not None:
+                raise InvalidArgumentError(
+                    f"{flag} names a column or format of a PATH, and no PATH was given; "
+                    f"pass PATH {flag} {given}, or leave {flag} out for the scenarios")
+        for flag, number in (("--records", args.records), ("--keys", args.keys)):
+            if number < 1:
+                raise InvalidArgumentError(f"{flag} must be >= 1, got {number}")
+        if "zipf" in (args.scenario or ()) and not args.zipf > 0:
+            raise InvalidArgumentError(f"--zipf must be > 0, got {args.zipf}")
+
+
+def _null_keys_refused(name: str, key: str) -> TrilinkError:
+    """The CLI's wording of a refused null key: the flag that refused it and the flags that
+    keep it."""
+    from ..errors import NullKeyError
+
+    return NullKeyError(
+        f"{name}: column {key!r} has null keys; --null-policy error refuses them; pass "
+        "--null-policy group (a key of their own, as Spark's groupBy and hash partitioning "
+        "place them) or --null-policy partition0")
+
+
+def _balance_local(args: argparse.Namespace, checked: Any) -> BalanceResult | None:
+    """Score a local PATH read with Arrow, without Spark, or ``None`` where Spark must read
+    it (see :mod:`~trilink_spark.cli.local_counts`)."""
+    from .local_counts import local_key_counts
+
+    counts = local_key_counts(checked, args.key)
+    if counts is None:
+        return None
+    order = sorted(range(len(counts.keys)), key=counts.keys.__getitem__)
+    full = {counts.keys[i]: int(counts.rows[i]) for i in order}
+    if counts.nulls:
+        full[None] = counts.nulls
+    return score_counts(args.path, counts.kind, full, thinned(full, args.sample_rate, args.seed),
+                        args.partitions, args.seed, args.kafka, args.null_policy,
+                        args.sample_rate)
+
+
+def _balance(args: argparse.Namespace, out: TextIO) -> int:
+    from ..errors import NullKeyError
+    from ..partitioners.tables.table import DEFAULT_MAX_KEYS
+
+    _check_balance_args(args)
     # everything that can be checked without Spark is, before it starts (seconds)
     checked = check_input(args.path, args.key, args.format,
                           local=_reads_local_files(args.master, args.remote)) \
         if args.path else None
     if args.plot:
         _check_plot(args.plot)
-    spark = get_session(args.master, shuffle_partitions=max(2, args.partitions),
-                        remote=args.remote)
-    results = []
-    if checked is not None:
-        with _spark_reading(args.path, checked.format):
-            df, key = _key_column(_read(spark, checked.spark_path or args.path,
-                                        checked.format), args.key)
-            results.append(
-                run_balance(
-                    df, key, args.path, args.partitions, args.sample_rate, args.seed,
-                    not args.no_measure, args.kafka, args.null_policy,
-                )
-            )
-    else:
-        for name in args.scenario or PAPER_SCENARIOS:
-            sc = make_scenario(
-                name, args.records, args.keys, zipf_s=args.zipf, seed=args.seed
-            )
-            label = f"zipf(s={args.zipf})" if name == "zipf" else name
-            df = scenario_frame(spark, sc)
-            results.append(
-                run_balance(
-                    df, "key", label, args.partitions, args.sample_rate, args.seed,
-                    not args.no_measure, args.kafka, args.null_policy,
-                )
-            )
+    names = args.scenario or PAPER_SCENARIOS
+    scenarios = [] if checked is not None else [
+        (f"zipf(s={args.zipf})" if name == "zipf" else name,
+         make_scenario(name, args.records, args.keys, zipf_s=args.zipf, seed=args.seed))
+        for name in names]
+    results: list[BalanceResult] = []
+    try:
+        if not args.measure:  # scored without Spark where the counts are at hand
+            if checked is not None:
+                local = _balance_local(args, checked) if checked.local_files else None
+                results.extend([local] if local is not None else [])
+            elif all(int((sc.counts > 0).sum()) <= DEFAULT_MAX_KEYS for _, sc in scenarios):
+                results.extend(
+                    score_counts(label, "long", sc.as_mapping(),
+                                 thinned(sc.as_mapping(), args.sample_rate, args.seed),
+                                 args.partitions, args.seed, args.kafka, args.null_policy,
+                                 args.sample_rate)
+                    for label, sc in scenarios)
+        if not results:
+            results = _balance_spark(args, checked, scenarios)
+    except NullKeyError as err:  # only a PATH's column holds nulls
+        raise _null_keys_refused(args.path, args.key) from err
     if args.plot:
         _plot(results, args.plot)
     if args.json:

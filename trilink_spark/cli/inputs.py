@@ -99,12 +99,19 @@ class InputCheck:
         The path to give Spark's reader: a local path that exists with Hadoop's glob
         characters escaped (``data[1].csv`` is that file, not a pattern), else PATH as given.
         Neither compared nor shown.
+    local_files : tuple of str
+        The data files of a local PATH (empty for a path left to Spark), for a reader that
+        needs no Spark (:mod:`~trilink_spark.cli.local_counts`). Neither compared nor shown.
+    partition_columns : frozenset of str
+        The column names of a local directory's ``key=value`` sub-directories.
     """
 
     format: str
     files: int
     key_checked: bool
     spark_path: str = field(default="", compare=False, repr=False)
+    local_files: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    partition_columns: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
 
 def split_suffix(name: str) -> tuple[str | None, str | None]:
@@ -227,7 +234,8 @@ def check_input(path: str, key: str, fmt: str | None = None, *,
                                   else os.path.abspath(path))
     if os.path.isdir(local_path):
         found = _check_directory(path, local_path, key, fmt)
-        return InputCheck(found.format, found.files, found.key_checked, spark_path)
+        return InputCheck(found.format, found.files, found.key_checked, spark_path,
+                          found.local_files, found.partition_columns)
     chosen, codec = _format_of(local_path, fmt)
     if not os.access(local_path, os.R_OK):
         raise InvalidArgumentError(f"{_shown(path)} cannot be read (permission denied)")
@@ -241,7 +249,7 @@ def check_input(path: str, key: str, fmt: str | None = None, *,
         _missing(key, path, found_key.columns, found_key.note)
     if found_key.rows is False:
         _no_rows(path, key)
-    return InputCheck(chosen, 1, found_key.state == "yes", spark_path)
+    return InputCheck(chosen, 1, found_key.state == "yes", spark_path, (local_path,))
 
 
 def _refuse_colon(path: str, name: str) -> None:
@@ -299,7 +307,7 @@ def _check_directory(path: str, local: str, key: str, fmt: str | None) -> InputC
     told = fmt or split_suffix(local)[0] or _format_of_files(path, files)
     data = [f for f in files if os.path.getsize(f) > 0]
     if key in partitions and data:
-        return InputCheck(told, len(files), True)
+        return InputCheck(told, len(files), True, "", tuple(files), frozenset(partitions))
     if not data:
         raise InvalidArgumentError(
             f"{_shown(path)} holds only empty files; a {told.upper()} file with a {key!r} "
@@ -315,7 +323,7 @@ def _check_directory(path: str, local: str, key: str, fmt: str | None) -> InputC
         has_key = has_key or found.state == "yes"
         rows.add(found.rows)
         if has_key and rows - {False}:  # the key, and rows (or maybe rows) to read
-            return InputCheck(told, len(files), True)
+            return InputCheck(told, len(files), True, "", tuple(files), frozenset(partitions))
         states.add(found.state)
         notes.extend(n for n in [found.note] if n and n not in notes)
         seen.extend(c for c in found.columns if c not in seen)
@@ -323,13 +331,13 @@ def _check_directory(path: str, local: str, key: str, fmt: str | None) -> InputC
     if has_key:  # each file has a header or schema, and none a row
         if every_file:
             _no_rows(path, key)
-        return InputCheck(told, len(files), True)
+        return InputCheck(told, len(files), True, "", tuple(files), frozenset(partitions))
     if states == {"empty"} and every_file:
         _nothing(path, told, key)
     # Spark takes the columns of CSV and Parquet from one file, of JSON from every record
     if states <= {"no", "empty"} and (told != "json" or every_file):
         _missing(key, path, seen, "; ".join(notes))
-    return InputCheck(told, len(files), False)
+    return InputCheck(told, len(files), False, "", tuple(files), frozenset(partitions))
 
 
 def _format_of_files(path: str, files: list[str]) -> str:
@@ -391,9 +399,35 @@ def _file_has_key(name: str, fmt: str, codec: str | None, key: str) -> _Found:
     if head is None:
         return _Found("unknown")
     data, complete = head
+    _refuse_foreign(name, fmt, codec, data)
     if fmt == "csv":
         return _csv_has_key(data, complete, key)
     return _json_has_key(name, data, complete, key)
+
+
+#: Magic bytes that open a file of another format than CSV or JSON text, what it is and what
+#: to pass instead; a match counts only where the first bytes also hold a control byte (text
+#: never does), so a CSV header that happens to start ``PAR1,`` is still read.
+_MAGIC = ((b"PAR1", "a Parquet file", "--format parquet, or a name ending in .parquet"),
+          (b"\x1f\x8b", "gzip-compressed", "a name ending in .gz"),
+          (b"BZh", "bzip2-compressed", "a name ending in .bz2"),
+          (b"\x28\xb5\x2f\xfd", "Zstandard-compressed", "a name ending in .zst"),
+          (_LZ4_FRAME, "an LZ4 frame file", "its decompressed form"),
+          (b"PK\x03\x04", "a ZIP archive", "its unzipped files"))
+_CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1a\x1c-\x1f]")
+
+
+def _refuse_foreign(name: str, fmt: str, codec: str | None, data: bytes) -> None:
+    """Refuse a CSV or JSON input whose (decompressed) bytes open with another format's
+    magic bytes: Spark would read a Parquet file's binary header as CSV column names."""
+    if not _CONTROL.search(data[:256]):
+        return
+    for magic, what, fix in _MAGIC:
+        if data.startswith(magic):
+            inside = f" inside its {codec} compression" if codec else ""
+            raise InvalidArgumentError(
+                f"{_shown(name)} is {what}{inside} (its first bytes are {magic!r}), not "
+                f"{fmt.upper()} as --format or its name says; pass {fix}")
 
 
 def _yes_no(found: bool) -> str:
