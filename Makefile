@@ -1,4 +1,4 @@
-# Quick start: `make demo` runs the balance demo on local Spark; `make test` runs the suite.
+# Quick start: `make demo` runs the balance demo, measured on local Spark; `make test` runs the suite.
 # Both create .venv and install what they need (Python 3.11+, Java 17). `make test` also
 # runs the Connect-marked tests on a Spark Connect session and checks the built wheel.
 # `make test-fast` runs only the tests that need no Spark and take no seconds each
@@ -31,7 +31,7 @@ $(STAMP): setup.cfg pyproject.toml | $(BIN)/python
 	touch $(STAMP) $(DEMO)
 
 demo: $(DEMO)
-	$(BIN)/trilink-spark balance
+	$(BIN)/trilink-spark balance --measure
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -96,3 +96,28 @@ def test_every_link_within_the_readme_has_its_heading():
     links = set(re.findall(r"\]\((#[^)\s]+)\)", text))
     assert links, "the README links its own sections"
     assert sorted(links - anchors) == []
+
+
+def test_the_balance_table_is_what_make_demo_prints():
+    # the README's figures come from the command that prints them: the demo's scoring (the
+    # JSON of `trilink-spark balance`, no Spark needed), to three places as the table shows
+    import json
+
+    from trilink_spark.cli import main
+
+    rows = {"keys uniform, records uniform": "uniform", "keys skewed, records uniform":
+            "skewed_keys", "keys uniform, records skewed": "skewed_records",
+            "keys skewed, records skewed": "skewed_both"}
+    text = README.read_text().split("<!-- balance-demo -->", 1)[1]
+    table = [ln for ln in text.strip().splitlines()[2:6]]
+    out = io.StringIO()
+    assert main(["balance", "--json"], out=out) == 0
+    printed = {d["name"]: d for d in json.loads(out.getvalue())["datasets"]}
+    assert len(table) == 4
+    for line in table:
+        label, *cells = [c.strip() for c in line.strip("|").split("|")]
+        data = printed[rows[label]]
+        degree = {s["strategy"]: s["balance_degree"] for s in data["strategies"]}
+        want = [degree["hash"], degree["modulo"], degree["least_key"], degree["least_count"],
+                data["keyed_bound"]]
+        assert cells == [f"{v:.3f}" for v in want], (label, cells, want)
