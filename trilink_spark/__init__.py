@@ -112,7 +112,7 @@ def _moved(module: Any, names: list[str]) -> None:
         _MOVED[name] = (module.__name__, name, "")
 
 
-_moved(errors, [n for n in errors.__all__ if n not in (
+_moved(errors, [n for n in errors.__all__ if isinstance(getattr(errors, n), type) and n not in (
     "TrilinkError", "ServerStartError", "ExecutorEnvironmentError", "TrilinkWarning")])
 _moved(columns, ["EVENT_TIME_COL"])
 _moved(eventtime, ["parse_interval"])

@@ -346,7 +346,7 @@ def test_the_balance_command(spark: Any, tmp_path: Path) -> None:
 
     out = io.StringIO()
     assert main(["balance", "--scenario", "uniform", "--records", "2000", "--keys", "40",
-                 "--partitions", "4", "--json"], out=out) == 0
+                 "--partitions", "4", "--json", "--measure"], out=out) == 0
     data = json.loads(out.getvalue())["datasets"][0]
     assert data["records"] == 2000
     hashed = data["strategies"][0]

@@ -173,7 +173,7 @@ def test_a_streaming_query_s_exception_names_the_typed_error(spark: Any,
     raised in its StreamingQueryException: its message holds the typed error's
     ``trilink_spark.errors.<Name>: <message>`` line, as the README says, and
     ``task_error`` reads it back as that class."""
-    from trilink_spark._internal.spark.task_errors import task_error
+    from trilink_spark.errors import typed_error as task_error
 
     src = tmp_path / "src"
     _parquet(src, "0.parquet", pd.DataFrame({"k": ["a", "b"], "t": [1, 2]}), time.time() - 60)

@@ -18,7 +18,7 @@ from pyspark import cloudpickle
 import trilink_spark as tl
 from conftest import RunningCount
 from testkit.swaps import check_invariants
-from trilink_spark._internal.spark.task_errors import task_error, typed_task_errors
+from trilink_spark.errors import typed_error as task_error, typed_task_errors
 from trilink_spark.errors import (InvalidArgumentError, StateCorruptError, StateStoreError,
                                   TrilinkError)
 from trilink_spark.state.local import storage_fault

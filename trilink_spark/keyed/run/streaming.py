@@ -31,7 +31,7 @@ from ..._internal.spark.compat import streaming_query_id
 from ..._internal.spark.executors import ensure_executors
 from ..._internal.spark.locality import Preferred, Where, live_executors, locality_enabled
 from ..._internal.spark.locality import new_counts, prefer
-from ..._internal.spark.task_errors import typed_task_errors
+from ...errors import typed_task_errors
 from ..._internal.validation import choice, refuse_streaming_batch_function, seconds
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError
 from ...columns import python_input

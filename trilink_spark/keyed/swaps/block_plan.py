@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._internal.spark.task_errors import task_error
+from ...errors import typed_error as task_error
 from ..._internal.validation import choice
 from ...errors import InvalidArgumentError, StateCorruptError, StateStoreError
 from ...partitioners import BlockPartitioner, Partitioner, TablePartitioner
