@@ -1,6 +1,8 @@
 # Quick start: `make demo` runs the balance demo, measured on local Spark; `make test` runs the suite.
 # Both create .venv and install what they need (Python 3.11+, Java 17). `make test` also
 # runs the Connect-marked tests on a Spark Connect session and checks the built wheel.
+# `make test` leaves the long crash, sweep and soak runs (tests/long_tests.txt, marked `long`)
+# to `make test-long`; CI (.ci/run) runs both, the long tier after the main suite.
 # `make test-fast` runs only the tests that need no Spark and take no seconds each
 # (-m "not spark and not slow": tests/conftest.py marks the others), on the same xdist
 # workers, in under two minutes; a test in it that starts a JVM fails.
@@ -16,7 +18,7 @@ DEMO   := $(VENV)/.installed-demo
 TEST_WORKERS ?= 2
 XDIST  := $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile)
 
-.PHONY: demo test test-fast typecheck wheel-check jar bench clean
+.PHONY: demo test test-long test-fast typecheck wheel-check jar bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,9 +39,12 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 test: $(STAMP) typecheck
-	$(BIN)/python -m pytest -q $(XDIST)
+	$(BIN)/python -m pytest -q -m "not long" $(XDIST)
 	TRILINK_TEST_SESSION=connect $(BIN)/python -m pytest -q -m connect
 	$(BIN)/python tools/check_wheel.py
+
+test-long: $(STAMP)
+	$(BIN)/python -m pytest -q -m long $(XDIST)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not spark and not slow" $(XDIST)

@@ -224,10 +224,18 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     return result
 
 
+#: Tests that ``make test`` leaves to ``make test-long`` (``-m long``), listed in
+#: ``tests/long_tests.txt``: node ids without parameters.
+LONG = frozenset(
+    line.strip() for line in (Path(__file__).parent / "long_tests.txt").read_text().splitlines()
+    if line.strip() and not line.startswith("#"))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test that needs Spark ``spark`` (:func:`needs_spark`), which ``-m "not
-    spark"`` (``make test-fast``) leaves out; on a Connect run, skip every test (and doctest)
-    not marked ``connect``."""
+    spark"`` (``make test-fast``) leaves out, and each in :data:`LONG` ``long`` (``make test``
+    leaves those to ``make test-long``); on a Connect run, skip every test (and doctest) not
+    marked ``connect``."""
     guard = config.stash.get(JVM_GUARD, None)
     if guard is not None and guard.started():
         raise pytest.UsageError("importing the test modules started a JVM: the fast tier "
@@ -238,6 +246,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.spark)
         elif item.nodeid.split("[", 1)[0] in SLOW:
             item.add_marker(pytest.mark.slow)
+        if item.nodeid.split("[", 1)[0] in LONG:
+            item.add_marker(pytest.mark.long)
     if not ON_CONNECT:
         return
     skip = pytest.mark.skip(reason="classic session only (TRILINK_TEST_SESSION=connect)")

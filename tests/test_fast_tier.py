@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import JVM_RECORD_OPTION, SLOW, SPARK_OUTSIDE_THE_FIXTURE, deselects_spark
+from conftest import JVM_RECORD_OPTION, LONG, SLOW, SPARK_OUTSIDE_THE_FIXTURE, deselects_spark
 
 pytest_plugins = ["pytester"]
 
@@ -109,6 +109,7 @@ def suite(pytester: pytest.Pytester, request: pytest.FixtureRequest,
                            os.environ.get("JAVA_TOOL_OPTIONS", "").replace(inherited, "").strip())
         monkeypatch.delenv(JVM_RECORD_OPTION)
     shutil.copy(CONFTEST, pytester.path / "conftest.py")
+    shutil.copy(CONFTEST.with_name("long_tests.txt"), pytester.path / "long_tests.txt")
     markers = "\n".join(f"    {m}" for m in request.config.getini("markers"))
     pytester.makeini(f"[pytest]\naddopts = -p no:cacheprovider\nmarkers =\n{markers}\n")
     return pytester
@@ -166,3 +167,20 @@ def test_the_tests_listed_as_slow_exist_and_need_no_spark() -> None:
         text = (ROOT / path).read_text()
         assert re.search(rf"^(async )?def {name}\(", text, re.M) or name == path[:-3].replace(
             "/", "."), node
+
+
+def test_the_tests_listed_as_long_exist_and_the_two_tiers_run_every_test() -> None:
+    """Each ``LONG`` entry names a test function that exists, and ``make test`` (``-m "not
+    long"``) with ``make test-long`` (``-m long``) runs every test, which CI runs both of."""
+    assert len(LONG) >= 50
+    for node in LONG:
+        path, name = node.split("::")
+        text = (ROOT / path).read_text()
+        assert re.search(rf"^(async )?def {name}\(", text, re.M), node
+        assert not path.startswith("tests/cluster/"), node  # make test keeps the cluster tier
+    make = (ROOT / "Makefile").read_text()
+    assert '-m "not long"' in make and "-m long" in make
+    ci = (ROOT / ".ci" / "run").read_text().split()
+    assert ci[-3:] == ["make", "test", "test-long"], ci
+    readme = (ROOT / "README.md").read_text()
+    assert "\nmake test test-long " in readme  # the Quick start's test command is CI's
