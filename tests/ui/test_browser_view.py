@@ -125,3 +125,55 @@ def test_the_report_opens_without_any_network(page, tmp_path):
     assert [url for url in asked if not url.startswith("file://")] == []
     assert source_data(page, "headline")["batch"] == [3]
     assert source_data(page, "candidates")["strategy"] == ["hash", "least_key", "least_count"]
+
+
+def test_the_first_response_shows_the_data_with_no_poll(page, tmp_path):
+    # the page as a plain fetch gets it, and drawn with every poll refused: the data is in it
+    from urllib.request import urlopen
+
+    model = DashboardModel()
+    for batch in range(1, 4):
+        assert model.add_record(skewed(batch))
+    with DashboardServer(model, refresh_ms=60_000) as server:
+        with urlopen(server.url) as reply:
+            html = reply.read().decode()
+        assert '"demo"' in html and "4030" in html  # the run and partition 0's rows
+        polls: list[str] = []
+
+        def refuse(route: Any) -> None:
+            polls.append(route.request.url)
+            route.abort()
+
+        page.route("**/data.json*", refuse)
+        page.goto(server.url, wait_until="load")
+        page.wait_for_function("() => window.Bokeh !== undefined && Bokeh.documents.length"
+                               " > 0 && Bokeh.documents[0].is_idle", timeout=TIMEOUT_MS)
+        headline = source_data(page, "headline")
+        assert headline["batch"] == [3] and headline["partitions"] == [4]
+        assert source_data(page, "balance")["batch"] == [1, 2, 3]
+        png = page.screenshot(path=str(tmp_path / "first.png"), full_page=True)
+    # the balance line's colour (Category10's first, #1f77b4) is drawn: the plots hold data
+    import io as _io
+
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.asarray(Image.open(_io.BytesIO(png)).convert("RGB")).astype(int)
+    blue = int((np.abs(pixels - [0x1f, 0x77, 0xb4]).max(axis=2) < 12).sum())
+    assert blue > 500, blue
+    assert all("since=" in url for url in polls)  # any poll was refused, none was needed
+
+
+def test_legends_sit_outside_the_plotted_area(page):
+    model = DashboardModel()
+    assert model.add_record(skewed(1))
+    with DashboardServer(model) as server:
+        page.goto(server.url)
+        page.wait_for_function(PAGE_READY_JS, timeout=TIMEOUT_MS)
+        places = page.evaluate("""() => ["balance", "late", "progress"].map(name => {
+          const fig = Bokeh.documents[0].get_model_by_name(name);
+          const kind = m => m.type ?? m.constructor.__name__;
+          return {center: fig.center.filter(m => kind(m) === "Legend").length,
+                  below: fig.below.filter(m => kind(m) === "Legend").length};
+        })""")
+    assert places == [{"center": 0, "below": 1}] * 3

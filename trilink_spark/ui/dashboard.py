@@ -151,7 +151,8 @@ def dashboard(spark: Any = None, *, runs: Iterable[Any] | Mapping[str, Any] = ()
     InvalidArgumentTypeError
         A run, partitioner or advisor of another type.
     MissingDependencyError
-        Bokeh is not installed (``pip install 'trilink-spark[ui]'``).
+        Bokeh is not installed (the ``[ui]`` extra); the message names an install that
+        works, from a clone or an index.
 
     Notes
     -----
@@ -159,7 +160,7 @@ def dashboard(spark: Any = None, *, runs: Iterable[Any] | Mapping[str, Any] = ()
     one thread of the driver reads each run's new history record (O(partitions) per batch)
     and serves the page's data requests from a snapshot computed once per change. Every
     asset comes from the installed ``bokeh`` package: the page works offline. Needs the
-    ``[ui]`` extra (``pip install trilink-spark[ui]``).
+    ``[ui]`` extra (``pip install -e '.[ui]'`` in a clone).
 
     Examples
     --------

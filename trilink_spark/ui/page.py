@@ -83,7 +83,8 @@ _HEIGHT = 210
 _POLL_JS = """
 window.trilinkLive = true;
 const shown = new Map();
-let version = -1;
+let version = start;  // the version the page was rendered at (-1: rendered empty)
+if (start >= 0) window.trilinkDataVersion = start;  // its data is drawn: no poll needed
 async function tick() {
   try {
     const sep = url.includes("?") && !url.endsWith("?") ? "&" : "";
@@ -166,6 +167,21 @@ def _time(field: str, title: str = "time (UTC)") -> TableColumn:
     return TableColumn(field=field, title=title, width=150,
                        formatter=DateFormatter(format="%Y-%m-%d %H:%M:%S", nan_format="-",
                                                null_format="-"))
+
+
+def _legend_outside(fig: Any, *, hide: bool = False) -> None:
+    """Move ``fig``'s legend out of the plotted area, into one row under the x axis, so it
+    never covers a line (``hide``: a click on an entry hides its line)."""
+    legend = fig.legend[0]
+    fig.center = [r for r in fig.center if r is not legend]
+    legend.orientation = "horizontal"
+    legend.location = "center"
+    legend.label_text_font_size = "8pt"
+    legend.border_line_alpha = 0
+    legend.padding = 2
+    if hide:
+        legend.click_policy = "hide"
+    fig.add_layout(legend, "below")
 
 
 def _heat_map(cells: ColumnDataSource, field: str, title: str, unit: str,
@@ -253,10 +269,7 @@ def build_layout(sources: Mapping[str, ColumnDataSource], *, title_html: str,
     balance.extra_y_ranges = {"extra": DataRange1d(renderers=[extra], start=0)}
     balance.add_layout(LinearAxis(y_range_name="extra", axis_label="extra compute time"),
                        "right")
-    balance.legend.location = "bottom_left"
-    balance.legend.click_policy = "hide"
-    balance.legend.label_text_font_size = "8pt"
-    balance.legend.background_fill_alpha = 0.6
+    _legend_outside(balance, hide=True)
     balance.add_tools(HoverTool(tooltips=[("batch", "@batch"), ("value", "$y{0.000}")]))
 
     late = _figure("Late rows per batch", "batch", "late rows", named("late"))
@@ -266,9 +279,7 @@ def build_layout(sources: Mapping[str, ColumnDataSource], *, title_html: str,
         late.line("batch", "rows", source=sources[name], line_width=2, color=colour,
                   legend_label=label)
         late.scatter("batch", "rows", source=sources[name], size=4, color=colour)
-    late.legend.location = "top_left"
-    late.legend.label_text_font_size = "8pt"
-    late.legend.background_fill_alpha = 0.6
+    _legend_outside(late)
     late.add_tools(HoverTool(tooltips=[("batch", "@batch"), ("late rows", "@rows{0,0}")]))
 
     latest = _table(sources["latest"], named("latest"), [
@@ -312,9 +323,7 @@ def build_layout(sources: Mapping[str, ColumnDataSource], *, title_html: str,
                                 legend_label="duration ms (right)", y_range_name="ms")
     progress.extra_y_ranges = {"ms": DataRange1d(renderers=[duration], start=0)}
     progress.add_layout(LinearAxis(y_range_name="ms", axis_label="duration ms"), "right")
-    progress.legend.location = "top_left"
-    progress.legend.label_text_font_size = "8pt"
-    progress.legend.background_fill_alpha = 0.6
+    _legend_outside(progress)
     progress.add_tools(HoverTool(tooltips=[("query", "@query"), ("batch", "@batch"),
                                            ("input rows", "@input_rows{0,0}"),
                                            ("duration ms", "@duration_ms{0,0}")]))
@@ -334,9 +343,12 @@ def _title_html(title: str, subtitle: str) -> str:
 
 
 def live_page_html(*, title: str = "trilink-spark dashboard", run: str | None = None,
-                   token: str | None = None, refresh_ms: int = 1000) -> str:
-    """The live page's HTML: one poller asks ``/data.json`` on the server that sends it for
-    what changed (:data:`_POLL_JS`), and BokehJS comes from that server's ``/static/`` route.
+                   token: str | None = None, refresh_ms: int = 1000,
+                   snapshot: Mapping[str, Mapping[str, list[Any]]] | None = None,
+                   version: int | None = None) -> str:
+    """The live page's HTML: the data of ``snapshot`` drawn at once, then one poller asks
+    ``/data.json`` on the server that sends it for what changed since ``version``
+    (:data:`_POLL_JS`); BokehJS comes from that server's ``/static/`` route.
 
     Parameters
     ----------
@@ -349,6 +361,13 @@ def live_page_html(*, title: str = "trilink-spark dashboard", run: str | None = 
         on the script URLs.
     refresh_ms : int
         How often the page asks for new data, in milliseconds (>= 100).
+    snapshot : mapping, optional
+        The model's column data (:meth:`~trilink_spark.ui.model.DashboardModel.snapshot`)
+        to draw before any poll, so a plain fetch, a reader that never polls and a screenshot
+        taken at load show data; default: empty sources, filled by the first poll.
+    version : int, optional
+        The model version ``snapshot`` is at (read before it): the first poll asks for what
+        changed since then. Needs ``snapshot``.
 
     Returns
     -------
@@ -371,13 +390,17 @@ def live_page_html(*, title: str = "trilink-spark dashboard", run: str | None = 
         raise InvalidArgumentTypeError(f"title must be a str, got {type(title).__name__}")
     if run is not None and not isinstance(run, str):
         raise InvalidArgumentTypeError(f"run must be a str or None, got {type(run).__name__}")
+    if (snapshot is None) != (version is None):
+        raise InvalidArgumentError("snapshot and version go together: pass both (the model's "
+                                   "version, read before its snapshot) or neither")
+    start = -1 if version is None else count(version, "version", 0)
     query: dict[str, str] = {} if run is None else {"run": run}
     headers = {} if token is None else {"Authorization": f"Bearer {token}"}
-    sources = _frozen_sources({name: {c: [] for c in cols}  # empty: the poller fills them
-                               for name, cols in SOURCE_COLUMNS.items()}, "")
+    sources = _frozen_sources(snapshot if snapshot is not None else {
+        name: {c: [] for c in cols} for name, cols in SOURCE_COLUMNS.items()}, "")
     poll = CustomJS(args={"sources": list(sources.values()), "names": list(sources),
                           "url": "/data.json?" + urlencode(query), "headers": headers,
-                          "refresh": refresh}, code=_POLL_JS)
+                          "refresh": refresh, "start": start}, code=_POLL_JS)
     shown = "first run" if run is None else f"run {run}"
     layout = build_layout(sources, title_html=_title_html(
         title, f"live, {shown}, refreshed every {refresh / 1000:g} s"))

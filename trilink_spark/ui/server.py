@@ -258,7 +258,7 @@ class DashboardServer:
         self._refresh_ms = count(refresh_ms, "refresh_ms", 100)
         self._title = title
         self._static = static_root()
-        self._pages: dict[str | None, bytes] = {}
+        self._pages: dict[tuple[str | None, int], bytes] = {}
         self._lock = threading.Lock()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -358,18 +358,21 @@ class DashboardServer:
                    for o in offered[:4])
 
     def page(self, run: str | None) -> bytes:
-        """The live page for ``run`` (None: the first run), rendered once and cached. About
-        tens of milliseconds the first time, O(1) after."""
+        """The live page for ``run`` (None: the first run) with the model's latest data drawn
+        in it, rendered once per model version and cached. About tens of milliseconds plus
+        the snapshot's size when the model changed since the last page, O(1) after."""
+        version = self.model.version  # before the snapshot: a poll brings anything newer
         with self._lock:
-            cached = self._pages.get(run)
+            cached = self._pages.get((run, version))
         if cached is not None:
             return cached
         body = live_page_html(title=self._title, run=run, token=self._token,
-                              refresh_ms=self._refresh_ms).encode("utf-8")
+                              refresh_ms=self._refresh_ms, snapshot=self.model.snapshot(run),
+                              version=version).encode("utf-8")
         with self._lock:
             if len(self._pages) >= _PAGE_CACHE:
                 self._pages.clear()
-            self._pages[run] = body
+            self._pages[(run, version)] = body
         return body
 
     def static_file(self, relative: str) -> Path | None:
