@@ -85,6 +85,7 @@ under ``--work-dir`` (default: the system's temporary directory), one K at a tim
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import shutil
@@ -436,7 +437,7 @@ class Driver:
 
     def step(self, staged: Path, label: str) -> dict[str, Any]:
         self.feed.push(staged)
-        start = time.perf_counter()
+        start, started_at = time.perf_counter(), time.time()
         self.query.processAllAvailable()
         wall = time.perf_counter() - start
         progress = self._new_progress()
@@ -446,6 +447,8 @@ class Driver:
         return {"batch_id": int(progress["batchId"]), "seconds": secs, "wall_seconds": wall,
                 "rows": int(progress["numInputRows"]),
                 "add_batch_seconds": progress["durationMs"].get("addBatch", 0) / 1000.0,
+                "duration_ms": dict(progress["durationMs"]),
+                "started_at": started_at, "ended_at": started_at + wall,
                 "state_operators": progress.get("stateOperators", [])}
 
     def _new_progress(self, timeout: float = 120.0) -> dict[str, Any]:
@@ -463,9 +466,12 @@ class Driver:
             time.sleep(POLL_S)
 
 
-def steady_phase(driver: Driver, files: list[Path], watched: dict[str, Path]
+def steady_phase(driver: Driver, files: list[Path], watched: dict[str, Path],
+                 tasks: Callable[[], list[dict[str, Any]]] | None = None,
                  ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Snapshot]]:
-    """The steady batches, with bytes written under each watched directory per batch."""
+    """The steady batches, with bytes written under each watched directory per batch, and
+    what each task measured of its own work (``tasks``: ours only) to tell a slow batch's
+    task time from the driver's and Spark's."""
     snaps = {name: snapshot(path) for name, path in watched.items()}
     batches: list[dict[str, Any]] = []
     with MemoryMonitor(reset_peaks=True) as monitor:
@@ -475,8 +481,59 @@ def steady_phase(driver: Driver, files: list[Path], watched: dict[str, Path]
                 after = snapshot(path)
                 batch[f"{name}_bytes_written"] = written_bytes(snaps[name], after)
                 snaps[name] = after
+            if tasks is not None:
+                batch["tasks"] = tasks()
             batches.append(batch)
     return batches, monitor.report(), snaps
+
+
+def background_work(local: Path, batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """RocksDB's own flushes and compactions in the local copies during each steady batch.
+
+    Read from the ``EVENT_LOG_v1`` lines of each copy's ``LOG`` files (RocksDB's info log:
+    ``compaction_finished`` and ``flush_finished`` events with their end time and duration),
+    so that a slow batch can be told apart: its tasks' own work, or RocksDB's background
+    threads sharing the cores with them. Per batch: the events that overlap it, their
+    seconds inside it and the bytes they wrote.
+    """
+    spans: list[tuple[float, float, str, int, str]] = []
+    for log in local.rglob("LOG*"):
+        copy = log.parent.name  # p00002.db: partition 2's copy
+        try:
+            lines = log.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            at = line.find("EVENT_LOG_v1 ")
+            if at < 0:
+                continue
+            try:
+                event = json.loads(line[at + len("EVENT_LOG_v1 "):])
+            except ValueError:
+                continue
+            kind = event.get("event")
+            if kind == "compaction_finished":
+                took = event.get("compaction_time_micros", 0) / 1e6
+                written = int(event.get("total_output_size", 0))
+            elif kind == "flush_finished":
+                took, written = 0.0, 0  # the flush's own time is in flush_started's job
+            else:
+                continue
+            end = event.get("time_micros", 0) / 1e6
+            spans.append((end - took, end, str(kind), written, copy))
+    out = []
+    for b in batches:
+        lo, hi = b["started_at"], b["ended_at"]
+        inside = [(max(s, lo), min(e, hi), w, copy) for s, e, kind, w, copy in spans
+                  if s < hi and e > lo and kind == "compaction_finished"]
+        by_copy: dict[str, float] = {}
+        for s, e, _, copy in inside:
+            by_copy[copy] = round(by_copy.get(copy, 0.0) + e - s, 3)
+        out.append({"batch_id": b["batch_id"], "compactions": len(inside),
+                    "compaction_seconds": round(sum(e - s for s, e, _, _ in inside), 3),
+                    "compaction_bytes": sum(w for _, _, w, _ in inside),
+                    "compaction_seconds_by_copy": dict(sorted(by_copy.items()))})
+    return out
 
 
 def summary(batches: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
@@ -507,11 +564,14 @@ def run_ours(spark: Any, files: Files, work: Path, store: str) -> dict[str, Any]
     spark.conf.set(LOCAL_DIR_CONF, str(local))
     feed = Feed(work)
 
+    runs: list[Any] = []
+
     def start() -> Any:
         agg = tl.KeyedWindowAggregate(size=WINDOW, value="v", aggs=("count", "sum"))
         run = tl.keyed_foreach_batch(noop_sink, "k", "t", agg, delay=DELAY,
                                      state_path=str(state), idle_timeout=math.inf,
                                      num_partitions=PARTITIONS)
+        runs.append(run)
         return (stream(spark, feed.src).writeStream.foreachBatch(run)
                 .option("checkpointLocation", str(ckpt)).start())
 
@@ -529,8 +589,13 @@ def run_ours(spark: Any, files: Files, work: Path, store: str) -> dict[str, Any]
         loaded = latest_snapshots(state)
         out["snapshot_bytes_after_load"] = sum(loaded.values())
         watched = {"state": state, "checkpoint": ckpt}
-        batches, memory, snaps = steady_phase(driver, files.steady, watched)
+        batches, memory, snaps = steady_phase(
+            driver, files.steady, watched,
+            tasks=lambda: runs[-1].task_timings().to_dict("records"))
         out.update(summary(batches, list(watched)))
+        out["steady_batches"] = [{k: b[k] for k in ("batch_id", "seconds", "duration_ms",
+                                                    "tasks")} for b in batches]
+        out["rocksdb_background"] = background_work(local, batches)
         out["memory"] = memory
         out["steady_snapshot_files"] = sorted(
             os.path.basename(f) for f in snaps["state"]
