@@ -34,6 +34,16 @@ def referenced_files_present(store: Any, partitions: int) -> int:
     return n
 
 
+def writers_done(run: Any, local_root: Path, partitions: int, before: int) -> None:
+    """Wait (30 s at most) until each partition has a snapshot older than ``before`` and no
+    snapshot writer is still at work: a writer removes its checkpoint (``snap-<p>-*``) last."""
+    deadline = time.monotonic() + 30  # the snapshot writers run off the task
+    while time.monotonic() < deadline and (
+            not all(any(v < before for v in run.store.listing(p)[0]) for p in range(partitions))
+            or list(local_root.rglob("snap-*"))):
+        time.sleep(0.05)
+
+
 def test_a_lost_copy_is_rebuilt_from_the_table_files(spark: Any, tmp_path: Path,
                                                      local_root: Path) -> None:
     spark.conf.set("spark.trilink.state.snapshotInterval", "2")
@@ -51,10 +61,7 @@ def test_a_lost_copy_is_rebuilt_from_the_table_files(spark: Any, tmp_path: Path,
         rebuilt = []
         for b, part in enumerate(batches):
             if b in (9, 12):
-                deadline = time.monotonic() + 30  # the snapshot writers run off the task
-                while time.monotonic() < deadline and not all(
-                        any(v < b for v in run.store.listing(p)[0]) for p in range(2)):
-                    time.sleep(0.05)
+                writers_done(run, local_root, 2, b)
                 shutil.rmtree(local_root)  # the executor's disk is gone
             frame = spark.createDataFrame(part, SCHEMA)
             ref(frame, b)
@@ -84,9 +91,7 @@ def test_a_damaged_table_file_a_rebuild_needs_is_a_typed_error(
         batches = stream(29, 8)
         for b, part in enumerate(batches[:6]):
             run(spark.createDataFrame(part, SCHEMA), b)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not run.store.listing(0)[0]:
-            time.sleep(0.05)
+        writers_done(run, local_root, 1, 6)
         version = max(run.store.listing(0)[0])
         record = read_record(run.store, 0, version)
         assert record is not None

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from trilink_spark.errors import StateCorruptError
+from trilink_spark.errors import StateCorruptError, StateStoreError
 from trilink_spark.keyed.durable.snapshot_writer import write_snapshot
 from trilink_spark.state import KeyedStateStore
 from trilink_spark.state.incremental import (TABLES_DIR, collect, download, lineage,
@@ -217,3 +217,40 @@ def test_pruning_never_deletes_a_referenced_file_seeded_stress(tmp_path: Path, l
     assert stale == []  # what no kept snapshot lists is gone: the disk follows the records
     for other in extra:
         other.close()
+
+
+# without a stamp only RocksDB's root files (CURRENT and its manifest) are known
+@pytest.mark.parametrize("stamped,lost", [(True, "CURRENT"), (True, "MANIFEST"), (True, "sst"),
+                                          (False, "CURRENT"), (False, "MANIFEST")])
+def test_a_checkpoint_that_lost_a_file_is_never_stored(tmp_path: Path, local: Any,
+                                                      stamped: bool, lost: str) -> None:
+    # the local directory removed while the writer starts (an executor's disk wiped): a
+    # partial listing must not become a record, which would restore as an empty database
+    store = KeyedStateStore(str(tmp_path / "state"))
+    put(local, 1, {f"k{i:05d}": i for i in range(5_000)})
+    directory = tempfile.mkdtemp(dir=os.path.dirname(local.directory))
+    os.rmdir(directory)
+    local.checkpoint(directory)
+    if stamped:
+        stamp_checkpoint(local.directory, directory)
+    names = sorted(os.listdir(directory))
+    victim = next(n for n in names if (n.startswith(lost) if lost != "sst"
+                                       else n.endswith(".sst")))
+    os.unlink(os.path.join(directory, victim))
+    with pytest.raises(StateStoreError, match=victim):
+        write_snapshot(directory, store, 0, 1, {"shared": "x"})
+    assert read_record(store, 0, 1) is None and 1 not in store.listing(0)[0]
+
+
+def test_a_record_without_current_is_refused_by_name(tmp_path: Path, local: Any) -> None:
+    store = KeyedStateStore(str(tmp_path / "state"))
+    put(local, 1, {"a": 1})
+    snapshot(local, store, 1)
+    record = read_record(store, 0, 1)
+    assert record is not None and any(f["name"] == "CURRENT" for f in record["files"])
+    from trilink_spark.state.formats import tables_bytes
+    record["files"] = [f for f in record["files"] if f["name"] != "CURRENT"]
+    Path(store.tables_path(0, 1)).write_bytes(tables_bytes(record))
+    with pytest.raises(StateCorruptError, match="lists no CURRENT"):
+        download(store, 0, 1, str(tmp_path / "target"))
+    assert not (tmp_path / "target").exists()

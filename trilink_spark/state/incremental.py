@@ -84,7 +84,7 @@ class TableStore(Protocol):
 
     def read_bytes(self, path: str, limit: int | None = None) -> bytes | None: ...
 
-__all__ = ["TableStore", "TABLES_SUFFIX", "TABLES_DIR", "lineage", "stamp_checkpoint", "checkpoint_schemas",
+__all__ = ["TableStore", "TABLES_SUFFIX", "TABLES_DIR", "lineage", "stamp_checkpoint", "checkpoint_files", "checkpoint_schemas",
            "upload", "read_record", "restorable", "download", "load_tables_table", "collect",
            "referenced_bytes"]
 
@@ -98,6 +98,8 @@ _LINEAGE = "TRILINK-LINEAGE"
 _INHERITED = "TRILINK-INHERITED.json"
 _OWN = (_LINEAGE, _INHERITED)
 _CHUNK = 1 << 20
+#: Bytes of a checkpoint's stamp read at most (its lineage and its file list).
+_STAMP_LIMIT = 1 << 20
 #: Prefix of a blob that :func:`collect` set aside before deleting it.
 _ASIDE = ".aside-"
 #: Rows decoded at a time when a snapshot is read as a table.
@@ -136,16 +138,54 @@ def _new_lineage(directory: str) -> str:
     return found
 
 
+def _stamp(checkpoint: str) -> dict[str, Any]:
+    """What :func:`stamp_checkpoint` wrote into ``checkpoint`` (empty: none, or damaged)."""
+    try:
+        with open(os.path.join(checkpoint, _LINEAGE), encoding="ascii") as f:
+            doc = json.loads(f.read(_STAMP_LIMIT))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def _stamped(checkpoint: str) -> str | None:
     """The lineage :func:`stamp_checkpoint` wrote into ``checkpoint`` (None: none, or not
     one)."""
-    try:
-        with open(os.path.join(checkpoint, _LINEAGE), encoding="ascii") as f:
-            doc = json.loads(f.read(4096))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    found = doc.get("lineage") if isinstance(doc, dict) else None
+    found = _stamp(checkpoint).get("lineage")
     return str(found) if _valid_lineage(found) else None
+
+
+def checkpoint_files(checkpoint: str) -> list[str]:
+    """The names of ``checkpoint``'s files to store: those it held when it was stamped
+    (a file RocksDB's read-only open adds later, its info ``LOG``, is not part of it).
+
+    Raises
+    ------
+    StateStoreError
+        A file of the checkpoint is gone or changed: its directory was removed while the
+        snapshot was being written (it would be stored incomplete, a copy that does not open).
+    """
+    present = {n: os.path.getsize(os.path.join(checkpoint, n))
+               for n in os.listdir(checkpoint) if n not in _OWN}
+    files = _stamp(checkpoint).get("files")
+    if isinstance(files, dict) and files:
+        expected = {str(n): s for n, s in files.items()}
+    else:  # unstamped: at least RocksDB's root file and the manifest it names
+        expected = dict(present)
+        expected.setdefault("CURRENT", -1)
+        try:
+            with open(os.path.join(checkpoint, "CURRENT"), encoding="ascii") as f:
+                expected.setdefault(f.read(256).strip(), -1)
+        except (OSError, UnicodeDecodeError):
+            pass
+    lost = sorted(n for n, size in expected.items() if present.get(n) != size
+                  and not (size == -1 and n in present))
+    if lost:
+        raise StateStoreError(
+            f"the checkpoint {checkpoint} lost {', '.join(lost[:5])} before it was stored "
+            "(its local directory was removed or changed meanwhile); the snapshot is not "
+            "written, and the next one is taken from the copy")
+    return sorted(expected)
 
 
 def _write_small(path: str, text: str) -> None:
@@ -157,9 +197,14 @@ def _write_small(path: str, text: str) -> None:
 
 def stamp_checkpoint(database: str, checkpoint: str) -> None:
     """Copy the lineage (and what it inherited) of the copy at ``database`` into its fresh
-    ``checkpoint``, so the snapshot writer knows which of its files are already stored. O(1)."""
+    ``checkpoint``, so the snapshot writer knows which of its files are already stored, with
+    the checkpoint's file names and sizes, so it never stores a checkpoint that lost a file.
+    O(the checkpoint's files)."""
     line = lineage(database)
-    _write_small(os.path.join(checkpoint, _LINEAGE), json.dumps({"lineage": line}))
+    files = {n: os.path.getsize(os.path.join(checkpoint, n)) for n in os.listdir(checkpoint)
+             if n not in _OWN}
+    _write_small(os.path.join(checkpoint, _LINEAGE), json.dumps({"lineage": line,
+                                                                 "files": files}))
     inherited = os.path.join(database, _INHERITED)
     if os.path.exists(inherited):
         shutil.copyfile(inherited, os.path.join(checkpoint, _INHERITED))
@@ -258,9 +303,7 @@ def upload(store: TableStore, partition: int, version: int, checkpoint: str,
     upload_id = uuid.uuid4().hex[:12]
     try:
         store.fs.create_dir(blobs, recursive=True)
-        for name in sorted(os.listdir(checkpoint)):
-            if name in _OWN:
-                continue
+        for name in checkpoint_files(checkpoint):
             local = os.path.join(checkpoint, name)
             size = os.path.getsize(local)
             old = known.get(name)
@@ -335,6 +378,10 @@ def download(store: TableStore, partition: int, version: int, target: str
     if record is None:
         raise StateCorruptError(f"{where} is missing: partition {partition} needs its "
                                 f"snapshot of version {version}")
+    if not any(f["name"] == "CURRENT" for f in record["files"]):
+        raise StateCorruptError(f"{where} lists no CURRENT file: not a whole RocksDB copy; "
+                                "restore the state path from a copy, or start over with a new "
+                                "state path")
     blobs = _blob_dir(store, partition)
     os.makedirs(target)
     for f in record["files"]:

@@ -29,7 +29,7 @@ import tempfile
 import threading
 from typing import Any
 
-from ...state.incremental import checkpoint_schemas, stamp_checkpoint, upload
+from ...state.incremental import checkpoint_files, checkpoint_schemas, stamp_checkpoint, upload
 from ...state.local import LocalState
 from ...state.store import KeyedStateStore
 from ..semantics.keys import PartitionState
@@ -131,6 +131,7 @@ def write_snapshot(directory: str, store: KeyedStateStore, pid: int, version: in
     try:
         if version in store.listing(pid)[0]:
             return None  # never over a snapshot already there (a swap's, say)
+        checkpoint_files(directory)  # whole, before RocksDB opens it
         schemas = checkpoint_schemas(directory)
         base = encode_state(PartitionState(), key_type, None).schema.remove_metadata()
         unified = pa.unify_schemas(list(schemas.values()) or [base],
