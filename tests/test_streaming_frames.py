@@ -131,6 +131,9 @@ CASES: list[tuple[str, str, str, Callable[[Any], Any], str]] = [
     ("physical_plan", "plan", "inspects", lambda s: placement.physical_plan(s), ""),
     ("shuffle_exchanges", "plan", "inspects",
      lambda s: placement.shuffle_exchanges(tl.key_by(s, "k", "hash", 4)), ""),
+    # a stream is never taken as placed: False at once, nothing planned
+    ("already_placed", "hash", "inspects",
+     lambda s: {False: "not placed"}[placement.already_placed(s, "k", _hash())], ""),
     ("time_kind", "schema", "inspects", lambda s: eventtime.time_kind(s, "t"), ""),
     ("event_time_micros", "column", "inspects", lambda s: eventtime.event_time_micros(s, "t"), ""),
     ("event_time_whole", "column", "inspects", lambda s: eventtime.event_time_whole(s, "t"), ""),

@@ -1,7 +1,10 @@
 """Placement: put every row on the partition its strategy gives, with one shuffle done by Spark.
 
 ``key_by`` computes a partition id column in the JVM and calls
-``DataFrame.repartitionById(n, pid)``, Spark's one exchange that sends row to partition ``pid``.
+``DataFrame.repartitionById(n, pid)``, Spark's one exchange that sends row to partition ``pid``
+(under ``"hash"``, Spark's ``repartition(n, key)``, which sends every row to the same place).
+A frame that Spark already lays out by ``repartition(n, key)`` is not shuffled again under
+``"hash"`` with ``n`` partitions (:func:`already_placed`): that layout is the strategy's.
 Grouping afterwards by ``(pid, key)`` reuses that layout, so :func:`keyed_agg` and
 :func:`keyed_apply` add no second exchange (grouping by ``key`` alone would shuffle again).
 
@@ -69,6 +72,8 @@ __all__ = [
     "resolve_strategy",
     "key_by",
     "place_rows",
+    "already_placed",
+    "hashes_as_spark",
     "with_partition_id",
     "COMPACT_ABOVE",
     "COMPACT_MODES",
@@ -464,8 +469,15 @@ def key_by(
 
     Notes
     -----
-    Cost: exactly one shuffle exchange (``repartitionById``) carrying every row, and one task
-    per Spark partition in every later stage. Compaction adds one aggregation job over the
+    Cost: at most one shuffle exchange carrying every row (``repartitionById``; under
+    ``"hash"`` hashing the key as its own column type, Spark's ``repartition(n, key)``, the
+    same partitions), and one task per Spark partition in every later stage. **None** when
+    ``df`` is laid out by ``repartition(n, key)`` already, with projections, filters and
+    sorts within partitions above it, and the strategy is ``"hash"`` with ``n`` partitions
+    (:func:`already_placed`; the driver plans ``df`` once to see it): the rows are where the
+    strategy puts them, and only the partition id column is added. A ``key_by`` output under
+    ``"hash"`` is such a frame once its partition id column is dropped, so a later keyed
+    operator on it shuffles nothing. Compaction adds one aggregation job over the
     placed rows (O(rows), at most one row per strategy partition reaches the driver) and a
     broadcast of the ``{partition: slot}`` table, and then runs one task per non-empty
     partition: cost in proportion to the data, not to ``num_partitions``. A compacted frame
@@ -514,12 +526,16 @@ def place_rows(
     seed: int = 0,
     min_gain: float = 0.01,
     compact: str | None = "never",
+    reuse: bool = True,
 ) -> DataFrame:
     """:func:`key_by` for frames that carry the library's own internal columns (the keyed
     runners tag rows with their arrival position before placing them). Same arguments, result
     and cost; user frames go through :func:`key_by`, which refuses reserved column names.
     ``compact`` defaults to ``"never"`` here: the keyed runners keep state per Spark
-    partition, so their partitions must be the strategy's."""
+    partition, so their partitions must be the strategy's. ``reuse=False`` leaves out the
+    look at ``df``'s schema and plan (:func:`already_placed`) and always places by partition
+    id, for callers whose frames are never placed already (a stream's micro-batches) and
+    whose driver time per call counts."""
     resolved = resolve_strategy(
         df,
         key,
@@ -536,12 +552,64 @@ def place_rows(
     placed, pid = _with_partition_id(df, key, p)
     n = p.num_partitions
     mode = _compact_mode(df, compact)
-    if mode != "never" and not df.isStreaming and (mode == "always" or n > COMPACT_ABOVE):
+    compactable = mode != "never" and not df.isStreaming and (mode == "always"
+                                                               or n > COMPACT_ABOVE)
+    if compactable:
         used = _used_partitions(placed, key)
         if len(used) < n and (mode == "always" or 2 * len(used) <= n):
             logger.info("key_by: %d of %d partitions hold rows; one task each", len(used), n)
             return _compacted(placed, used, n)
+    if reuse and hashes_as_spark(df, key, p):
+        if already_placed(df, key, p):
+            logger.info("placement: the frame is already hash-partitioned by %r into %d "
+                        "partitions; no exchange added", key, n)
+            return placed
+        # Spark's own exchange gives the same partitions, and leaves a plan that a later
+        # keyed operator recognises as placed (hash_partitions_of)
+        return _with_partition_id(df.repartition(n, column_of(key)), key, p)[0]
     return placed.repartitionById(n, pid)
+
+
+def already_placed(df: DataFrame, key: str, p: Partitioner) -> bool:
+    """Whether every row of ``df`` already sits in the Spark partition ``p`` gives it.
+
+    True for a :class:`~trilink_spark.HashPartitioner` of ``n`` partitions (Spark's Murmur3,
+    hashing the column as its own type) on a bounded frame that Spark lays out by
+    ``repartition(n, key)`` (:func:`~trilink_spark._internal.spark.plan.hash_partitions_of`),
+    when the null key goes where Spark's hash puts it too (``null_policy`` ``"group"`` or
+    ``"error"``, or a key column that cannot be null). Spark partition ``i`` of such a frame
+    holds exactly the rows ``p`` places on ``i``, so :func:`place_rows` adds no exchange.
+
+    Notes
+    -----
+    Cost: O(1) for any other strategy or a streaming frame; else Spark plans ``df`` once on
+    the driver (no job runs).
+    """
+    if not hashes_as_spark(df, key, p):
+        return False
+    from .._internal.spark.plan import hash_partitions_of
+
+    return hash_partitions_of(df, key) == p.num_partitions
+
+
+def hashes_as_spark(df: DataFrame, key: str, p: Partitioner) -> bool:
+    """Whether ``p`` puts every row of ``df`` where Spark's ``repartition(n, key)`` does: a
+    :class:`~trilink_spark.HashPartitioner` with Spark's Murmur3, hashing the column as its
+    own type, on a bounded frame, with the null key where Spark's hash puts it (or refused,
+    or impossible). O(1): the frame's schema only."""
+    from pyspark.sql import types as T
+
+    if type(p) is not HashPartitioner or p.hash_function != "murmur3" or df.isStreaming:
+        return False
+    if key not in df.columns:  # a nested field, or a name in another case: not looked into
+        return False
+    field = df.schema[key]
+    cast_to = {"int": T.IntegerType, "long": T.LongType}.get(p.key_type)
+    if cast_to is not None and not isinstance(field.dataType, cast_to):
+        return False  # the strategy hashes the key as another type than Spark's exchange
+    n = p.num_partitions
+    return not (field.nullable and p.null_policy != "error"
+                and null_partition(p.null_policy, n) != null_partition("group", n))
 
 
 #: ``compact="auto"`` looks for empty partitions only above this many partitions.

@@ -269,7 +269,8 @@ def keyed_agg(
     Notes
     -----
     Cost, combined: Spark's ``groupBy``: one shuffle of at most one partial row per key and
-    input partition. Exact placement: the one shuffle of :func:`key_by` (every row); the
+    input partition. Exact placement: the one shuffle of :func:`key_by` (every row; none on a
+    frame already placed, :func:`~trilink_spark.placement.already_placed`); the
     aggregation groups by ``(partition, key)``, which
     the placement already satisfies, so Spark adds no second exchange. On a frame declared with
     :func:`~trilink_spark.placement.keyed_by_source` there is no shuffle at all: the strategy is
@@ -385,7 +386,8 @@ def keyed_apply(
 
     Notes
     -----
-    Cost: the one shuffle of :func:`key_by`, then Arrow batches to Python workers as in
+    Cost: the one shuffle of :func:`key_by` (none on a frame already placed,
+    :func:`~trilink_spark.placement.already_placed`), then Arrow batches to Python workers as in
     ``applyInPandas``; every row of a key is in memory at once on one worker (PySpark's own
     warning for grouped-map skew applies: a balanced strategy spreads heavy keys apart). On a
     frame declared with :func:`~trilink_spark.placement.keyed_by_source`: no shuffle, each input

@@ -94,7 +94,8 @@ def keyed_process(
 
     Notes
     -----
-    Cost, Spark plan: the one shuffle of ``key_by``, a sort of each partition by key and
+    Cost, Spark plan: the one shuffle of ``key_by`` (none on a frame already laid out by
+    ``repartition(n, key)`` under ``"hash"``: :func:`~trilink_spark.placement.already_placed`), a sort of each partition by key and
     arrival, a running maximum per key and Spark's hash aggregation of the on-time rows, all
     in the JVM (benches/RESULTS.md, §18). Python runtime: the one shuffle of ``key_by`` (none on a frame declared with
     :func:`~trilink_spark.placement.keyed_by_source`: each input partition is processed where it

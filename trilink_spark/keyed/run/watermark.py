@@ -42,6 +42,7 @@ import pandas as pd
 
 from ...columns import POS_COL, WATERMARK_COL, check_user_columns, column_of, require_columns
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..._internal.spark.plan import hash_partitions_of
 from ..._internal.validation import refuse_streaming
 from .prepare import KEYED_STREAM_ROUTE
 from ...eventtime import delay_in_units, event_time_micros
@@ -138,7 +139,10 @@ def keyed_watermark(
     numpy running maximum per input partition, no shuffle; with ``order_by`` the partition is
     first sorted by it). The key-level
     view is one Spark window (running maximum over each key group in arrival order): one
-    shuffle by key group and a sort, all in the JVM. ``n_keys > 1`` adds a job counting the
+    shuffle by key group and a sort, all in the JVM. A frame already hash-partitioned by
+    ``key`` (``repartition(n, key)``, as :func:`~trilink_spark.placement.already_placed` sees
+    it) is not shuffled: its window runs in place, then one more sort within partitions gives the
+    partition-level view its arrival order. ``n_keys > 1`` adds a job counting the
     distinct keys. A group's rows are processed by one task, as any keyed operation's are.
 
     Examples
@@ -169,9 +173,6 @@ def keyed_watermark(
     arrival = [column_of(order_by), F.col(POS_COL)] if order_by is not None else [F.col(POS_COL)]
     if order_by is not None:
         tagged = tagged.sortWithinPartitions(*arrival)
-    with_partition = tagged.withColumn(
-        "is_late_partition", _partition_lateness(delay_units)(et_col)
-    )
     if n_keys == 1:
         group = column_of(key)
     else:
@@ -183,8 +184,18 @@ def keyed_watermark(
         .orderBy(*arrival)
         .rowsBetween(Window.unboundedPreceding, -1)
     )
-    marked = with_partition.withColumn(WATERMARK_COL, key_watermark_of(et_col, window,
-                                                                       delay_units))
+    lateness = _partition_lateness(delay_units)
+    if n_keys == 1 and hash_partitions_of(df, key) is not None:
+        # placed by the key already: the window runs in the input's partitions (no exchange;
+        # Spark's Python node above would hide the placement), then the partition-level view
+        # reads each partition back in arrival order (a sort within partitions)
+        marked = (tagged.withColumn(WATERMARK_COL, key_watermark_of(et_col, window,
+                                                                    delay_units))
+                  .sortWithinPartitions(*arrival)
+                  .withColumn("is_late_partition", lateness(et_col)))
+    else:
+        marked = (tagged.withColumn("is_late_partition", lateness(et_col))
+                  .withColumn(WATERMARK_COL, key_watermark_of(et_col, window, delay_units)))
     watermark = F.col(WATERMARK_COL)
     dtype = df.schema[event_time].dataType
     return marked.select(

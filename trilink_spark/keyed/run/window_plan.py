@@ -286,11 +286,18 @@ def spark_window_aggregate(placed: DataFrame, key: str, processor: KeyedWindowAg
     judged = marked.select(*columns, late_against(et, F.col(WATERMARK_COL)).alias("late"))
     # a null verdict is a row without a known event time: in no window
     on_time = judged.where(F.col("late") == F.lit(False))
+    # only the partial aggregates the specs read: each one more is a column per group
+    # carried through the aggregation's hash map and exchange
+    needs = {"count": ("nn",), "mean": ("nn", "sum"), "sum": ("sum",), "min": ("min",),
+             "max": ("max",)}
+    made = {("count" if spec.column is None else part, spec.column)
+            for spec in processor.specs for part in needs[spec.func]}
+    partials = {"nn": F.count, "sum": F.sum, "min": F.min, "max": F.max}
     aggs: list[Column] = [F.count(F.lit(1)).alias("count")]
-    for j in range(len(processor.values)):
+    for j, name in enumerate(processor.values):
         v = F.col(f"v{j}")
-        aggs += [F.count(v).alias(f"nn{j}"), F.sum(v).alias(f"sum{j}"),
-                 F.min(v).alias(f"min{j}"), F.max(v).alias(f"max{j}")]
+        aggs += [partials[part](v).alias(f"{part}{j}") for part in partials
+                 if (part, name) in made]
     grouped = on_time.groupBy("k", PARTITION_COL, "s").agg(*aggs)
     out = [F.col("k").alias(key), _time(F.col("s"), processor.time_kind).alias("window_start"),
            _time(F.col("s") + F.lit(size), processor.time_kind).alias("window_end")]

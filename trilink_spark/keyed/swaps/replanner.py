@@ -276,7 +276,8 @@ class Replanner(PicklableLock):
             return Placed(None, partitions, None, None, prev is None, rows=rows)
         chosen = self._decide(batch_df, batch_id, prev, manifest, self.column, planning)
         strategy = cast(Partitioner, chosen.strategy)  # rules 2-6 always place by a strategy
-        return replace(chosen, rows=place_rows(tagged, o["key"], strategy, fit="none"))
+        return replace(chosen, rows=place_rows(tagged, o["key"], strategy, fit="none",
+                                               reuse=False))
 
     def _decide(self, batch_df: DataFrame, batch_id: int, prev: int | None,
                 manifest: dict[str, Any], column: KeyColumn,
