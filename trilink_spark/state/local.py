@@ -54,7 +54,7 @@ from .sweep import remove_stale_checkpoints
 
 __all__ = ["LocalState", "key_bytes", "LOCAL_KEY_TYPES", "wake_bytes", "supports_key_type",
            "head", "split_head", "iter_rows", "open_checkpoint", "NULL_KEY_BYTES",
-           "storage_fault", "STORAGE_FAULTS", "settles", "SETTLE_WRITTEN_BYTES"]
+           "storage_fault", "STORAGE_FAULTS"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,8 +70,6 @@ _EXPIRY = b"x"
 HELD_MEMTABLE_BYTES = 8 << 20
 #: The longest :meth:`LocalState.settle` waits for a compaction (seconds).
 SETTLE_TIMEOUT_S = 120.0
-#: A task that logged more than this (bytes) waits for its compaction even on a held copy.
-SETTLE_WRITTEN_BYTES = 4 << 20
 _HEAD = struct.Struct(">dI")  # wake time, schema id
 #: The local key bytes of the null key: block 0, tag 0, no body (:func:`key_bytes`).
 NULL_KEY_BYTES = bytes(5)
@@ -782,26 +780,6 @@ class LocalState:
         from rocksdict import Checkpoint
 
         Checkpoint(self._db).create_checkpoint(directory)
-
-
-def settles(keep_open: bool, written: int) -> bool:
-    """Whether a task that logged ``written`` bytes waits for its copy's compaction
-    (:meth:`LocalState.settle`) before it ends.
-
-    A copy closed after the task (``keep_open`` false) always does: closing stops RocksDB's
-    background threads. A held copy compacts between the tasks, unless the task wrote more
-    than :data:`SETTLE_WRITTEN_BYTES`: a batch that loads many keys leaves table files whose
-    merges down RocksDB's levels take seconds of CPU, and in the background they run beside
-    the next batches, which then wait on cores they share (RESULTS §26 at 10M keys: every
-    steady batch over twice the median ran beside the compaction of the loaded copies). So
-    that batch pays for what it wrote, and the small batches after it do not.
-
-    Examples
-    --------
-    >>> settles(True, 500_000), settles(True, 50 << 20), settles(False, 0)
-    (False, True, True)
-    """
-    return not keep_open or written > SETTLE_WRITTEN_BYTES
 
 
 def _counted(blocks: dict[str, int], added: Sequence[bytes], gone: Sequence[bytes]

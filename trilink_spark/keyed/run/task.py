@@ -29,7 +29,7 @@ from ...errors import TrilinkError
 from ...partitioners import BlockPartitioner
 from ...state.store import KEY_FIELD, KeyedStateStore
 from ...state.changelog import changelog_table
-from ...state.local import LocalState, settles
+from ...state.local import LocalState
 from ...state.sweep import mark, sweep
 from ..records.history import key_profile
 from ..swaps.units import UnitRows
@@ -402,8 +402,8 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
             io.key_type, io.value_type, processor, delay, idle_timeout, lambda: io.fence(pid),
             None if moved is None else moved.leaving)
         started = time.perf_counter()
-        if settles(config.keep_open, written):  # else it compacts while held open
-            local.settle()
+        if not config.keep_open:
+            local.settle()  # the copy's compaction runs while it is open
         done = True
     finally:  # held open for this worker's next task of the partition, or closed
         held = _released(local, done and config.keep_open, done, pid, io.batch_id)
