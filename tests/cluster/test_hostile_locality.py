@@ -102,52 +102,6 @@ def test_locality_on_in_local_mode_is_exact_and_names_the_executor(located: Any,
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("aqe", ["true", "false"])
-def test_a_keyed_batch_with_locality_on_is_one_job(located: Any, tmp_path: Path,
-                                                    aqe: str) -> None:
-    """With AQE on, a frame turned into an RDD runs its shuffle's map stage as a job of its
-    own; the keyed stage plans without it (locality.one_job_plan), so the placement's
-    shuffle, the keyed stage and the sink's action are one job, and the session's own AQE
-    setting is left as it was."""
-    scheduler = located.sparkContext._jsc.sc().dagScheduler()
-    before_conf = located.conf.get("spark.sql.adaptive.enabled")
-    located.conf.set("spark.sql.adaptive.enabled", aqe)
-    try:
-        # the sink's own action adds no shuffle (a count would, and AQE runs it apart)
-        run = tl.keyed_foreach_batch(lambda df, b: df.collect(), "k", "t", RunningCount(),
-                                     10, str(tmp_path / "s"), num_partitions=4)
-        truth: Counter[str] = Counter()
-        jobs = []
-        for b in range(3):
-            pdf = _pdf(b)
-            truth.update(pdf["k"])
-            frame = _frame(located, pdf)
-            first = scheduler.nextJobId()
-            run(frame, b)
-            jobs.append(scheduler.nextJobId() - first)
-        assert jobs == [1, 1, 1], jobs
-        assert _counts(run) == dict(truth)
-        assert located.conf.get("spark.sql.adaptive.enabled") == aqe
-        assert run.locality["stayed"] > 0
-    finally:
-        located.conf.set("spark.sql.adaptive.enabled", before_conf)
-
-
-def test_one_job_plan_plans_without_aqe_and_keeps_the_frames_own_plan(spark: Any) -> None:
-    df = spark.range(100).repartition(4, "id")
-    before = spark.conf.get("spark.sql.adaptive.enabled")
-    spark.conf.set("spark.sql.adaptive.enabled", "true")
-    try:
-        planned = locality.one_job_plan(df)
-        plan = planned.executedPlan().toString()
-        assert "AdaptiveSparkPlan" not in plan and "Exchange hashpartitioning" in plan, plan
-        assert planned.toRdd().count() == 100
-        assert "AdaptiveSparkPlan" in df._jdf.queryExecution().executedPlan().toString()
-    finally:
-        spark.conf.set("spark.sql.adaptive.enabled", before)
-
-
-@pytest.mark.spark
 def test_a_first_attempt_failure_with_locality_on_keeps_exact_state(located: Any,
                                                                      tmp_path: Path) -> None:
     proc = FailsFirstAttempt()

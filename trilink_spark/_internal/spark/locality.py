@@ -36,7 +36,7 @@ from .compat import is_connect
 from .session import conf_get
 
 __all__ = ["JAR", "EXECUTOR_PROPERTY", "LOCALITY_MODES", "Where", "Preferred", "prefer",
-           "one_job_plan", "locality_enabled", "task_executor", "live_executors", "new_counts"]
+           "locality_enabled", "task_executor", "live_executors", "new_counts"]
 
 logger = logging.getLogger(__name__)
 
@@ -140,9 +140,8 @@ def prefer(df: Any, locations: Sequence[Where | None]) -> Preferred | None:
     Parameters
     ----------
     df : DataFrame
-        A classic DataFrame; planned now without adaptive execution
-        (:func:`one_job_plan`), so that its shuffles and the stage above them run as one
-        job when the returned frame runs.
+        A classic DataFrame; its plan is executed up to its last exchange now (as
+        ``df.rdd`` does), the rest when the returned frame runs.
     locations : sequence of Where or None
         One per partition (shorter: the rest prefer nothing).
 
@@ -172,7 +171,7 @@ def prefer(df: Any, locations: Sequence[Where | None]) -> Preferred | None:
     if ctor is None:
         return None
     sc = spark.sparkContext
-    rows = one_job_plan(df).toRdd()  # a task's error here (AQE's map stages) is the batch's
+    rows = df._jdf.queryExecution().toRdd()  # a task's error here is the batch's own
     try:
         gateway = sc._gateway
         jvm = sc._jvm
@@ -198,33 +197,6 @@ def prefer(df: Any, locations: Sequence[Where | None]) -> Preferred | None:
                            "the locality helper (%s: %s)", type(err).__name__, err)
         return None
     return Preferred(ClassicFrame(jdf, spark), accumulator)
-
-
-def one_job_plan(df: Any) -> Any:
-    """``df``'s JVM ``QueryExecution`` planned without adaptive execution, so that its
-    shuffle and the stage above it run as one job.
-
-    With AQE on, turning a frame into an RDD (``toRdd``) runs each of its shuffles' map
-    stages at once, as jobs of their own, and the stage above them is another job: on a
-    cluster each job costs its scheduling round trip (RESULTS §25). Spark's own stateful
-    operators plan without AQE for the same reason a keyed stage does here: its partitions
-    must stay the placement's. The plan is made in a clone of the frame's session with
-    ``spark.sql.adaptive.enabled=false`` (the session's other confs as they are now); where
-    the clone cannot be made, the frame's own plan. About 4 Py4J calls and one clone of the
-    session state (tens of milliseconds); no job.
-    """
-    jss = df.sparkSession._jsparkSession
-    try:
-        if str(jss.conf().get("spark.sql.adaptive.enabled", "true")).lower() != "true":
-            return df._jdf.queryExecution()
-        clone = jss.cloneSession()
-        clone.conf().set("spark.sql.adaptive.enabled", "false")
-        analyzed = df._jdf.queryExecution().analyzed()
-        return df.sparkSession._jvm.org.apache.spark.sql.classic.Dataset.ofRows(
-            clone, analyzed).queryExecution()
-    except Exception as err:  # noqa: BLE001 - a JVM without these calls: the frame's own plan
-        logger.debug("keyed stage planned with the session's AQE setting: %s", err)
-        return df._jdf.queryExecution()
 
 
 def task_executor() -> Where | None:
