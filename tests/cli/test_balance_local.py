@@ -142,12 +142,33 @@ def test_a_file_whose_bytes_are_another_format_is_refused_by_name(tmp_path, caps
     (["--key", "k"], "--key names a column"),
     (["--format", "csv"], "--format names a column or format"),
     (["--partitions", "0"], "--partitions must be >= 1"),
+    (["--partitions", "99999999999"], "--partitions must be at most 1,000,000"),
+    (["--keys", "99999999999"], "--keys must be at most 10,000,000"),
+    (["--scenario", "autoincrement", "--records", "99999999999"],
+     "--records must be at most 10,000,000"),
     (["--sample-rate", "1.5"], "--sample-rate must be in (0, 1]"),
 ])
 def test_bad_flags_are_refused_by_their_names(capsys, args, words):
     assert main(["balance", *args], out=io.StringIO()) == 2
     err = capsys.readouterr().err
     assert words in err, err
+
+
+def test_a_path_with_too_many_partitions_is_refused_before_spark(tmp_path, capsys):
+    path = tmp_path / "k.csv"
+    path.write_text("k\na\nb\n")
+    assert main(["balance", str(path), "--key", "k", "--partitions", "99999999999"],
+                out=io.StringIO()) == 2
+    err = capsys.readouterr().err
+    assert "--partitions must be at most" in err and "spark.sql" not in err, err
+
+
+def test_huge_records_keep_the_table_columns_apart(capsys):
+    out = io.StringIO()
+    assert main(["balance", "--scenario", "uniform", "--records", "99999999999", "--keys",
+                 "10"], out=out) == 0
+    row = next(line for line in out.getvalue().splitlines() if "least_count" in line)
+    assert row.split()[-2:] == ["10,000,000,000", "1,666,666,666.7"], row
 
 
 def test_null_keys_refused_in_flag_terms_without_spark(tmp_path, capsys):

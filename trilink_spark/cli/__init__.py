@@ -43,9 +43,10 @@ from .report import add_report_parser, run_report
 from .state import add_state_parser, run_state
 from ..errors import InvalidArgumentError, TrilinkError
 from ..partitioners.choosing.catalogue import ruled_out_by_keys
-from .._internal.validation import fraction, refuse_streaming
+from .._internal.validation import check_num_partitions, fraction, refuse_streaming
 from ..partitioners.choosing.evaluation import StrategyScore, choose_best, evaluate_strategies
-from ..partitioners.choosing.scenarios import PAPER_SCENARIOS, SCENARIOS, make_scenario, scenario_frame
+from ..partitioners.choosing.scenarios import (MAX_SCENARIO_KEYS, PAPER_SCENARIOS, SCENARIOS,
+                                               make_scenario, scenario_frame)
 
 __all__ = ["main", "build_parser", "BalanceResult", "run_balance", "run_advise", "add_advise_parser"]
 
@@ -405,7 +406,7 @@ def _format_table(results: Sequence[BalanceResult], partitions: int, out: TextIO
             ratio = s.max_load / s.mean_load if s.mean_load else 1.0
             out.write(
                 f"{mark} {s.name:<24}{s.balance_degree:>9.3f}{s.extra_compute_time:>11.1%}"
-                f"{ratio:>10.3f}{s.max_load:>12,.0f}{s.mean_load:>12,.1f}\n"
+                f"{ratio:>10.3f} {s.max_load:>11,.0f} {s.mean_load:>11,.1f}\n"
             )
         for s in res.scores:
             if s.per_key_balance is not None:
@@ -550,8 +551,7 @@ def _balance_spark(args: argparse.Namespace, checked: Any,
 
 def _check_balance_args(args: argparse.Namespace) -> None:
     """Refuse bad ``balance`` flags by their names, before any file is read or engine starts."""
-    if args.partitions < 1:
-        raise InvalidArgumentError(f"--partitions must be >= 1, got {args.partitions}")
+    check_num_partitions(args.partitions, "--partitions")
     if not 0.0 < args.sample_rate <= 1.0:
         raise InvalidArgumentError(f"--sample-rate must be in (0, 1], got {args.sample_rate}")
     if args.seed < 0:
@@ -569,6 +569,15 @@ def _check_balance_args(args: argparse.Namespace) -> None:
         for flag, number in (("--records", args.records), ("--keys", args.keys)):
             if number < 1:
                 raise InvalidArgumentError(f"{flag} must be >= 1, got {number}")
+        # a scenario holds one entry per key on the driver (autoincrement: per record)
+        sized = [("--keys", args.keys)]
+        if "autoincrement" in (args.scenario or PAPER_SCENARIOS):
+            sized.append(("--records", args.records))
+        for flag, number in sized:
+            if number > MAX_SCENARIO_KEYS:
+                raise InvalidArgumentError(
+                    f"{flag} must be at most {MAX_SCENARIO_KEYS:,} (a scenario keeps one count "
+                    f"per key in driver memory), got {number:,}")
         if "zipf" in (args.scenario or ()) and not args.zipf > 0:
             raise InvalidArgumentError(f"--zipf must be > 0, got {args.zipf}")
 

@@ -35,6 +35,7 @@ __all__ = [
     "Scenario",
     "SCENARIOS",
     "PAPER_SCENARIOS",
+    "MAX_SCENARIO_KEYS",
     "make_scenario",
     "records",
     "scenario_frame",
@@ -43,6 +44,8 @@ __all__ = [
 #: The four scenarios of the Trilink paper's Figure 15, in the paper's order.
 PAPER_SCENARIOS: tuple[str, ...] = ("uniform", "skewed_keys", "skewed_records", "skewed_both")
 SCENARIOS: tuple[str, ...] = PAPER_SCENARIOS + ("zipf", "autoincrement")
+#: The most keys a scenario holds (``autoincrement``: records), one count each in memory.
+MAX_SCENARIO_KEYS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,11 @@ def make_scenario(
         raise InvalidArgumentError(f"unknown scenario {name!r}; choose from {', '.join(SCENARIOS)}")
     if num_records < 1 or num_keys < 1:
         raise InvalidArgumentError("num_records and num_keys must be >= 1")
+    held = num_records if name == "autoincrement" else num_keys  # entries held in memory
+    if held > MAX_SCENARIO_KEYS:
+        raise InvalidArgumentError(
+            f"a {name} scenario of {held:,} keys is over MAX_SCENARIO_KEYS "
+            f"({MAX_SCENARIO_KEYS:,}): it keeps one count per key in memory")
     rng = np.random.Generator(np.random.PCG64(seed))
     if name == "autoincrement":
         return Scenario(name, np.arange(num_records, dtype=np.int64), np.ones(num_records, np.int64))
