@@ -209,3 +209,14 @@ def test_a_parquet_key_of_a_type_balance_cannot_place_is_refused_before_spark(
             with pytest.raises(InvalidArgumentError, match=f"key column '{name}' of .* is .* "
                                "in its Parquet schema; balance needs int, long"):
                 check_input(str(path), name)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_pipe_or_a_device_is_refused_without_being_opened(tmp_path: Path, kind: str) -> None:
+    if kind == "fifo":
+        path = str(tmp_path / "in.csv")
+        os.mkfifo(path)  # no writer: opening it would block
+    else:
+        path = "/dev/zero"  # endless bytes
+    with pytest.raises(InvalidArgumentError, match="not a regular file or a directory"):
+        check_input(path, "k", "csv")

@@ -236,6 +236,10 @@ def check_input(path: str, key: str, fmt: str | None = None, *,
         found = _check_directory(path, local_path, key, fmt)
         return InputCheck(found.format, found.files, found.key_checked, spark_path,
                           found.local_files, found.partition_columns)
+    if not os.path.isfile(local_path):  # a FIFO, a device, a socket: never opened
+        raise InvalidArgumentError(
+            f"{_shown(path)} is not a regular file or a directory (a pipe, a device or a "
+            "socket); PATH is a Parquet, CSV or JSON file or directory")
     chosen, codec = _format_of(local_path, fmt)
     if not os.access(local_path, os.R_OK):
         raise InvalidArgumentError(f"{_shown(path)} cannot be read (permission denied)")
