@@ -24,6 +24,11 @@ Inputs over :data:`LOCAL_MAX_BYTES` on disk, more distinct keys than
 :data:`~trilink_spark.partitioners.tables.table.DEFAULT_MAX_KEYS`, Hadoop's ``.lz4``,
 ``.snappy`` and ``.deflate`` codecs and partitioned directories go to Spark.
 
+Every read runs on the calling thread (``use_threads=False``): Arrow's thread pool, once
+started, could still be tearing down when the command's process exits, and a pool worker
+alive at exit aborts the process (SIGABRT) after the answer was printed. A file small enough
+for this path parses in well under a second on one thread.
+
 Examples
 --------
 >>> import os, tempfile
@@ -165,7 +170,8 @@ def _read_column(name: str, fmt: str, key: str) -> Any:
         schema = pq.read_schema(name)
         if schema.names.count(key) != 1:
             return None  # a file without the column (Spark reads nulls) or twice: Spark
-        return pq.read_table(name, columns=[key]).column(key).combine_chunks()
+        table = pq.read_table(name, columns=[key], use_threads=False)
+        return table.column(key).combine_chunks()
     codec = split_suffix(name)[1]
     if codec not in _CODECS:
         return None
@@ -208,7 +214,7 @@ def _csv_column(data: bytes, key: str) -> Any:
         lines = lines[1].split(b"\n", 1)                 # that is not blank
         skipped += 1
     header = pcsv.read_csv(pa.BufferReader(lines[0] + b"\n"), read_options=pcsv.ReadOptions(
-        autogenerate_column_names=True), parse_options=_csv_parse()).to_pylist()
+        autogenerate_column_names=True, use_threads=False), parse_options=_csv_parse()).to_pylist()
     names = spark_csv_header(["" if v is None else str(v) for v in header[0].values()]) \
         if header else []
     if names.count(key) != 1:
@@ -222,7 +228,8 @@ def _csv_column(data: bytes, key: str) -> Any:
         return pa.array([], pa.string())
     table = pcsv.read_csv(
         pa.BufferReader(body),
-        read_options=pcsv.ReadOptions(column_names=generated, block_size=1 << 24),
+        read_options=pcsv.ReadOptions(column_names=generated, block_size=1 << 24,
+                                      use_threads=False),
         parse_options=_csv_parse(),
         convert_options=pcsv.ConvertOptions(
             include_columns=[generated[index]], column_types={generated[index]: pa.string()},
@@ -245,7 +252,7 @@ def _json_column(data: bytes, key: str) -> Any:
     import pyarrow.json as pjson
 
     table = pjson.read_json(pa.BufferReader(data), read_options=pjson.ReadOptions(
-        block_size=1 << 24))
+        block_size=1 << 24, use_threads=False))
     if table.schema.names.count(key) != 1:
         return None
     return table.column(key).combine_chunks()
