@@ -13,7 +13,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._internal.validation import MAX_PARTITIONS
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 __all__ = [
+    "ColumnCache",
     "INTERNAL_PREFIX",
     "PARTITION_COL",
     "EVENT_TIME_COL",
@@ -249,6 +250,30 @@ def column_of(name: str) -> Column:
     return F.col(quoted(name))
 
 
+class ColumnCache:
+    """Spark columns by exact name (:func:`column_of`), each built once.
+
+    A column expression is not bound to a frame: a stream builds its columns once and uses
+    them on every micro-batch, where each :func:`column_of` costs Py4J round trips on a
+    classic session. O(1) per lookup; holds one expression per name asked for.
+
+    Examples
+    --------
+    >>> cols = ColumnCache()
+    >>> cols("a.b") is cols("a.b")  # doctest: +SKIP
+    True
+    """
+
+    def __init__(self) -> None:
+        self._built: dict[str, Column] = {}
+
+    def __call__(self, name: str) -> Column:
+        built = self._built.get(name)
+        if built is None:
+            built = self._built[name] = column_of(name)
+        return built
+
+
 def python_aliases(names: Iterable[str]) -> dict[str, str]:
     """``{internal alias: name}`` for each of ``names`` that PySpark cannot pass to Python.
 
@@ -267,7 +292,8 @@ def python_aliases(names: Iterable[str]) -> dict[str, str]:
             if "." in name or "`" in name}
 
 
-def python_input(df: DataFrame) -> tuple[DataFrame, dict[str, str]]:
+def python_input(df: DataFrame, col: Callable[[str], Column] = column_of
+                 ) -> tuple[DataFrame, dict[str, str]]:
     """``df`` ready to be the input of a PySpark Python operator, and ``{alias: name}``.
 
     The columns :func:`python_aliases` names are renamed to their aliases (a projection; the
@@ -280,6 +306,6 @@ def python_input(df: DataFrame) -> tuple[DataFrame, dict[str, str]]:
     if not aliases:
         return df, aliases
     inside = {name: alias for alias, name in aliases.items()}
-    renamed: DataFrame = df.select(*[column_of(c).alias(inside[c]) if c in inside
-                                     else column_of(c) for c in df.columns])
+    renamed: DataFrame = df.select(*[col(c).alias(inside[c]) if c in inside
+                                     else col(c) for c in df.columns])
     return renamed, aliases

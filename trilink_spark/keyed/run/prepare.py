@@ -9,7 +9,8 @@ arrival order (Spark side and Python side); :func:`in_place` keeps a frame decla
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,9 +23,9 @@ from ...placement.source import check_source_layout
 from ..semantics.process import KeyedWatermarkProcessFunction
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
-__all__ = ["check_processor", "prepare", "units", "carried_columns", "arrival_order",
+__all__ = ["check_processor", "prepare", "tag_plan", "TagPlan", "units", "carried_columns", "arrival_order",
            "in_arrival_order", "KEYED_STREAM_ROUTE"]
 
 #: What a refused streaming frame is told to use instead (``keyed_watermark``,
@@ -167,7 +168,8 @@ def prepare(
     order_by: str | None,
     idle_timeout: Any,
 ) -> tuple[DataFrame, float, float, Any, Any]:
-    """Check a keyed run's arguments against ``df`` and tag its rows for the placement.
+    """Check a keyed run's arguments against ``df`` and tag its rows for the placement:
+    :func:`tag_plan` applied to ``df`` (one projection).
 
     Returns
     -------
@@ -193,8 +195,55 @@ def prepare(
 
     Notes
     -----
-    Runs on the driver, once per run (per micro-batch when streaming); binds the processor
-    to the frame's schema.
+    Runs on the driver, once per run; binds the processor to the frame's schema. A stream
+    builds its :func:`tag_plan` once and applies it to each micro-batch.
+    """
+    plan = tag_plan(df, key, event_time, processor, delay, order_by, idle_timeout)
+    return (plan.tag(df), plan.delay_units, plan.idle_units, plan.out_schema,
+            plan.arrow_schema)
+
+
+@dataclass(frozen=True)
+class TagPlan:
+    """What :func:`prepare` makes of a frame's schema: the projection that tags its rows,
+    and the run's units and output schema. Built once per schema (a stream's is fixed), it
+    tags every micro-batch with one projection and no new column expression.
+
+    Attributes
+    ----------
+    columns : list of Column
+        The carried columns, the arrival position (:data:`POS_COL`) and the event time in
+        the column's units (:data:`EVENT_TIME_COL`).
+    delay_units, idle_units : float
+    out_schema, arrow_schema
+        The processor's output schema (Spark, Arrow).
+    """
+
+    columns: list[Any]
+    delay_units: float
+    idle_units: float
+    out_schema: Any
+    arrow_schema: Any
+
+    def tag(self, df: DataFrame) -> DataFrame:
+        """``df``'s rows tagged for the placement (a projection, no job). ``df`` must have
+        the schema the plan was built for."""
+        return df.select(*self.columns)
+
+
+def tag_plan(
+    df: DataFrame,
+    key: str,
+    event_time: str,
+    processor: KeyedWatermarkProcessFunction,
+    delay: Any,
+    order_by: str | None,
+    idle_timeout: Any,
+) -> TagPlan:
+    """:func:`prepare`'s checks and projection for ``df``'s schema, not yet applied.
+
+    Raises as :func:`prepare`. Cost: the schema, a conf read and the column expressions
+    (a few hundred Py4J calls on a classic session); binds the processor to the schema.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -221,12 +270,13 @@ def prepare(
     names = carried_columns(processor, df, key, order_by)
     carried = ([F.col("*")] if names == list(df.columns)
                else [column_of(c) for c in names])
-    tagged = df.select(*carried, F.monotonically_increasing_id().alias(POS_COL),
-                       et_col.alias(EVENT_TIME_COL))
-    return tagged, delay_units, idle_units, out_schema, arrow_schema
+    columns = [*carried, F.monotonically_increasing_id().alias(POS_COL),
+               et_col.alias(EVENT_TIME_COL)]
+    return TagPlan(columns, delay_units, idle_units, out_schema, arrow_schema)
 
 
-def arrival_order(placed: DataFrame, order_by: str | None) -> DataFrame:
+def arrival_order(placed: DataFrame, order_by: str | None,
+                  col: Callable[[str], Column] = column_of) -> DataFrame:
     """``placed`` without the placement's column, in arrival order within each partition.
 
     With ``order_by``, Spark sorts each partition by (``order_by``, arrival position) and the
@@ -234,12 +284,13 @@ def arrival_order(placed: DataFrame, order_by: str | None) -> DataFrame:
     Python instead and the task puts its rows in that order (:func:`in_arrival_order`):
     after the exchange a partition holds one increasing run of positions per map task, which
     a stable numpy sort merges in O(rows log runs), where Spark's sort of the whole rows cost
-    about a fifth of the keyed job (benches/RESULTS.md, §18)."""
+    about a fifth of the keyed job (benches/RESULTS.md, §18). ``col`` builds each column
+    (a stream passes a :class:`~trilink_spark.columns.ColumnCache`)."""
     if order_by is None:
-        keep = [column_of(c) for c in placed.columns if c != PARTITION_COL]
+        keep = [col(c) for c in placed.columns if c != PARTITION_COL]
         return placed.select(*keep)
-    ordered = placed.sortWithinPartitions(column_of(order_by), POS_COL)
-    keep = [column_of(c) for c in placed.columns if c not in (PARTITION_COL, POS_COL)]
+    ordered = placed.sortWithinPartitions(col(order_by), POS_COL)
+    keep = [col(c) for c in placed.columns if c not in (PARTITION_COL, POS_COL)]
     return ordered.select(*keep)
 
 

@@ -34,7 +34,7 @@ from ..._internal.spark.locality import new_counts, prefer
 from ...errors import typed_task_errors
 from ..._internal.validation import choice, refuse_streaming_batch_function, seconds
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError
-from ...columns import python_input
+from ...columns import ColumnCache, python_input
 from ...partitioners import BlockPartitioner, Partitioner, TablePartitioner
 from ...partitioners.core.keys import check_null_policy
 from ...eventtime import delay_in_units, event_time_micros
@@ -52,7 +52,7 @@ from ..swaps.replanner import Replanner
 from ..swaps.units import UnitRows, unit_rows
 from ..records.history import RunHistory
 from ..records.state_reader import read_state_values, read_task_timings, sum_counters
-from .prepare import arrival_order, check_processor, prepare
+from .prepare import TagPlan, arrival_order, check_processor, tag_plan
 from .task import StateIO, partition_function, run_without_rows, state_types
 
 if TYPE_CHECKING:
@@ -136,6 +136,10 @@ class KeyedBatchFunction(StatefulBatchFunction):
         #: Tasks that ran where their copy was (``stayed``), that ran elsewhere
         #: (``moved``), and of those, away from an executor that was gone (``lost``).
         self.locality: dict[str, int] = new_counts()
+        #: The tagging plan of the last batch's schema, built once per schema
+        #: (:meth:`_tag_plan`), and the columns built once by name (:meth:`_tasks`).
+        self._tagging: tuple[tuple[str, str, str | None], TagPlan] | None = None
+        self._columns = ColumnCache()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -152,6 +156,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
         self.__dict__.setdefault("locality", new_counts())
         self.__dict__.setdefault("_clock", time.time)
         self.__dict__.setdefault("_unit_rows", None)
+        self.__dict__.setdefault("_tagging", None)
+        self.__dict__.setdefault("_columns", ColumnCache())
 
     # ------------------------------------------------------------------ swaps
     def request_swap(self, strategy: str | Partitioner | None = None, *,
@@ -264,10 +270,10 @@ class KeyedBatchFunction(StatefulBatchFunction):
         self.history.start(spark)  # read once per runner: a malformed conf fails here
         ensure_executors(spark, self.store.path, self.store.fs, needs=("rocksdict",))
         o = self.options
-        tagged, delay_units, idle_units, out_schema, arrow_schema = prepare(
-            batch_df, o["key"], o["event_time"], o["processor"], o["delay"], o["order_by"],
-            o["idle_timeout"],
-        )
+        plan = self._tag_plan(batch_df)
+        tagged = plan.tag(batch_df)
+        delay_units, idle_units = plan.delay_units, plan.idle_units
+        out_schema, arrow_schema = plan.out_schema, plan.arrow_schema
         if self._types is None:  # a stream's schema is fixed: parse the state types once
             self._types = state_types(batch_df, o["key"], o["processor"])
             self._time_kind = column_time_kind(batch_df, o["event_time"])
@@ -284,6 +290,31 @@ class KeyedBatchFunction(StatefulBatchFunction):
                              key_type, value_type,
                              runner_config(o, delay_units, idle_units, value_type),
                              streaming_query_id(batch_df))
+
+    def _tag_plan(self, batch_df: DataFrame) -> TagPlan:
+        """The batch's :class:`~trilink_spark.keyed.run.prepare.TagPlan`: built at the first
+        batch, and again only when the schema or the session time zone differs from the last
+        batch's (a stream's are fixed), so a steady batch builds no column expression. Two
+        Py4J calls for the schema, one for the time zone."""
+        o = self.options
+        spark = batch_df.sparkSession
+        built = (type(batch_df).__module__, batch_df.schema.json(),
+                 spark.conf.get("spark.sql.session.timeZone"))
+        cached = self._tagging
+        if cached is not None and cached[0] == built:
+            return cached[1]
+        plan = tag_plan(batch_df, o["key"], o["event_time"], o["processor"], o["delay"],
+                        o["order_by"], o["idle_timeout"])
+        self._tagging = (built, plan)
+        self._columns = ColumnCache()  # built again with the plan
+        return plan
+
+    def __getstate__(self) -> dict[str, Any]:
+        # column expressions belong to this process's session: a copy builds its own
+        state = dict(self.__dict__)
+        state["_tagging"] = None
+        state["_columns"] = ColumnCache()
+        return state
 
     def _claim(self, batch_df: DataFrame, batch_id: int, batch: PreparedBatch
                ) -> tuple[dict[str, Any], int | None, tuple[float, float] | None]:
@@ -359,7 +390,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
         o = self.options
         seen = self._preferring(batch_df, chosen, io)
         rows = chosen.rows if seen is None else seen.frame
-        placed, aliases = python_input(arrival_order(rows, o["order_by"]))
+        placed, aliases = python_input(arrival_order(rows, o["order_by"], self._columns),
+                                       self._columns)
         fn = partition_function(o["processor"], o["key"], batch.delay, batch.idle,
                                 batch.arrow_schema, io,
                                 operator_timer(batch_df.sparkSession, "keyed"), aliases)
