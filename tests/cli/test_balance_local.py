@@ -52,8 +52,14 @@ CSV_CASES = {
     "blank lines": ("\n\nk,v\nx,1\n\ny,2\nx,3\n", True),
     # a row with another field count: Spark pads it, Arrow cannot
     "short row": ("k,v\nx,1\ny\nx,3\n", False),
-    # a carriage return: Spark ends a line there
-    "crlf": ("k,v\r\nx,1\r\ny,2\r\n", False),
+    # Windows line ends: the same lines for both
+    "crlf": ("k,v\r\nx,1\r\ny,2\r\nx,3\r\n", True),
+    "crlf with bom": ("\ufeffk,v\r\nx,1\r\n\r\ny,2\r\n", True),
+    # a quoted value over two lines: Spark reads a record per line, Arrow one value
+    "crlf in quotes": ('k,v\r\n"x\r\ny",1\r\nz,2\r\n', False),
+    "newline in quotes": ('k,v\n"x\ny",1\nz,2\n', False),
+    # a lone carriage return: Spark ends a line there, Arrow does not
+    "lone cr": ("k,v\rx,1\ry,2\n", False),
 }
 
 
@@ -132,6 +138,30 @@ def test_a_file_whose_bytes_are_another_format_is_refused_by_name(tmp_path, caps
                 out=io.StringIO()) == 2
     err = capsys.readouterr().err
     assert "is a Parquet file" in err and "its columns are" not in err, err
+
+
+@pytest.mark.parametrize("body, name, fmt, words", [
+    (b'{"k": "a", "v": 1}\n{"k": "b", "v": 2}\n', "data.csv", None, "pass --format json"),
+    (b'{"k": "a"}\n', "data.json", "csv", "pass --format json"),
+    (b"k,v\na,1\nb,2\n", "data.csv", "json", "pass --format csv"),
+    (b"k,v\na,1\n", "data.json", None, "pass --format csv"),
+], ids=["json-named-csv", "json-told-csv", "csv-told-json", "csv-named-json"])
+def test_text_of_the_other_format_is_named_in_the_missing_key_error(tmp_path, capsys, body,
+                                                                    name, fmt, words):
+    path = tmp_path / name
+    path.write_bytes(body)
+    told = [] if fmt is None else ["--format", fmt]
+    assert main(["balance", str(path), "--key", "k", *told], out=io.StringIO()) == 2
+    err = capsys.readouterr().err
+    assert "key column 'k' is not in" in err and words in err, err
+
+
+def test_a_csv_header_that_is_not_json_gets_no_format_hint(tmp_path, capsys):
+    path = tmp_path / "data.csv"
+    path.write_bytes(b"{a},v\nx,1\n")  # braces, but not a JSON record
+    assert main(["balance", str(path), "--key", "k"], out=io.StringIO()) == 2
+    err = capsys.readouterr().err
+    assert "is not in" in err and "--format" not in err, err
 
 
 @pytest.mark.parametrize("args, words", [

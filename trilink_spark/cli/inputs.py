@@ -532,7 +532,20 @@ def _csv_has_key(data: bytes, complete: bool, key: str) -> _Found:
     if key not in names and len(copies) > 1:
         note = (f"the header names {key!r} {len(copies)} times (ignoring case), and Spark "
                 f"calls the copies {', '.join(repr(c) for c in copies)}")
+    elif key not in names and _json_record(line):
+        note = ("its first line is a JSON record, read here as CSV: pass --format json, or "
+                "a name ending in .json")
     return _Found(_yes_no(key in names), names, rows, note)
+
+
+def _json_record(line: str) -> bool:
+    """Whether ``line`` is one JSON object (a CSV header never is)."""
+    if not line.lstrip().startswith("{"):
+        return False
+    try:
+        return isinstance(json.loads(line), dict)
+    except (ValueError, RecursionError):
+        return False
 
 
 class _TwiceNamed(ValueError):
@@ -554,6 +567,7 @@ def _json_has_key(name: str, data: bytes, complete: bool, key: str) -> _Found:
         lines = lines[:-1]  # the last one may be cut
     seen: dict[str, None] = {}
     records = 0
+    parsed = 0
     found = False
     for number, raw in enumerate(lines, 1):
         if not raw.strip():
@@ -568,6 +582,7 @@ def _json_has_key(name: str, data: bytes, complete: bool, key: str) -> _Found:
         except (ValueError, RecursionError):
             records += 1  # Spark's PERMISSIVE mode keeps it as a corrupt record
             continue
+        parsed += 1
         for record in value if isinstance(value, list) else [value]:
             records += 1
             if isinstance(record, dict):
@@ -579,7 +594,10 @@ def _json_has_key(name: str, data: bytes, complete: bool, key: str) -> _Found:
         return _Found("yes", list(seen), rows)
     if not complete:
         return _Found("unknown", list(seen), rows)
-    return _Found("no" if records else "empty", list(seen), rows)
+    note = ("no line of it is JSON: Spark would read every line as a corrupt record; pass "
+            f"--format csv, or a name ending in .csv, if it is CSV"
+            if records and not parsed else "")
+    return _Found("no" if records else "empty", list(seen), rows, note)
 
 
 def _not_codec(name: str, codec: str, err: BaseException) -> InvalidArgumentError:

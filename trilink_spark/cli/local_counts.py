@@ -207,7 +207,9 @@ def _csv_column(data: bytes, key: str) -> Any:
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     if b"\r" in data:
-        return None  # Spark's line reader ends a line at a lone \r; pyarrow does not: Spark
+        if data.count(b"\r") != data.count(b"\r\n"):
+            return None  # Spark's line reader ends a line at a lone \r; pyarrow does not
+        data = data.replace(b"\r\n", b"\n")  # Windows line ends: the same lines for both
     lines = data.split(b"\n", 1)
     skipped = 0
     while lines[0].strip() == b"" and len(lines) == 2:  # Spark's header: the first line
@@ -234,7 +236,16 @@ def _csv_column(data: bytes, key: str) -> Any:
         convert_options=pcsv.ConvertOptions(
             include_columns=[generated[index]], column_types={generated[index]: pa.string()},
             null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=True))
+    if table.num_rows != _filled_lines(body):
+        return None  # a quoted value over two lines: Spark reads a record per line
     return table.column(0).combine_chunks()
+
+
+def _filled_lines(body: bytes) -> int:
+    """How many lines of ``body`` hold anything (Spark's records). O(bytes) in numpy."""
+    ends = np.flatnonzero(np.frombuffer(body, np.uint8) == ord("\n"))
+    starts = np.concatenate(([0], ends + 1))
+    return int(np.count_nonzero(np.append(ends, len(body)) - starts))
 
 
 def _csv_parse() -> Any:
