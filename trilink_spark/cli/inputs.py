@@ -595,7 +595,7 @@ def _json_has_key(name: str, data: bytes, complete: bool, key: str) -> _Found:
     if not complete:
         return _Found("unknown", list(seen), rows)
     note = ("no line of it is JSON: Spark would read every line as a corrupt record; pass "
-            f"--format csv, or a name ending in .csv, if it is CSV"
+            "--format csv, or a name ending in .csv, if it is CSV"
             if records and not parsed else "")
     return _Found("no" if records else "empty", list(seen), rows, note)
 

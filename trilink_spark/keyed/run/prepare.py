@@ -1,6 +1,6 @@
 """The driver side of a keyed run, shared by the batch and the streaming runner.
 
-:func:`prepare` checks the arguments and tags each row with its arrival position and event
+:func:`tag_plan` checks the arguments and plans the tagging of each row with its arrival position and event
 time; :func:`arrival_order` and :func:`in_arrival_order` put each placed partition back in
 arrival order (Spark side and Python side); :func:`in_place` keeps a frame declared with
 :func:`~trilink_spark.placement.keyed_by_source` where it was read.
@@ -25,8 +25,8 @@ from ..semantics.process import KeyedWatermarkProcessFunction
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["check_processor", "prepare", "tag_plan", "TagPlan", "units", "carried_columns", "arrival_order",
-           "in_arrival_order", "KEYED_STREAM_ROUTE"]
+__all__ = ["check_processor", "tag_plan", "TagPlan", "units", "carried_columns",
+           "arrival_order", "in_arrival_order", "KEYED_STREAM_ROUTE"]
 
 #: What a refused streaming frame is told to use instead (``keyed_watermark``,
 #: ``keyed_process``): the runner that keeps keyed watermarks, timers and state across
@@ -77,7 +77,7 @@ def units(delay: Any, idle_timeout: Any, kind: str) -> tuple[float, float]:
 
     Notes
     -----
-    O(1). :func:`prepare` and :class:`~trilink_spark.testing.KeyedTester` convert with it.
+    O(1). :func:`tag_plan` and :class:`~trilink_spark.testing.KeyedTester` convert with it.
 
     Examples
     --------
@@ -126,7 +126,7 @@ def carried_columns(processor: KeyedWatermarkProcessFunction, frame: Any, key: s
 
     Notes
     -----
-    O(columns). :func:`prepare` and :class:`~trilink_spark.testing.KeyedTester` select with
+    O(columns). :func:`tag_plan` and :class:`~trilink_spark.testing.KeyedTester` select with
     it.
 
     Examples
@@ -159,53 +159,9 @@ def carried_columns(processor: KeyedWatermarkProcessFunction, frame: Any, key: s
     return list(dict.fromkeys([key, *listed, *([order_by] if order_by else [])]))
 
 
-def prepare(
-    df: DataFrame,
-    key: str,
-    event_time: str,
-    processor: KeyedWatermarkProcessFunction,
-    delay: Any,
-    order_by: str | None,
-    idle_timeout: Any,
-) -> tuple[DataFrame, float, float, Any, Any]:
-    """Check a keyed run's arguments against ``df`` and tag its rows for the placement:
-    :func:`tag_plan` applied to ``df`` (one projection).
-
-    Returns
-    -------
-    tagged : pyspark.sql.DataFrame
-        The key, the columns the processor reads (all of them when its ``input_columns()``
-        is None) and ``order_by``, plus the arrival position (:data:`POS_COL`) and the event
-        time in the column's units (:data:`EVENT_TIME_COL`).
-    delay_units, idle_units : float
-        ``delay`` and the idle timeout (default 4 x ``delay``; ``math.inf`` never) in the
-        event-time column's units.
-    out_schema : pyspark.sql.types.StructType
-        The processor's ``output_schema``, parsed.
-    arrow_schema : pyarrow.Schema
-        The same as Arrow, in the session's time zone.
-
-    Raises
-    ------
-    InvalidArgumentTypeError, InvalidArgumentError
-        A processor of the wrong type or without an ``output_schema``, a bad delay or idle
-        timeout.
-    MissingColumnError, ReservedColumnError, InvalidKeyTypeError
-        A missing or reserved column, a key that is not atomic.
-
-    Notes
-    -----
-    Runs on the driver, once per run; binds the processor to the frame's schema. A stream
-    builds its :func:`tag_plan` once and applies it to each micro-batch.
-    """
-    plan = tag_plan(df, key, event_time, processor, delay, order_by, idle_timeout)
-    return (plan.tag(df), plan.delay_units, plan.idle_units, plan.out_schema,
-            plan.arrow_schema)
-
-
 @dataclass(frozen=True)
 class TagPlan:
-    """What :func:`prepare` makes of a frame's schema: the projection that tags its rows,
+    """What :func:`tag_plan` makes of a frame's schema: the projection that tags its rows,
     and the run's units and output schema. Built once per schema (a stream's is fixed), it
     tags every micro-batch with one projection and no new column expression.
 
@@ -240,10 +196,33 @@ def tag_plan(
     order_by: str | None,
     idle_timeout: Any,
 ) -> TagPlan:
-    """:func:`prepare`'s checks and projection for ``df``'s schema, not yet applied.
+    """Check a keyed run's arguments against ``df`` and plan the tagging of its rows for the
+    placement: :meth:`TagPlan.tag` applies it (one projection).
 
-    Raises as :func:`prepare`. Cost: the schema, a conf read and the column expressions
-    (a few hundred Py4J calls on a classic session); binds the processor to the schema.
+    Returns
+    -------
+    TagPlan
+        Its ``columns`` select the key, the columns the processor reads (all of them when
+        its ``input_columns()`` is None) and ``order_by``, plus the arrival position
+        (:data:`POS_COL`) and the event time in the column's units (:data:`EVENT_TIME_COL`);
+        ``delay_units`` and ``idle_units`` are ``delay`` and the idle timeout (default 4 x
+        ``delay``; ``math.inf`` never) in those units; ``out_schema`` is the processor's
+        ``output_schema`` parsed, ``arrow_schema`` the same as Arrow in the session's time
+        zone.
+
+    Raises
+    ------
+    InvalidArgumentTypeError, InvalidArgumentError
+        A processor of the wrong type or without an ``output_schema``, a bad delay or idle
+        timeout.
+    MissingColumnError, ReservedColumnError, InvalidKeyTypeError
+        A missing or reserved column, a key that is not atomic.
+
+    Notes
+    -----
+    Runs on the driver, once per run; a stream builds it once per schema and applies it to
+    each micro-batch. Cost: the schema, a conf read and the column expressions (about 180
+    Py4J calls on a classic session); binds the processor to the schema.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema

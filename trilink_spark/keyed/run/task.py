@@ -188,7 +188,7 @@ def partition_function(
     processor, key
         The process function and the key column.
     delay, idle_timeout : float
-        In the event-time column's units (:func:`~trilink_spark.keyed.run.prepare.prepare`).
+        In the event-time column's units (:func:`~trilink_spark.keyed.run.prepare.tag_plan`).
     arrow_schema : pyarrow.Schema
         The processor's ``output_schema``.
     io : StateIO or None

@@ -41,7 +41,7 @@ from ...partitioners import Partitioner
 from ...placement.keyed import check_placement
 from ...placement.source import is_keyed_by_source
 from ..._internal.validation import refuse_streaming
-from .prepare import KEYED_STREAM_ROUTE, check_processor, prepare
+from .prepare import KEYED_STREAM_ROUTE, check_processor, tag_plan
 from ..semantics.process import KeyedWatermarkProcessFunction
 from .watermark import key_watermark_of, late_against
 from ..semantics.windows import KeyedWindowAggregate
@@ -93,7 +93,7 @@ KeyedProcessPlan = EnginePlan
 
 
 class Prepared(NamedTuple):
-    """What :func:`~trilink_spark.keyed.run.prepare.prepare` made of a call: the tagged rows,
+    """What :func:`~trilink_spark.keyed.run.prepare.tag_plan` made of a call: the tagged rows,
     the delay and idle timeout in the event time's units, the output schema (Spark and
     Arrow)."""
 
@@ -123,7 +123,7 @@ class KeyedProcessOptions:
         The engine asked for, ``spark.trilink.keyedEngine`` read for ``"auto"``.
     prepared : Prepared or None
         The event time, delay and idle timeout checked and the rows tagged
-        (:func:`~trilink_spark.keyed.run.prepare.prepare`); None when no ``event_time`` was
+        (:func:`~trilink_spark.keyed.run.prepare.tag_plan`); None when no ``event_time`` was
         given (:func:`explain_keyed_process` without it).
     """
 
@@ -158,7 +158,7 @@ def keyed_process_options(
     Refuses a stream, then checks the processor, the key, ``order_by`` and value columns,
     the engine (and its conf), the placement arguments (as :func:`~trilink_spark.key_by`
     would refuse them), then, with ``event_time``, the event time, ``delay`` and
-    ``idle_timeout``, tagging the rows (:func:`~trilink_spark.keyed.run.prepare.prepare`).
+    ``idle_timeout``, tagging the rows (:func:`~trilink_spark.keyed.run.prepare.tag_plan`).
 
     Raises
     ------
@@ -182,8 +182,9 @@ def keyed_process_options(
     check_placement(strategy, num_partitions, {"null_policy": null_policy}, "keyed_process")
     prepared = None
     if event_time is not None:
-        prepared = Prepared(*prepare(df, key, event_time, processor, delay, order_by,
-                                     idle_timeout))
+        plan = tag_plan(df, key, event_time, processor, delay, order_by, idle_timeout)
+        prepared = Prepared(plan.tag(df), plan.delay_units, plan.idle_units, plan.out_schema,
+                            plan.arrow_schema)
     return KeyedProcessOptions(key, processor, order_by, strategy, num_partitions,
                                null_policy, request, prepared)
 
@@ -238,7 +239,7 @@ def spark_window_aggregate(placed: DataFrame, key: str, processor: KeyedWindowAg
     Parameters
     ----------
     placed : pyspark.sql.DataFrame
-        Rows tagged by :func:`~trilink_spark.keyed.run.prepare.prepare` and placed by
+        Rows tagged by :func:`~trilink_spark.keyed.run.prepare.tag_plan` and placed by
         :func:`~trilink_spark.placement.key_by.place_rows`: the key, the value, ``order_by``,
         :data:`~trilink_spark.columns.POS_COL`, :data:`~trilink_spark.columns.EVENT_TIME_COL`
         and :data:`~trilink_spark.columns.PARTITION_COL`.
