@@ -68,8 +68,18 @@ _TIME = b"t"
 _EXPIRY = b"x"
 #: A copy held open between tasks flushes its writes once its memtables hold more (bytes).
 HELD_MEMTABLE_BYTES = 8 << 20
+#: A task that logged more than this (a load, not a steady batch) waits for the compaction
+#: its writes start, so that the merge is paid by the batch that wrote the bytes instead of
+#: running beside the next batches (bytes).
+SETTLE_WRITTEN_BYTES = 16 << 20
 #: The longest :meth:`LocalState.settle` waits for a compaction (seconds).
 SETTLE_TIMEOUT_S = 120.0
+#: RocksDB's base level holds at most this many bytes, and its table files this many: with
+#: keys updated uniformly, each merge then rewrites a few small files of the level below
+#: instead of the partition's whole last level (RocksDB's default base is 256 MiB, more than
+#: a partition of millions of keys, so every merge of new files rewrote all of it).
+LEVEL_BASE_BYTES = 16 << 20
+TABLE_FILE_BYTES = 2 << 20
 _HEAD = struct.Struct(">dI")  # wake time, schema id
 #: The local key bytes of the null key: block 0, tag 0, no body (:func:`key_bytes`).
 NULL_KEY_BYTES = bytes(5)
@@ -237,7 +247,7 @@ class LocalState:
             or RocksDB cannot open the copy (then it is removed, so the next attempt rebuilds
             it from the state path).
         """
-        from rocksdict import Options, Rdict
+        from rocksdict import Rdict
 
         base = os.path.join(root, store_id)
         directory = os.path.join(base, f"p{partition:05d}.db")
@@ -271,8 +281,7 @@ class LocalState:
         # while that process still has the database open: have it close it first (no holder:
         # one refused connect), else RocksDB's own lock fails and the copy would be emptied.
         ask_release(directory, min(ASK_TIMEOUT_S, max(0.05, deadline - time.monotonic())))
-        options = Options(raw_mode=True)
-        options.create_if_missing(True)
+        options = db_options()
         try:
             db = Rdict(directory, options)
         except Exception as err:  # noqa: BLE001 - RocksDB raises plain Exceptions
@@ -711,7 +720,7 @@ class LocalState:
         StateStoreError, StateCorruptError
             As :meth:`_guard` says; the copy is then empty (and open), to be rebuilt.
         """
-        from rocksdict import Options, Rdict
+        from rocksdict import Rdict
 
         if self._db is not None:
             db, self._db = self._db, None
@@ -723,13 +732,11 @@ class LocalState:
         try:
             with self._guard("open the restored copy"):
                 os.replace(source, self.directory)
-                self._db = Rdict(self.directory, Options(raw_mode=True))
+                self._db = Rdict(self.directory, db_options())
             self.meta = self._read_meta(_META) or {"version": None}
         except (StateCorruptError, StateStoreError):
             shutil.rmtree(self.directory, ignore_errors=True)  # an empty copy, still locked
-            options = Options(raw_mode=True)
-            options.create_if_missing(True)
-            self._db = Rdict(self.directory, options)
+            self._db = Rdict(self.directory, db_options())
             raise
         finally:
             self._opened = (identity(self.directory, self._lock_path)[0], self._opened[1])
@@ -877,6 +884,18 @@ def split_head(row: bytes, where: str = "local state") -> tuple[float, int, byte
     return wake, sid, row[_HEAD.size:]
 
 
+def db_options() -> Any:
+    """The RocksDB options every local copy is opened with (created if missing; the level
+    shape of :data:`LEVEL_BASE_BYTES` and :data:`TABLE_FILE_BYTES`)."""
+    from rocksdict import Options
+
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.set_max_bytes_for_level_base(LEVEL_BASE_BYTES)
+    options.set_target_file_size_base(TABLE_FILE_BYTES)
+    return options
+
+
 def iter_rows(db: Any) -> Iterator[tuple[bytes, bytes]]:
     """Every key's bytes and stored row of an open database, in key order (a full scan)."""
     for k, row in _prefixed_items(db, _ROW):
@@ -885,6 +904,6 @@ def iter_rows(db: Any) -> Iterator[tuple[bytes, bytes]]:
 
 def open_checkpoint(directory: str) -> Any:
     """A checkpoint copy opened read-only (for a snapshot writer)."""
-    from rocksdict import AccessType, Options, Rdict
+    from rocksdict import AccessType, Rdict
 
-    return Rdict(directory, Options(raw_mode=True), access_type=AccessType.read_only())
+    return Rdict(directory, db_options(), access_type=AccessType.read_only())

@@ -29,7 +29,7 @@ from ...errors import TrilinkError
 from ...partitioners import BlockPartitioner
 from ...state.store import KEY_FIELD, KeyedStateStore
 from ...state.changelog import changelog_table
-from ...state.local import LocalState
+from ...state.local import SETTLE_WRITTEN_BYTES, LocalState
 from ...state.sweep import mark, sweep
 from ..records.history import key_profile
 from ..swaps.units import UnitRows
@@ -402,7 +402,7 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
             io.key_type, io.value_type, processor, delay, idle_timeout, lambda: io.fence(pid),
             None if moved is None else moved.leaving)
         started = time.perf_counter()
-        if not config.keep_open:
+        if not config.keep_open or written > SETTLE_WRITTEN_BYTES:
             local.settle()  # the copy's compaction runs while it is open
         done = True
     finally:  # held open for this worker's next task of the partition, or closed
