@@ -68,16 +68,12 @@ _TIME = b"t"
 _EXPIRY = b"x"
 #: A copy held open between tasks flushes its writes once its memtables hold more (bytes).
 HELD_MEMTABLE_BYTES = 8 << 20
-#: A task that logged more than this (a load, not a steady batch) waits for the compaction
-#: its writes start, so that the merge is paid by the batch that wrote the bytes instead of
-#: running beside the next batches (bytes).
+#: A task that logged more than this (a load) waits for the compaction its writes start.
 SETTLE_WRITTEN_BYTES = 16 << 20
 #: The longest :meth:`LocalState.settle` waits for a compaction (seconds).
 SETTLE_TIMEOUT_S = 120.0
-#: RocksDB's base level holds at most this many bytes, and its table files this many: with
-#: keys updated uniformly, each merge then rewrites a few small files of the level below
-#: instead of the partition's whole last level (RocksDB's default base is 256 MiB, more than
-#: a partition of millions of keys, so every merge of new files rewrote all of it).
+#: RocksDB's base level and table file sizes: a merge rewrites a few small files, not a
+#: partition's whole last level (RocksDB's 256 MiB default base holds millions of keys).
 LEVEL_BASE_BYTES = 16 << 20
 TABLE_FILE_BYTES = 2 << 20
 _HEAD = struct.Struct(">dI")  # wake time, schema id
@@ -756,14 +752,10 @@ class LocalState:
         """Flush this copy's writes into a table file and wait (at most ``timeout`` seconds)
         for the compaction RocksDB then starts; returns the seconds spent.
 
-        RocksDB merges its newest table files into the levels below in background threads,
-        but a task closes its copy as soon as it is done, and closing stops them: without a
-        wait, every task would leave one more level-0 file, and each read of a later batch
-        searches them all (a read cost that grows with the batches run). Leveled compaction
-        keeps the level-0 files under four; its cost is amortised: about 0.1 s every four
-        batches at 300,000 keys of a copy, 0.65 s every ten at 2.5 million, on this build's
-        benchmark machine. A compaction still running at the timeout is left to the next
-        task (closing stops it; it starts again).
+        Closing a copy stops RocksDB's background merges: without a wait, each closing task
+        would leave one more level-0 file for every later read to search. Leveled compaction
+        keeps them under four, at an amortised cost (about 0.65 s every ten batches at 2.5
+        million keys of a copy). A compaction running at the timeout is left to the next task.
         """
         started = time.monotonic()
         with self._guard("flush"):
@@ -885,8 +877,7 @@ def split_head(row: bytes, where: str = "local state") -> tuple[float, int, byte
 
 
 def db_options() -> Any:
-    """The RocksDB options every local copy is opened with (created if missing; the level
-    shape of :data:`LEVEL_BASE_BYTES` and :data:`TABLE_FILE_BYTES`)."""
+    """The RocksDB options of every local copy (:data:`LEVEL_BASE_BYTES`)."""
     from rocksdict import Options
 
     options = Options(raw_mode=True)
