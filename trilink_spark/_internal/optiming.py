@@ -41,6 +41,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 import pandas as pd
@@ -209,12 +210,14 @@ class Stopwatch:
         return max(total - self.wait_ms - self.paused_ms, 0.0)
 
 
-def timing_root(spark: Any) -> str | None:
+def timing_root(spark: Any, confs: Mapping[str, str] | None = None) -> str | None:
     """The timing directory :data:`OPERATOR_TIMING_CONF` names (surrounding whitespace
     stripped), or None when it is unset, empty or cannot be read. The operators and
-    :class:`~trilink_spark.advice.BottleneckListener` both read it here, so they agree on it."""
+    :class:`~trilink_spark.advice.BottleneckListener` both read it here, so they agree on it.
+    ``confs``: the session's confs, already read (no conf read then)."""
     try:
-        root = spark.conf.get(OPERATOR_TIMING_CONF, None)
+        root = (confs.get(OPERATOR_TIMING_CONF) if confs is not None
+                else spark.conf.get(OPERATOR_TIMING_CONF, None))
     except Exception as err:  # noqa: BLE001 - a conf Spark cannot read means no timing
         logger.debug("operator timing conf not readable (%s: %s)", type(err).__name__, err)
         return None
@@ -223,11 +226,12 @@ def timing_root(spark: Any) -> str | None:
     return str(root).strip()
 
 
-def operator_timer(spark: Any, operator: str) -> OperatorTimer | None:
+def operator_timer(spark: Any, operator: str, confs: Mapping[str, str] | None = None
+                   ) -> OperatorTimer | None:
     """The timer for a new planning of ``operator``, or None when
     :data:`OPERATOR_TIMING_CONF` is unset (or empty). Reads the session conf on the driver
-    (classic or Spark Connect); O(1)."""
-    root = timing_root(spark)
+    (classic or Spark Connect), or ``confs`` (:func:`timing_root`); O(1)."""
+    root = timing_root(spark, confs)
     if root is None:
         return None
     return OperatorTimer(root, operator, uuid.uuid4().hex[:16])

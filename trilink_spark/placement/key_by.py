@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from .._internal.spark.frames import Projection
 from .._internal.validation import check_num_partitions
 from .._internal.validation import choice, refuse_streaming
 from ..columns import COMPACTED_META, NUM_PARTITIONS_META, PARTITION_COL, TABLE_KEY_COL
@@ -699,11 +700,11 @@ def _with_partition_id(df: DataFrame, key: str, p: Partitioner) -> tuple[DataFra
         spark, p, (key, kind, dtype.json(), nullable, columns, joined),
         lambda: _partition_plan(key, p, kind, nullable, columns, joined))
     if plan.condition is None or table is None or kind is None:
-        return df.select(*plan.select), plan.partition
+        return plan.projection(df), plan.partition
     joined_kind, joined_table = kind, table
     frame = table_frame_of(spark, table, (kind, dtype.json()),
                            lambda: table_frame(spark, joined_table, joined_kind, dtype))
-    return df.join(frame, plan.condition, "left").select(*plan.select), plan.partition
+    return plan.projection(df.join(frame, plan.condition, "left")), plan.partition
 
 
 def _partition_plan(key: str, p: Partitioner, kind: str | None, nullable: bool,
@@ -748,4 +749,4 @@ def _partition_plan(key: str, p: Partitioner, kind: str | None, nullable: bool,
     meta = {NUM_PARTITIONS_META: p.num_partitions}
     select = (*[column_of(c) for c in columns],
               pid.cast("int").alias(PARTITION_COL, metadata=meta))
-    return PartitionPlan(condition, select, F.col(PARTITION_COL))
+    return PartitionPlan(condition, select, F.col(PARTITION_COL), Projection(select))

@@ -59,6 +59,7 @@ import pyarrow as pa
 
 from .._internal.deprecation import warn_moved
 from .._internal.spark.compat import frame_of_arrow, is_connect
+from .._internal.spark.frames import Projection
 from ..columns import INTERNAL_PREFIX, TABLE_KEY_COL, TABLE_PID_COL, require_columns
 from ..errors import InvalidArgumentError
 from ..partitioners import BlockPartitioner, HashPartitioner, LeastCountPartitioner
@@ -106,11 +107,14 @@ class PartitionPlan:
         The frame's columns by name and the partition id, :data:`~trilink_spark.PARTITION_COL`.
     partition : Column
         :data:`~trilink_spark.PARTITION_COL` by name (for ``repartitionById``).
+    projection : Projection
+        ``select`` as one projection (one Py4J command a frame after the first).
     """
 
     condition: Column | None
     select: tuple[Column, ...]
     partition: Column
+    projection: Projection
 
 
 def strategy_state(p: Partitioner, kind: str = "plan"

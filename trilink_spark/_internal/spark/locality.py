@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,9 +88,10 @@ class Preferred:
         return out
 
 
-def locality_enabled(spark: Any) -> bool:
+def locality_enabled(spark: Any, confs: Mapping[str, str] | None = None) -> bool:
     """Whether keyed stages ask for their copies' executors: ``spark.trilink.state.locality``
-    (``auto``: on a classic session whose master is not ``local``). One conf read.
+    (``auto``: on a classic session whose master is not ``local``). One conf read, none
+    from ``confs`` (the session's, :func:`~trilink_spark._internal.spark.session.session_confs`).
 
     Raises
     ------
@@ -99,7 +100,8 @@ def locality_enabled(spark: Any) -> bool:
     """
     if is_connect(spark):
         return False
-    mode = choice(conf_get(spark, "state.locality", "auto").strip().lower(),
+    mode = choice(conf_get(spark if confs is None else confs, "state.locality", "auto")
+                  .strip().lower(),
                   "spark.trilink.state.locality", LOCALITY_MODES)
     if mode == "auto":
         return not str(spark.sparkContext.master).startswith("local")

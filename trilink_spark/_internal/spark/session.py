@@ -41,12 +41,17 @@ spark.trilink.state.blockPlans       auto    plan swaps between block tables fro
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-from typing import TYPE_CHECKING
+import threading
+import weakref
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from ...errors import InvalidArgumentError
+from ...errors import ConfigError, InvalidArgumentError
 from ..validation import count
+from .compat import is_connect
 from .executors import is_local_master
 
 #: The address local sessions bind.
@@ -55,7 +60,7 @@ LOOPBACK = "127.0.0.1"
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["get_session", "conf_get", "conf_count", "CONF_PREFIX"]
+__all__ = ["get_session", "conf_get", "conf_count", "session_confs", "CONF_PREFIX"]
 
 CONF_PREFIX = "spark.trilink."
 
@@ -144,13 +149,50 @@ def get_session(
     return spark
 
 
-def conf_get(spark: SparkSession, name: str, default: str) -> str:
-    """``spark.trilink.<name>`` from the session conf, else ``default``."""
-    value = spark.conf.get(CONF_PREFIX + name, None)
+_MAPPER_LOCK = threading.Lock()
+#: Per SparkContext: a JSON writer in its JVM (built once).
+_MAPPERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def session_confs(spark: SparkSession) -> dict[str, str]:
+    """Every conf set on ``spark`` (as ``spark.conf.getAll``), read at once: what
+    :func:`conf_get` gives when passed the result instead of the session.
+
+    Notes
+    -----
+    Cost: classic, three Py4J commands (PySpark's ``getAll`` sends one per conf); Spark
+    Connect, one request.
+
+    Examples
+    --------
+    >>> conf_get(session_confs(spark), "state.store", "rocksdb")  # doctest: +SKIP
+    'rocksdb'
+    """
+    if is_connect(spark):
+        return {str(k): str(v) for k, v in spark.conf.getAll.items() if v is not None}
+    sc = spark.sparkContext
+    with _MAPPER_LOCK:
+        mapper = _MAPPERS.get(sc)
+        if mapper is None:
+            jvm: Any = sc._jvm
+            mapper = _MAPPERS[sc] = jvm.com.fasterxml.jackson.databind.ObjectMapper()
+    values = json.loads(mapper.writeValueAsString(spark._jsparkSession.conf().getAllAsJava()))
+    if not isinstance(values, dict):
+        raise ConfigError(f"the session's confs read as {type(values).__name__}, not a map "
+                          "of strings")
+    return {str(k): str(v) for k, v in values.items() if v is not None}
+
+
+def conf_get(spark: SparkSession | Mapping[str, str], name: str, default: str) -> str:
+    """``spark.trilink.<name>`` from the session conf (or from ``spark``, what
+    :func:`session_confs` read of it), else ``default``."""
+    value = (spark.get(CONF_PREFIX + name) if isinstance(spark, Mapping)
+             else spark.conf.get(CONF_PREFIX + name, None))
     return default if value is None else str(value)
 
 
-def conf_count(spark: SparkSession, name: str, default: int, low: int = 1) -> int:
+def conf_count(spark: SparkSession | Mapping[str, str], name: str, default: int,
+               low: int = 1) -> int:
     """``spark.trilink.<name>`` as a whole number >= ``low`` (unset or blank: ``default``).
 
     Raises

@@ -9,12 +9,13 @@ arrival order (Spark side and Python side); :func:`in_place` keeps a frame decla
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..._internal.spark.frames import Projection
 from ...columns import EVENT_TIME_COL, PARTITION_COL, POS_COL, check_user_columns
 from ...columns import check_atomic_key, column_of, require_columns
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError
@@ -25,7 +26,7 @@ from ..semantics.process import KeyedWatermarkProcessFunction
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["check_processor", "tag_plan", "TagPlan", "units", "carried_columns",
+__all__ = ["check_processor", "tag_plan", "TagPlan", "arrival_columns", "units", "carried_columns",
            "arrival_order", "in_arrival_order", "KEYED_STREAM_ROUTE"]
 
 #: What a refused streaming frame is told to use instead (``keyed_watermark``,
@@ -173,6 +174,8 @@ class TagPlan:
     delay_units, idle_units : float
     out_schema, arrow_schema
         The processor's output schema (Spark, Arrow).
+    projection : Projection
+        ``columns`` as one select (:mod:`~trilink_spark._internal.spark.frames`).
     """
 
     columns: list[Any]
@@ -180,11 +183,13 @@ class TagPlan:
     idle_units: float
     out_schema: Any
     arrow_schema: Any
+    projection: Projection
 
     def tag(self, df: DataFrame) -> DataFrame:
-        """``df``'s rows tagged for the placement (a projection, no job). ``df`` must have
-        the schema the plan was built for."""
-        return df.select(*self.columns)
+        """``df``'s rows tagged for the placement (a projection, no job; one Py4J command
+        after the first on a classic session). ``df`` must have the schema the plan was
+        built for."""
+        return self.projection(df)
 
 
 def tag_plan(
@@ -251,7 +256,8 @@ def tag_plan(
                else [column_of(c) for c in names])
     columns = [*carried, F.monotonically_increasing_id().alias(POS_COL),
                et_col.alias(EVENT_TIME_COL)]
-    return TagPlan(columns, delay_units, idle_units, out_schema, arrow_schema)
+    return TagPlan(columns, delay_units, idle_units, out_schema, arrow_schema,
+                   Projection(columns))
 
 
 def arrival_order(placed: DataFrame, order_by: str | None,
@@ -265,12 +271,17 @@ def arrival_order(placed: DataFrame, order_by: str | None,
     a stable numpy sort merges in O(rows log runs), where Spark's sort of the whole rows cost
     about a fifth of the keyed job (benches/RESULTS.md, §18). ``col`` builds each column
     (a stream passes a :class:`~trilink_spark.columns.ColumnCache`)."""
+    keep = [col(c) for c in arrival_columns(placed.columns, order_by)]
     if order_by is None:
-        keep = [col(c) for c in placed.columns if c != PARTITION_COL]
         return placed.select(*keep)
-    ordered = placed.sortWithinPartitions(col(order_by), POS_COL)
-    keep = [col(c) for c in placed.columns if c not in (PARTITION_COL, POS_COL)]
-    return ordered.select(*keep)
+    return placed.sortWithinPartitions(col(order_by), POS_COL).select(*keep)
+
+
+def arrival_columns(columns: Sequence[str], order_by: str | None) -> list[str]:
+    """The columns of a placed frame (``columns``) that :func:`arrival_order` keeps: all but
+    the placement's, and but the arrival position when Spark sorts by ``order_by``."""
+    dropped = (PARTITION_COL,) if order_by is None else (PARTITION_COL, POS_COL)
+    return [c for c in columns if c not in dropped]
 
 
 def in_arrival_order(table: Any) -> Any:

@@ -25,8 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..._internal.optiming import operator_timer
-from ..._internal.spark.session import conf_count, conf_get
+from ..._internal.optiming import OperatorTimer, operator_timer
+from ..._internal.spark.frames import ArrowMap, Projection, batch_values
+from ..._internal.spark.session import conf_count, conf_get, session_confs
 from ..._internal.spark.compat import streaming_query_id
 from ..._internal.spark.executors import ensure_executors
 from ..._internal.spark.locality import Preferred, Where, live_executors, locality_enabled
@@ -34,7 +35,7 @@ from ..._internal.spark.locality import new_counts, prefer
 from ...errors import typed_task_errors
 from ..._internal.validation import choice, refuse_streaming_batch_function, seconds
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError
-from ...columns import ColumnCache, python_input
+from ...columns import POS_COL, ColumnCache, python_aliases, python_input
 from ...partitioners import BlockPartitioner, Partitioner, TablePartitioner
 from ...partitioners.core.keys import check_null_policy
 from ...eventtime import delay_in_units, event_time_micros
@@ -52,7 +53,8 @@ from ..swaps.replanner import Replanner
 from ..swaps.units import UnitRows, unit_rows
 from ..records.history import RunHistory
 from ..records.state_reader import read_state_values, read_task_timings, sum_counters
-from .prepare import TagPlan, arrival_order, check_processor, tag_plan
+from .prepare import TagPlan, arrival_columns, arrival_order, check_processor
+from .prepare import tag_plan
 from .task import StateIO, partition_function, run_without_rows, state_types
 
 if TYPE_CHECKING:
@@ -80,6 +82,8 @@ class PreparedBatch:
         The run's configuration as the manifest records it (a restart must match it).
     query : str or None
         The streaming query's id (the same writer across a restart).
+    confs : dict
+        The session's confs, read once for the batch (:func:`session_confs`).
     """
 
     tagged: Any
@@ -91,6 +95,20 @@ class PreparedBatch:
     value_type: Any
     config: dict[str, Any]
     query: str | None
+    confs: dict[str, str]
+
+
+@dataclass(frozen=True)
+class BatchFrames:
+    """What a run's steady batches share on a classic session (:meth:`KeyedBatchFunction._mapped`):
+    what it was built for (the tagging plan, the placement, the timing directory), the state
+    settings but for each batch's, the arrival-order projection and the processor's
+    ``mapInArrow``. Holds JVM objects: never pickled."""
+
+    built: tuple[Any, Any, str | None]
+    io: StateIO
+    projection: Projection
+    mapper: ArrowMap
 
 
 class KeyedBatchFunction(StatefulBatchFunction):
@@ -140,6 +158,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
         #: (:meth:`_tag_plan`), and the columns built once by name (:meth:`_tasks`).
         self._tagging: tuple[tuple[str, str, str | None], TagPlan] | None = None
         self._columns = ColumnCache()
+        #: What steady batches share on a classic session (:meth:`_mapped`).
+        self._frames: BatchFrames | None = None
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -158,6 +178,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
         self.__dict__.setdefault("_unit_rows", None)
         self.__dict__.setdefault("_tagging", None)
         self.__dict__.setdefault("_columns", ColumnCache())
+        self.__dict__.setdefault("_frames", None)
 
     # ------------------------------------------------------------------ swaps
     def request_swap(self, strategy: str | Partitioner | None = None, *,
@@ -248,7 +269,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
         started = time.perf_counter()
         batch = self._prepare(batch_df)
         manifest, prev, clock = self._claim(batch_df, batch_id, batch)
-        local = self._local_config(batch_df, batch.key_type, manifest.get("path_id"), clock)
+        local = self._local_config(batch_df, batch.key_type, manifest.get("path_id"), clock,
+                                   batch.confs)
 
         def planning(current: Partitioner) -> LocalSync | None:
             return None if local is None else self._sync(batch, local.placed_by(current))
@@ -270,7 +292,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
         self.history.start(spark)  # read once per runner: a malformed conf fails here
         ensure_executors(spark, self.store.path, self.store.fs, needs=("rocksdict",))
         o = self.options
-        plan = self._tag_plan(batch_df)
+        confs = session_confs(spark)  # every conf the batch reads, in one go
+        plan = self._tag_plan(batch_df, confs)
         tagged = plan.tag(batch_df)
         delay_units, idle_units = plan.delay_units, plan.idle_units
         out_schema, arrow_schema = plan.out_schema, plan.arrow_schema
@@ -289,9 +312,9 @@ class KeyedBatchFunction(StatefulBatchFunction):
         return PreparedBatch(tagged, delay_units, idle_units, out_schema, arrow_schema,
                              key_type, value_type,
                              runner_config(o, delay_units, idle_units, value_type),
-                             streaming_query_id(batch_df))
+                             streaming_query_id(batch_df), confs)
 
-    def _tag_plan(self, batch_df: DataFrame) -> TagPlan:
+    def _tag_plan(self, batch_df: DataFrame, confs: dict[str, str]) -> TagPlan:
         """The batch's :class:`~trilink_spark.keyed.run.prepare.TagPlan`: built at the first
         batch, and again only when the schema or the session time zone differs from the last
         batch's (a stream's are fixed), so a steady batch builds no column expression. Two
@@ -299,7 +322,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
         o = self.options
         spark = batch_df.sparkSession
         built = (type(batch_df).__module__, batch_df.schema.json(),
-                 spark.conf.get("spark.sql.session.timeZone"))
+                 confs.get("spark.sql.session.timeZone"))  # unset: the JVM's, fixed
         cached = self._tagging
         if cached is not None and cached[0] == built:
             return cached[1]
@@ -314,6 +337,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
         state = dict(self.__dict__)
         state["_tagging"] = None
         state["_columns"] = ColumnCache()
+        state["_frames"] = None
         return state
 
     def _claim(self, batch_df: DataFrame, batch_id: int, batch: PreparedBatch
@@ -324,7 +348,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
         o = self.options
         manifest = claim(self.store, self.store.read_manifest(), self.token, batch.query,
                          batch.config, o["takeover"])
-        gaps = choice(conf_get(batch_df.sparkSession, "state.allowBatchGaps", "false").strip()
+        gaps = choice(conf_get(batch.confs, "state.allowBatchGaps", "false").strip()
                       .lower(), "spark.trilink.state.allowBatchGaps", ("true", "false"))
         prev = start_version(self.store, manifest, batch_id, gaps == "true")
         clock: tuple[float, float] | None = None
@@ -388,20 +412,19 @@ class KeyedBatchFunction(StatefulBatchFunction):
         task ran for (their keys may still expire, or move in a swap). Returns each
         partition's versions."""
         o = self.options
-        seen = self._preferring(batch_df, chosen, io)
+        seen = self._preferring(batch_df, chosen, io, batch.confs)
         rows = chosen.rows if seen is None else seen.frame
-        placed, aliases = python_input(arrival_order(rows, o["order_by"], self._columns),
-                                       self._columns)
-        fn = partition_function(o["processor"], o["key"], batch.delay, batch.idle,
-                                batch.arrow_schema, io,
-                                operator_timer(batch_df.sparkSession, "keyed"), aliases)
-        out = placed.mapInArrow(fn, batch.out_schema)
-        self.func(out, batch_id)
+        timer = operator_timer(batch_df.sparkSession, "keyed", batch.confs)
+        values = {**io.batch_values(), "timer": None if timer is None else timer.run}
         untouched: list[int] = []
         own_task = io.local is not None and (clock is not None or io.swap)
-        listed = self._ensure_written(out, batch_id, chosen.partitions,
-                                      fill=untouched.append if own_task else io.carry_forward,
-                                      snapshots=io.local is None)
+        with batch_values(batch_df.sparkSession, self.token, values) as shared:
+            out = self._mapped(rows, batch, chosen, io, timer, shared)
+            self.func(out, batch_id)
+            listed = self._ensure_written(
+                out, batch_id, chosen.partitions,
+                fill=untouched.append if own_task else io.carry_forward,
+                snapshots=io.local is None)
         if seen is not None:
             self._located(batch_df, batch_id, seen, chosen.partitions)
         if untouched:
@@ -411,13 +434,48 @@ class KeyedBatchFunction(StatefulBatchFunction):
                 self._where.pop(p, None)
         return listed
 
-    def _preferring(self, batch_df: DataFrame, chosen: Placed, io: StateIO) -> Preferred | None:
+    def _mapped(self, rows: DataFrame, batch: PreparedBatch, chosen: Placed, io: StateIO,
+                timer: OperatorTimer | None, shared: bool) -> DataFrame:
+        """The batch's output: ``rows`` in arrival order through the processor's tasks.
+
+        ``shared`` (a classic session): the projection and the ``mapInArrow`` function are
+        built once per schema, placement and run settings (:meth:`StateIO.same_run`) and
+        serve every batch, whose own values reach the tasks as a local property
+        (:mod:`~trilink_spark._internal.spark.frames`): a few Py4J commands a batch. Else
+        (Spark Connect) the function carries the batch's values and is built per batch."""
+        o = self.options
+        built = (self._tagging, chosen.strategy, None if timer is None else timer.root)
+        cached = self._frames
+        if not shared:
+            placed, aliases = python_input(arrival_order(rows, o["order_by"], self._columns),
+                                           self._columns)
+            fn = partition_function(o["processor"], o["key"], batch.delay, batch.idle,
+                                    batch.arrow_schema, io, timer, aliases)
+            return placed.mapInArrow(fn, batch.out_schema)
+        if cached is None or cached.built != built or not cached.io.same_run(io):
+            kept = arrival_columns(rows.columns, o["order_by"])
+            aliases = python_aliases(kept)
+            inside = {name: alias for alias, name in aliases.items()}
+            fn = partition_function(o["processor"], o["key"], batch.delay, batch.idle,
+                                    batch.arrow_schema, io.without_batch(), timer, aliases,
+                                    batch_token=self.token)
+            cached = self._frames = BatchFrames(
+                built, io, Projection([self._columns(c).alias(inside[c]) if c in inside
+                                       else self._columns(c) for c in kept]),
+                ArrowMap(fn, batch.out_schema,
+                         [self._columns(inside.get(c, c)) for c in kept]))
+        ordered = rows if o["order_by"] is None else \
+            rows.sortWithinPartitions(self._columns(o["order_by"]), POS_COL)
+        return cached.mapper(cached.projection(ordered))
+
+    def _preferring(self, batch_df: DataFrame, chosen: Placed, io: StateIO,
+                    confs: dict[str, str]) -> Preferred | None:
         """The batch's placed rows with each partition's task asking for the executor that
         ran it last (:mod:`~trilink_spark._internal.spark.locality`), where its local copy
         is; None for the file store, on Spark Connect, with ``spark.trilink.state.locality``
         off (by default in local mode), and where the helper jar cannot be loaded.
         About 10 Py4J calls."""
-        if io.local is None or not locality_enabled(batch_df.sparkSession):
+        if io.local is None or not locality_enabled(batch_df.sparkSession, confs):
             return None
         return prefer(chosen.rows, [self._where.get(p) for p in range(chosen.partitions)])
 
@@ -476,7 +534,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
                             chosen.strategy, started, done, self.swaps, self.rebalances)
 
     def _local_config(self, batch_df: DataFrame, key_type: Any, path_id: Any = None,
-                      clock: tuple[float, float] | None = None) -> LocalConfig | None:
+                      clock: tuple[float, float] | None = None,
+                      confs: dict[str, str] | None = None) -> LocalConfig | None:
         """The executor-local store's settings for this batch, read once per batch (None:
         the file store, chosen with ``state_store="files"`` or needed for a key type the
         local store cannot encode); :meth:`LocalConfig.placed_by` gives them for a
@@ -485,8 +544,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
         path wiped and begun again gets copies of its own (a manifest written before
         ``path_id`` existed keeps the name it had). A few conf reads."""
         o = self.options
-        spark = batch_df.sparkSession
-        mode = choice(o.get("state_store") or conf_get(spark, "state.store", "rocksdb"),
+        read = session_confs(batch_df.sparkSession) if confs is None else confs
+        mode = choice(o.get("state_store") or conf_get(read, "state.store", "rocksdb"),
                       "state store (state_store= or spark.trilink.state.store)", STATE_STORES)
         encodable = supports_key_type(key_type)
         if (mode == "files" or not encodable) and (
@@ -504,8 +563,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
                                ", ".join(LOCAL_KEY_TYPES))
                 self._warned_files = True
             return None
-        root = conf_get(spark, "state.localDir", "")  # "": the executor's own (the task's)
-        interval = conf_count(spark, "state.snapshotInterval", 10)
+        root = conf_get(read, "state.localDir", "")  # "": the executor's own (the task's)
+        interval = conf_count(read, "state.snapshotInterval", 10)
         column = self.replanner.column or KeyColumn.of(batch_df, o["key"])
         kind = column.kind
         blocks = BlockPartitioner(1, key_type=kind or "auto", null_policy="partition0") \
@@ -514,10 +573,10 @@ class KeyedBatchFunction(StatefulBatchFunction):
         if isinstance(path_id, str) and path_id:
             named += f":{path_id}"
         store_id = hashlib.sha256(named.encode()).hexdigest()[:20]
-        keep = choice(conf_get(spark, "state.keepOpen", "true").strip().lower(),
+        keep = choice(conf_get(read, "state.keepOpen", "true").strip().lower(),
                       "spark.trilink.state.keepOpen", ("true", "false"))
         at, since = clock or (None, None)
-        drop_after = conf_count(spark, "state.dropCopiesAfter", 10, low=0)  # 0: never
+        drop_after = conf_count(read, "state.dropCopiesAfter", 10, low=0)  # 0: never
         return LocalConfig(root, store_id, interval, self._ttl_units, blocks,
                            self._processing_ttl_ms, at, since, keep_open=keep == "true",
                            drop_after=drop_after)

@@ -16,15 +16,17 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..._internal.memory import release_unused_memory
 from ..._internal.optiming import OperatorTimer, Stopwatch
+from ..._internal.spark.frames import task_batch_values
 from ..._internal.spark.locality import task_executor
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
+from ...errors import StateStoreError
 from ...errors import TrilinkError
 from ...partitioners import BlockPartitioner
 from ...state.store import KEY_FIELD, KeyedStateStore
@@ -180,6 +182,7 @@ def partition_function(
     io: StateIO | None,
     timer: OperatorTimer | None = None,
     aliases: dict[str, str] | None = None,
+    batch_token: str | None = None,
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The ``mapInArrow`` function that runs ``processor`` over one partition.
 
@@ -200,6 +203,11 @@ def partition_function(
     aliases : dict, optional
         ``{alias: column}`` of the input columns that crossed into Python under an internal
         name (:func:`~trilink_spark.columns.python_input`): renamed back before the hooks run.
+    batch_token : str, optional
+        The function serves every batch of a run: each task reads its batch's values
+        (:meth:`StateIO.batch_values`, and the timer's run) from the local property this
+        token names (:func:`~trilink_spark._internal.spark.frames.task_batch_values`), and
+        ``io`` and ``timer`` give the rest.
 
     Returns
     -------
@@ -211,11 +219,17 @@ def partition_function(
     """
     value_type = None if io is None else io.value_type
     fields = _value_fields(value_type)
+    shared_io, shared_timer = io, timer
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
         from pyspark import TaskContext
 
+        io, timer = shared_io, shared_timer
+        if batch_token is not None:
+            values = task_batch_values(batch_token)
+            io = None if io is None else io.for_batch(values)
+            timer = None if timer is None else replace(timer, run=str(values.get("timer")))
         context = TaskContext.get()
         pid = context.partitionId() if context is not None else 0
         started = time.perf_counter()
@@ -497,6 +511,59 @@ class StateIO:
     carried: dict[str, int] | None = None
     owner: str | None = None
     local: LocalConfig | None = None
+
+    def batch_values(self) -> dict[str, Any]:
+        """What changes from batch to batch, as JSON values (:meth:`for_batch` reads them)."""
+        local = self.local
+        return {"batch_id": self.batch_id, "prev": self.prev,
+                "prev_partitions": self.prev_partitions, "swap": self.swap,
+                "carried": self.carried,
+                "batch_time": None if local is None else local.batch_time,
+                "ttl_since": None if local is None else local.ttl_since}
+
+    def without_batch(self) -> StateIO:
+        """These settings without their batch's (:meth:`batch_values`): equal for two
+        batches of one run that differ only there (:meth:`same_run`)."""
+        local = self.local
+        return replace(self, batch_id=-1, prev=None, prev_partitions=0, swap=False,
+                       carried=None, local=None if local is None
+                       else replace(local, batch_time=None, ttl_since=None))
+
+    def same_run(self, other: StateIO) -> bool:
+        """Whether ``other`` has these settings but for its batch's: the same store and
+        table objects, equal types and local settings (a local copy's blocks by layout)."""
+        a, b = self.without_batch(), other.without_batch()
+        if not (a.store is b.store and a.blocks is b.blocks and a.owner == b.owner
+                and a.key_type == b.key_type and a.value_type == b.value_type):
+            return False
+        if a.local is None or b.local is None:
+            return a.local is b.local
+        return (a.local.layout == b.local.layout
+                and replace(a.local, blocks=None) == replace(b.local, blocks=None))
+
+    def for_batch(self, values: dict[str, Any]) -> StateIO:
+        """These settings for the batch ``values`` describes (:meth:`batch_values`).
+
+        Raises
+        ------
+        StateStoreError
+            ``values`` is not what :meth:`batch_values` gives."""
+        try:
+            batch_id, prev = int(values["batch_id"]), values["prev"]
+            carried, at, since = values["carried"], values["batch_time"], values["ttl_since"]
+            io = replace(self, batch_id=batch_id, prev=None if prev is None else int(prev),
+                         prev_partitions=int(values["prev_partitions"]),
+                         swap=bool(values["swap"]),
+                         carried=None if carried is None
+                         else {str(k): int(v) for k, v in dict(carried).items()})
+            if io.local is not None:
+                io = replace(io, local=replace(
+                    io.local, batch_time=None if at is None else float(at),
+                    ttl_since=None if since is None else float(since)))
+        except (KeyError, TypeError, ValueError) as err:
+            raise StateStoreError(f"a keyed task's batch values are malformed ({err!r:.200})"
+                                  ) from err
+        return io
 
     def load(self, pid: int) -> Any:
         """The state table partition ``pid`` starts this batch from (None: empty)."""
