@@ -105,10 +105,18 @@ class BatchFrames:
     settings but for each batch's, the arrival-order projection and the processor's
     ``mapInArrow``. Holds JVM objects: never pickled."""
 
-    built: tuple[Any, Any, str | None]
+    built: tuple[Any, Any, str | None, Any]
     io: StateIO
     projection: Projection
     mapper: ArrowMap
+
+    def serves(self, built: tuple[Any, Any, str | None, Any]) -> bool:
+        """Whether these were built for ``built``: the same tagging plan and placement
+        objects (by identity: a plan's columns do not compare), an equal timing directory
+        and table version."""
+        plan, strategy, root, version = self.built
+        return (plan is built[0] and strategy is built[1] and root == built[2]
+                and version == built[3])
 
 
 class KeyedBatchFunction(StatefulBatchFunction):
@@ -444,7 +452,8 @@ class KeyedBatchFunction(StatefulBatchFunction):
         (:mod:`~trilink_spark._internal.spark.frames`): a few Py4J commands a batch. Else
         (Spark Connect) the function carries the batch's values and is built per batch."""
         o = self.options
-        built = (self._tagging, chosen.strategy, None if timer is None else timer.root)
+        built = (self._tagging, chosen.strategy, None if timer is None else timer.root,
+                 getattr(io.blocks, "table_version", None))  # its pickled copy's version
         cached = self._frames
         if not shared:
             placed, aliases = python_input(arrival_order(rows, o["order_by"], self._columns),
@@ -452,7 +461,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
             fn = partition_function(o["processor"], o["key"], batch.delay, batch.idle,
                                     batch.arrow_schema, io, timer, aliases)
             return placed.mapInArrow(fn, batch.out_schema)
-        if cached is None or cached.built != built or not cached.io.same_run(io):
+        if cached is None or not cached.serves(built) or not cached.io.same_run(io):
             kept = arrival_columns(rows.columns, o["order_by"])
             aliases = python_aliases(kept)
             inside = {name: alias for alias, name in aliases.items()}
