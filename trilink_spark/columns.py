@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ColumnCache",
+    "python_input_columns",
     "INTERNAL_PREFIX",
     "PARTITION_COL",
     "EVENT_TIME_COL",
@@ -302,10 +303,17 @@ def python_input(df: DataFrame, col: Callable[[str], Column] = column_of
     ``table.rename_columns([aliases.get(n, n) for n in table.column_names])`` (Arrow) or
     ``frame.rename(columns=aliases)`` (pandas). O(columns), no job.
     """
-    aliases = python_aliases(df.columns)
+    columns, aliases = python_input_columns(df.columns, col)
     if not aliases:
         return df, aliases
-    inside = {name: alias for alias, name in aliases.items()}
-    renamed: DataFrame = df.select(*[col(c).alias(inside[c]) if c in inside
-                                     else col(c) for c in df.columns])
+    renamed: DataFrame = df.select(*columns)
     return renamed, aliases
+
+
+def python_input_columns(names: Sequence[str], col: Callable[[str], Column] = column_of
+                         ) -> tuple[list[Column], dict[str, str]]:
+    """The projection :func:`python_input` applies to a frame of the columns ``names`` (each
+    renamed to its alias, or kept), and ``{alias: name}``. O(names), no Spark call."""
+    aliases = python_aliases(names)
+    inside = {name: alias for alias, name in aliases.items()}
+    return [col(c).alias(inside[c]) if c in inside else col(c) for c in names], aliases

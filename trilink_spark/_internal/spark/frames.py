@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -76,7 +75,7 @@ class Projection:
 
 
 class ArrowMap:
-    """``df.mapInArrow(func, schema)`` over frames with the columns ``names``, its function
+    """``df.mapInArrow(func, schema)`` over frames with the columns ``columns``, its function
     registered once (a classic session then sends one Py4J command a frame).
 
     Parameters
@@ -157,9 +156,8 @@ def task_batch_values(token: str) -> dict[str, Any]:
             "it inside the function, on its thread or a pyspark.InheritableThread started "
             "from it")
     try:
-        values = json.loads(raw, parse_constant=lambda c: {"Infinity": math.inf,
-                                                          "-Infinity": -math.inf}[c])
-    except (ValueError, KeyError) as err:
+        values = json.loads(raw)  # reads Infinity back as json.dumps wrote it
+    except ValueError as err:
         raise StateStoreError(f"local property {BATCH_PROPERTY + token}: not the batch's "
                               f"values ({err})") from err
     if not isinstance(values, dict):

@@ -35,7 +35,7 @@ from ..._internal.spark.locality import new_counts, prefer
 from ...errors import typed_task_errors
 from ..._internal.validation import choice, refuse_streaming_batch_function, seconds
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError
-from ...columns import POS_COL, ColumnCache, python_aliases, python_input
+from ...columns import POS_COL, ColumnCache, python_input, python_input_columns
 from ...partitioners import BlockPartitioner, Partitioner, TablePartitioner
 from ...partitioners.core.keys import check_null_policy
 from ...eventtime import delay_in_units, event_time_micros
@@ -463,14 +463,13 @@ class KeyedBatchFunction(StatefulBatchFunction):
             return placed.mapInArrow(fn, batch.out_schema)
         if cached is None or not cached.serves(built) or not cached.io.same_run(io):
             kept = arrival_columns(rows.columns, o["order_by"])
-            aliases = python_aliases(kept)
+            selected, aliases = python_input_columns(kept, self._columns)
             inside = {name: alias for alias, name in aliases.items()}
             fn = partition_function(o["processor"], o["key"], batch.delay, batch.idle,
                                     batch.arrow_schema, io.without_batch(), timer, aliases,
                                     batch_token=self.token)
             cached = self._frames = BatchFrames(
-                built, io, Projection([self._columns(c).alias(inside[c]) if c in inside
-                                       else self._columns(c) for c in kept]),
+                built, io, Projection(selected),
                 ArrowMap(fn, batch.out_schema,
                          [self._columns(inside.get(c, c)) for c in kept]))
         ordered = rows if o["order_by"] is None else \
