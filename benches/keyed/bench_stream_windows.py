@@ -39,7 +39,9 @@ dropped or late, a marker window emitted, or a query whose offset log records an
 store provider than intended fails the check. Each query runs twice per size, in the
 order A B C D E then E D C B A (the first run pays the JVM's warm-up); both runs are
 reported, the best, and each baseline's best over ours. Time: from ``start()`` to the end of
-``awaitTermination()``, the input files written before.
+``awaitTermination()``, the input files written before. Ours also keeps each batch's
+``run.batch_profile()`` (driver planning, the job, the commit; the slowest task's sync, state
+read, hooks, state write and upkeep) and reports their medians over the steady batches.
 
 Run: ``python benches/keyed/bench_stream_windows.py [--sizes 400000 2000000 8000000]
 [--files 20] [--variants ours,spark_hdfs,spark_rocksdb,tws,apiws]`` (writes
@@ -287,14 +289,21 @@ def build(variant: str, spark: Any, src: Path, work: Path,
         agg = tl.KeyedWindowAggregate(f"{WINDOW_S} seconds", value="v", aggs=("count", "min"))
         run = tl.keyed_foreach_batch(sink, "key", "ts", agg, f"{DELAY_S} seconds",
                                      str(work / "state"), num_partitions=PARTITIONS)
-        query = (read_stream(spark, src).writeStream.foreachBatch(run)
+        profiles: list[dict[str, Any]] = []
+
+        def profiled(df: Any, batch_id: int) -> None:
+            run(df, batch_id)
+            profiles.append(run.batch_profile())
+
+        query = (read_stream(spark, src).writeStream.foreachBatch(profiled)
                  .option("checkpointLocation", str(work / "checkpoint"))
                  .trigger(availableNow=True).start())
 
         def ours_counters() -> dict[str, Any]:
             counters = run.counters()
             return {"late": int(counters["late"]),
-                    "late_partition": int(counters["late_partition"])}
+                    "late_partition": int(counters["late_partition"]),
+                    "profile": profile_summary(profiles), "profiles": profiles}
 
         return query, ours_counters
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", PROVIDERS[variant])
@@ -328,6 +337,14 @@ def build(variant: str, spark: Any, src: Path, work: Path,
         return {"late": dropped}
 
     return query, spark_counters
+
+
+def profile_summary(profiles: list[dict[str, Any]]) -> dict[str, float]:
+    """The median of each ``batch_profile`` field over the batches after the first two
+    (JVM and Python workers warm), in milliseconds."""
+    steady = profiles[2:] or profiles
+    fields = [k for k in (steady[0] if steady else {}) if k != "batch"]
+    return {k: round(float(np.median([p[k] for p in steady])), 1) for k in fields}
 
 
 def short_name(provider: str | None) -> str | None:
@@ -427,6 +444,8 @@ def main() -> None:
                 runs[variant].append(got)
                 print(f"{size:>9,} rows  {variant:<14} {got['seconds']:8.2f} s  "
                       f"equal={got['equal_to_exact']} late={got['late']}", flush=True)
+                if "profile" in got:
+                    print(f"{'':>25}per-batch medians (ms): {got['profile']}", flush=True)
         finally:
             shutil.rmtree(root, ignore_errors=True)
         best = {v: min(r["seconds"] for r in runs[v]) for v in variants}

@@ -221,6 +221,10 @@ def test_a_rebalancer_pickles_with_its_measurements() -> None:
     b'{"rows": 1, "process_ms": true}',
     b'{"rows": 1, "process_ms": 1, "upkeep_ms": "slow"}',
     b'{"rows": 1, "process_ms": 1, "upkeep_ms": -3}',
+    b'{"rows": 1, "process_ms": 1, "phases_ms": {"sync": 1, "read": 1, "hooks": 1}}',
+    b'{"rows": 1, "process_ms": 1, "phases_ms": {"sync": 1, "read": 1, "hooks": 1, '
+    b'"write": -1}}',
+    b'{"rows": 1, "process_ms": 1, "phases_ms": [1, 1, 1, 1]}',
     b"\xef\xbb\xbf{}",
 ])
 def test_forged_timing_records_are_ignored_never_raised(raw: bytes) -> None:

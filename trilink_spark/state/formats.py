@@ -49,7 +49,7 @@ __all__ = ["MANIFEST_FORMAT", "MANIFEST_VERSION", "MAX_RECORD_BYTES", "RECORD_FO
            "MAX_HISTORY_PARTITIONS", "MAX_HOT_KEYS", "MAX_SAMPLE_KEYS", "MAX_NAME_CHARS",
            "MAX_TEXT_CHARS", "HISTORY_FIELDS", "check_history_record", "check_swap_request",
            "TABLES_FORMAT", "TABLES_VERSION", "MAX_TABLE_FILES", "tables_bytes", "parse_tables",
-           "valid_table_files"]
+           "valid_table_files", "TASK_PHASES"]
 
 MANIFEST_FORMAT = "trilink-keyed-state-manifest"
 MANIFEST_VERSION = 1
@@ -61,6 +61,10 @@ MAX_RECORD_BYTES = 1024 * 1024
 #: its own work: JSON ``{"rows": int, "process_ms": float, "block_rows": {"blocks": [...],
 #: "rows": [...]} or absent}``.
 TIMING_SUFFIX = ".timing.json"
+#: The steps of a task on the executor-local store, each timed in its timing record
+#: (``phases_ms``): bring the local copy to the batch's version, read the touched keys'
+#: state, run the processor's hooks, write the changes (log, copy and commit).
+TASK_PHASES: tuple[str, ...] = ("sync", "read", "hooks", "write")
 #: Largest timing record read back (a block placement of 2**20 blocks fits).
 MAX_TIMING_BYTES = 32 * 1024 * 1024
 #: Schema metadata key of a segment file: JSON [[destination, rows], ...], one per batch.
@@ -328,6 +332,10 @@ def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
     upkeep = value.get("upkeep_ms") if isinstance(value, dict) else None
     if ok and upkeep is not None:
         ok = _is_milliseconds(upkeep)
+    phases = value.get("phases_ms") if isinstance(value, dict) else None
+    if ok and phases is not None:
+        ok = (isinstance(phases, dict) and set(phases) == set(TASK_PHASES)
+              and all(_is_milliseconds(v) for v in phases.values()))
     ran_on = {name: value.get(name) for name in ("executor", "host")
               if isinstance(value, dict) and value.get(name) is not None}
     if ok:
@@ -357,6 +365,8 @@ def parse_timing(raw: bytes, where: str) -> dict[str, Any] | None:
         out["snapshot"] = snapshot
     if upkeep is not None:
         out["upkeep_ms"] = float(upkeep)
+    if phases is not None:
+        out["phases_ms"] = {name: float(phases[name]) for name in TASK_PHASES}
     if profile is not None:
         out["keys"] = profile
     return out

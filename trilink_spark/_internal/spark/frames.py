@@ -36,7 +36,8 @@ from .compat import is_connect
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["Projection", "ArrowMap", "batch_values", "task_batch_values", "BATCH_PROPERTY"]
+__all__ = ["Projection", "known_schema", "ArrowMap", "batch_values", "task_batch_values",
+           "BATCH_PROPERTY"]
 
 #: The prefix of the local property that carries a runner's per-batch values to its tasks
 #: (the runner's token follows).
@@ -52,11 +53,17 @@ class Projection:
     columns : sequence of Column
         Expressions that name their inputs (``F.col``), so that they resolve in any frame
         with those columns.
+    fixed_schema : bool
+        Every frame it is applied to has one schema (the caller keys the projection by it),
+        so its output's schema is read once, from the first output, and given to the later
+        ones (a classic frame reads its schema over Py4J, two commands, once per frame).
     """
 
-    def __init__(self, columns: Sequence[Column]) -> None:
+    def __init__(self, columns: Sequence[Column], fixed_schema: bool = False) -> None:
         self.columns = tuple(columns)
+        self.fixed_schema = fixed_schema
         self._seq: tuple[Any, Any] | None = None
+        self._schema: Any = None
 
     def __call__(self, df: DataFrame) -> DataFrame:
         if is_connect(df):
@@ -68,10 +75,28 @@ class Projection:
         if self._seq is None or self._seq[0] is not owner:
             jvm: Any = spark.sparkContext._jvm
             self._seq = (owner, jvm.PythonUtils.toSeq([c._jc for c in self.columns]))
-        return ClassicFrame(df._jdf.select(self._seq[1]), spark)
+        out = ClassicFrame(df._jdf.select(self._seq[1]), spark)
+        if self.fixed_schema:
+            if self._schema is None:
+                self._schema = out.schema
+            else:
+                known_schema(out, self._schema)
+        return out
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("a Projection holds JVM objects of its session: build one per process")
+
+
+def known_schema(df: DataFrame, schema: Any) -> None:
+    """Give ``df`` its ``schema``, known already, where PySpark caches a frame's schema on
+    the frame (classic ``DataFrame.schema`` is a ``functools.cached_property``), so reading
+    it costs no Py4J command; elsewhere nothing (the frame reads its own). ``schema`` must be
+    the frame's: the caller's cache key guarantees it. O(1)."""
+    import functools
+    import inspect
+
+    if isinstance(inspect.getattr_static(type(df), "schema", None), functools.cached_property):
+        vars(df)["schema"] = schema
 
 
 class ArrowMap:

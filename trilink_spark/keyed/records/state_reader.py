@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,6 +27,7 @@ from ..._internal.spark.compat import frame_of_arrow
 from ..._internal.validation import INT64_MAX, count, short_repr
 from ...errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ...partitioners import BlockPartitioner
+from ...state.formats import TASK_PHASES
 from ...state.store import KEY_FIELD, KeyedStateStore
 from ..swaps.placement import bound_placement, stored_key_type
 from ..durable.codec import decode_keys, decode_state, read_counters
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["read_state", "state_rows", "state_summary", "STATE_COLUMNS", "read_task_timings",
-           "sum_counters", "read_state_values"]
+           "sum_counters", "read_state_values", "batch_profile"]
 
 logger = logging.getLogger(__name__)
 
@@ -378,7 +380,8 @@ def read_task_timings(store: KeyedStateStore, version: int | None = None) -> Any
     -------
     pandas.DataFrame
         Columns ``partition``, ``rows``, ``process_ms``, ``blocks``, ``sync``, ``keys_read``,
-        ``snapshot``, ``upkeep_ms``, ``executor``, ``host``
+        ``snapshot``, ``upkeep_ms``, ``executor``, ``host``, ``sync_ms``, ``read_ms``,
+        ``hooks_ms``, ``write_ms``
         (:meth:`~trilink_spark.keyed.KeyedBatchFunction.task_timings`).
 
     Raises
@@ -408,19 +411,77 @@ def read_task_timings(store: KeyedStateStore, version: int | None = None) -> Any
     for p in range(partitions):
         t = store.timing(p, at)
         if t is None:
-            rows.append((p, -1, -1.0, -1, "", -1, False, -1.0, "", ""))
+            rows.append((p, -1, -1.0, -1, "", -1, False, -1.0, "", "",
+                         *[-1.0] * len(TASK_PHASES)))
             continue
         per_block = t.get("block_rows")
+        phases = t.get("phases_ms") or {}
         rows.append((p, int(t["rows"]), float(t["process_ms"]),
                      -1 if per_block is None else len(per_block["blocks"]),
                      t.get("sync") or "", int(t.get("keys_read", -1)),
                      bool(t.get("snapshot", False)), float(t.get("upkeep_ms", -1.0)),
-                     str(t.get("executor", "")), str(t.get("host", ""))))
+                     str(t.get("executor", "")), str(t.get("host", "")),
+                     *[float(phases.get(name, -1.0)) for name in TASK_PHASES]))
     return pd.DataFrame(rows, columns=list(_TIMING_COLUMNS))
 
 
+def batch_profile(store: KeyedStateStore, driver: Mapping[str, float]) -> dict[str, Any]:
+    """A batch's time, on the driver and in its tasks: what
+    :meth:`~trilink_spark.keyed.KeyedBatchFunction.batch_profile` returns.
+
+    Parameters
+    ----------
+    store : KeyedStateStore
+    driver : mapping
+        The runner's figures of the batch: ``batch``; ``plan_ms`` (prepare, place and
+        build the batch's frame, before the user's function is called), ``job_ms`` (the
+        user's function: the Spark jobs that run the keyed tasks and write the output),
+        ``commit_ms`` (partitions without a task, the manifest, pruning and the history
+        record) and ``total_ms``.
+
+    Returns
+    -------
+    dict
+        ``driver``'s fields; then, from the batch's task timings (:func:`read_task_timings`),
+        the slowest task's ``task_ms`` (``process_ms`` plus ``upkeep_ms``) and each phase at
+        its largest over the tasks: ``sync_ms`` (bring the local copy to the batch's
+        version), ``read_ms`` (the touched keys' state), ``hooks_ms`` (the processor),
+        ``write_ms`` (log, copy and commit the changes), ``upkeep_ms`` (snapshot start,
+        compaction wait); and ``job_other_ms``, ``job_ms`` less ``task_ms``: Spark's part of
+        the job (scheduling, the exchange, Python workers, the output). -1 where the tasks
+        measured nothing (the file store, or the batch's records are pruned).
+
+    Notes
+    -----
+    O(partitions) timing reads.
+
+    Examples
+    --------
+    >>> batch_profile(store, {"batch": 3, "plan_ms": 40.0, "job_ms": 500.0,
+    ...                       "commit_ms": 30.0, "total_ms": 570.0})  # doctest: +SKIP
+    {'batch': 3, 'plan_ms': 40.0, ..., 'hooks_ms': 120.5, ..., 'job_other_ms': 210.2}
+    """
+    out: dict[str, Any] = {k: (int(v) if k == "batch" else round(float(v), 3))
+                           for k, v in driver.items()}
+    phases = [f"{name}_ms" for name in TASK_PHASES] + ["upkeep_ms"]
+    try:
+        tasks = read_task_timings(store, int(driver["batch"]))
+    except InvalidArgumentError:  # pruned, or another runner committed since
+        tasks = None
+    ran = None if tasks is None else tasks[(tasks["rows"] >= 0) & (tasks["sync_ms"] >= 0)]
+    if ran is None or not len(ran):
+        out.update(dict.fromkeys(("task_ms", *phases, "job_other_ms"), -1.0))
+        return out
+    out["task_ms"] = round(float((ran["process_ms"] + ran["upkeep_ms"]).max()), 3)
+    for column in phases:
+        out[column] = round(float(ran[column].max()), 3)
+    out["job_other_ms"] = round(max(out["job_ms"] - out["task_ms"], 0.0), 3)
+    return out
+
+
 _TIMING_COLUMNS = ("partition", "rows", "process_ms", "blocks", "sync", "keys_read",
-                   "snapshot", "upkeep_ms", "executor", "host")
+                   "snapshot", "upkeep_ms", "executor", "host",
+                   *[f"{name}_ms" for name in TASK_PHASES])
 
 
 def sum_counters(store: KeyedStateStore) -> dict[str, int]:

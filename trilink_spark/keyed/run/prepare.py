@@ -187,8 +187,8 @@ class TagPlan:
 
     def tag(self, df: DataFrame) -> DataFrame:
         """``df``'s rows tagged for the placement (a projection, no job; one Py4J command
-        after the first on a classic session). ``df`` must have the schema the plan was
-        built for."""
+        after the first on a classic session, whose output's schema is known then, read
+        from the first). ``df`` must have the schema the plan was built for."""
         return self.projection(df)
 
 
@@ -257,7 +257,7 @@ def tag_plan(
     columns = [*carried, F.monotonically_increasing_id().alias(POS_COL),
                et_col.alias(EVENT_TIME_COL)]
     return TagPlan(columns, delay_units, idle_units, out_schema, arrow_schema,
-                   Projection(columns))
+                   Projection(columns, fixed_schema=True))
 
 
 def arrival_order(placed: DataFrame, order_by: str | None,

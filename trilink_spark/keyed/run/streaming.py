@@ -52,7 +52,8 @@ from ..swaps.plan import SwapReport, SwapRequest, write_segments
 from ..swaps.replanner import Replanner
 from ..swaps.units import UnitRows, unit_rows
 from ..records.history import RunHistory
-from ..records.state_reader import read_state_values, read_task_timings, sum_counters
+from ..records.state_reader import batch_profile, read_state_values, read_task_timings
+from ..records.state_reader import sum_counters
 from .prepare import TagPlan, arrival_columns, arrival_order, check_processor
 from .prepare import tag_plan
 from .task import StateIO, partition_function, run_without_rows, state_types
@@ -164,10 +165,12 @@ class KeyedBatchFunction(StatefulBatchFunction):
         self.locality: dict[str, int] = new_counts()
         #: The tagging plan of the last batch's schema, built once per schema
         #: (:meth:`_tag_plan`), and the columns built once by name (:meth:`_tasks`).
-        self._tagging: tuple[tuple[str, str, str | None], TagPlan] | None = None
+        self._tagging: tuple[tuple[str, str, str | None, str | None], TagPlan] | None = None
         self._columns = ColumnCache()
         #: What steady batches share on a classic session (:meth:`_mapped`).
         self._frames: BatchFrames | None = None
+        #: The newest batch's driver phases (:meth:`batch_profile`): its id and milliseconds.
+        self._profile: dict[str, float] | None = None
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -187,6 +190,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
         self.__dict__.setdefault("_tagging", None)
         self.__dict__.setdefault("_columns", ColumnCache())
         self.__dict__.setdefault("_frames", None)
+        self.__dict__.setdefault("_profile", None)
 
     # ------------------------------------------------------------------ swaps
     def request_swap(self, strategy: str | Partitioner | None = None, *,
@@ -289,9 +293,13 @@ class KeyedBatchFunction(StatefulBatchFunction):
             local = local.placed_by(chosen.strategy)
         io, moved_bytes = self._state_io(batch_df, batch_id, prev, batch, chosen, local,
                                          started)
-        listed = self._tasks(batch_df, batch_id, batch, chosen, io, clock)
+        listed, job = self._tasks(batch_df, batch_id, batch, chosen, io, clock)
         self._commit(batch_df, batch_id, prev, batch, manifest, chosen, clock, listed,
                      moved_bytes, started)
+        ended = time.perf_counter()
+        self._profile = {"batch": batch_id, "plan_ms": (job[0] - started) * 1e3, "job_ms": (
+            job[1] - job[0]) * 1e3, "commit_ms": (ended - job[1]) * 1e3,
+            "total_ms": (ended - started) * 1e3}
 
     def _prepare(self, batch_df: DataFrame) -> PreparedBatch:
         """Step 1: the batch's arguments, state types and the run's configuration. A
@@ -329,8 +337,10 @@ class KeyedBatchFunction(StatefulBatchFunction):
         Py4J calls for the schema, one for the time zone."""
         o = self.options
         spark = batch_df.sparkSession
+        # ANSI mode may change a cast's nullability: the tagged schema is read once a plan
         built = (type(batch_df).__module__, batch_df.schema.json(),
-                 confs.get("spark.sql.session.timeZone"))  # unset: the JVM's, fixed
+                 confs.get("spark.sql.session.timeZone"),  # unset: the JVM's, fixed
+                 confs.get("spark.sql.ansi.enabled"))
         cached = self._tagging
         if cached is not None and cached[0] == built:
             return cached[1]
@@ -415,10 +425,11 @@ class KeyedBatchFunction(StatefulBatchFunction):
 
     def _tasks(self, batch_df: DataFrame, batch_id: int, batch: PreparedBatch,
                chosen: Placed, io: StateIO, clock: tuple[float, float] | None
-               ) -> list[list[int]]:
+               ) -> tuple[list[list[int]], tuple[float, float]]:
         """Step 4: one task per partition (``func`` runs the output), then the partitions no
         task ran for (their keys may still expire, or move in a swap). Returns each
-        partition's versions."""
+        partition's versions, and the driver's clock when ``func`` was called and returned
+        (:meth:`batch_profile`)."""
         o = self.options
         seen = self._preferring(batch_df, chosen, io, batch.confs)
         rows = chosen.rows if seen is None else seen.frame
@@ -428,7 +439,9 @@ class KeyedBatchFunction(StatefulBatchFunction):
         own_task = io.local is not None and (clock is not None or io.swap)
         with batch_values(batch_df.sparkSession, self.token, values) as shared:
             out = self._mapped(rows, batch, chosen, io, timer, shared)
+            called = time.perf_counter()
             self.func(out, batch_id)
+            returned = time.perf_counter()
             listed = self._ensure_written(
                 out, batch_id, chosen.partitions,
                 fill=untouched.append if own_task else io.carry_forward,
@@ -440,7 +453,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
                              batch.delay, batch.idle, batch.arrow_schema)
             for p in untouched:  # their copies are where that job ran them
                 self._where.pop(p, None)
-        return listed
+        return listed, (called, returned)
 
     def _mapped(self, rows: DataFrame, batch: PreparedBatch, chosen: Placed, io: StateIO,
                 timer: OperatorTimer | None, shared: bool) -> DataFrame:
@@ -636,6 +649,31 @@ class KeyedBatchFunction(StatefulBatchFunction):
         1          1  1990       130.2      33
         """
         return read_task_timings(self.store, version)
+
+    def batch_profile(self) -> dict[str, Any]:
+        """Where the newest batch this runner ran spent its time, on the driver and in its
+        tasks (:func:`~trilink_spark.keyed.records.state_reader.batch_profile`: the fields).
+
+        Raises
+        ------
+        InvalidArgumentError
+            No batch has run in this process yet.
+
+        Notes
+        -----
+        Reads each partition's timing record of the batch (O(partitions)); the driver's
+        figures are kept for the newest batch only.
+
+        Examples
+        --------
+        >>> run.batch_profile()["plan_ms"]  # doctest: +SKIP
+        41.7
+        """
+        if self._profile is None:
+            raise InvalidArgumentError(
+                "no batch has run in this process yet: batch_profile describes the newest "
+                "batch this runner ran")
+        return batch_profile(self.store, self._profile)
 
     def counters(self) -> dict[str, int]:
         """Rows, late rows (key watermark) and late rows by the partition watermark, summed

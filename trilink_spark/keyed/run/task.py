@@ -29,6 +29,7 @@ from ...errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorru
 from ...errors import StateStoreError
 from ...errors import TrilinkError
 from ...partitioners import BlockPartitioner
+from ...state.formats import TASK_PHASES
 from ...state.store import KEY_FIELD, KeyedStateStore
 from ...state.changelog import changelog_table
 from ...state.local import SETTLE_WRITTEN_BYTES, LocalState
@@ -391,6 +392,9 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
     target = io.prev if pid < io.prev_partitions else None
     where = f"state of partition {pid} before batch {io.batch_id}"
     moved = io.moved(pid) if io.swap else None
+    clock = time.perf_counter
+    phases = dict.fromkeys(TASK_PHASES, 0.0)
+    at = clock()
     local = LocalState.open(local_root(config), config.store_id, pid)
     done = False
     try:
@@ -399,8 +403,10 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
             try:
                 synced = sync(local, io.store, config, pid, target, processor, delay,
                               idle_timeout)
+                at = _lap(phases, "sync", at)
                 previous, before = load_touched(local, config, frame, key, io.key_type, where,
                                                 keys, moved)
+                at = _lap(phases, "read", at)
                 break
             except StateCorruptError as err:  # the local copy is a cache: never trusted
                 if attempt == 2:
@@ -411,11 +417,13 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
         runtime = KeyedRuntime(processor, key, delay, idle_timeout, previous, fields,
                                config.batch_time)
         batches_out, late = run_batch(runtime, pid, frame, arrow_schema)
+        at = _lap(phases, "hooks", at)
         written, snapshot_ms = save_touched(
             local, io.store, config, pid, io.batch_id, target, runtime.snapshot(), before,
             io.key_type, io.value_type, processor, delay, idle_timeout, lambda: io.fence(pid),
             None if moved is None else moved.leaving)
-        started = time.perf_counter()
+        started = clock()
+        _lap(phases, "write", at, less=(snapshot_ms or 0.0) / 1000.0)
         if not config.keep_open or written > SETTLE_WRITTEN_BYTES:
             local.settle()  # the copy's compaction runs while it is open
         done = True
@@ -429,12 +437,21 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
                  ", held open" if held else "")
     upkeep_ms = (snapshot_ms or 0.0) + settled * 1000.0
     extra = {"sync": synced, "keys_read": len(before), "snapshot": snapshot_ms is not None,
-             "upkeep_ms": round(upkeep_ms, 3), **late}
+             "upkeep_ms": round(upkeep_ms, 3), **late,
+             "phases_ms": {name: round(ms, 3) for name, ms in phases.items()}}
     ran_on = task_executor()  # known when the stage asked for its copies' executors
     if ran_on is not None:
         extra["executor"] = ran_on.executor
         extra["host"] = ran_on.host
     return batches_out, extra, upkeep_ms
+
+
+def _lap(phases: dict[str, float], name: str, since: float, less: float = 0.0) -> float:
+    """Add the milliseconds from ``since`` to now (less ``less`` seconds) to ``phases[name]``
+    (a retried step adds up); returns now."""
+    now = time.perf_counter()
+    phases[name] += max(now - since - less, 0.0) * 1000.0
+    return now
 
 
 def _upkeep(config: LocalConfig, pid: int, batch_id: int) -> None:
