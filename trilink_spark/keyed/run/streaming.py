@@ -651,13 +651,13 @@ class KeyedBatchFunction(StatefulBatchFunction):
         return read_task_timings(self.store, version)
 
     def batch_profile(self) -> dict[str, Any]:
-        """Where the newest batch this runner ran spent its time, on the driver and in its
-        tasks (:func:`~trilink_spark.keyed.records.state_reader.batch_profile`: the fields).
+        """Where the newest batch this runner committed spent its time, on the driver and in
+        its tasks (:func:`~trilink_spark.keyed.records.state_reader.batch_profile`: the fields).
 
         Raises
         ------
         InvalidArgumentError
-            No batch has run in this process yet.
+            This runner has committed no batch in this process yet.
 
         Notes
         -----
@@ -672,7 +672,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
         if self._profile is None:
             raise InvalidArgumentError(
                 "no batch has run in this process yet: batch_profile describes the newest "
-                "batch this runner ran")
+                "batch this runner committed")
         return batch_profile(self.store, self._profile)
 
     def counters(self) -> dict[str, int]:
