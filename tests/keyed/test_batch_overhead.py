@@ -165,6 +165,7 @@ def test_an_output_frame_computed_after_its_batch_is_refused_and_state_stays_exa
     assert sum(counts) == 3 * ROWS + 9 * ROWS // 10
 
 
+@pytest.mark.connect  # the connect tier runs it on a Spark Connect session too
 def test_batch_profile_splits_the_newest_batch_into_its_phases(
         spark: Any, tmp_path: Path) -> None:
     """The driver's phases add up to the batch, every task's timed phases fit in its own
