@@ -62,8 +62,9 @@ MAX_RECORD_BYTES = 1024 * 1024
 #: "rows": [...]} or absent}``.
 TIMING_SUFFIX = ".timing.json"
 #: The steps of a task on the executor-local store, each timed in its timing record
-#: (``phases_ms``): bring the local copy to the batch's version, read the touched keys'
-#: state, run the processor's hooks, write the changes (log, copy and commit).
+#: (``phases_ms``): open (or take over) the local copy and bring it to the batch's version,
+#: read the touched keys' state, run the processor's hooks, write the changes (log, copy
+#: and commit).
 TASK_PHASES: tuple[str, ...] = ("sync", "read", "hooks", "write")
 #: Largest timing record read back (a block placement of 2**20 blocks fits).
 MAX_TIMING_BYTES = 32 * 1024 * 1024

@@ -380,8 +380,8 @@ def read_task_timings(store: KeyedStateStore, version: int | None = None) -> Any
     -------
     pandas.DataFrame
         Columns ``partition``, ``rows``, ``process_ms``, ``blocks``, ``sync``, ``keys_read``,
-        ``snapshot``, ``upkeep_ms``, ``executor``, ``host``, ``sync_ms``, ``read_ms``,
-        ``hooks_ms``, ``write_ms``
+        ``snapshot``, ``upkeep_ms``, ``sync_ms``, ``read_ms``, ``hooks_ms``, ``write_ms``,
+        ``executor``, ``host``
         (:meth:`~trilink_spark.keyed.KeyedBatchFunction.task_timings`).
 
     Raises
@@ -411,8 +411,8 @@ def read_task_timings(store: KeyedStateStore, version: int | None = None) -> Any
     for p in range(partitions):
         t = store.timing(p, at)
         if t is None:
-            rows.append((p, -1, -1.0, -1, "", -1, False, -1.0, "", "",
-                         *[-1.0] * len(TASK_PHASES)))
+            rows.append((p, -1, -1.0, -1, "", -1, False, -1.0, *[-1.0] * len(TASK_PHASES),
+                         "", ""))
             continue
         per_block = t.get("block_rows")
         phases = t.get("phases_ms") or {}
@@ -420,8 +420,8 @@ def read_task_timings(store: KeyedStateStore, version: int | None = None) -> Any
                      -1 if per_block is None else len(per_block["blocks"]),
                      t.get("sync") or "", int(t.get("keys_read", -1)),
                      bool(t.get("snapshot", False)), float(t.get("upkeep_ms", -1.0)),
-                     str(t.get("executor", "")), str(t.get("host", "")),
-                     *[float(phases.get(name, -1.0)) for name in TASK_PHASES]))
+                     *[float(phases.get(name, -1.0)) for name in TASK_PHASES],
+                     str(t.get("executor", "")), str(t.get("host", ""))))
     return pd.DataFrame(rows, columns=list(_TIMING_COLUMNS))
 
 
@@ -444,8 +444,8 @@ def batch_profile(store: KeyedStateStore, driver: Mapping[str, float]) -> dict[s
     dict
         ``driver``'s fields; then, from the batch's task timings (:func:`read_task_timings`),
         the slowest task's ``task_ms`` (``process_ms`` plus ``upkeep_ms``) and each phase at
-        its largest over the tasks: ``sync_ms`` (bring the local copy to the batch's
-        version), ``read_ms`` (the touched keys' state), ``hooks_ms`` (the processor),
+        its largest over the tasks: ``sync_ms`` (open or take over the local copy and
+        bring it to the batch's version), ``read_ms`` (the touched keys' state), ``hooks_ms`` (the processor),
         ``write_ms`` (log, copy and commit the changes), ``upkeep_ms`` (snapshot start,
         compaction wait); and ``job_other_ms``, ``job_ms`` less ``task_ms``: Spark's part of
         the job (scheduling, the exchange, Python workers, the output). -1 where the tasks
@@ -480,8 +480,8 @@ def batch_profile(store: KeyedStateStore, driver: Mapping[str, float]) -> dict[s
 
 
 _TIMING_COLUMNS = ("partition", "rows", "process_ms", "blocks", "sync", "keys_read",
-                   "snapshot", "upkeep_ms", "executor", "host",
-                   *[f"{name}_ms" for name in TASK_PHASES])
+                   "snapshot", "upkeep_ms", *[f"{name}_ms" for name in TASK_PHASES],
+                   "executor", "host")
 
 
 def sum_counters(store: KeyedStateStore) -> dict[str, int]:

@@ -334,7 +334,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
         """The batch's :class:`~trilink_spark.keyed.run.prepare.TagPlan`: built at the first
         batch, and again only when the schema or the session time zone differs from the last
         batch's (a stream's are fixed), so a steady batch builds no column expression. Two
-        Py4J calls for the schema, one for the time zone."""
+        Py4J calls for the schema; the time zone and ANSI mode come from ``confs``."""
         o = self.options
         spark = batch_df.sparkSession
         # ANSI mode may change a cast's nullability: the tagged schema is read once a plan

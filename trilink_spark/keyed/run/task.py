@@ -392,9 +392,8 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
     target = io.prev if pid < io.prev_partitions else None
     where = f"state of partition {pid} before batch {io.batch_id}"
     moved = io.moved(pid) if io.swap else None
-    clock = time.perf_counter
     phases = dict.fromkeys(TASK_PHASES, 0.0)
-    at = clock()
+    at = time.perf_counter()
     local = LocalState.open(local_root(config), config.store_id, pid)
     done = False
     try:
@@ -422,8 +421,7 @@ def _run_local(io: StateIO, pid: int, frame: Any, keys: Any,
             local, io.store, config, pid, io.batch_id, target, runtime.snapshot(), before,
             io.key_type, io.value_type, processor, delay, idle_timeout, lambda: io.fence(pid),
             None if moved is None else moved.leaving)
-        started = clock()
-        _lap(phases, "write", at, less=(snapshot_ms or 0.0) / 1000.0)
+        started = _lap(phases, "write", at, less=(snapshot_ms or 0.0) / 1000.0)
         if not config.keep_open or written > SETTLE_WRITTEN_BYTES:
             local.settle()  # the copy's compaction runs while it is open
         done = True
