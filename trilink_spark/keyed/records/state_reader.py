@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["read_state", "state_rows", "state_summary", "STATE_COLUMNS", "read_task_timings",
-           "sum_counters", "read_state_values", "batch_profile"]
+           "sum_counters", "read_state_values", "batch_profile", "driver_phases"]
 
 logger = logging.getLogger(__name__)
 
@@ -425,6 +425,16 @@ def read_task_timings(store: KeyedStateStore, version: int | None = None) -> Any
     return pd.DataFrame(rows, columns=list(_TIMING_COLUMNS))
 
 
+def driver_phases(batch_id: int, started: float, called: float, returned: float,
+                  ended: float) -> dict[str, float]:
+    """The driver's part of :func:`batch_profile` from its clock (``time.perf_counter``
+    seconds): when the batch started, the user's function was called and returned, and the
+    batch ended. O(1)."""
+    return {"batch": batch_id, "plan_ms": (called - started) * 1e3,
+            "job_ms": (returned - called) * 1e3, "commit_ms": (ended - returned) * 1e3,
+            "total_ms": (ended - started) * 1e3}
+
+
 def batch_profile(store: KeyedStateStore, driver: Mapping[str, float]) -> dict[str, Any]:
     """A batch's time, on the driver and in its tasks: what
     :meth:`~trilink_spark.keyed.KeyedBatchFunction.batch_profile` returns.
@@ -433,11 +443,11 @@ def batch_profile(store: KeyedStateStore, driver: Mapping[str, float]) -> dict[s
     ----------
     store : KeyedStateStore
     driver : mapping
-        The runner's figures of the batch: ``batch``; ``plan_ms`` (prepare, place and
-        build the batch's frame, before the user's function is called), ``job_ms`` (the
-        user's function: the Spark jobs that run the keyed tasks and write the output),
-        ``commit_ms`` (partitions without a task, the manifest, pruning and the history
-        record) and ``total_ms``.
+        The runner's figures of the batch (:func:`driver_phases`): ``batch``; ``plan_ms``
+        (prepare, place and build the batch's frame, before the user's function is called),
+        ``job_ms`` (the user's function: the Spark jobs that run the keyed tasks and write
+        the output), ``commit_ms`` (partitions without a task, the manifest, pruning and
+        the history record) and ``total_ms``.
 
     Returns
     -------
@@ -445,11 +455,12 @@ def batch_profile(store: KeyedStateStore, driver: Mapping[str, float]) -> dict[s
         ``driver``'s fields; then, from the batch's task timings (:func:`read_task_timings`),
         the slowest task's ``task_ms`` (``process_ms`` plus ``upkeep_ms``) and each phase at
         its largest over the tasks: ``sync_ms`` (open or take over the local copy and
-        bring it to the batch's version), ``read_ms`` (the touched keys' state), ``hooks_ms`` (the processor),
-        ``write_ms`` (log, copy and commit the changes), ``upkeep_ms`` (snapshot start,
-        compaction wait); and ``job_other_ms``, ``job_ms`` less ``task_ms``: Spark's part of
-        the job (scheduling, the exchange, Python workers, the output). -1 where the tasks
-        measured nothing (the file store, or the batch's records are pruned).
+        bring it to the batch's version), ``read_ms`` (the touched keys' state),
+        ``hooks_ms`` (the processor), ``write_ms`` (log, copy and commit the changes),
+        ``upkeep_ms`` (snapshot start, compaction wait); and ``job_other_ms``, ``job_ms``
+        less ``task_ms``: Spark's part of the job (scheduling, the exchange, Python
+        workers, the output, and further waves of tasks). -1 where the tasks measured
+        nothing (the file store, or the batch's records are pruned).
 
     Notes
     -----

@@ -52,8 +52,8 @@ from ..swaps.plan import SwapReport, SwapRequest, write_segments
 from ..swaps.replanner import Replanner
 from ..swaps.units import UnitRows, unit_rows
 from ..records.history import RunHistory
-from ..records.state_reader import batch_profile, read_state_values, read_task_timings
-from ..records.state_reader import sum_counters
+from ..records.state_reader import batch_profile, driver_phases, read_state_values
+from ..records.state_reader import read_task_timings, sum_counters
 from .prepare import TagPlan, arrival_columns, arrival_order, check_processor
 from .prepare import tag_plan
 from .task import StateIO, partition_function, run_without_rows, state_types
@@ -296,10 +296,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
         listed, job = self._tasks(batch_df, batch_id, batch, chosen, io, clock)
         self._commit(batch_df, batch_id, prev, batch, manifest, chosen, clock, listed,
                      moved_bytes, started)
-        ended = time.perf_counter()
-        self._profile = {"batch": batch_id, "plan_ms": (job[0] - started) * 1e3, "job_ms": (
-            job[1] - job[0]) * 1e3, "commit_ms": (ended - job[1]) * 1e3,
-            "total_ms": (ended - started) * 1e3}
+        self._profile = driver_phases(batch_id, started, *job, time.perf_counter())
 
     def _prepare(self, batch_df: DataFrame) -> PreparedBatch:
         """Step 1: the batch's arguments, state types and the run's configuration. A
@@ -337,7 +334,7 @@ class KeyedBatchFunction(StatefulBatchFunction):
         Py4J calls for the schema; the time zone and ANSI mode come from ``confs``."""
         o = self.options
         spark = batch_df.sparkSession
-        # ANSI mode may change a cast's nullability: the tagged schema is read once a plan
+        # ANSI mode can change a cast's nullability, and each plan reads its schema once
         built = (type(batch_df).__module__, batch_df.schema.json(),
                  confs.get("spark.sql.session.timeZone"),  # unset: the JVM's, fixed
                  confs.get("spark.sql.ansi.enabled"))
