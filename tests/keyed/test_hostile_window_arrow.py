@@ -6,7 +6,6 @@ windows merged across batches. No Spark job."""
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from typing import Any
 
 import numpy as np
@@ -15,11 +14,11 @@ import pytest
 from pyspark.sql import types as T
 
 import trilink_spark as tl
-from trilink_spark.keyed.semantics.process import EVENT_TIME_COL, NULL_KEY, KeyedRuntime
+from testkit.windows import SIZE, assert_same_windows, emitted_windows, window_model
+from trilink_spark.keyed.semantics.process import EVENT_TIME_COL, KeyedRuntime
 
 NAN, INF = float("nan"), float("inf")
 AGGS = ("count", "sum", "min", "max", "mean")
-SIZE = 10.0
 
 
 def _run(frames: list[pd.DataFrame], key_type: Any = T.StringType(),
@@ -40,61 +39,12 @@ def _run(frames: list[pd.DataFrame], key_type: Any = T.StringType(),
     return pd.concat(got, ignore_index=True) if got else pd.DataFrame(columns=["k", *AGGS])
 
 
-def _null(key: Any) -> bool:
-    return key is None or key is NULL_KEY or (isinstance(key, float) and math.isnan(key))
-
-
-def _model(frames: list[pd.DataFrame]) -> dict[tuple[Any, float], tuple[Any, ...]]:
-    """Per (key, window start): rows, then sum, min, max and mean of the values that are
-    neither null nor NaN; null and NaN keys are one null key; rows without a time dropped."""
-    windows: dict[tuple[Any, float], list[Any]] = defaultdict(list)
-    counts: dict[tuple[Any, float], int] = defaultdict(int)
-    for frame in frames:
-        for k, t, v in zip(frame["k"], frame["t"], frame["v"]):
-            if t is None or (isinstance(t, float) and math.isnan(t)):
-                continue
-            start = math.floor(t / SIZE) * SIZE + 0.0 if math.isfinite(t) else t
-            key = (None if _null(k) else k, start)
-            counts[key] += 1
-            if v is not None and v is not pd.NA and not (isinstance(v, float) and math.isnan(v)):
-                windows[key].append(float(v))
-    out = {}
-    for key, n in counts.items():
-        vals = windows[key]
-        with np.errstate(invalid="ignore"):
-            row = (float(np.sum(vals)), min(vals), max(vals), float(np.mean(vals))) \
-                if vals else (None,) * 4
-        # the output has NaN for "no value" (inf - inf is NaN too)
-        out[key] = (n, *[None if x is None or math.isnan(x) else x for x in row])
-    return out
-
-
-def _result(got: pd.DataFrame) -> dict[tuple[Any, float], tuple[Any, ...]]:
-    out: dict[tuple[Any, float], tuple[Any, ...]] = {}
-    for row in got.itertuples(index=False):
-        key = (None if _null(row.k) else row.k, float(row.window_start))
-        assert key not in out, f"window {key} emitted twice"
-        assert math.copysign(1.0, key[1]) == 1.0 or key[1] != 0.0, "a -0.0 window start"
-        vals = [None if isinstance(x, float) and math.isnan(x) else float(x)
-                for x in (row.sum, row.min, row.max, row.mean)]
-        out[key] = (int(row.count), *vals)
-    return out
-
-
-def _same(got: dict[Any, tuple[Any, ...]], want: dict[Any, tuple[Any, ...]]) -> None:
-    assert got.keys() == want.keys()
-    for key, row in want.items():
-        for a, b in zip(got[key], row):
-            assert (a is None and b is None) or (a is not None and b is not None and (
-                a == b or math.isclose(a, b, rel_tol=1e-12))), (key, got[key], row)
-
-
 def test_a_negative_zero_event_time_is_the_window_zero() -> None:
     frames = [pd.DataFrame({"k": ["a", "a", "a", "b"], "t": [-0.0, 0.0, 5.0, -0.0],
                             "v": [1.0, 2.0, 3.0, 4.0]}),
               pd.DataFrame({"k": ["b", "a"], "t": [0.0, -0.0], "v": [5.0, 6.0]})]
     got = _run(frames)
-    _same(_result(got), _model(frames))
+    assert_same_windows(emitted_windows(got), window_model(frames))
     assert sorted(zip(got["k"], got["count"])) == [("a", 4), ("b", 2)]
     assert [math.copysign(1.0, s) for s in got["window_start"]] == [1.0, 1.0]
 
@@ -102,8 +52,8 @@ def test_a_negative_zero_event_time_is_the_window_zero() -> None:
 def test_nan_and_null_values_are_no_value_and_rows_still_count() -> None:
     frames = [pd.DataFrame({"k": ["a", "a", "b", "b", "c"], "t": [1.0, 2.0, 3.0, 4.0, 5.0],
                             "v": [NAN, 2.0, NAN, None, INF]})]
-    got = _result(_run(frames))
-    _same(got, _model(frames))
+    got = emitted_windows(_run(frames))
+    assert_same_windows(got, window_model(frames))
     assert got[("b", 0.0)] == (2, None, None, None, None)
     assert got[("c", 0.0)] == (1, INF, INF, INF, INF)
 
@@ -113,20 +63,20 @@ def test_null_and_nan_keys_and_null_integer_values() -> None:
                             "t": [1.0, 2.0, 3.0, 14.0, 4.0, 5.0],
                             "v": pd.array([1, None, 3, 4, 5, 2**53 + 1], dtype="Int64")})]
     got = _run(frames, T.DoubleType(), T.LongType())
-    _same(_result(got), _model(frames))
+    assert_same_windows(emitted_windows(got), window_model(frames))
 
 
 def test_infinite_and_huge_event_times_have_their_own_windows() -> None:
     # +inf last: a row at +inf makes the key's later rows late
     frames = [pd.DataFrame({"k": ["a"] * 5, "t": [-1e300, 1e300, 1e300, 2.0**60, INF],
                             "v": [1.0, 2.0, 3.0, 4.0, 5.0]})]
-    got = _result(_run(frames))
-    _same(got, _model(frames))
+    got = emitted_windows(_run(frames))
+    assert_same_windows(got, window_model(frames))
     assert got[("a", 1e300)][0] == 2 and got[("a", INF)][0] == 1
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_random_hostile_batches_equal_the_model(seed: int) -> None:
+def test_random_hostile_batches_equal_thewindow_model(seed: int) -> None:
     rng = np.random.default_rng(seed)
     pool = [None, "", "😀", "a", "b" * 1000, "NaN"]
     frames = []
@@ -137,7 +87,7 @@ def test_random_hostile_batches_equal_the_model(seed: int) -> None:
         v[rng.random(n) < 0.2] = None
         keys = [pool[i] for i in rng.integers(0, len(pool), n)]
         frames.append(pd.DataFrame({"k": keys, "t": t.astype(np.float64), "v": v}))
-    _same(_result(_run(frames)), _model(frames))
+    assert_same_windows(emitted_windows(_run(frames)), window_model(frames))
 
 
 def test_inf_minus_inf_stays_nan_whatever_the_batches() -> None:
@@ -146,6 +96,6 @@ def test_inf_minus_inf_stays_nan_whatever_the_batches() -> None:
     rows = pd.DataFrame({"k": ["a"] * 4, "t": [1.0, 2.0, 3.0, 4.0],
                          "v": [-2.5, -INF, INF, None]})
     for frames in ([rows], [rows.iloc[:1], rows.iloc[1:]], [rows.iloc[:2], rows.iloc[2:]]):
-        got = _result(_run(frames))
+        got = emitted_windows(_run(frames))
         assert got == {("a", 0.0): (4, None, -INF, INF, None)}  # NaN: the output's no value
-        _same(got, _model(frames))
+        assert_same_windows(got, window_model(frames))

@@ -13,8 +13,11 @@ Columns of a state table (every one but ``key`` optional when empty):
 - ``values``: the processor's per-key values: a struct of the declared ``state_schema``, or a
   JSON object when the processor declares none;
 - ``shared:<name>``: a vectorised processor's keyed table ``runtime.shared[name]`` (a pandas
-  DataFrame whose first index level is the key), as ``list<struct>`` per key: one element per
-  row of that key (for :class:`~trilink_spark.KeyedWindowAggregate`, one per open window).
+  DataFrame whose first index level is the key, or a
+  :class:`~trilink_spark.keyed.semantics.tables.KeyedColumns`), as ``list<struct>`` per key:
+  one element per row of that key (for :class:`~trilink_spark.KeyedWindowAggregate`, one per
+  open window). Both forms store the same struct; the table's entry in the metadata names its
+  index levels, and ``"form": "columns"`` for a ``KeyedColumns``, which decodes as one.
 
 Partition-wide values stay with their partition, in the schema metadata: the newest event
 time, the counters and the non-table entries of ``runtime.shared`` (as JSON).
@@ -36,6 +39,7 @@ import pandas as pd
 from ...errors import StateCorruptError, StateTypeError
 from ...state.store import KEY_FIELD
 from ..semantics.keys import NAN_KEY, NULL_KEY, PartitionState, object_array
+from ..semantics.tables import FORM, KeyedColumns
 
 __all__ = ["encode_state", "decode_state", "decode_keys", "split_out", "cut_segments",
            "merge_in", "key_array", "read_counters", "add_counters", "BATCH_TIME"]
@@ -114,10 +118,43 @@ def key_array(keys: list[Hashable], key_type: Any) -> Any:
     return arr
 
 
-def _keyed_tables(shared: dict[str, Any]) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
-    tables = {k: v for k, v in shared.items() if isinstance(v, pd.DataFrame)}
-    rest = {k: v for k, v in shared.items() if not isinstance(v, pd.DataFrame)}
+def _keyed_tables(shared: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    keyed = (pd.DataFrame, KeyedColumns)
+    tables = {k: v for k, v in shared.items() if isinstance(v, keyed)}
+    rest = {k: v for k, v in shared.items() if not isinstance(v, keyed)}
     return tables, rest
+
+
+def _table_keys(table: Any) -> Any:
+    """A keyed table's key per row, the null key as :data:`NULL_KEY` (an index holds it as
+    a missing value, NaN, not NULL_KEY itself)."""
+    if isinstance(table, KeyedColumns):
+        level = table.keys.copy()
+    else:
+        level = object_array(table.index.get_level_values(0).tolist())
+    level[np.flatnonzero(pd.isna(level))] = NULL_KEY
+    return level
+
+
+def _table_body(table: Any, rows: Any) -> Any:
+    """A keyed table's fields but the key, in ``rows``' order, as one struct array (the
+    stored layout is the same for both forms)."""
+    import pyarrow as pa
+
+    if isinstance(table, KeyedColumns):
+        if not table.columns:
+            return pa.array([{}] * len(rows), pa.struct([]))
+        # NaN as null, as a DataFrame's floats are stored (Table.from_pandas)
+        return pa.StructArray.from_arrays(
+            [pa.array(np.asarray(v)[rows], from_pandas=True) for v in table.columns.values()],
+            names=list(table.columns))
+    body = table.reset_index()
+    body = body.drop(columns=[body.columns[0]])
+    struct = pa.Table.from_pandas(body.iloc[rows], preserve_index=False)
+    if not struct.num_columns:
+        return pa.array([{}] * len(body), pa.struct([]))
+    return pa.StructArray.from_arrays([c.combine_chunks() for c in struct.columns],
+                                      names=struct.column_names)
 
 
 def encode_state(state: PartitionState, key_type: Any = None,
@@ -155,10 +192,7 @@ def encode_state(state: PartitionState, key_type: Any = None,
     order.update(dict.fromkeys(by_key))
     for table in tables.values():
         if len(table):
-            # an index holds the null key as a missing value (NaN, not NULL_KEY itself)
-            level = object_array(table.index.get_level_values(0).tolist())
-            level[np.flatnonzero(pd.isna(level))] = NULL_KEY
-            order.update(dict.fromkeys(level.tolist()))
+            order.update(dict.fromkeys(_table_keys(table).tolist()))
     keys = list(order)
     columns: dict[str, Any] = {KEY_FIELD: key_array(keys, key_type)}
     columns["high"] = pa.array([state.key_high.get(k) for k in keys], pa.float64())
@@ -183,22 +217,19 @@ def encode_state(state: PartitionState, key_type: Any = None,
     if tables:
         index = pd.Index(object_array(keys), dtype=object)  # exact: no float64 inferred
         for name, frame in tables.items():
-            levels = list(frame.index.names)
-            flat = frame.reset_index()
-            level0 = flat.columns[0]
-            # the level itself, exact (reset_index makes floats of ints beside a missing key)
-            codes = index.get_indexer(frame.index.get_level_values(0))
-            body = flat.drop(columns=[level0])
+            codes = index.get_indexer(_table_keys(frame)) if len(frame) else np.zeros(
+                0, dtype=np.intp)
             sort = np.argsort(codes, kind="stable")
             counts = np.bincount(codes, minlength=len(keys)) if len(codes) else np.zeros(
                 len(keys), dtype=np.int64)
             offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int32)
-            struct = pa.Table.from_pandas(body.iloc[sort], preserve_index=False)
-            values = pa.StructArray.from_arrays([c.combine_chunks() for c in struct.columns],
-                                                names=struct.column_names) \
-                if struct.num_columns else pa.array([{}] * len(body), pa.struct([]))
-            columns[_SHARED + name] = pa.ListArray.from_arrays(pa.array(offsets), values)
-            table_meta[name] = {"levels": [None if n is None else str(n) for n in levels]}
+            columns[_SHARED + name] = pa.ListArray.from_arrays(pa.array(offsets),
+                                                               _table_body(frame, sort))
+            if isinstance(frame, KeyedColumns):
+                table_meta[name] = {"levels": list(frame.levels), "form": FORM}
+            else:
+                table_meta[name] = {"levels": [None if n is None else str(n)
+                                               for n in frame.index.names]}
     metadata = {
         _META_HIGH: json.dumps(state.partition_high).encode(),
         _META_COUNTERS: json.dumps(state.counters).encode(),
@@ -346,6 +377,8 @@ def _decoded(table: Any, where: str, names: set[str], keys: list[Hashable], high
     state.shared = shared
     key_objects = object_array(keys)
     for name, info in _meta(table, _META_TABLES, where, {}).items():
+        if not isinstance(info, dict):
+            raise StateCorruptError(f"{where}: malformed entry of shared table {name!r}")
         column = _SHARED + name
         if column not in names:
             raise StateCorruptError(f"{where} lacks the column of shared table {name!r}")
@@ -353,9 +386,12 @@ def _decoded(table: Any, where: str, names: set[str], keys: list[Hashable], high
         lists = chunked.combine_chunks() if chunked.num_chunks != 1 else chunked.chunk(0)
         parents = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
         flat = pc.list_flatten(lists)
+        levels = info.get("levels") or [None]
+        if info.get("form") == FORM:
+            state.shared[name] = _columns_table(key_objects[parents], flat, levels, where)
+            continue
         body = pa.Table.from_arrays(flat.flatten(), names=[f.name for f in flat.type]) \
             .to_pandas() if flat.type.num_fields else pd.DataFrame(index=range(len(flat)))
-        levels = info.get("levels") or [None]
         # the keys as an object level: pandas would infer int64 and, with the null key in
         # it, give integers back as floats
         arrays = [pd.Index(key_objects[parents], dtype=object)] + [
@@ -364,6 +400,19 @@ def _decoded(table: Any, where: str, names: set[str], keys: list[Hashable], high
             else pd.Index(arrays[0], name=levels[0], dtype=object)
         state.shared[name] = body
     return state
+
+
+def _columns_table(keys: Any, flat: Any, levels: Any, where: str) -> KeyedColumns:
+    """A stored table of the columnar form (:class:`KeyedColumns`): its struct's fields as
+    numpy arrays (null as NaN), no copy where Arrow allows none."""
+    if not isinstance(levels, list) or not all(isinstance(n, str) for n in levels):
+        raise StateCorruptError(f"{where}: malformed levels of a keyed table: {levels!r}")
+    fields = flat.flatten() if flat.type.num_fields else []
+    columns = {f.name: a.to_numpy(zero_copy_only=False) for f, a in zip(flat.type, fields)}
+    missing = [n for n in levels[1:] if n not in columns]
+    if missing:
+        raise StateCorruptError(f"{where}: a keyed table lacks its level columns {missing}")
+    return KeyedColumns(keys, columns, tuple(levels))
 
 
 def split_out(table: Any, keys: Any) -> tuple[Any, Any]:

@@ -56,6 +56,7 @@ from ...state.rows import decode_rows, encode_rows
 from ...state.store import KEY_FIELD, STATE_KIND, KeyedStateStore
 from .codec import BATCH_TIME, add_counters, decode_state, encode_state
 from ..semantics.keys import PartitionState
+from ..semantics.tables import KeyedColumns
 from .codec import arriving_high, key_array, merge_in, read_counters
 from .snapshot_writer import start_snapshot, with_meta
 
@@ -829,7 +830,9 @@ def _drop(state: PartitionState, gone: list[Hashable]) -> list[Hashable]:
     import pandas as pd
 
     for name, frame in list(state.shared.items()):
-        if isinstance(frame, pd.DataFrame) and len(frame):
+        if isinstance(frame, KeyedColumns):
+            state.shared[name] = frame.without_keys(drop)
+        elif isinstance(frame, pd.DataFrame) and len(frame):
             level = frame.index.get_level_values(0)
             state.shared[name] = frame[~level.isin(list(drop))]
     return gone

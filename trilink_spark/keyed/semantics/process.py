@@ -380,8 +380,10 @@ class KeyedWatermarkProcessFunction(ABC):
         with :meth:`KeyedRuntime.judge` exactly as for the per-key hooks: ``batch.late`` is
         each row's verdict, late rows are counted and every key's high-water mark has moved.
         Keep per-partition data in ``runtime.shared``: a pandas DataFrame whose first index
-        level is the key is per-key state (it moves with its keys when partitions are swapped);
-        any other value must be JSON-representable and stays with its partition. Both are kept
+        level is the key, or a :class:`~trilink_spark.keyed.semantics.tables.KeyedColumns`
+        (numpy columns, no index to build), is per-key state (it moves with its keys when
+        partitions are swapped); any other value must be JSON-representable and stays with
+        its partition. Both are kept
         between micro-batches and emit what the new watermarks complete from :meth:`on_watermark`.
         Do not judge lateness or idleness here: that is the runtime's.
 

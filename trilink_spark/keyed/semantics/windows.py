@@ -3,11 +3,13 @@
 :class:`KeyedWindowAggregate` (the Trilink paper, §4.1) is the built-in
 :class:`~trilink_spark.KeyedWatermarkProcessFunction`: it emits a key's window
 ``[start, start + size)`` as soon as *that key's* watermark reaches the window end, instead of
-waiting for a global watermark. It is vectorised over every key of a partition (pandas
-group-bys; no Python call per key or row) through the vectorised hooks ``process_rows`` and
-``on_watermark``: the runtime judges lateness and applies the idle rule, exactly as for per-key
-processors (:mod:`trilink_spark.keyed.semantics.process`); the aggregate only keeps its open windows, in
-one table per partition keyed by ``(key, window start)``.
+waiting for a global watermark. It is vectorised over every key of a partition (Arrow's hash
+aggregation and numpy; no Python call per key or row) through the vectorised hooks
+``process_rows`` and ``on_watermark``: the runtime judges lateness and applies the idle rule,
+exactly as for per-key processors (:mod:`trilink_spark.keyed.semantics.process`); the aggregate
+only keeps its open windows, in one
+:class:`~trilink_spark.keyed.semantics.tables.KeyedColumns` per partition, a row per
+``(key, window start)``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from ...errors import InvalidArgumentError, InvalidArgumentTypeError
 from ...eventtime import MAX_EXACT, SPARK_TIME_TYPES, delay_in_units, from_units
 from .process import KeyedRows, KeyedContext, KeyedRuntime
 from .process import KeyedWatermarkProcessFunction, Output
-from .keys import NAN_KEY, NULL_KEY, object_array
+from .keys import NAN_KEY, object_array
+from .tables import KeyedColumns
 
 __all__ = ["KeyedWindowAggregate", "WINDOW_AGGS", "WindowAgg"]
 
@@ -84,8 +87,8 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
     keys are keys like any other (as in Spark's ``groupBy``): their rows are kept, each in
     its own group.
 
-    Cost per batch: a group-by of the batch's on-time rows, a merge with the open windows and
-    one vectorised watermark look-up over them.
+    Cost per batch: a hash group-by of the batch's on-time rows, a numpy merge with the open
+    windows (a lexsort of the touched ones) and one vectorised watermark look-up over them.
 
     Examples
     --------
@@ -187,7 +190,7 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
     def process_rows(self, batch: KeyedRows, runtime: KeyedRuntime) -> Output:
         """Add the batch's on-time rows to their windows (the runtime judged lateness).
 
-        Rows with a null event time belong to no window. Cost: one pandas group-by over the
+        Rows with a null event time belong to no window. Cost: one Arrow group-by over the
         batch's on-time rows and one merge with the open windows.
         """
         keep = batch.on_time & ~np.isnan(batch.event_time)
@@ -201,15 +204,15 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         """Emit every open window whose end its key's watermark reached (all of them once
         input ended). Cost: one :meth:`~trilink_spark.keyed.semantics.process.KeyedRuntime.watermarks`
         call over the open windows."""
-        table = runtime.shared.get("windows")
+        table = _open(runtime)
         if table is None or not len(table):
             return None
-        ends = table.index.get_level_values(1).to_numpy(dtype=np.float64) + self.size_units
-        due = runtime.watermarks(table.index.get_level_values(0), ends).due
+        ends = np.asarray(table.columns["s"], dtype=np.float64) + self.size_units
+        due = runtime.watermarks(table.keys, ends).due
         if not due.any():
             return None
-        runtime.shared["windows"] = table[~due]
-        return self._rows(table[due])
+        runtime.shared["windows"] = table.take(~due)
+        return self._rows(table.take(due))
 
     def state_wake(self, table: Any) -> Any:
         """The end of each stored key's earliest open window (``inf``: none open): before
@@ -253,79 +256,84 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
                 steps.append(("r", "count", pc.CountOptions(mode="all")))
             steps += [(f"v{j}", "count"), (f"v{j}", "sum"), (f"v{j}", "min"), (f"v{j}", "max")]
         grouped = pa.table(arrays).group_by(["c", "s"], use_threads=False).aggregate(steps)
-        # an object level: pandas would infer int64 and give the null key back as a float
-        index = pd.MultiIndex.from_arrays(
-            [pd.Index(keys[grouped["c"].to_numpy()], dtype=object), grouped["s"].to_numpy()],
-            names=["k", "s"])
-        data: dict[str, Any] = {"count": grouped["r_count"].to_numpy()}
+        data: dict[str, Any] = {"s": grouped["s"].to_numpy(),
+                                "count": grouped["r_count"].to_numpy()}
         for j in range(len(columns)):
             data[accumulator("nn", j)] = grouped[f"v{j}_count"].to_numpy()
             for agg in ("sum", "min", "max"):  # null: NaN
                 data[accumulator(agg, j)] = grouped[f"v{j}_{agg}"].to_numpy(zero_copy_only=False)
-        batch = pd.DataFrame(data, index=index)
-        table = runtime.shared.get("windows")
+        batch = KeyedColumns(keys[grouped["c"].to_numpy()], data, ("k", "s"))
+        table = _open(runtime)
         if table is not None and len(table):
-            batch = self._merge(pd.concat([table, batch]), len(columns))
+            batch = _merge(table.concat(batch), len(columns))
         runtime.shared["windows"] = batch
 
-    @staticmethod
-    def _merge(both: pd.DataFrame, n_values: int) -> pd.DataFrame:
-        """Open windows merged with a batch's: one row per (key, window start)."""
-        sums = [accumulator("sum", j) for j in range(n_values)]
-        for j, column in enumerate(sums):
-            # a NaN sum of a window with values is inf - inf, not "no value": it stays NaN
-            # (pandas' sum would skip it, so the result would depend on the batches)
-            both[f"inf_inf_{j}"] = both[column].isna().to_numpy() & (
-                both[accumulator("nn", j)].to_numpy() > 0)
-        # grouped by the key level's codes, not its values: a group-by on a level that holds
-        # the null key (a missing value) turns integer keys into floats, inexact beyond
-        # 2**53; -1 is the null key's code
-        index = cast(pd.MultiIndex, both.index)
-        codes = index.codes[0]
-        merged = both.reset_index(drop=True).groupby(
-            [codes, index.get_level_values(1).to_numpy()], sort=False)
-        out: dict[str, Any] = {"count": merged["count"].sum()}
-        for j, column in enumerate(sums):
-            out[accumulator("nn", j)] = merged[accumulator("nn", j)].sum()
-            out[column] = merged[column].sum(min_count=1).mask(merged[f"inf_inf_{j}"].any())
-            out[accumulator("min", j)] = merged[accumulator("min", j)].min()
-            out[accumulator("max", j)] = merged[accumulator("max", j)].max()
-        batch = pd.DataFrame(out)
-        at = batch.index.get_level_values(0).to_numpy()
-        found = np.asarray(index.levels[0].to_numpy(dtype=object))[np.maximum(at, 0)]
-        found[at < 0] = NULL_KEY
-        batch.index = pd.MultiIndex.from_arrays(
-            [pd.Index(found, dtype=object), batch.index.get_level_values(1)], names=["k", "s"])
-        return batch
-
-    def _rows(self, done: pd.DataFrame) -> pd.DataFrame:
-        starts = done.index.get_level_values(1).to_numpy(dtype=np.float64)
-        keys = done.index.get_level_values(0).to_numpy()
-        if keys.dtype == object:  # the NaN key as the key column holds it (the null key: NaN)
-            keys = keys.copy()
-            keys[keys == NAN_KEY] = math.nan
+    def _rows(self, done: KeyedColumns) -> pd.DataFrame:
+        starts = np.asarray(done.columns["s"], dtype=np.float64)
+        keys = done.keys.copy()
+        # the NaN key as the key column holds it (the null key: NaN)
+        keys[keys == NAN_KEY] = math.nan
         out = pd.DataFrame({self.key_column: keys})
         out["window_start"] = from_units(starts, self.time_kind)
         out["window_end"] = from_units(starts + self.size_units, self.time_kind)
         for spec in self.specs:
             if spec.column is None:
-                out[spec.name] = done["count"].to_numpy(dtype=np.int64)
+                out[spec.name] = np.asarray(done.columns["count"], dtype=np.int64)
                 continue
             j = self.values.index(spec.column)
-            nn = done[accumulator("nn", j)].to_numpy()
+            nn = np.asarray(done.columns[accumulator("nn", j)])
             if spec.func == "count":
                 out[spec.name] = nn.astype(np.int64)
             elif spec.func == "mean":
-                out[spec.name] = np.where(nn > 0, done[accumulator("sum", j)].to_numpy()
+                out[spec.name] = np.where(nn > 0, done.columns[accumulator("sum", j)]
                                           / np.maximum(nn, 1), np.nan)
             else:
-                out[spec.name] = done[accumulator(spec.func, j)].to_numpy(dtype=np.float64)
+                out[spec.name] = np.asarray(done.columns[accumulator(spec.func, j)],
+                                            dtype=np.float64)
         return out
 
     def open_windows(self, runtime: KeyedRuntime) -> int:
         """Windows held in ``runtime`` now (for tests and state-size measurements)."""
         table = runtime.shared.get("windows")
         return 0 if table is None else len(table)
+
+
+def _open(runtime: KeyedRuntime) -> KeyedColumns | None:
+    """The partition's open windows; state stored as a DataFrame (before the columnar form)
+    is taken over once, O(its rows)."""
+    table = runtime.shared.get("windows")
+    if isinstance(table, pd.DataFrame):
+        table = KeyedColumns.from_frame(table)
+        runtime.shared["windows"] = table
+    return cast("KeyedColumns | None", table)
+
+
+def _merge(both: KeyedColumns, n_values: int) -> KeyedColumns:
+    """Open windows merged with a batch's: one row per (key, window start), in numpy (a
+    lexsort and one reduce per accumulator, O(rows log rows)).
+
+    A sum is NaN only when its window has no value (``nn`` 0) or when a part of it is NaN
+    although it had values (``inf - inf``): such a NaN stays, whatever the batches were.
+    """
+    order, starts = both.groups("s")
+    cols = both.columns
+    first = order[starts]
+    out: dict[str, Any] = {"s": np.asarray(cols["s"])[first],
+                           "count": np.add.reduceat(np.asarray(cols["count"])[order], starts)}
+    for j in range(n_values):
+        nn = np.asarray(cols[accumulator("nn", j)])[order]
+        total = np.add.reduceat(nn, starts)
+        sums = np.asarray(cols[accumulator("sum", j)], dtype=np.float64)[order]
+        with np.errstate(invalid="ignore"):  # inf - inf: NaN, kept
+            summed = np.add.reduceat(np.where(nn == 0, 0.0, sums), starts)
+            summed[total == 0] = np.nan
+            out[accumulator("nn", j)] = total
+            out[accumulator("sum", j)] = summed
+            out[accumulator("min", j)] = np.fmin.reduceat(
+                np.asarray(cols[accumulator("min", j)], dtype=np.float64)[order], starts)
+            out[accumulator("max", j)] = np.fmax.reduceat(
+                np.asarray(cols[accumulator("max", j)], dtype=np.float64)[order], starts)
+    return KeyedColumns(both.keys[first], out, both.levels)
 
 
 def _check_names(key: str, aggs: Sequence[str]) -> None:
