@@ -1,20 +1,21 @@
 """Snapshots of a partition's local copy, written off the task's path.
 
-When a snapshot is due (:func:`~trilink_spark.keyed.durable.local_sync.snapshot_due`) the task of a
-partition takes a RocksDB checkpoint of its
-local copy (hard links: milliseconds) at the version the batch started from, which is
-committed, and hands it to a writer that stores it as the incremental snapshot
-``<version>.tables`` on the state path (:mod:`trilink_spark.state.incremental`: the table files
-that the last snapshot does not hold, then a record that lists every file): a separate,
-low-priority Python process when the state path is a local filesystem (its own interpreter,
-so neither the task's GIL nor its memory carries the work), else a low-priority thread. The
-writer never overwrites a snapshot already there, and removes the checkpoint. A snapshot only shortens a
-rebuild: a failure is logged, never raised, and a checkpoint whose writer died is removed by
-the next open of the copy (:mod:`trilink_spark.state.local`).
+When a snapshot is due (:func:`~trilink_spark.keyed.durable.local_sync.snapshot_due`) the
+task of a partition takes a RocksDB checkpoint of its local copy (hard links: milliseconds)
+at the version the batch started from, which is committed, and hands it to a writer that
+stores it as the incremental snapshot ``<version>.tables`` on the state path
+(:mod:`trilink_spark.state.incremental`: the table files that the last snapshot does not
+hold, then a record that lists every file). The writer is a separate, low-priority Python
+process when the state path is a local filesystem (its own interpreter, so neither the
+task's GIL nor its memory carries the work; ``nice`` 19 in its session's scheduling group
+too, :func:`background_priority`), else a low-priority thread. It never overwrites a
+snapshot already there, and removes the checkpoint. A snapshot only shortens a rebuild: a
+failure is logged, never raised, and a checkpoint whose writer died is removed by the next
+open of the copy (:mod:`trilink_spark.state.local`).
 
-Run as ``python -m trilink_spark.keyed.durable.snapshot_writer`` it reads one JSON request from stdin:
-``{"checkpoint": dir, "state_path": local path, "partition": int, "version": int, "meta":
-{str: str}}`` (nothing is unpickled).
+Run as ``python -m trilink_spark.keyed.durable.snapshot_writer`` it reads one JSON request
+from stdin: ``{"checkpoint": dir, "state_path": local path, "partition": int, "version":
+int, "meta": {str: str}}`` (nothing is unpickled).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from ...state.store import KeyedStateStore
 from ..semantics.keys import PartitionState
 from .codec import encode_state
 
-__all__ = ["start_snapshot", "write_snapshot", "with_meta", "main"]
+__all__ = ["start_snapshot", "write_snapshot", "with_meta", "main", "background_priority"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +55,29 @@ def with_meta(table: Any, meta: dict[str, Any]) -> Any:
         encoded[_TABLES.encode()] = json.dumps(kept).encode()
     return table.replace_schema_metadata(encoded)
 
+
+
+def background_priority() -> None:
+    """Give the calling process the lowest CPU priority: ``nice`` 19, and the same for its
+    scheduling group where the kernel groups processes by session (``autogroup``).
+
+    A snapshot writer runs in a session of its own, so that it outlives the task's worker.
+    With the kernel's autogroups (``/proc/sys/kernel/sched_autogroup_enabled``, on by
+    default in most distributions) a new session is a scheduling group that competes with
+    the Spark worker's whole group as an equal, whatever its processes' nice: without this,
+    a writer takes up to one core of two from the running tasks. A kernel without
+    autogroups (or a ``/proc`` that refuses the write) keeps the plain nice.
+
+    Notes
+    -----
+    Two system calls and one small write; meant as a ``preexec_fn``.
+    """
+    os.nice(19)
+    try:
+        with open("/proc/self/autogroup", "w", encoding="ascii") as group:
+            group.write("19")
+    except OSError:
+        pass  # no autogroups here: the nice is what counts
 
 
 def start_snapshot(local: LocalState, store: KeyedStateStore, pid: int, version: int,
@@ -77,9 +101,10 @@ def start_snapshot(local: LocalState, store: KeyedStateStore, pid: int, version:
                    "version": version, "meta": meta}
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "trilink_spark.keyed.durable.snapshot_writer"], stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-                preexec_fn=lambda: os.nice(19))  # noqa: PLW1509 - a plain nice
+                [sys.executable, "-m", "trilink_spark.keyed.durable.snapshot_writer"],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=background_priority)  # noqa: PLW1509 - a nice, one write
         except OSError as err:
             logger.warning("partition %d: snapshot process not started (%s); in a thread",
                            pid, err)
