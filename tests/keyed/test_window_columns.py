@@ -158,3 +158,30 @@ def test_a_corrupt_columnar_table_entry_is_refused() -> None:
         meta[b"trilink.shared_tables"] = json.dumps(entry).encode()
         with pytest.raises(StateCorruptError, match="keyed table|shared table"):
             decode_state(stored.replace_schema_metadata(meta), "p0")
+
+
+def test_stored_windows_without_their_accumulators_are_refused() -> None:
+    """A stored table whose fields are not the aggregate's (damaged, or written by another
+    processor under the same name) is refused with a typed error, before any arithmetic."""
+    rt = KeyedRuntime(_agg(), "k", 1e308, math.inf)
+    rt.process(pd.DataFrame({"k": ["a"], "t": [1.0], "v": [1.0], EVENT_TIME_COL: [1.0]}))
+    table = rt.shared["windows"]
+    broken = {
+        "missing": {k: v for k, v in table.columns.items() if k != "min"},
+        "text": {**table.columns, "sum": np.array(["x"], dtype=object)},
+    }
+    for name, columns in broken.items():
+        state = rt.snapshot()
+        state.shared["windows"] = KeyedColumns(table.keys, columns, table.levels)
+        stored = decode_state(encode_state(state, pa.string()))
+        resumed = KeyedRuntime(_agg(), "k", 1e308, math.inf, state=stored)
+        frame = pd.DataFrame({"k": ["a"], "t": [2.0], "v": [2.0], EVENT_TIME_COL: [2.0]})
+        with pytest.raises(StateCorruptError, match="lack numeric columns"):
+            resumed.process(frame)
+        with pytest.raises(StateCorruptError, match="lack numeric columns"):
+            list(KeyedRuntime(_agg(), "k", 1e308, math.inf, state=decode_state(
+                encode_state(state, pa.string()))).finish())
+    old = rt.snapshot()
+    old.shared["windows"] = {"not": "a table"}
+    with pytest.raises(StateCorruptError, match="not a keyed table"):
+        list(KeyedRuntime(_agg(), "k", 1e308, math.inf, state=old).finish())

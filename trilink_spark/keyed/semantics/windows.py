@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ...columns import quoted, require_columns
-from ...errors import InvalidArgumentError, InvalidArgumentTypeError
+from ...errors import InvalidArgumentError, InvalidArgumentTypeError, StateCorruptError
 from ...eventtime import MAX_EXACT, SPARK_TIME_TYPES, delay_in_units, from_units
 from .process import KeyedRows, KeyedContext, KeyedRuntime
 from .process import KeyedWatermarkProcessFunction, Output
@@ -204,7 +204,7 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         """Emit every open window whose end its key's watermark reached (all of them once
         input ended). Cost: one :meth:`~trilink_spark.keyed.semantics.process.KeyedRuntime.watermarks`
         call over the open windows."""
-        table = _open(runtime)
+        table = _open(runtime, len(self.values))
         if table is None or not len(table):
             return None
         ends = np.asarray(table.columns["s"], dtype=np.float64) + self.size_units
@@ -263,7 +263,7 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
             for agg in ("sum", "min", "max"):  # null: NaN
                 data[accumulator(agg, j)] = grouped[f"v{j}_{agg}"].to_numpy(zero_copy_only=False)
         batch = KeyedColumns(keys[grouped["c"].to_numpy()], data, ("k", "s"))
-        table = _open(runtime)
+        table = _open(runtime, len(self.values))
         if table is not None and len(table):
             batch = _merge(table.concat(batch), len(columns))
         runtime.shared["windows"] = batch
@@ -298,14 +298,36 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
         return 0 if table is None else len(table)
 
 
-def _open(runtime: KeyedRuntime) -> KeyedColumns | None:
+def _open(runtime: KeyedRuntime, n_values: int) -> KeyedColumns | None:
     """The partition's open windows; state stored as a DataFrame (before the columnar form)
-    is taken over once, O(its rows)."""
+    is taken over once, O(its rows).
+
+    Raises
+    ------
+    StateCorruptError
+        The stored windows lack an accumulator of ``n_values`` value columns, or hold one that
+        is not numeric.
+    """
     table = runtime.shared.get("windows")
+    if table is None:
+        return None
     if isinstance(table, pd.DataFrame):
         table = KeyedColumns.from_frame(table)
-        runtime.shared["windows"] = table
-    return cast("KeyedColumns | None", table)
+    if not isinstance(table, KeyedColumns):
+        raise StateCorruptError(f"the stored open windows are a {type(table).__name__}, not "
+                                "a keyed table")
+    # O(columns) a batch: a damaged or foreign table is refused before any arithmetic on it
+    wanted = ["s", "count"] + [accumulator(a, j) for j in range(max(n_values, 1))
+                               for a in _PER_VALUE]
+    bad = [c for c in wanted if c not in table.columns
+           or np.asarray(table.columns[c]).dtype.kind not in "biuf"]
+    if bad:
+        raise StateCorruptError(
+            f"the stored open windows lack numeric columns {bad} (they hold "
+            f"{list(table.columns)}); the state path is damaged or was written by another "
+            "processor: restore it, or start from a new one")
+    runtime.shared["windows"] = table
+    return table
 
 
 def _merge(both: KeyedColumns, n_values: int) -> KeyedColumns:
