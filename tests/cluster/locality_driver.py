@@ -117,9 +117,15 @@ def main() -> None:
                 os.kill(pid, signal.SIGKILL)
                 killed = victim
             time.sleep(2)
+    # snapshots are written off the tasks, at the lowest priority: on a busy machine the last
+    # ones land after the last batch, so they are waited for (bounded), not raced
+    deadline = time.monotonic() + 120.0
+    while None in tables(run.store) and time.monotonic() < deadline:
+        time.sleep(0.5)
     final = {k: v["n"] for k, v in read_state_values(run.store).items()}
     print(json.dumps({"batches": batches, "locality": dict(run.locality), "killed": killed,
                       "exact": final == dict(truth), "keys": len(final),
+                      "tables_final": tables(run.store),
                       "referenced_present": referenced_present(run.store)}))
     spark.stop()
 
