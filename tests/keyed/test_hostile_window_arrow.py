@@ -14,7 +14,8 @@ import pytest
 from pyspark.sql import types as T
 
 import trilink_spark as tl
-from testkit.windows import SIZE, assert_same_windows, emitted_windows, window_model
+from testkit.windows import (SIZE, assert_same_windows, emitted_windows, hostile_window_frames,
+                             window_model)
 from trilink_spark.keyed.semantics.process import EVENT_TIME_COL, KeyedRuntime
 
 NAN, INF = float("nan"), float("inf")
@@ -76,17 +77,8 @@ def test_infinite_and_huge_event_times_have_their_own_windows() -> None:
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_random_hostile_batches_equal_thewindow_model(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    pool = [None, "", "😀", "a", "b" * 1000, "NaN"]
-    frames = []
-    for _ in range(int(rng.integers(1, 5))):
-        n = int(rng.integers(0, 40))
-        t = rng.choice([-0.0, 0.0, 5.0, 9.999, 10.0, -10.0, -1e-300, 25.0, NAN, 1e15], n)
-        v = rng.choice([NAN, 1.0, -2.5, INF, -INF, 0.0, 1e300], n).astype(object)
-        v[rng.random(n) < 0.2] = None
-        keys = [pool[i] for i in rng.integers(0, len(pool), n)]
-        frames.append(pd.DataFrame({"k": keys, "t": t.astype(np.float64), "v": v}))
+def test_random_hostile_batches_equal_the_model(seed: int) -> None:
+    frames = hostile_window_frames(seed)
     assert_same_windows(emitted_windows(_run(frames)), window_model(frames))
 
 

@@ -22,7 +22,8 @@ from trilink_spark.keyed.semantics.process import EVENT_TIME_COL, KeyedRuntime
 from trilink_spark.keyed.semantics.tables import KeyedColumns
 from trilink_spark.state.store import KEY_FIELD
 
-from testkit.windows import SIZE, assert_same_windows, emitted_windows, window_model
+from testkit.windows import (SIZE, assert_same_windows, emitted_windows, hostile_window_frames,
+                             window_model)
 
 NAN, INF = float("nan"), float("inf")
 AGGS = ("count", "sum", "min", "max", "mean")
@@ -76,17 +77,7 @@ def _run_stored(frames: list[pd.DataFrame],
 
 
 def _frames(seed: int) -> list[pd.DataFrame]:
-    rng = np.random.default_rng(seed)
-    pool = [None, "", "😀", "a", "b" * 50, "NaN"]
-    frames = []
-    for _ in range(int(rng.integers(2, 6))):
-        n = int(rng.integers(0, 40))
-        t = rng.choice([-0.0, 0.0, 5.0, 9.999, 10.0, -10.0, -1e-300, 25.0, NAN, 1e15], n)
-        v = rng.choice([NAN, 1.0, -2.5, INF, -INF, 0.0, 1e300], n).astype(object)
-        v[rng.random(n) < 0.2] = None
-        keys = [pool[i] for i in rng.integers(0, len(pool), n)]
-        frames.append(pd.DataFrame({"k": keys, "t": t.astype(np.float64), "v": v}))
-    return frames
+    return hostile_window_frames(seed, batches=(2, 6), long_key=50)
 
 
 @pytest.mark.parametrize("seed", range(8))

@@ -76,3 +76,23 @@ def assert_same_windows(got: dict[Any, tuple[Any, ...]],
         for a, b in zip(got[key], row):
             assert (a is None and b is None) or (a is not None and b is not None and (
                 a == b or math.isclose(a, b, rel_tol=1e-12))), (key, got[key], row)
+
+
+def hostile_window_frames(seed: int, batches: tuple[int, int] = (1, 5),
+                          long_key: int = 1000) -> list[pd.DataFrame]:
+    """Seeded batches of ``k``, ``t``, ``v`` rows for window_model: null, empty, emoji,
+    ``long_key``-character and "NaN" string keys; event times at -0.0, window bounds, tiny,
+    huge and NaN; values NaN, null, +-inf, 0 and 1e300. ``batches``: the range of their
+    number (high exclusive)."""
+    nan, inf = float("nan"), float("inf")
+    rng = np.random.default_rng(seed)
+    pool = [None, "", "😀", "a", "b" * long_key, "NaN"]
+    frames = []
+    for _ in range(int(rng.integers(*batches))):
+        n = int(rng.integers(0, 40))
+        t = rng.choice([-0.0, 0.0, 5.0, 9.999, 10.0, -10.0, -1e-300, 25.0, nan, 1e15], n)
+        v = rng.choice([nan, 1.0, -2.5, inf, -inf, 0.0, 1e300], n).astype(object)
+        v[rng.random(n) < 0.2] = None
+        keys = [pool[i] for i in rng.integers(0, len(pool), n)]
+        frames.append(pd.DataFrame({"k": keys, "t": t.astype(np.float64), "v": v}))
+    return frames

@@ -39,7 +39,7 @@ import pandas as pd
 from ...errors import StateCorruptError, StateTypeError
 from ...state.store import KEY_FIELD
 from ..semantics.keys import NAN_KEY, NULL_KEY, PartitionState, object_array
-from ..semantics.tables import FORM, KeyedColumns
+from ..semantics.tables import FORM, KeyedColumns, frame_keys
 
 __all__ = ["encode_state", "decode_state", "decode_keys", "split_out", "cut_segments",
            "merge_in", "key_array", "read_counters", "add_counters", "BATCH_TIME"]
@@ -126,13 +126,15 @@ def _keyed_tables(shared: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
 
 
 def _table_keys(table: Any) -> Any:
-    """A keyed table's key per row, the null key as :data:`NULL_KEY` (an index holds it as
-    a missing value, NaN, not NULL_KEY itself)."""
-    if isinstance(table, KeyedColumns):
-        level = table.keys.copy()
-    else:
-        level = object_array(table.index.get_level_values(0).tolist())
-    level[np.flatnonzero(pd.isna(level))] = NULL_KEY
+    """A keyed table's key per row, the null key as :data:`NULL_KEY` (any NaN standing for
+    it made the one object again). O(rows)."""
+    if not isinstance(table, KeyedColumns):
+        return frame_keys(table)
+    missing = np.flatnonzero(pd.isna(table.keys))
+    if not len(missing):
+        return table.keys
+    level = table.keys.copy()
+    level[missing] = NULL_KEY
     return level
 
 
@@ -190,9 +192,9 @@ def encode_state(state: PartitionState, key_type: Any = None,
     for key, ts in state.timers:
         by_key.setdefault(key, []).append(int(ts))
     order.update(dict.fromkeys(by_key))
-    for table in tables.values():
-        if len(table):
-            order.update(dict.fromkeys(_table_keys(table).tolist()))
+    table_keys = {name: _table_keys(table) for name, table in tables.items() if len(table)}
+    for level in table_keys.values():
+        order.update(dict.fromkeys(level.tolist()))
     keys = list(order)
     columns: dict[str, Any] = {KEY_FIELD: key_array(keys, key_type)}
     columns["high"] = pa.array([state.key_high.get(k) for k in keys], pa.float64())
@@ -217,7 +219,7 @@ def encode_state(state: PartitionState, key_type: Any = None,
     if tables:
         index = pd.Index(object_array(keys), dtype=object)  # exact: no float64 inferred
         for name, frame in tables.items():
-            codes = index.get_indexer(_table_keys(frame)) if len(frame) else np.zeros(
+            codes = index.get_indexer(table_keys[name]) if len(frame) else np.zeros(
                 0, dtype=np.intp)
             sort = np.argsort(codes, kind="stable")
             counts = np.bincount(codes, minlength=len(keys)) if len(codes) else np.zeros(

@@ -21,11 +21,20 @@ import pandas as pd
 from ...errors import StateCorruptError
 from .keys import NULL_KEY, object_array
 
-__all__ = ["KeyedColumns", "FORM"]
+__all__ = ["KeyedColumns", "FORM", "frame_keys"]
 
 #: The value of a stored table's ``form`` (in its ``trilink.shared_tables`` entry) that
 #: decodes as a :class:`KeyedColumns`; a table without it decodes as a pandas DataFrame.
 FORM = "columns"
+
+
+def frame_keys(frame: pd.DataFrame) -> np.ndarray[Any, Any]:
+    """The key of each row of a keyed DataFrame (its first index level) as the runtime
+    identifies it: an index holds the null key as a missing value (NaN), which becomes
+    :data:`~trilink_spark.keyed.semantics.keys.NULL_KEY` again. O(rows)."""
+    keys = object_array(frame.index.get_level_values(0).tolist())
+    keys[np.flatnonzero(pd.isna(keys))] = NULL_KEY
+    return keys
 
 
 @dataclass(frozen=True)
@@ -95,8 +104,7 @@ class KeyedColumns:
         state written before this type), further index levels first among the columns.
         O(rows)."""
         index = frame.index
-        keys = object_array(index.get_level_values(0).tolist())
-        keys[np.flatnonzero(pd.isna(keys))] = NULL_KEY  # an index holds the null key as NaN
+        keys = frame_keys(frame)
         columns: dict[str, np.ndarray[Any, Any]] = {}
         names = [str(n) for n in index.names]
         for i in range(1, index.nlevels):
