@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import pytest
 from pyspark.sql import types as T

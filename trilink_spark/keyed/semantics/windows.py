@@ -18,7 +18,7 @@ import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -270,7 +270,7 @@ class KeyedWindowAggregate(KeyedWatermarkProcessFunction):
 
     def _rows(self, done: KeyedColumns) -> pd.DataFrame:
         starts = np.asarray(done.columns["s"], dtype=np.float64)
-        keys = done.keys.copy()
+        keys = done.keys.copy()  # the table stays as it is (it is immutable)
         # the NaN key as the key column holds it (the null key: NaN)
         keys[keys == NAN_KEY] = math.nan
         out = pd.DataFrame({self.key_column: keys})
