@@ -107,6 +107,37 @@ def test_odd_event_times_and_late_counts(spark: Any) -> None:
         assert spark_late == python_late == marked > 0
 
 
+@pytest.mark.parametrize("strategy", ["hash", "least_count"])
+@pytest.mark.parametrize("delay", [1.0, 1e300])
+def test_both_layouts_judge_odd_times_alike(spark: Any, strategy: str, delay: float) -> None:
+    """The plan groups by the key alone on rows Spark laid out by its hash, and by the
+    placement's partition too on any other layout; NaN times are made null once, the NaN
+    guards left out where no NaN can come. Either way the runtime's rows, and no exchange but
+    the placement's."""
+    from trilink_spark.placement import physical_plan, shuffle_exchanges
+
+    odd = [float("nan"), float("inf"), -float("inf"), None, 7.0, 1.0, 9.0, 2.0, 8.5, -0.0]
+    rows = [(i % 4 if i % 9 else None, t, float(i) if i % 5 else float("nan"), i)
+            for i, t in enumerate(odd * 4)]
+    df = spark.createDataFrame(rows, "k bigint, t double, v double, n bigint")
+    agg = {"c": ("count", None), "s": ("sum", "v"), "m": ("max", "n"), "a": ("mean", "n")}
+    kw = {"delay": delay, "strategy": strategy, "num_partitions": 3}
+    got = _both(df, "k", "t", lambda: tl.KeyedWindowAggregate(2.0, aggs=agg), **kw)
+    assert got
+    out = tl.keyed_process(df, "k", "t", tl.KeyedWindowAggregate(2.0, aggs=agg), **kw)
+    assert shuffle_exchanges(out) == 1
+    # the window's sort: by the key and arrival alone on Spark's hash layout
+    sort = next(line for line in physical_plan(out).splitlines() if " Sort [" in line)
+    assert ("_tl_partition" in sort) == (strategy != "hash"), sort
+    ints = df.withColumn("t", F.col("n") % 7)  # an integral time: no NaN guard at all
+    _both(ints, "k", "t", lambda: tl.KeyedWindowAggregate(3, aggs=agg), **kw)
+    # refused either way: by the placement's fit on the driver or by its column, or by the
+    # plan's own check where the plan reads no placement column
+    with pytest.raises(Exception, match="has null keys"):
+        tl.keyed_process(df, "k", "t", tl.KeyedWindowAggregate(2.0), delay=delay,
+                         strategy=strategy, num_partitions=3, null_policy="error").collect()
+
+
 def test_values_at_the_edges_of_a_double(spark: Any) -> None:
     longs = [2**53 + 1, 2**53 + 3, 2**62, -2**63, 2**63 - 1, 1, 3, None]
     rows = [(i % 2, float(i % 4), v) for i, v in enumerate(longs * 2)]

@@ -120,7 +120,8 @@ def keyed_process(
     log_choice(plan, key)
     if plan.engine == "spark" and isinstance(processor, KeyedWindowAggregate):
         placed = place_rows(tagged, key, strategy, num_partitions, null_policy=null_policy)
-        return spark_window_aggregate(placed, key, processor, order_by, delay_units)
+        return spark_window_aggregate(placed, key, processor, order_by, delay_units,
+                                      null_policy_of(df, strategy, null_policy))
     if is_keyed_by_source(df, key):
         placed = in_place(df, key, refuse_null_keys(
             tagged, key, null_policy_of(df, strategy, null_policy)))

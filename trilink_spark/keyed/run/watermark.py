@@ -185,28 +185,33 @@ def keyed_watermark(
         .rowsBetween(Window.unboundedPreceding, -1)
     )
     lateness = _partition_lateness(delay_units)
+    # an integral or timestamp time is never NaN: the rule without its NaN guards
+    nan_time = kind == "fractional"
+    nan = nan_time or not math.isfinite(delay_units)
     if n_keys == 1 and hash_partitions_of(df, key) is not None:
         # placed by the key already: the window runs in the input's partitions (no exchange;
         # Spark's Python node above would hide the placement), then the partition-level view
         # reads each partition back in arrival order (a sort within partitions)
         marked = (tagged.withColumn(WATERMARK_COL, key_watermark_of(et_col, window,
-                                                                    delay_units))
+                                                                    delay_units, nan=nan_time))
                   .sortWithinPartitions(*arrival)
                   .withColumn("is_late_partition", lateness(et_col)))
     else:
         marked = (tagged.withColumn("is_late_partition", lateness(et_col))
-                  .withColumn(WATERMARK_COL, key_watermark_of(et_col, window, delay_units)))
+                  .withColumn(WATERMARK_COL, key_watermark_of(et_col, window, delay_units,
+                                                              nan=nan_time)))
     watermark = F.col(WATERMARK_COL)
     dtype = df.schema[event_time].dataType
     return marked.select(
         *[column_of(c) for c in columns],
         _from_units(watermark, kind, dtype).alias("key_watermark"),
-        late_against(et_col, watermark).alias("is_late"),
+        late_against(et_col, watermark, nan=nan).alias("is_late"),
         F.col("is_late_partition"),
     )
 
 
-def key_watermark_of(event_time: Column, window: WindowSpec, delay: float) -> Column:
+def key_watermark_of(event_time: Column, window: WindowSpec, delay: float, *,
+                     nan: bool = True) -> Column:
     """A row's key watermark as a Spark column: the largest known event time among the rows
     ``window`` frames (a key group's earlier rows in arrival order: ``rowsBetween(
     unboundedPreceding, -1)``) minus ``delay``; null for a group's first row. Null and NaN
@@ -216,7 +221,9 @@ def key_watermark_of(event_time: Column, window: WindowSpec, delay: float) -> Co
     Notes
     -----
     A column: one running maximum per key group when a plan uses it (a shuffle by the window's
-    partition columns and a sort, unless the input is placed so already).
+    partition columns and a sort, unless the input is placed so already). ``nan=False``
+    says that ``event_time`` is never NaN (an integral or timestamp column, or NaN already
+    made null): the guard that keeps a NaN from moving the watermark is left out.
 
     Examples
     --------
@@ -229,16 +236,20 @@ def key_watermark_of(event_time: Column, window: WindowSpec, delay: float) -> Co
 
     # NaN sorts above every number in Spark: a NaN time must neither move a watermark nor be
     # judged, exactly as a null time
-    known = F.when(~F.isnan(event_time), event_time)
+    known = F.when(~F.isnan(event_time), event_time) if nan else event_time
     return F.max(known).over(window) - F.lit(delay)
 
 
-def late_against(event_time: Column, watermark: Column) -> Column:
+def late_against(event_time: Column, watermark: Column, *, nan: bool = True) -> Column:
     """Whether a row is late: its event time is below its key's watermark
     (:func:`key_watermark_of`). Null where the event time is null or NaN (never judged);
     false before a group's first known time, and where the watermark is NaN (``inf - inf``:
     an infinite time with an infinite delay), as the Python runtime has it, where Spark would
     order NaN above every number.
+
+    ``nan=False`` says that neither column is ever NaN: the event time is integral, a
+    timestamp or NaN made null, and the delay is finite (so no ``inf - inf``); the NaN
+    guards are left out and the verdict is the same.
 
     Notes
     -----
@@ -250,6 +261,8 @@ def late_against(event_time: Column, watermark: Column) -> Column:
     """
     from pyspark.sql import functions as F
 
+    if not nan:
+        return F.when(event_time.isNotNull(), F.coalesce(event_time < watermark, F.lit(False)))
     known = F.when(~F.isnan(event_time), event_time)
     late = F.when(F.isnan(watermark), F.lit(False)).otherwise(known < watermark)
     return F.when(known.isNotNull(), F.coalesce(late, F.lit(False)))

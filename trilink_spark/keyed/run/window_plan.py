@@ -30,6 +30,7 @@ engines walks, :mod:`trilink_spark._internal.engines`, with :data:`KEYED_LADDER`
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -39,7 +40,9 @@ from ...columns import EVENT_TIME_COL, PARTITION_COL, POS_COL, WATERMARK_COL, co
 from ...columns import require_columns
 from ...partitioners import Partitioner
 from ...placement.keyed import check_placement
+from ...placement.key_by import refuse_null_keys
 from ...placement.source import is_keyed_by_source
+from ..._internal.spark.plan import hash_partitions_of
 from ..._internal.validation import refuse_streaming
 from .prepare import KEYED_STREAM_ROUTE, check_processor, tag_plan
 from ..semantics.process import KeyedWatermarkProcessFunction
@@ -233,7 +236,7 @@ def choose_keyed_engine(df: DataFrame, key: str, processor: KeyedWatermarkProces
 
 
 def spark_window_aggregate(placed: DataFrame, key: str, processor: KeyedWindowAggregate,
-                           order_by: str | None, delay: float) -> DataFrame:
+                           order_by: str | None, delay: float, null_policy: str) -> DataFrame:
     """:class:`~trilink_spark.KeyedWindowAggregate` over placed rows, in Spark.
 
     Parameters
@@ -250,6 +253,9 @@ def spark_window_aggregate(placed: DataFrame, key: str, processor: KeyedWindowAg
         Arrival order (ties by input position); None: the input position.
     delay : float
         Allowed lateness in internal units.
+    null_policy : str
+        The placement's null policy, resolved: under ``"error"`` a null key still fails the
+        job where the plan no longer reads the placement's column (which holds that check).
 
     Returns
     -------
@@ -260,31 +266,49 @@ def spark_window_aggregate(placed: DataFrame, key: str, processor: KeyedWindowAg
     Notes
     -----
     Cost: no exchange beyond the placement's (the window and the aggregation group by the
-    placement's partition too, which the placement satisfies), one sort of each partition by
-    key and arrival, a running maximum and a hash aggregation, all in the JVM. O(n log n).
+    key alone on rows Spark laid out by the key's hash, else by the placement's partition
+    too, which the placement satisfies), one sort of each partition by key and arrival, a
+    running maximum and a hash aggregation, all in the JVM. O(n log n). On the driver, one
+    planning of ``placed`` (no job) to see its layout.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+    from pyspark.sql.types import DecimalType, IntegralType
 
     arrival = ([column_of(order_by)] if order_by is not None else []) + [F.col(POS_COL)]
-    # the placement's column in the window's partitioning: the placement satisfies it, so
-    # Spark adds no exchange; the key first, so the sort compares keys, not a constant
-    window = (Window.partitionBy(column_of(key), F.col(PARTITION_COL)).orderBy(*arrival)
+    # rows laid out by Spark's hash of the key (the hash strategy) satisfy a window and an
+    # aggregation by the key alone; any other placement is a layout Spark cannot see, and
+    # the placement's column in both groupings is what it satisfies. Either way no
+    # exchange; the key first, so the sort compares keys, not a constant
+    by_key = hash_partitions_of(placed, key) is not None
+    groups = [column_of(key)] if by_key else [column_of(key), F.col(PARTITION_COL)]
+    if by_key:
+        placed = refuse_null_keys(placed, key, null_policy)
+    window = (Window.partitionBy(*groups).orderBy(*arrival)
               .rowsBetween(Window.unboundedPreceding, -1))
     et = F.col(EVENT_TIME_COL)
+    if processor.time_kind == "fractional":
+        # a NaN time is a time not known, as null is, in the watermark, the verdict and the
+        # window: made null once, so no guard is needed where it is read
+        placed = placed.withColumn(EVENT_TIME_COL, F.when(~F.isnan(et), et))
     # the watermark a column first: the verdict reads it twice, which would compute the
     # window twice
-    marked = placed.withColumn(WATERMARK_COL, key_watermark_of(et, window, delay))
+    marked = placed.withColumn(WATERMARK_COL, key_watermark_of(et, window, delay, nan=False))
     size = float(processor.size_units)
     units = et / F.lit(size)
     # floor in doubles, as numpy's: a whole double (and +-inf) is its own floor
     start = F.when(F.abs(units) < F.lit(_WHOLE), F.floor(units).cast("double")) \
         .otherwise(units) * F.lit(size)
-    columns = [column_of(key).alias("k"), F.col(PARTITION_COL), start.alias("s")]
+    kept = ["k", PARTITION_COL][:len(groups)]
+    columns = [column_of(key).alias("k"), *groups[1:], start.alias("s")]
+    schema = placed.schema
     for j, name in enumerate(processor.values):
         value = column_of(name).cast("double")
-        columns.append(F.when(~F.isnan(value), value).alias(f"v{j}"))  # NaN: no value
-    judged = marked.select(*columns, late_against(et, F.col(WATERMARK_COL)).alias("late"))
+        if not isinstance(schema[name].dataType, (IntegralType, DecimalType)):
+            value = F.when(~F.isnan(value), value)  # NaN: no value (never in an integer)
+        columns.append(value.alias(f"v{j}"))
+    verdict = late_against(et, F.col(WATERMARK_COL), nan=not math.isfinite(delay))
+    judged = marked.select(*columns, verdict.alias("late"))
     # a null verdict is a row without a known event time: in no window
     on_time = judged.where(F.col("late") == F.lit(False))
     # only the partial aggregates the specs read: each one more is a column per group
@@ -299,7 +323,7 @@ def spark_window_aggregate(placed: DataFrame, key: str, processor: KeyedWindowAg
         v = F.col(f"v{j}")
         aggs += [partials[part](v).alias(f"{part}{j}") for part in partials
                  if (part, name) in made]
-    grouped = on_time.groupBy("k", PARTITION_COL, "s").agg(*aggs)
+    grouped = on_time.groupBy(*kept, "s").agg(*aggs)
     out = [F.col("k").alias(key), _time(F.col("s"), processor.time_kind).alias("window_start"),
            _time(F.col("s") + F.lit(size), processor.time_kind).alias("window_end")]
     for spec in processor.specs:
