@@ -185,9 +185,9 @@ def keyed_watermark(
         .rowsBetween(Window.unboundedPreceding, -1)
     )
     lateness = _partition_lateness(delay_units)
-    # an integral or timestamp time is never NaN: the rule without its NaN guards
+    # an integral or timestamp time is never NaN, and a delay is finite (delay_in_units):
+    # the rule without its NaN guards
     nan_time = kind == "fractional"
-    nan = nan_time or not math.isfinite(delay_units)
     if n_keys == 1 and hash_partitions_of(df, key) is not None:
         # placed by the key already: the window runs in the input's partitions (no exchange;
         # Spark's Python node above would hide the placement), then the partition-level view
@@ -205,7 +205,7 @@ def keyed_watermark(
     return marked.select(
         *[column_of(c) for c in columns],
         _from_units(watermark, kind, dtype).alias("key_watermark"),
-        late_against(et_col, watermark, nan=nan).alias("is_late"),
+        late_against(et_col, watermark, nan=nan_time).alias("is_late"),
         F.col("is_late_partition"),
     )
 

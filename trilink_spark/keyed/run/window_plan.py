@@ -30,7 +30,6 @@ engines walks, :mod:`trilink_spark._internal.engines`, with :data:`KEYED_LADDER`
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -299,16 +298,17 @@ def spark_window_aggregate(placed: DataFrame, key: str, processor: KeyedWindowAg
     # floor in doubles, as numpy's: a whole double (and +-inf) is its own floor
     start = F.when(F.abs(units) < F.lit(_WHOLE), F.floor(units).cast("double")) \
         .otherwise(units) * F.lit(size)
-    kept = ["k", PARTITION_COL][:len(groups)]
-    columns = [column_of(key).alias("k"), *groups[1:], start.alias("s")]
+    kept = ["k"] if by_key else ["k", PARTITION_COL]
+    columns = [column_of(key).alias("k"), *map(F.col, kept[1:]), start.alias("s")]
     schema = placed.schema
     for j, name in enumerate(processor.values):
         value = column_of(name).cast("double")
         if not isinstance(schema[name].dataType, (IntegralType, DecimalType)):
             value = F.when(~F.isnan(value), value)  # NaN: no value (never in an integer)
         columns.append(value.alias(f"v{j}"))
-    verdict = late_against(et, F.col(WATERMARK_COL), nan=not math.isfinite(delay))
-    judged = marked.select(*columns, verdict.alias("late"))
+    # no NaN time is left, and a delay is finite (delay_in_units): no NaN watermark either
+    judged = marked.select(*columns, late_against(et, F.col(WATERMARK_COL), nan=False)
+                           .alias("late"))
     # a null verdict is a row without a known event time: in no window
     on_time = judged.where(F.col("late") == F.lit(False))
     # only the partial aggregates the specs read: each one more is a column per group
